@@ -1,0 +1,67 @@
+package events
+
+// Avro full names of the event schemas.
+const (
+	SchemaPdpNotification      = "policyflow.PdpNotification"
+	SchemaPolicyCatalogEntry   = "policyflow.PolicyCatalogEntry"
+	SchemaPolicyChange         = "policyflow.PolicyChange"
+	SchemaComponent            = "policyflow.Component"
+	SchemaCatchupRequest       = "policyflow.CatchupRequest"
+	SchemaPolicyMatch          = "policyflow.PolicyMatch"
+	SchemaPolicySegment        = "policyflow.PolicySegment"
+	SchemaComponentPolicies    = "policyflow.ComponentPolicies"
+	SchemaComponentApplied     = "policyflow.ComponentApplied"
+	SchemaParticipantOperation = "policyflow.ParticipantOperation"
+	SchemaParticipantMessage   = "policyflow.ParticipantMessage"
+	SchemaReplicaState         = "policyflow.ReplicaState"
+	SchemaNodeManagementPolicy = "policyflow.NodeManagementPolicy"
+	SchemaAgentNode            = "policyflow.AgentNode"
+	SchemaAgentDirective       = "policyflow.AgentDirective"
+	SchemaAgentStatus          = "policyflow.AgentStatus"
+)
+
+func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
+func (*PolicyCatalogEntry) SchemaName() string   { return SchemaPolicyCatalogEntry }
+func (*PolicyChange) SchemaName() string         { return SchemaPolicyChange }
+func (*Component) SchemaName() string            { return SchemaComponent }
+func (*CatchupRequest) SchemaName() string       { return SchemaCatchupRequest }
+func (*PolicyMatch) SchemaName() string          { return SchemaPolicyMatch }
+func (*PolicySegment) SchemaName() string        { return SchemaPolicySegment }
+func (*ComponentPolicies) SchemaName() string    { return SchemaComponentPolicies }
+func (*ComponentApplied) SchemaName() string     { return SchemaComponentApplied }
+func (*ParticipantOperation) SchemaName() string { return SchemaParticipantOperation }
+func (*ParticipantMessage) SchemaName() string   { return SchemaParticipantMessage }
+func (*ReplicaState) SchemaName() string         { return SchemaReplicaState }
+func (*NodeManagementPolicy) SchemaName() string { return SchemaNodeManagementPolicy }
+func (*AgentNode) SchemaName() string            { return SchemaAgentNode }
+func (*AgentDirective) SchemaName() string       { return SchemaAgentDirective }
+func (*AgentStatus) SchemaName() string          { return SchemaAgentStatus }
+
+// newEvent returns a zero value of the Go type for a schema full name.
+var newEvent = map[string]func() Event{
+	SchemaPdpNotification:      func() Event { return new(PdpNotification) },
+	SchemaPolicyCatalogEntry:   func() Event { return new(PolicyCatalogEntry) },
+	SchemaPolicyChange:         func() Event { return new(PolicyChange) },
+	SchemaComponent:            func() Event { return new(Component) },
+	SchemaCatchupRequest:       func() Event { return new(CatchupRequest) },
+	SchemaPolicyMatch:          func() Event { return new(PolicyMatch) },
+	SchemaPolicySegment:        func() Event { return new(PolicySegment) },
+	SchemaComponentPolicies:    func() Event { return new(ComponentPolicies) },
+	SchemaComponentApplied:     func() Event { return new(ComponentApplied) },
+	SchemaParticipantOperation: func() Event { return new(ParticipantOperation) },
+	SchemaParticipantMessage:   func() Event { return new(ParticipantMessage) },
+	SchemaReplicaState:         func() Event { return new(ReplicaState) },
+	SchemaNodeManagementPolicy: func() Event { return new(NodeManagementPolicy) },
+	SchemaAgentNode:            func() Event { return new(AgentNode) },
+	SchemaAgentDirective:       func() Event { return new(AgentDirective) },
+	SchemaAgentStatus:          func() Event { return new(AgentStatus) },
+}
+
+// SchemaNames lists the full name of every event schema.
+func SchemaNames() []string {
+	out := make([]string, 0, len(newEvent))
+	for n := range newEvent {
+		out = append(out, n)
+	}
+	return out
+}

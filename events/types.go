@@ -1,0 +1,313 @@
+package events
+
+import "time"
+
+// Event is implemented by every record type carried on a policyflow topic.
+type Event interface {
+	// SchemaName is the Avro full name of the event's schema.
+	SchemaName() string
+}
+
+// Notify kinds (NotifyTarget.Kind).
+const (
+	NotifyNone    = "NONE"
+	NotifyScript  = "SCRIPT"
+	NotifyWebhook = "WEBHOOK"
+)
+
+// Change actions (PolicyChange.Action).
+const (
+	ActionUpdated = "UPDATED"
+	ActionRemoved = "REMOVED"
+	ActionErrored = "ERRORED"
+)
+
+// Catalog statuses (PolicyCatalogEntry.Status).
+const (
+	StatusValid   = "VALID"
+	StatusErrored = "ERRORED"
+)
+
+// Catch-up scopes (CatchupRequest.Scope).
+const (
+	ScopeAll        = "ALL"
+	ScopeDeployment = "DEPLOYMENT"
+)
+
+// Policy is one policy: the versionless id and the policy_body JSON.
+type Policy struct {
+	PolicyID      string `avro:"policy_id" json:"policy_id"`
+	PolicyName    string `avro:"policy_name" json:"policy_name"`
+	PolicyVersion string `avro:"policy_version" json:"policy_version"`
+	Body          string `avro:"body" json:"body"`
+}
+
+// RemovedPolicy names a policy taken away from a component.
+type RemovedPolicy struct {
+	PolicyID      string  `avro:"policy_id" json:"policy_id"`
+	PolicyVersion *string `avro:"policy_version" json:"policy_version,omitempty"`
+}
+
+// NotifyTarget says how a component is told that its policies changed.
+type NotifyTarget struct {
+	Kind       string `avro:"kind" json:"kind"`
+	ScriptPath string `avro:"script_path" json:"script_path,omitempty"`
+	WebhookURL string `avro:"webhook_url" json:"webhook_url,omitempty"`
+	TimeoutMs  int32  `avro:"timeout_ms" json:"timeout_ms,omitempty"`
+}
+
+// FilterMatch groups the policies one policy filter newly selects.
+type FilterMatch struct {
+	FilterID string   `avro:"filter_id" json:"filter_id"`
+	Policies []Policy `avro:"policies" json:"policies"`
+}
+
+// ComponentDelta is what changes for one component of a deployment.
+type ComponentDelta struct {
+	ComponentID     string          `avro:"component_id" json:"component_id"`
+	UpdatedPolicies []Policy        `avro:"updated_policies" json:"updated_policies"`
+	AddedPolicies   []FilterMatch   `avro:"added_policies" json:"added_policies"`
+	RemovedPolicies []RemovedPolicy `avro:"removed_policies" json:"removed_policies"`
+}
+
+// LoadedPolicy is an ONAP loadedPolicies entry.
+type LoadedPolicy struct {
+	PolicyName string            `avro:"policy_name" json:"policyName"`
+	VersionNo  string            `avro:"version_no" json:"versionNo"`
+	Matches    map[string]string `avro:"matches" json:"matches,omitempty"`
+}
+
+// UnloadedPolicy is an ONAP removedPolicies entry.
+type UnloadedPolicy struct {
+	PolicyName string `avro:"policy_name" json:"policyName"`
+	VersionNo  string `avro:"version_no" json:"versionNo"`
+}
+
+// PdpNotification is a policy engine notification, or bodies pushed directly.
+type PdpNotification struct {
+	NotificationID  string           `avro:"notification_id"`
+	Source          string           `avro:"source"`
+	ReceivedAt      time.Time        `avro:"received_at"`
+	LoadedPolicies  []LoadedPolicy   `avro:"loaded_policies"`
+	RemovedPolicies []UnloadedPolicy `avro:"removed_policies"`
+	PushedBodies    []string         `avro:"pushed_bodies"`
+}
+
+// PolicyCatalogEntry is the latest valid policy_body of one policy_id.
+type PolicyCatalogEntry struct {
+	PolicyID      string    `avro:"policy_id"`
+	PolicyName    string    `avro:"policy_name"`
+	PolicyVersion string    `avro:"policy_version"`
+	Body          string    `avro:"body"`
+	Status        string    `avro:"status"`
+	Error         *string   `avro:"error"`
+	UpdatedAt     time.Time `avro:"updated_at"`
+}
+
+// PolicyChange says what changed for one policy_id.
+type PolicyChange struct {
+	ChangeID   string    `avro:"change_id"`
+	PolicyID   string    `avro:"policy_id"`
+	Action     string    `avro:"action"`
+	OldVersion *string   `avro:"old_version"`
+	NewVersion *string   `avro:"new_version"`
+	Body       *string   `avro:"body"`
+	Error      *string   `avro:"error"`
+	ChangedAt  time.Time `avro:"changed_at"`
+}
+
+// PolicyFilter is a PDP /getConfig-style filter of a component.
+type PolicyFilter struct {
+	FilterID         string `avro:"filter_id" json:"filter_id"`
+	PolicyName       string `avro:"policy_name" json:"policyName,omitempty"`
+	ConfigName       string `avro:"config_name" json:"configName,omitempty"`
+	OnapName         string `avro:"onap_name" json:"onapName,omitempty"`
+	ConfigAttributes string `avro:"config_attributes" json:"-"`
+	Unique           bool   `avro:"unique" json:"unique,omitempty"`
+}
+
+// Component is a deployed component and the policies it wants.
+type Component struct {
+	ComponentID          string         `avro:"component_id"`
+	DeploymentID         string         `avro:"deployment_id"`
+	ServiceComponentName string         `avro:"service_component_name"`
+	Tenant               string         `avro:"tenant"`
+	PolicyIDs            []string       `avro:"policy_ids"`
+	PolicyFilters        []PolicyFilter `avro:"policy_filters"`
+	Notify               NotifyTarget   `avro:"notify"`
+	Config               string         `avro:"config"`
+	Generation           int64          `avro:"generation"`
+	UpdatedAt            time.Time      `avro:"updated_at"`
+}
+
+// CatchupRequest asks for a catch-up of all deployments or one.
+type CatchupRequest struct {
+	RequestID    string    `avro:"request_id"`
+	Scope        string    `avro:"scope"`
+	DeploymentID *string   `avro:"deployment_id"`
+	Reason       string    `avro:"reason"`
+	RequestedAt  time.Time `avro:"requested_at"`
+}
+
+// PolicyMatch is the per-deployment delta the matcher computed.
+type PolicyMatch struct {
+	UpdateID     string           `avro:"update_id"`
+	DeploymentID string           `avro:"deployment_id"`
+	CatchUp      bool             `avro:"catch_up"`
+	Components   []ComponentDelta `avro:"components"`
+	CreatedAt    time.Time        `avro:"created_at"`
+}
+
+// PolicySegment is a size-bounded piece of one PolicyMatch.
+type PolicySegment struct {
+	UpdateID     string           `avro:"update_id"`
+	DeploymentID string           `avro:"deployment_id"`
+	Index        int32            `avro:"index"`
+	Count        int32            `avro:"count"`
+	CatchUp      bool             `avro:"catch_up"`
+	Components   []ComponentDelta `avro:"components"`
+	CreatedAt    time.Time        `avro:"created_at"`
+}
+
+// ComponentPolicies is a component's full policy collection after an update.
+type ComponentPolicies struct {
+	ComponentID          string       `avro:"component_id"`
+	DeploymentID         string       `avro:"deployment_id"`
+	ServiceComponentName string       `avro:"service_component_name"`
+	UpdateID             string       `avro:"update_id"`
+	CatchUp              bool         `avro:"catch_up"`
+	Generation           int64        `avro:"generation"`
+	Policies             []Policy     `avro:"policies"`
+	UpdatedPolicies      []Policy     `avro:"updated_policies"`
+	RemovedPolicies      []Policy     `avro:"removed_policies"`
+	Notify               NotifyTarget `avro:"notify"`
+	Uninstalled          bool         `avro:"uninstalled"`
+	UpdatedAt            time.Time    `avro:"updated_at"`
+}
+
+// ComponentApplied records a component's collection written to Consul.
+type ComponentApplied struct {
+	ComponentID          string       `avro:"component_id"`
+	ServiceComponentName string       `avro:"service_component_name"`
+	UpdateID             string       `avro:"update_id"`
+	Action               string       `avro:"action"`
+	ConsulIndex          int64        `avro:"consul_index"`
+	PoliciesCount        int32        `avro:"policies_count"`
+	KeysWritten          int32        `avro:"keys_written"`
+	Generation           int64        `avro:"generation"`
+	Policies             []Policy     `avro:"policies"`
+	UpdatedPolicies      []Policy     `avro:"updated_policies"`
+	RemovedPolicies      []Policy     `avro:"removed_policies"`
+	Notify               NotifyTarget `avro:"notify"`
+	Uninstalled          bool         `avro:"uninstalled"`
+	AppliedAt            time.Time    `avro:"applied_at"`
+}
+
+// ParticipantOperation is an operation from the runtime to a participant.
+type ParticipantOperation struct {
+	MessageID     string    `avro:"message_id"`
+	ParticipantID string    `avro:"participant_id"`
+	ReplicaID     *string   `avro:"replica_id"`
+	Kind          string    `avro:"kind"`
+	CompositionID *string   `avro:"composition_id"`
+	InstanceID    *string   `avro:"instance_id"`
+	ElementIDs    []string  `avro:"element_ids"`
+	Properties    string    `avro:"properties"`
+	TimeoutMs     int64     `avro:"timeout_ms"`
+	SentAt        time.Time `avro:"sent_at"`
+}
+
+// ParticipantMessage is a message from a participant replica to the runtime.
+type ParticipantMessage struct {
+	MessageID             string    `avro:"message_id"`
+	ParticipantID         string    `avro:"participant_id"`
+	ReplicaID             string    `avro:"replica_id"`
+	Kind                  string    `avro:"kind"`
+	SupportedElementTypes []string  `avro:"supported_element_types"`
+	ResponseTo            *string   `avro:"response_to"`
+	CompositionID         *string   `avro:"composition_id"`
+	InstanceID            *string   `avro:"instance_id"`
+	ElementID             *string   `avro:"element_id"`
+	State                 *string   `avro:"state"`
+	Outcome               string    `avro:"outcome"`
+	Detail                string    `avro:"detail"`
+	Properties            string    `avro:"properties"`
+	SentAt                time.Time `avro:"sent_at"`
+}
+
+// ReplicaState is replicated participant state.
+type ReplicaState struct {
+	ParticipantID string    `avro:"participant_id"`
+	InstanceID    string    `avro:"instance_id"`
+	ElementID     string    `avro:"element_id"`
+	Kind          string    `avro:"kind"`
+	State         string    `avro:"state"`
+	Properties    string    `avro:"properties"`
+	Version       int64     `avro:"version"`
+	UpdatedAt     time.Time `avro:"updated_at"`
+}
+
+// AgentUpgradePolicy says how selected agents upgrade themselves.
+type AgentUpgradePolicy struct {
+	AtLeastVersion string `avro:"at_least_version"`
+	Start          string `avro:"start"`
+	DurationS      int64  `avro:"duration_s"`
+	Manifest       string `avro:"manifest"`
+}
+
+// NodeManagementPolicy selects edge nodes and says how their agents upgrade.
+type NodeManagementPolicy struct {
+	Org          string              `avro:"org"`
+	Name         string              `avro:"name"`
+	Owner        string              `avro:"owner"`
+	Label        string              `avro:"label"`
+	Description  string              `avro:"description"`
+	Constraints  []string            `avro:"constraints"`
+	Properties   string              `avro:"properties"`
+	Patterns     []string            `avro:"patterns"`
+	Enabled      bool                `avro:"enabled"`
+	AgentUpgrade *AgentUpgradePolicy `avro:"agent_upgrade"`
+	LastUpdated  time.Time           `avro:"last_updated"`
+}
+
+// AgentNode is an edge node and its agent.
+type AgentNode struct {
+	Org             string    `avro:"org"`
+	Node            string    `avro:"node"`
+	Pattern         string    `avro:"pattern"`
+	Properties      string    `avro:"properties"`
+	Constraints     []string  `avro:"constraints"`
+	SoftwareVersion string    `avro:"software_version"`
+	ConfigVersion   string    `avro:"config_version"`
+	CertVersion     string    `avro:"cert_version"`
+	Deleted         bool      `avro:"deleted"`
+	UpdatedAt       time.Time `avro:"updated_at"`
+}
+
+// AgentDirective says what one node's agent must do now.
+type AgentDirective struct {
+	Org           string    `avro:"org"`
+	Node          string    `avro:"node"`
+	DirectiveID   string    `avro:"directive_id"`
+	Policy        string    `avro:"policy"`
+	TargetVersion string    `avro:"target_version"`
+	Manifest      string    `avro:"manifest"`
+	StartAt       time.Time `avro:"start_at"`
+	RollbackTo    string    `avro:"rollback_to"`
+	IssuedAt      time.Time `avro:"issued_at"`
+}
+
+// AgentStatus is an agent's report on its upgrade.
+type AgentStatus struct {
+	Org             string     `avro:"org"`
+	Node            string     `avro:"node"`
+	DirectiveID     string     `avro:"directive_id"`
+	Policy          string     `avro:"policy"`
+	Status          string     `avro:"status"`
+	SoftwareVersion string     `avro:"software_version"`
+	FailedVersion   string     `avro:"failed_version"`
+	UpgradeStart    *time.Time `avro:"upgrade_start"`
+	UpgradeEnd      *time.Time `avro:"upgrade_end"`
+	ErrorMessage    string     `avro:"error_message"`
+	ReportedAt      time.Time  `avro:"reported_at"`
+}

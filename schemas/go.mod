@@ -1,0 +1,3 @@
+module github.com/policyflow/policyflow/schemas
+
+go 1.26

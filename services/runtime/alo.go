@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// runAtLeastOnce handles records in order, producing each poll's outputs
+// (and dead letters) before marking the poll's records; marked offsets are
+// committed periodically, on revoke and at shutdown. Rebalances wait for
+// the poll in hand (BlockRebalanceOnPoll).
+func (r *runner) runAtLeastOnce(ctx context.Context) error {
+	opts, err := r.consumeOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		kgo.BlockRebalanceOnPoll(),
+		kgo.AutoCommitMarks(),
+		kgo.AutoCommitInterval(time.Second),
+		kgo.RecordPartitioner(partitioner()),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("stage %s: create client: %w", r.stage.Name, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := cl.CommitMarkedOffsets(cctx); err != nil {
+			r.log.Warn().Err(err).Msg("commit marked offsets at shutdown")
+		}
+		cancel()
+		cl.Close() // leaves the group
+	}()
+	if err := r.waitBrokers(ctx, cl); err != nil {
+		return err
+	}
+	if r.stage.Assigned == nil {
+		r.env.Health.Ready(r.stage.Name)
+	}
+
+	for {
+		fetches := cl.PollRecords(ctx, r.env.PollRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			cl.AllowRebalance()
+			return nil
+		}
+		r.logFetchErrors(fetches)
+		r.observeLag(fetches)
+		var done []*kgo.Record
+		var outs []*kgo.Record
+		iter := fetches.RecordIter()
+		stopped := false
+		for !iter.Done() {
+			rec := iter.Next()
+			recs, ok := r.process(ctx, rec)
+			if !ok {
+				stopped = true
+				break
+			}
+			outs = append(outs, recs...)
+			done = append(done, rec)
+		}
+		if r.produceAll(ctx, cl, outs) {
+			cl.MarkCommitRecords(done...)
+			r.countOut(outs)
+		}
+		cl.AllowRebalance()
+		if stopped {
+			return nil
+		}
+	}
+}
+
+// produceAll produces recs, retrying failures until they succeed or stop
+// is done; it reports whether every record was produced.
+func (r *runner) produceAll(stop context.Context, cl *kgo.Client, recs []*kgo.Record) bool {
+	for attempt := 0; len(recs) > 0; attempt++ {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(stop), 30*time.Second)
+		res := cl.ProduceSync(pctx, recs...)
+		cancel()
+		var failed []*kgo.Record
+		for _, pr := range res {
+			if pr.Err != nil {
+				failed = append(failed, pr.Record)
+			}
+		}
+		if len(failed) == 0 {
+			return true
+		}
+		r.log.Warn().Err(res.FirstErr()).Int("records", len(failed)).Msg("produce outputs failed; retrying")
+		select {
+		case <-stop.Done():
+			return false
+		case <-time.After(r.env.Retry.Next(attempt)):
+		}
+		recs = failed
+	}
+	return true
+}

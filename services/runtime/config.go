@@ -1,0 +1,173 @@
+package runtime
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+)
+
+// Defaults that work against the embedded stack (`make run`).
+const (
+	DefaultBrokers    = "127.0.0.1:9092"
+	DefaultConsulAddr = "127.0.0.1:8500"
+)
+
+// Kafka is how a process reaches the cluster: brokers, security and the
+// topic prefix that lets several environments share one cluster.
+type Kafka struct {
+	Brokers       []string
+	Prefix        string
+	SASLMechanism string // "", PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	SASLUser      string
+	SASLPassword  string
+	TLS           bool
+	TLSCAFile     string
+	TLSSkipVerify bool
+	// FetchMaxWait and MetadataMinAge are lowered by tests and the dev
+	// stack so that rebalances and faults settle in milliseconds.
+	FetchMaxWait   time.Duration
+	MetadataMinAge time.Duration
+}
+
+// Consul is how a process reaches the Consul agent.
+type Consul struct {
+	Addr  string
+	Token string
+}
+
+// EnvOr returns the value of the environment variable or def.
+func EnvOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok || v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def
+	}
+	return b
+}
+
+type listFlag struct{ dst *[]string }
+
+func (l listFlag) String() string {
+	if l.dst == nil {
+		return ""
+	}
+	return strings.Join(*l.dst, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	*l.dst = SplitList(s)
+	if len(*l.dst) == 0 {
+		return errors.New("empty list")
+	}
+	return nil
+}
+
+// SplitList splits a comma separated list, dropping empty entries.
+func SplitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// RegisterFlags adds the Kafka flags to fs; each falls back to a PF_*
+// environment variable, then to the embedded-stack default.
+func (k *Kafka) RegisterFlags(fs *flag.FlagSet) {
+	k.Brokers = SplitList(EnvOr("PF_BROKERS", DefaultBrokers))
+	fs.Var(listFlag{&k.Brokers}, "brokers", "comma separated seed brokers (env PF_BROKERS)")
+	fs.StringVar(&k.Prefix, "topic-prefix", EnvOr("PF_TOPIC_PREFIX", ""), "prefix for every topic name, e.g. \"staging.\" (env PF_TOPIC_PREFIX)")
+	fs.StringVar(&k.SASLMechanism, "sasl-mechanism", EnvOr("PF_SASL_MECHANISM", ""), "SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty disables SASL (env PF_SASL_MECHANISM)")
+	fs.StringVar(&k.SASLUser, "sasl-user", EnvOr("PF_SASL_USER", ""), "SASL user (env PF_SASL_USER)")
+	fs.StringVar(&k.SASLPassword, "sasl-password", EnvOr("PF_SASL_PASSWORD", ""), "SASL password (env PF_SASL_PASSWORD)")
+	fs.BoolVar(&k.TLS, "tls", envBool("PF_TLS", false), "connect to the brokers with TLS (env PF_TLS)")
+	fs.StringVar(&k.TLSCAFile, "tls-ca", EnvOr("PF_TLS_CA", ""), "PEM file with the CA that signed the brokers' certificates (env PF_TLS_CA)")
+	fs.BoolVar(&k.TLSSkipVerify, "tls-insecure-skip-verify", envBool("PF_TLS_INSECURE_SKIP_VERIFY", false), "do not verify the brokers' certificates (env PF_TLS_INSECURE_SKIP_VERIFY)")
+}
+
+// RegisterFlags adds the Consul flags to fs with PF_* env fallbacks.
+func (c *Consul) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "consul-addr", EnvOr("PF_CONSUL_ADDR", EnvOr("CONSUL_HTTP_ADDR", DefaultConsulAddr)), "Consul HTTP address (env PF_CONSUL_ADDR or CONSUL_HTTP_ADDR)")
+	fs.StringVar(&c.Token, "consul-token", EnvOr("PF_CONSUL_TOKEN", EnvOr("CONSUL_HTTP_TOKEN", "")), "Consul ACL token (env PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)")
+}
+
+// Topic returns the full name of a topic of the topology under the prefix.
+func (k Kafka) Topic(base string) string { return k.Prefix + base }
+
+// Validate says what to fix in a configuration that cannot work.
+func (k Kafka) Validate() error {
+	if len(k.Brokers) == 0 {
+		return errors.New("no brokers: set --brokers or PF_BROKERS, e.g. 127.0.0.1:9092")
+	}
+	switch strings.ToUpper(k.SASLMechanism) {
+	case "":
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if k.SASLUser == "" {
+			return fmt.Errorf("SASL mechanism %s needs --sasl-user (PF_SASL_USER)", k.SASLMechanism)
+		}
+	default:
+		return fmt.Errorf("unknown SASL mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.SASLMechanism)
+	}
+	return nil
+}
+
+// ClientOpts turns the configuration into franz-go options for connection
+// and security; callers add their own consume/produce options.
+func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Brokers...)}
+	if k.FetchMaxWait > 0 {
+		opts = append(opts, kgo.FetchMaxWait(k.FetchMaxWait))
+	}
+	if k.MetadataMinAge > 0 {
+		opts = append(opts, kgo.MetadataMinAge(k.MetadataMinAge))
+	}
+	switch strings.ToUpper(k.SASLMechanism) {
+	case "PLAIN":
+		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUser, Pass: k.SASLPassword}.AsMechanism()))
+	case "SCRAM-SHA-256":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUser, Pass: k.SASLPassword}.AsSha256Mechanism()))
+	case "SCRAM-SHA-512":
+		opts = append(opts, kgo.SASL(scram.Auth{User: k.SASLUser, Pass: k.SASLPassword}.AsSha512Mechanism()))
+	}
+	if k.TLS || k.TLSCAFile != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: k.TLSSkipVerify} //nolint:gosec // opt-in by flag
+		if k.TLSCAFile != "" {
+			pem, err := os.ReadFile(k.TLSCAFile)
+			if err != nil {
+				return nil, fmt.Errorf("read TLS CA file %s: %w", k.TLSCAFile, err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", k.TLSCAFile)
+			}
+			tc.RootCAs = pool
+		}
+		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	return opts, nil
+}

@@ -1,0 +1,179 @@
+package runtime
+
+import (
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+)
+
+// Env is what every stage of a process shares: connections, the codec,
+// logs, metrics and health. Several stages may run in one process (the
+// embedded stack); each still gets its own client and consumer group.
+type Env struct {
+	Kafka   Kafka
+	Consul  Consul
+	Log     zerolog.Logger
+	Codec   *events.Codec
+	Metrics *Metrics
+	Health  *Health
+	// Retry bounds the backoff of transient handler errors.
+	Retry Backoff
+	// TransactionTimeout bounds how long a dead member's open transaction
+	// blocks its partitions' new owner (default 30s).
+	TransactionTimeout time.Duration
+	// PollRecords caps the records handled per poll (and per transaction).
+	PollRecords int
+}
+
+// Backoff is a capped exponential backoff.
+type Backoff struct {
+	Initial time.Duration
+	Max     time.Duration
+}
+
+// Next returns the delay after the given number of failed attempts.
+func (b Backoff) Next(attempt int) time.Duration {
+	d := b.Initial
+	if d <= 0 {
+		d = 100 * time.Millisecond
+	}
+	max := b.Max
+	if max <= 0 {
+		max = 10 * time.Second
+	}
+	for i := 0; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+// NewEnv builds an Env with a fresh metrics registry and health tracker.
+func NewEnv(k Kafka, c Consul, log zerolog.Logger) Env {
+	codec := events.Default()
+	return Env{
+		Kafka:              k,
+		Consul:             c,
+		Log:                log,
+		Codec:              codec,
+		Metrics:            NewMetrics(),
+		Health:             NewHealth(),
+		Retry:              Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
+		TransactionTimeout: 30 * time.Second,
+		PollRecords:        5000,
+	}
+}
+
+// NewLogger returns a zerolog logger at the named level ("debug", "info",
+// ...), JSON to w, or human-readable when pretty.
+func NewLogger(w io.Writer, level string, pretty bool) zerolog.Logger {
+	if w == nil {
+		w = os.Stderr
+	}
+	if pretty {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
+	}
+	lvl, err := zerolog.ParseLevel(strings.ToLower(level))
+	if err != nil || level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// kgoLogger adapts zerolog to kgo.Logger.
+type kgoLogger struct{ log zerolog.Logger }
+
+func (l kgoLogger) Level() kgo.LogLevel {
+	switch l.log.GetLevel() {
+	case zerolog.TraceLevel, zerolog.DebugLevel:
+		return kgo.LogLevelDebug
+	case zerolog.InfoLevel:
+		// kgo's info level is chatty (every join, every assignment); keep
+		// it at warn unless debugging.
+		return kgo.LogLevelWarn
+	case zerolog.WarnLevel:
+		return kgo.LogLevelWarn
+	case zerolog.Disabled:
+		return kgo.LogLevelNone
+	default:
+		return kgo.LogLevelError
+	}
+}
+
+func (l kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
+	var e *zerolog.Event
+	switch level {
+	case kgo.LogLevelError:
+		e = l.log.Error()
+	case kgo.LogLevelWarn:
+		e = l.log.Warn()
+	case kgo.LogLevelInfo:
+		e = l.log.Info()
+	default:
+		e = l.log.Debug()
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k, _ := kv[i].(string)
+		e = e.Interface(k, kv[i+1])
+	}
+	e.Msg(msg)
+}
+
+// KgoLogger returns a kgo.Logger writing to log.
+func KgoLogger(log zerolog.Logger) kgo.Logger { return kgoLogger{log.With().Str("component", "kgo").Logger()} }
+
+// Metrics are the Prometheus collectors of every stage in the process,
+// labelled by stage.
+type Metrics struct {
+	Registry   *prometheus.Registry
+	RecordsIn  *prometheus.CounterVec
+	RecordsOut *prometheus.CounterVec
+	DLQ        *prometheus.CounterVec
+	Retries    *prometheus.CounterVec
+	Latency    *prometheus.HistogramVec
+	Lag        *prometheus.GaugeVec
+	Txns       *prometheus.CounterVec
+}
+
+// NewMetrics registers the runtime's collectors on a new registry.
+func NewMetrics() *Metrics {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &Metrics{
+		Registry: r,
+		RecordsIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_records_in_total", Help: "Records consumed by a stage.",
+		}, []string{"stage", "topic"}),
+		RecordsOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_records_out_total", Help: "Records produced by a stage (committed or not).",
+		}, []string{"stage", "topic"}),
+		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_dlq_total", Help: "Records a stage sent to its dead-letter topic.",
+		}, []string{"stage", "topic"}),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_retries_total", Help: "Transient handler errors retried.",
+		}, []string{"stage"}),
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "policyflow_handler_seconds", Help: "Time a stage's handler takes per record.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+		}, []string{"stage"}),
+		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "policyflow_consumer_lag", Help: "Records between a stage's position and the partition's end, as of its last fetch.",
+		}, []string{"stage", "topic", "partition"}),
+		Txns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_transactions_total", Help: "Transactions ended by a stage, by outcome.",
+		}, []string{"stage", "outcome"}),
+	}
+	r.MustRegister(m.RecordsIn, m.RecordsOut, m.DLQ, m.Retries, m.Latency, m.Lag, m.Txns)
+	return m
+}

@@ -1,0 +1,108 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Options are the process-level settings every stage binary shares.
+type Options struct {
+	Kafka    Kafka
+	Consul   Consul
+	HTTPAddr string
+	LogLevel string
+	LogText  bool
+}
+
+// RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
+func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+	o.Kafka.RegisterFlags(fs)
+	o.Consul.RegisterFlags(fs)
+	fs.StringVar(&o.HTTPAddr, "http-addr", EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics (env PF_HTTP_ADDR)")
+	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
+	fs.BoolVar(&o.LogText, "log-text", envBool("PF_LOG_TEXT", false), "human-readable logs instead of JSON (env PF_LOG_TEXT)")
+}
+
+// SignalContext returns a context cancelled by the first SIGINT/SIGTERM
+// (drain: finish the record in hand, commit, leave the group); a second
+// signal exits the process at once.
+func SignalContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			signal.Stop(ch)
+			return
+		}
+		fmt.Fprintln(os.Stderr, "draining: finishing the records in hand and leaving the group (signal again to exit now)")
+		cancel()
+		<-ch
+		fmt.Fprintln(os.Stderr, "second signal: exiting now")
+		os.Exit(1)
+	}()
+	return ctx, cancel
+}
+
+// RunStages runs stages in one process, each with its own client and
+// group, until ctx is done or one fails.
+func RunStages(ctx context.Context, env Env, stages ...Stage) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, s := range stages {
+		s := s
+		g.Go(func() error {
+			if err := s.Run(gctx, env); err != nil {
+				return fmt.Errorf("stage %s: %w", s.Name, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// Main is the whole main function of a stage binary: flags, logging,
+// signals, health and metrics server, schema publishing, and the stage.
+func Main(s Stage) {
+	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
+	var o Options
+	o.RegisterFlags(fs)
+	if s.Flags != nil {
+		s.Flags(fs)
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	log := NewLogger(os.Stderr, o.LogLevel, o.LogText).With().Str("service", s.Name).Logger()
+	if err := o.Kafka.Validate(); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	ctx, cancel := SignalContext(context.Background())
+	defer cancel()
+	env := NewEnv(o.Kafka, o.Consul, log)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, nil) })
+	g.Go(func() error {
+		defer cancel()
+		if err := PublishSchemas(gctx, env); err != nil {
+			log.Warn().Err(err).Msg("publish schemas")
+		}
+		return s.Run(gctx, env)
+	})
+	if err := g.Wait(); err != nil {
+		log.Error().Err(err).Msg("exiting")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,138 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+)
+
+// Mode says how a stage's outputs and offsets are committed.
+type Mode int
+
+const (
+	// Transactional is exactly-once consume-transform-produce for
+	// Kafka-to-Kafka stages: a poll's outputs and input offsets commit in
+	// one transaction; consumers read committed.
+	Transactional Mode = iota
+	// AtLeastOnce is for stages whose effect is outside Kafka: records are
+	// handled in order, an offset is marked only after the handler (its
+	// effect) succeeded, and marked offsets are committed on revoke and at
+	// shutdown. Effects must be idempotent.
+	AtLeastOnce
+)
+
+func (m Mode) String() string {
+	if m == AtLeastOnce {
+		return "at-least-once"
+	}
+	return "transactional"
+}
+
+// Input is one consumed record, decoded.
+type Input struct {
+	Topic     string // base topic name, without the prefix
+	Partition int32
+	Offset    int64
+	Key       []byte
+	// Value is the decoded event; nil for a tombstone or a raw topic.
+	Value     events.Event
+	Raw       []byte
+	Headers   []kgo.RecordHeader
+	Timestamp time.Time
+}
+
+// Tombstone reports whether the record deletes its key.
+func (in Input) Tombstone() bool { return in.Raw == nil }
+
+// Output is one record a handler wants produced.
+type Output struct {
+	Topic string // base topic name, without the prefix
+	Key   []byte
+	// Value is encoded with its current schema; nil with Raw nil is a
+	// tombstone.
+	Value   events.Event
+	Raw     []byte
+	Headers []kgo.RecordHeader
+	// Partition, when Explicit is set, pins the record to a partition
+	// (for fan-out to every partition of a co-partitioned topic).
+	Partition int32
+	Explicit  bool
+}
+
+// Handler is a stage's decision logic: from one input to its outputs.
+// Zero outputs means the input is filtered. An error is retried with
+// capped backoff unless it is Permanent, in which case the input goes to
+// the stage's dead-letter topic with the reason and the stage goes on.
+type Handler func(ctx context.Context, in Input) ([]Output, error)
+
+// Stage describes one pipeline stage to the runtime.
+type Stage struct {
+	Name   string   // e.g. "matcher"; DLQ is dlq.<Name>
+	Mode   Mode     // Transactional or AtLeastOnce
+	Inputs []string // base names of the topics the stage's group consumes
+	// Group overrides the consumer group, "policyflow-<Name>" by default.
+	Group string
+	// CoPartitioned assigns the same partition numbers of every input to
+	// one member (range balancing), for stages that join inputs keyed alike.
+	CoPartitioned bool
+	// Flags registers stage-specific flags (optional).
+	Flags func(fs *flag.FlagSet)
+	// Setup builds the handler with whatever it needs (tables, Consul
+	// client); the returned close func runs after the consume loop ends.
+	Setup func(ctx context.Context, env Env) (Handler, func(), error)
+	// Assigned and Revoked, when set, are told of partition changes so a
+	// stage can restore or drop per-partition state (see ReadPartitions).
+	// Assigned runs before any record of the new partitions is handled.
+	Assigned func(ctx context.Context, env Env, assigned map[string][]int32) error
+	Revoked  func(ctx context.Context, env Env, revoked map[string][]int32)
+}
+
+// GroupID returns the stage's consumer group.
+func (s Stage) GroupID() string {
+	if s.Group != "" {
+		return s.Group
+	}
+	return "policyflow-" + s.Name
+}
+
+// Validate says what is wrong with a stage definition.
+func (s Stage) Validate() error {
+	switch {
+	case s.Name == "":
+		return errors.New("stage has no name")
+	case len(s.Inputs) == 0:
+		return fmt.Errorf("stage %s consumes no topic", s.Name)
+	case s.Setup == nil:
+		return fmt.Errorf("stage %s has no Setup", s.Name)
+	}
+	return nil
+}
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent marks err as one that retrying cannot fix: the input is
+// dead-lettered with the reason.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// Permanentf is Permanent(fmt.Errorf(...)).
+func Permanentf(format string, args ...any) error { return Permanent(fmt.Errorf(format, args...)) }
+
+// IsPermanent reports whether err (or an error it wraps) is permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}

@@ -1,0 +1,133 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// runTransactional is exactly-once consume-transform-produce: every poll
+// is one transaction holding the poll's outputs, dead letters and input
+// offsets (kgo.GroupTransactSession, read committed).
+func (r *runner) runTransactional(ctx context.Context) error {
+	opts, err := r.consumeOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		kgo.TransactionalID(fmt.Sprintf("%s-%s", r.stage.GroupID(), randomID())),
+		kgo.TransactionTimeout(r.env.TransactionTimeout),
+		kgo.RequireStableFetchOffsets(),
+		kgo.RecordPartitioner(partitioner()),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return fmt.Errorf("stage %s: create transactional session: %w", r.stage.Name, err)
+	}
+	defer sess.Close()
+	if err := r.waitBrokers(ctx, sess.Client()); err != nil {
+		return err
+	}
+	if r.stage.Assigned == nil {
+		r.env.Health.Ready(r.stage.Name)
+	}
+
+	for {
+		fetches := sess.PollRecords(ctx, r.env.PollRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			return nil
+		}
+		r.logFetchErrors(fetches)
+		if fetches.NumRecords() == 0 {
+			continue
+		}
+		r.observeLag(fetches)
+		if err := sess.Begin(); err != nil {
+			return fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
+		}
+		var (
+			mu      sync.Mutex
+			prodErr error
+			all     []*kgo.Record
+		)
+		complete := true
+		iter := fetches.RecordIter()
+		for !iter.Done() {
+			rec := iter.Next()
+			recs, ok := r.process(ctx, rec)
+			if !ok {
+				complete = false
+				break
+			}
+			for _, out := range recs {
+				sess.Produce(ctx, out, func(_ *kgo.Record, err error) {
+					if err != nil {
+						mu.Lock()
+						if prodErr == nil {
+							prodErr = err
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			all = append(all, recs...)
+		}
+		// End flushes the produced records first. It gets its own deadline
+		// so a shutdown still commits (or aborts) the batch in hand.
+		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.TransactionTimeout)
+		mu.Lock()
+		failed := prodErr
+		mu.Unlock()
+		commit := kgo.TryCommit
+		if !complete || failed != nil {
+			commit = kgo.TryAbort
+		}
+		committed, err := sess.End(endCtx, commit)
+		cancel()
+		mu.Lock()
+		if prodErr != nil && failed == nil {
+			failed = prodErr
+		}
+		mu.Unlock()
+		switch {
+		case err != nil:
+			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "error").Inc()
+			r.log.Error().Err(err).Msg("end transaction; the batch will be processed again")
+		case committed:
+			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "committed").Inc()
+			r.countOut(all)
+		default:
+			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "aborted").Inc()
+			if failed != nil {
+				r.log.Warn().Err(failed).Msg("produce failed; transaction aborted, the batch will be processed again")
+			} else if complete {
+				r.log.Info().Msg("transaction aborted by a rebalance; the new owner processes the batch")
+			}
+		}
+		if !complete {
+			return nil
+		}
+	}
+}
+
+// waitBrokers blocks until the brokers answer, so readiness means it.
+func (r *runner) waitBrokers(ctx context.Context, cl *kgo.Client) error {
+	for attempt := 0; ; attempt++ {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := cl.Ping(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		r.env.Health.NotReady(r.stage.Name, "brokers not reachable: "+err.Error())
+		r.log.Warn().Err(err).Strs("brokers", r.env.Kafka.Brokers).Msg("brokers not reachable; retrying")
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(r.env.Retry.Next(attempt)):
+		}
+	}
+}
