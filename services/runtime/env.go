@@ -29,9 +29,19 @@ type Env struct {
 	// TransactionTimeout bounds how long a dead member's open transaction
 	// blocks its partitions' new owner (default 30s).
 	TransactionTimeout time.Duration
+	// SessionTimeout is how long the group waits for a silent member
+	// before giving its partitions to others (0 = the client default, 45s).
+	SessionTimeout time.Duration
 	// PollRecords caps the records handled per poll (and per transaction).
 	PollRecords int
+	// MaxRecordBytes is the largest record a stage may produce; topics
+	// are created with max.message.bytes to match (a component's full
+	// collection can be several MiB).
+	MaxRecordBytes int32
 }
+
+// DefaultMaxRecordBytes is the default Env.MaxRecordBytes (64 MiB).
+const DefaultMaxRecordBytes = 64 << 20
 
 // Backoff is a capped exponential backoff.
 type Backoff struct {
@@ -71,6 +81,7 @@ func NewEnv(k Kafka, c Consul, log zerolog.Logger) Env {
 		Retry:              Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		TransactionTimeout: 30 * time.Second,
 		PollRecords:        5000,
+		MaxRecordBytes:     DefaultMaxRecordBytes,
 	}
 }
 

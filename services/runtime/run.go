@@ -96,6 +96,12 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 		kgo.OnPartitionsLost(r.onLost),
 		kgo.ProducerLinger(0),
 	)
+	if r.env.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(r.env.SessionTimeout), kgo.HeartbeatInterval(r.env.SessionTimeout/10))
+	}
+	if r.env.MaxRecordBytes > 0 {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(r.env.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*r.env.MaxRecordBytes))
+	}
 	if r.stage.CoPartitioned {
 		opts = append(opts, kgo.Balancers(kgo.RangeBalancer()))
 	}

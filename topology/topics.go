@@ -1,0 +1,326 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Base names of the topics, without any environment prefix. Use
+// Options.Name or runtime.Kafka.Topic to get the name on the cluster.
+const (
+	PDPNotifications  = "pdp.notifications"
+	PolicyCatalog     = "policy.catalog"
+	PolicyChanges     = "policy.changes"
+	DeployComponents  = "deploy.components"
+	CatchupRequests   = "catchup.requests"
+	PolicyMatches     = "policy.matches"
+	PolicySegments    = "policy.segments"
+	ComponentPolicies = "component.policies"
+	ComponentApplied  = "component.applied"
+	ACMParticipant    = "acm.participant"
+	ACMRuntime        = "acm.runtime"
+	ACMSync           = "acm.sync"
+	NMPPolicies       = "nmp.policies"
+	AgentNodes        = "agent.nodes"
+	AgentDirectives   = "agent.directives"
+	AgentStatus       = "agent.status"
+	Schemas           = "schemas"
+)
+
+// The pipeline stages; each is its own binary and consumer group and owns
+// one dead letter topic, DLQ(stage).
+const (
+	StagePDPIngest     = "pdp-ingest"
+	StageMatcher       = "matcher"
+	StageSegmenter     = "segmenter"
+	StageExecutor      = "executor"
+	StageConsulWriter  = "consul-writer"
+	StageReplicaSync   = "replica-sync"
+	StageAgentNotifier = "agent-notifier"
+)
+
+// Roles outside the stages that write or read topics.
+const (
+	RolePDPAdapter       = "pdp-adapter"
+	RoleNorthAPI         = "north-api"
+	RolePolicyctl        = "policyctl"
+	RoleDeploymentSystem = "deployment-system"
+	RoleScheduler        = "scheduler"
+	RoleACMRuntime       = "acm-runtime"
+	RoleParticipants     = "participants"
+	RoleAgents           = "agents"
+	RoleOperators        = "operators"
+	// RoleEveryStage stands for all of Stages().
+	RoleEveryStage = "every-stage"
+)
+
+// Cleanup policies.
+const (
+	CleanupDelete  = "delete"
+	CleanupCompact = "compact"
+)
+
+// Retentions used when a Topic leaves Retention at zero, and for dead
+// letters.
+const (
+	DefaultDeleteRetention = 7 * 24 * time.Hour
+	DLQRetention           = 14 * 24 * time.Hour
+)
+
+// Partition counts of the starting topology: busy topics get
+// DefaultPartitions so a stage can spread over several members; topics that
+// see a handful of records a day get one, which also keeps them in order.
+const (
+	DefaultPartitions   int32 = 6
+	ACMPartitions       int32 = 3
+	LowVolumePartitions int32 = 1
+)
+
+// Topic is the specification of one topic.
+type Topic struct {
+	Name        string            // base name without prefix, e.g. "policy.catalog"
+	Partitions  int32             // partition count
+	Key         string            // what the record key is, e.g. "policy_id"
+	ValueSchema string            // Avro schema full name, e.g. "policyflow.PolicyCatalogEntry"; "" for raw bytes (DLQ, schemas)
+	Cleanup     string            // CleanupDelete or CleanupCompact
+	Retention   time.Duration     // retention.ms; 0 means unlimited (-1) for compacted topics and DefaultDeleteRetention for delete topics
+	Writers     []string          // roles that write it
+	Readers     []string          // roles that read it
+	Configs     map[string]string // extra topic configs, e.g. min.compaction.lag.ms
+	Doc         string            // one line
+}
+
+// compactConfigs make compaction run promptly without churning: the active
+// segment rolls hourly so recent records become cleanable, a log is cleaned
+// once a tenth of it is superseded, a record stays readable for at least a
+// minute before it can be compacted away (so a consumer a little behind
+// still sees every change), and tombstones stay a day so a stage that
+// rebuilds its state within a day still sees removals.
+func compactConfigs() map[string]string {
+	return map[string]string{
+		"min.cleanable.dirty.ratio": "0.1",
+		"segment.ms":                strconv.FormatInt(time.Hour.Milliseconds(), 10),
+		"min.compaction.lag.ms":     strconv.FormatInt(time.Minute.Milliseconds(), 10),
+		"delete.retention.ms":       strconv.FormatInt((24 * time.Hour).Milliseconds(), 10),
+	}
+}
+
+// MaxMessageBytes is every topic's max.message.bytes (64 MiB): a
+// component's full policy collection, and a delta before the segmenter
+// splits it, can be several MiB. It matches runtime.DefaultMaxRecordBytes.
+// The co-partitioned topics (policy.changes, deploy.components,
+// catchup.requests, component.policies; pdp.notifications and
+// policy.catalog) must keep equal partition counts.
+const MaxMessageBytes = "67108864"
+
+// Stages returns the names of the seven pipeline stages in pipeline order.
+func Stages() []string {
+	return []string{
+		StagePDPIngest,
+		StageMatcher,
+		StageSegmenter,
+		StageExecutor,
+		StageConsulWriter,
+		StageReplicaSync,
+		StageAgentNotifier,
+	}
+}
+
+// DLQ returns the base name of the dead letter topic of a stage.
+func DLQ(stage string) string { return "dlq." + stage }
+
+// Default returns the whole starting topology: the pipeline topics, the
+// schemas topic and one dead letter topic per stage. Each call returns a
+// fresh copy the caller may change.
+func Default() []Topic {
+	compact := func(t Topic) Topic {
+		t.Cleanup = CleanupCompact
+		t.Configs = compactConfigs()
+		t.Configs["max.message.bytes"] = MaxMessageBytes
+		return t
+	}
+	del := func(t Topic) Topic {
+		t.Cleanup = CleanupDelete
+		t.Configs = map[string]string{"max.message.bytes": MaxMessageBytes}
+		return t
+	}
+	l := func(s ...string) []string { return s }
+
+	topics := []Topic{
+		del(Topic{
+			Name: PDPNotifications, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PdpNotification",
+			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl), Readers: l(StagePDPIngest),
+			Doc: "policy engine notifications: loaded and removed policies with name, version and matching conditions",
+		}),
+		compact(Topic{
+			Name: PolicyCatalog, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PolicyCatalogEntry",
+			Writers: l(StagePDPIngest), Readers: l(StageMatcher, RoleNorthAPI),
+			Doc: "latest valid policy body per policy_id; tombstone when the policy is removed",
+		}),
+		del(Topic{
+			Name: PolicyChanges, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PolicyChange",
+			Writers: l(StagePDPIngest), Readers: l(StageMatcher),
+			Doc: "what changed for a policy: updated or removed, old and new version",
+		}),
+		compact(Topic{
+			Name: DeployComponents, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.Component",
+			Writers: l(RoleDeploymentSystem, RoleNorthAPI, RolePolicyctl), Readers: l(StageMatcher, StageExecutor),
+			Doc: "deployed components with their policy ids, policy filters and notify target; tombstone when uninstalled",
+		}),
+		del(Topic{
+			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",
+			Writers: l(RoleScheduler, RoleNorthAPI), Readers: l(StageMatcher),
+			Doc: "catch-up requests for everything or for one deployment",
+		}),
+		del(Topic{
+			Name: PolicyMatches, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.PolicyMatch",
+			Writers: l(StageMatcher), Readers: l(StageSegmenter),
+			Doc: "per-deployment policy delta: updated, added by filter, removed; catch_up flag and update_id",
+		}),
+		del(Topic{
+			Name: PolicySegments, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.PolicySegment",
+			Writers: l(StageSegmenter), Readers: l(StageExecutor),
+			Doc: "size-bounded pieces i/n of one per-deployment delta",
+		}),
+		compact(Topic{
+			Name: ComponentPolicies, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentPolicies",
+			Writers: l(StageExecutor), Readers: l(StageConsulWriter),
+			Doc: "a component's full policy collection, the last delta and its update_id",
+		}),
+		compact(Topic{
+			Name: ComponentApplied, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentApplied",
+			Writers: l(StageConsulWriter), Readers: l(StageAgentNotifier, RoleNorthAPI),
+			Doc: "what was written to Consul for a component: update_id and Consul index",
+		}),
+		del(Topic{
+			Name: ACMParticipant, Partitions: ACMPartitions, Key: "participant_id", ValueSchema: "policyflow.ParticipantOperation",
+			Writers: l(RoleACMRuntime), Readers: l(RoleParticipants),
+			Doc: "operations from the automation composition runtime to participants",
+		}),
+		del(Topic{
+			Name: ACMRuntime, Partitions: ACMPartitions, Key: "participant_id", ValueSchema: "policyflow.ParticipantMessage",
+			Writers: l(RoleParticipants), Readers: l(StageReplicaSync, RoleACMRuntime),
+			Doc: "registrations, heartbeats and results from participants to the runtime",
+		}),
+		compact(Topic{
+			Name: ACMSync, Partitions: ACMPartitions, Key: "participant/instance/element", ValueSchema: "policyflow.ReplicaState",
+			Writers: l(StageReplicaSync), Readers: l(RoleParticipants),
+			Doc: "replicated participant state; every replica reads all of it from the start with its own reader",
+		}),
+		compact(Topic{
+			Name: NMPPolicies, Partitions: LowVolumePartitions, Key: "org/name", ValueSchema: "policyflow.NodeManagementPolicy",
+			Writers: l(RoleNorthAPI), Readers: l(StageAgentNotifier),
+			Doc: "node management policies with their agent upgrade policy",
+		}),
+		compact(Topic{
+			Name: AgentNodes, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentNode",
+			Writers: l(RoleAgents, RoleNorthAPI), Readers: l(StageAgentNotifier),
+			Doc: "edge node records: properties and registered agent",
+		}),
+		compact(Topic{
+			Name: AgentDirectives, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentDirective",
+			Writers: l(StageAgentNotifier), Readers: l(RoleAgents),
+			Doc: "per-node agent upgrade directive with its start window",
+		}),
+		compact(Topic{
+			Name: AgentStatus, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentStatus",
+			Writers: l(RoleAgents), Readers: l(StageAgentNotifier, RoleNorthAPI),
+			Doc: "agent upgrade status and agent versions reported by each node",
+		}),
+		compact(Topic{
+			Name: Schemas, Partitions: LowVolumePartitions, Key: "schema fingerprint (hex)", ValueSchema: "",
+			Writers: l(RoleEveryStage), Readers: l(RoleEveryStage),
+			Doc: "canonical Avro schema JSON by fingerprint, so a reader can resolve any writer schema",
+		}),
+	}
+	for _, stage := range Stages() {
+		topics = append(topics, del(Topic{
+			Name: DLQ(stage), Partitions: LowVolumePartitions, Key: "original key", ValueSchema: "",
+			Retention: DLQRetention,
+			Writers:   l(stage), Readers: l(RoleOperators),
+			Doc: "records " + stage + " could not process: original bytes, the reason in headers",
+		}))
+	}
+	return topics
+}
+
+// Find returns the topic of the starting topology with the given base name
+// (no prefix).
+func Find(name string) (Topic, bool) {
+	for _, t := range Default() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Topic{}, false
+}
+
+// RetentionMs is the retention.ms the topic gets on the cluster.
+func (t Topic) RetentionMs() int64 {
+	switch {
+	case t.Retention > 0:
+		return t.Retention.Milliseconds()
+	case t.Cleanup == CleanupCompact:
+		return -1
+	default:
+		return DefaultDeleteRetention.Milliseconds()
+	}
+}
+
+// KafkaConfigs returns every topic config the topic gets on the cluster:
+// cleanup.policy, retention.ms and the extra Configs.
+func (t Topic) KafkaConfigs() map[string]string {
+	m := make(map[string]string, len(t.Configs)+2)
+	maps.Copy(m, t.Configs)
+	m["cleanup.policy"] = t.Cleanup
+	m["retention.ms"] = strconv.FormatInt(t.RetentionMs(), 10)
+	return m
+}
+
+// legalTopicChar reports whether Kafka accepts c in a topic name.
+func legalTopicChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+}
+
+// Validate says what is wrong with a list of topic specifications: empty or
+// illegal names, duplicates (including names Kafka treats as colliding,
+// which differ only in '.' versus '_'), partition counts below one, unknown
+// cleanup policies, negative retention, and extra configs that try to set
+// cleanup.policy or retention.ms, which have their own fields.
+func Validate(topics []Topic) error {
+	var errs []error
+	seen := make(map[string]string)
+	for _, t := range topics {
+		switch {
+		case t.Name == "":
+			errs = append(errs, errors.New("a topic has no name"))
+			continue
+		case strings.IndexFunc(t.Name, func(c rune) bool { return !legalTopicChar(c) }) >= 0:
+			errs = append(errs, fmt.Errorf("topic %q: name may only hold letters, digits, '.', '_' and '-'", t.Name))
+		}
+		norm := strings.ReplaceAll(t.Name, "_", ".")
+		if prev, dup := seen[norm]; dup {
+			errs = append(errs, fmt.Errorf("topic %q: collides with %q", t.Name, prev))
+		}
+		seen[norm] = t.Name
+		if t.Partitions < 1 {
+			errs = append(errs, fmt.Errorf("topic %q: %d partitions, need at least 1", t.Name, t.Partitions))
+		}
+		if t.Cleanup != CleanupDelete && t.Cleanup != CleanupCompact {
+			errs = append(errs, fmt.Errorf("topic %q: cleanup %q, want %q or %q", t.Name, t.Cleanup, CleanupDelete, CleanupCompact))
+		}
+		if t.Retention < 0 {
+			errs = append(errs, fmt.Errorf("topic %q: negative retention %s", t.Name, t.Retention))
+		}
+		for _, k := range []string{"cleanup.policy", "retention.ms"} {
+			if _, ok := t.Configs[k]; ok {
+				errs = append(errs, fmt.Errorf("topic %q: set %s through the Cleanup and Retention fields, not Configs", t.Name, k))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
