@@ -141,7 +141,9 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
 }
 
 // KgoLogger returns a kgo.Logger writing to log.
-func KgoLogger(log zerolog.Logger) kgo.Logger { return kgoLogger{log.With().Str("component", "kgo").Logger()} }
+func KgoLogger(log zerolog.Logger) kgo.Logger {
+	return kgoLogger{log.With().Str("component", "kgo").Logger()}
+}
 
 // Metrics are the Prometheus collectors of every stage in the process,
 // labelled by stage.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,6 +34,10 @@ type runner struct {
 	env     Env
 	log     zerolog.Logger
 	handler Handler
+	// owned is the current assignment (base topic names), kept by the
+	// group callbacks and read by the poll loop after an abort.
+	mu    sync.Mutex
+	owned map[string][]int32
 }
 
 // Run runs the stage until ctx is done: it builds the handler, joins the
@@ -57,7 +62,7 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	if closeFn != nil {
 		defer closeFn()
 	}
-	r := &runner{stage: s, env: env, log: log, handler: h}
+	r := &runner{stage: s, env: env, log: log, handler: h, owned: map[string][]int32{}}
 	log.Info().Str("mode", s.Mode.String()).Str("group", s.GroupID()).Strs("inputs", s.Inputs).Msg("stage starting")
 	if s.Mode == AtLeastOnce {
 		err = r.runAtLeastOnce(ctx)
@@ -118,12 +123,22 @@ func (r *runner) base(topics map[string][]int32) map[string][]int32 {
 
 func (r *runner) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	r.log.Info().Interface("partitions", assigned).Msg("partitions assigned")
+	r.mu.Lock()
+	for t, ps := range r.base(assigned) {
+		r.owned[t] = append(r.owned[t], ps...)
+	}
+	r.mu.Unlock()
 	if r.stage.Assigned == nil {
 		return
 	}
+	r.restore(ctx, r.base(assigned), r.stage.Assigned)
+}
+
+// restore runs a state-restoring hook until it succeeds or ctx is done.
+func (r *runner) restore(ctx context.Context, parts map[string][]int32, hook func(context.Context, Env, map[string][]int32) error) {
 	r.env.Health.NotReady(r.stage.Name, "restoring state of assigned partitions")
 	for attempt := 0; ; attempt++ {
-		err := r.stage.Assigned(ctx, r.env, r.base(assigned))
+		err := hook(ctx, r.env, parts)
 		if err == nil {
 			break
 		}
@@ -137,8 +152,53 @@ func (r *runner) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[str
 	r.env.Health.Ready(r.stage.Name)
 }
 
+// rewound rebuilds state after an aborted transaction (see Stage.Rewound).
+func (r *runner) rewound(ctx context.Context) {
+	r.mu.Lock()
+	parts := make(map[string][]int32, len(r.owned))
+	for t, ps := range r.owned {
+		parts[t] = append([]int32(nil), ps...)
+	}
+	r.mu.Unlock()
+	if len(parts) == 0 {
+		return
+	}
+	switch {
+	case r.stage.Rewound != nil:
+		r.restore(ctx, parts, r.stage.Rewound)
+	case r.stage.Assigned != nil:
+		if r.stage.Revoked != nil {
+			r.stage.Revoked(ctx, r.env, parts)
+		}
+		r.restore(ctx, parts, r.stage.Assigned)
+	}
+}
+
+func (r *runner) disown(parts map[string][]int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for t, ps := range r.base(parts) {
+		keep := r.owned[t][:0]
+		for _, p := range r.owned[t] {
+			gone := false
+			for _, q := range ps {
+				gone = gone || p == q
+			}
+			if !gone {
+				keep = append(keep, p)
+			}
+		}
+		if len(keep) == 0 {
+			delete(r.owned, t)
+		} else {
+			r.owned[t] = keep
+		}
+	}
+}
+
 func (r *runner) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	r.log.Info().Interface("partitions", revoked).Msg("partitions revoked")
+	r.disown(revoked)
 	if r.stage.Mode == AtLeastOnce {
 		if err := cl.CommitMarkedOffsets(ctx); err != nil {
 			r.log.Warn().Err(err).Msg("commit marked offsets on revoke")
@@ -151,6 +211,7 @@ func (r *runner) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 
 func (r *runner) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.log.Warn().Interface("partitions", lost).Msg("partitions lost")
+	r.disown(lost)
 	if r.stage.Revoked != nil {
 		r.stage.Revoked(ctx, r.env, r.base(lost))
 	}

@@ -91,6 +91,12 @@ type Stage struct {
 	// Assigned runs before any record of the new partitions is handled.
 	Assigned func(ctx context.Context, env Env, assigned map[string][]int32) error
 	Revoked  func(ctx context.Context, env Env, revoked map[string][]int32)
+	// Rewound is called after a transaction aborted (a rebalance or a
+	// produce failure), before the batch's records are handled again from
+	// the committed offsets: in-memory state that the aborted records
+	// moved forward must be rebuilt. When nil, the runtime calls Revoked
+	// then Assigned for the whole current assignment instead.
+	Rewound func(ctx context.Context, env Env, assigned map[string][]int32) error
 }
 
 // GroupID returns the stage's consumer group.

@@ -110,6 +110,12 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		if !complete {
 			return nil
 		}
+		if err != nil || !committed {
+			// The session rewinds to the committed offsets; state the
+			// aborted records moved forward is rebuilt before they come
+			// again.
+			r.rewound(ctx)
+		}
 	}
 }
 
