@@ -63,7 +63,7 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 		defer closeFn()
 	}
 	r := &runner{stage: s, env: env, log: log, handler: h, owned: map[string][]int32{}}
-	log.Info().Str("mode", s.Mode.String()).Str("group", s.GroupID()).Strs("inputs", s.Inputs).Msg("stage starting")
+	log.Info().Str("mode", s.Mode.String()).Str("group", s.GroupIn(env.Kafka)).Strs("inputs", s.Inputs).Msg("stage starting")
 	if s.Mode == AtLeastOnce {
 		err = r.runAtLeastOnce(ctx)
 	} else {
@@ -92,7 +92,7 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 	opts = append(opts,
 		kgo.WithLogger(KgoLogger(r.log)),
 		kgo.ClientID("policyflow-"+r.stage.Name),
-		kgo.ConsumerGroup(r.stage.GroupID()),
+		kgo.ConsumerGroup(r.stage.GroupIn(r.env.Kafka)),
 		kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

@@ -264,11 +264,11 @@ func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
 	}
 	mu.Unlock()
 	// Every offset was committed at shutdown: the group's lag is zero.
-	lags, err := adm.Lag(context.Background(), stage.GroupID())
+	lags, err := adm.Lag(context.Background(), stage.GroupIn(k))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total := lags[stage.GroupID()].Lag.Total(); total != 0 {
+	if total := lags[stage.GroupIn(k)].Lag.Total(); total != 0 {
 		t.Fatalf("group lag %d after drain, want 0", total)
 	}
 }

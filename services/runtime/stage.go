@@ -76,7 +76,9 @@ type Stage struct {
 	Name   string   // e.g. "matcher"; DLQ is dlq.<Name>
 	Mode   Mode     // Transactional or AtLeastOnce
 	Inputs []string // base names of the topics the stage's group consumes
-	// Group overrides the consumer group, "policyflow-<Name>" by default.
+	// Group overrides the consumer group, "policyflow-<Name>" by default;
+	// the topic prefix is put in front of it, so environments sharing a
+	// cluster never share a group.
 	Group string
 	// CoPartitioned assigns the same partition numbers of every input to
 	// one member (range balancing), for stages that join inputs keyed alike.
@@ -99,7 +101,10 @@ type Stage struct {
 	Rewound func(ctx context.Context, env Env, assigned map[string][]int32) error
 }
 
-// GroupID returns the stage's consumer group.
+// GroupIn returns the stage's consumer group under a topic prefix.
+func (s Stage) GroupIn(k Kafka) string { return k.Prefix + s.GroupID() }
+
+// GroupID returns the stage's consumer group without the prefix.
 func (s Stage) GroupID() string {
 	if s.Group != "" {
 		return s.Group

@@ -18,7 +18,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		return err
 	}
 	opts = append(opts,
-		kgo.TransactionalID(fmt.Sprintf("%s-%s", r.stage.GroupID(), randomID())),
+		kgo.TransactionalID(fmt.Sprintf("%s-%s", r.stage.GroupIn(r.env.Kafka), randomID())),
 		kgo.TransactionTimeout(r.env.TransactionTimeout),
 		kgo.RequireStableFetchOffsets(),
 		kgo.RecordPartitioner(partitioner()),

@@ -2,9 +2,45 @@
 // that run several of them (the embedded stack, benchmarks, tests).
 package stages
 
-import "github.com/policyflow/policyflow/services/runtime"
+import (
+	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
+	"github.com/policyflow/policyflow/services/executor/execute"
+	"github.com/policyflow/policyflow/services/matcher/matching"
+	"github.com/policyflow/policyflow/services/notifier/notify"
+	"github.com/policyflow/policyflow/services/pdpingest/ingest"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/segmenter/segment"
+)
 
-// All returns every stage, in pipeline order.
-func All() []runtime.Stage {
-	return nil
+// Config carries the settings a process running every stage may change.
+type Config struct {
+	// PDPURL is where pdp-ingest fetches policy bodies (/getConfig).
+	PDPURL string
+	// MaxSegmentBytes bounds the segmenter's pieces (0 = its default).
+	MaxSegmentBytes int
+}
+
+// All returns every stage with its default settings, in pipeline order.
+func All() []runtime.Stage { return With(Config{}) }
+
+// With returns every stage, in pipeline order, with cfg applied. Each
+// call builds fresh stage values, so two processes' worth can run side by
+// side in tests.
+func With(cfg Config) []runtime.Stage {
+	ic := ingest.DefaultConfig()
+	if cfg.PDPURL != "" {
+		ic.PDPURL = cfg.PDPURL
+	}
+	sc := segment.DefaultConfig()
+	if cfg.MaxSegmentBytes > 0 {
+		sc.MaxSegmentBytes = cfg.MaxSegmentBytes
+	}
+	return []runtime.Stage{
+		ingest.StageWith(ic),
+		matching.Stage(),
+		segment.StageWith(sc),
+		execute.Stage(),
+		consulwrite.Stage(),
+		notify.Stage(),
+	}
 }

@@ -1,0 +1,106 @@
+# policyflow: `make` lists the targets. Every target documented with `## `
+# shows up in `make help`.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+GO ?= go
+
+# Modules with unit tests, and every module (gofmt, go vet).
+UNIT_MODULES := events schemas topology services tools
+MODULES := $(UNIT_MODULES) integration
+
+# Per-package limit of `go test`; generous because the machines that run the
+# suites can be slow and busy.
+TEST_TIMEOUT ?= 30m
+
+# Stages are the services/<stage>/ directories whose main.go is a main
+# package (services/runtime/main.go is not), so new stages build without
+# editing this file.
+STAGES := $(patsubst services/%/main.go,%,$(shell grep -l '^package main$$' services/*/main.go 2>/dev/null))
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)'
+
+# Consul: built once from the wrapper module tools/consul, cached per version
+# outside the checkout so that another clone on the same machine reuses it.
+CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2; exit }' tools/consul/go.mod)
+CONSUL_BIN := .cache/bin/consul
+CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
+
+.PHONY: help consul build run test bench lint images clean
+
+help: ## list the targets
+	@echo 'Usage: make <target> [ARGS=...]'
+	@echo
+	@awk 'BEGIN { FS = ":[^#]*## " } /^[a-zA-Z_-]+:[^#]*## / { printf "  %-8s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+consul: $(CONSUL_BIN) ## build the Consul agent into .cache/bin/consul (first time 5-10 min; reused after)
+	@if [ ! -x '$(CONSUL_CACHE)' ]; then \
+		mkdir -p '$(dir $(CONSUL_CACHE))'; \
+		cp $(CONSUL_BIN) '$(CONSUL_CACHE).tmp' && mv '$(CONSUL_CACHE).tmp' '$(CONSUL_CACHE)'; \
+		echo 'consul: cached a copy at $(CONSUL_CACHE) for other clones'; \
+	fi
+
+$(CONSUL_BIN): tools/consul/go.mod
+	@mkdir -p $(@D)
+	@if [ -x '$(CONSUL_CACHE)' ]; then \
+		echo 'consul: reusing $(CONSUL_CACHE)'; \
+		cp '$(CONSUL_CACHE)' $@.tmp; \
+	else \
+		echo 'consul: building Consul $(CONSUL_VERSION) from tools/consul (the first build takes 5 to 10 minutes)'; \
+		(cd tools/consul && GOWORK=off CGO_ENABLED=0 GONOSUMDB=github.com/hashicorp/consul-awsauth \
+			GOFLAGS=-mod=mod $(GO) build -trimpath -buildvcs=false -o $(abspath $@).tmp github.com/hashicorp/consul); \
+	fi
+	@mv $@.tmp $@
+	@$(abspath $@) version | sed -n 1p
+
+build: ## build policyctl, devbroker and every stage into bin/ (static, CGO_ENABLED=0)
+	@mkdir -p bin
+	cd tools && $(GO_BUILD) -o ../bin/ ./policyctl ./devbroker
+ifneq ($(strip $(STAGES)),)
+	cd services && $(GO_BUILD) -o ../bin/ $(addprefix ./,$(STAGES))
+endif
+	@echo "built into bin/: $$(ls bin | tr '\n' ' ')"
+
+run: build consul ## run the whole pipeline on this machine (bin/policyctl dev, flags in ARGS="..."); state in .data/
+	bin/policyctl dev $(ARGS)
+
+test: consul ## unit tests of every module, then integration on the embedded backend (and containers when Docker works)
+	@for m in $(UNIT_MODULES); do \
+		echo "==> unit tests: $$m"; \
+		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...); \
+	done
+	@echo '==> integration: PF_BACKEND=embedded'
+	@cd integration && PF_BACKEND=embedded $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@if docker info >/dev/null 2>&1; then \
+		echo '==> images for the containers backend'; \
+		sh deploy/build-images.sh; \
+		echo '==> integration: PF_BACKEND=containers'; \
+		(cd integration && PF_BACKEND=containers TESTCONTAINERS_RYUK_DISABLED=true \
+			$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...); \
+		echo 'integration backends run: embedded, containers'; \
+	else \
+		echo 'integration backends run: embedded only (docker info failed, so the containers backend was skipped)'; \
+	fi
+
+bench: ## run the Go benchmarks (events, services)
+	cd events && $(GO) test -run '^$$' -bench . -benchmem ./...
+	cd services && $(GO) test -run '^$$' -bench . -benchmem ./...
+
+lint: ## fail on files gofmt would change, then go vet every module
+	@unformatted=$$(gofmt -l $(MODULES)); \
+	if [ -n "$$unformatted" ]; then echo 'gofmt would change these files (run gofmt -w):'; echo "$$unformatted"; exit 1; fi
+	@for m in $(MODULES); do \
+		echo "==> go vet: $$m"; \
+		(cd $$m && $(GO) vet ./...); \
+	done
+
+images: ## build the local container images FROM scratch (deploy/build-images.sh)
+	@if [ ! -f deploy/build-images.sh ]; then echo 'images: deploy/build-images.sh is missing; nothing can build the images' >&2; exit 1; fi
+	sh deploy/build-images.sh
+
+clean: ## remove bin/ and the dev stack's state in .data/ (keeps the Consul build in .cache/)
+	rm -rf bin .data

@@ -1,0 +1,404 @@
+// Package policyflow_test runs the whole policy flow — North API, PDP
+// simulator, every stage, Consul — on the chosen backend and checks what
+// an operator would: the Consul values, what a component's script got,
+// and the dead-letter records.
+package policyflow_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/stages"
+	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
+)
+
+func TestMain(m *testing.M) { backend.Main(m) }
+
+// pipeline is one running policy flow under a test's own topic prefix.
+type pipeline struct {
+	t      *testing.T
+	b      *backend.Backend
+	kafka  runtime.Kafka
+	consul *consulapi.Client
+	api    string
+	pdp    *pdp.Server
+	pdpURL string
+	stop   func()
+}
+
+func start(t *testing.T) *pipeline {
+	t.Helper()
+	b := backend.Get(t)
+	prefix := b.Prefix(t)
+	b.ApplyTopology(t, prefix, 3)
+	sim := pdp.NewServer()
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	c, err := consulapi.NewClient(&consulapi.Config{Address: b.ConsulAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pipeline{t: t, b: b, kafka: b.Kafka(prefix), consul: c, pdp: sim, pdpURL: srv.URL}
+	p.run()
+	t.Cleanup(func() { p.stop() })
+	return p
+}
+
+// run starts every stage and the North API.
+func (p *pipeline) run() {
+	p.t.Helper()
+	env := runtime.NewEnv(p.kafka, p.b.Consul(), runtime.NewLogger(os.Stderr, "warn", true))
+	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+	env.SessionTimeout = 6 * time.Second
+	env.TransactionTimeout = 10 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.api = "http://" + ln.Addr().String()
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL})...); err != nil && ctx.Err() == nil {
+			p.t.Errorf("stages: %v", err)
+		}
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		if err := api.ServeListener(ctx, env, ln, api.Options{}); err != nil && ctx.Err() == nil {
+			p.t.Errorf("north api: %v", err)
+		}
+	}()
+	p.stop = func() {
+		cancel()
+		<-done
+		<-done
+	}
+	p.eventually("North API ready", 2*time.Minute, func() error {
+		code, body := p.do(http.MethodGet, "/readyz", nil)
+		if code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+}
+
+func (p *pipeline) eventually(what string, wait time.Duration, check func() error) {
+	p.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%s: not after %s: %v", what, wait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (p *pipeline) do(method, path string, body any) (int, string) {
+	p.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, p.api+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
+}
+
+func (p *pipeline) must(method, path string, body any) string {
+	p.t.Helper()
+	code, out := p.do(method, path, body)
+	if code/100 != 2 {
+		p.t.Fatalf("%s %s: %d %s", method, path, code, out)
+	}
+	return out
+}
+
+// publish stores a policy version in the PDP and sends its notification.
+func (p *pipeline) publish(name, version, config string, matching map[string]any) {
+	p.t.Helper()
+	lp, err := p.pdp.Put(policy.Body{
+		policy.FieldPolicyName: name, policy.FieldPolicyVersion: version,
+		policy.FieldConfig: config, policy.FieldMatchingConditions: matching,
+	})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := pdp.Notify(context.Background(), p.api+"/v1/pdp/notifications", policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// unpublish removes every version of a policy from the PDP and notifies.
+func (p *pipeline) unpublish(policyName string) {
+	p.t.Helper()
+	removed := p.pdp.Remove(policyName)
+	if err := pdp.Notify(context.Background(), p.api+"/v1/pdp/notifications", policy.Notification{RemovedPolicies: removed}); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// items returns the policy_id -> policy_body of a component's folder.
+func (p *pipeline) items(scn string) map[string]map[string]any {
+	p.t.Helper()
+	pairs, _, err := p.consul.KV().List(scn+":policies/items/", nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	out := map[string]map[string]any{}
+	for _, kv := range pairs {
+		var body map[string]any
+		if err := json.Unmarshal(kv.Value, &body); err != nil {
+			p.t.Fatalf("%s is not a JSON policy_body: %v", kv.Key, err)
+		}
+		out[strings.TrimPrefix(kv.Key, scn+":policies/items/")] = body
+	}
+	return out
+}
+
+func (p *pipeline) event(scn string) map[string]any {
+	p.t.Helper()
+	kv, _, err := p.consul.KV().Get(scn+":policies/event", nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if kv == nil {
+		return nil
+	}
+	var ev map[string]any
+	if err := json.Unmarshal(kv.Value, &ev); err != nil {
+		p.t.Fatal(err)
+	}
+	return ev
+}
+
+func configOf(body map[string]any) string {
+	b, _ := json.Marshal(body["config"])
+	return string(b)
+}
+
+func keys(m map[string]map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// recorder is a component script that records each call's argv.
+type recorder struct {
+	dir  string
+	path string
+}
+
+func newRecorder(t *testing.T) *recorder {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "reconfigure.sh")
+	script := "#!/bin/sh\nn=$(ls " + dir + "/call.* 2>/dev/null | wc -l)\nn=$((n+1))\nprintf '%s' \"$#\" > " + dir + "/argc.$n\nprintf '%s' \"$1\" > " + dir + "/arg1.$n\nprintf '%s' \"$2\" > " + dir + "/call.$n\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &recorder{dir: dir, path: path}
+}
+
+type call struct {
+	argc    string
+	arg1    string
+	payload struct {
+		Policies        []map[string]any `json:"policies"`
+		UpdatedPolicies []map[string]any `json:"updated_policies"`
+		RemovedPolicies []map[string]any `json:"removed_policies"`
+	}
+	raw string
+}
+
+func (r *recorder) calls(t *testing.T) []call {
+	t.Helper()
+	var out []call
+	for i := 1; ; i++ {
+		raw, err := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("call.%d", i)))
+		if err != nil {
+			return out
+		}
+		argc, _ := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("argc.%d", i)))
+		arg1, _ := os.ReadFile(filepath.Join(r.dir, fmt.Sprintf("arg1.%d", i)))
+		c := call{argc: string(argc), arg1: string(arg1), raw: string(raw)}
+		if err := json.Unmarshal(raw, &c.payload); err != nil {
+			t.Fatalf("call %d: the JSON argument does not parse: %v: %s", i, err, raw)
+		}
+		out = append(out, c)
+	}
+}
+
+func (p *pipeline) register(id string, c map[string]any) {
+	p.t.Helper()
+	p.must(http.MethodPut, "/v1/components/"+id, c)
+}
+
+func TestSeedExampleReachesConsulAndScript(t *testing.T) {
+	p := start(t)
+	rec := newRecorder(t)
+	scn := "vm-memory-" + strings.ToLower(strings.TrimSuffix(p.kafka.Prefix, "."))
+	p.register("comp-1", map[string]any{
+		"deployment_id": "dep-1", "service_component_name": scn,
+		"policy_ids": []string{"DCAE.Config_VM_MEMORY"},
+		"notify":     map[string]any{"kind": "script", "script_path": rec.path},
+	})
+	match := map[string]any{"ONAPName": "DCAE", "ConfigName": "vm_memory"}
+	p.publish("DCAE.Config_VM_MEMORY.5.xml", "5", `{"min_memory": "2GB"}`, match)
+	key := "DCAE.Config_VM_MEMORY"
+	p.eventually("version 5 in Consul", 2*time.Minute, func() error {
+		if got := configOf(p.items(scn)[key]); got != `{"min_memory":"2GB"}` {
+			return fmt.Errorf("config %s", got)
+		}
+		return nil
+	})
+	p.publish("DCAE.Config_VM_MEMORY.222.xml", "222", `{"min_memory": "8GB"}`, match)
+	p.eventually("version 222 in Consul", 2*time.Minute, func() error {
+		body := p.items(scn)[key]
+		if got := configOf(body); got != `{"min_memory":"8GB"}` || body["policyVersion"] != "222" {
+			return fmt.Errorf("config %s version %v", got, body["policyVersion"])
+		}
+		return nil
+	})
+	ev := p.event(scn)
+	if ev["action"] != "updated" || ev["update_id"] == "" || ev["policies_count"] != float64(1) || ev["timestamp"] == nil {
+		t.Fatalf("event %v", ev)
+	}
+	var last call
+	p.eventually("the script is run with version 222", time.Minute, func() error {
+		calls := rec.calls(t)
+		if len(calls) == 0 {
+			return fmt.Errorf("no call")
+		}
+		last = calls[len(calls)-1]
+		if !strings.Contains(last.raw, "8GB") {
+			return fmt.Errorf("last call %s", last.raw)
+		}
+		return nil
+	})
+	if last.argc != "2" || last.arg1 != "policies" {
+		t.Fatalf("script argv: argc=%s $1=%q, want 2 and \"policies\"", last.argc, last.arg1)
+	}
+	if len(last.payload.Policies) != 1 || len(last.payload.UpdatedPolicies) != 1 || len(last.payload.RemovedPolicies) != 0 {
+		t.Fatalf("payload lists: %s", last.raw)
+	}
+	if configOf(last.payload.UpdatedPolicies[0]) != `{"min_memory":"8GB"}` || last.payload.UpdatedPolicies[0]["policyName"] != "DCAE.Config_VM_MEMORY.222.xml" {
+		t.Fatalf("updated policy %v", last.payload.UpdatedPolicies[0])
+	}
+
+	// Replaying every topic from the start changes nothing in Consul and
+	// notifies nobody again.
+	before := p.modifyIndexes(scn)
+	callsBefore := len(rec.calls(t))
+	p.stop()
+	p.rewindGroups()
+	p.run()
+	p.eventually("replay consumed", 2*time.Minute, p.groupsCaughtUp)
+	time.Sleep(2 * time.Second) // anything a replay would do has had time to land
+	if after := p.modifyIndexes(scn); !equalMaps(before, after) {
+		t.Fatalf("replay changed Consul: before %v after %v", before, after)
+	}
+	if n := len(rec.calls(t)); n != callsBefore {
+		t.Fatalf("replay notified the component again: %d calls, was %d", n, callsBefore)
+	}
+}
+
+func (p *pipeline) modifyIndexes(scn string) map[string]uint64 {
+	pairs, _, err := p.consul.KV().List(scn+":", nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, kv := range pairs {
+		out[kv.Key] = kv.ModifyIndex
+	}
+	return out
+}
+
+func equalMaps(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *pipeline) groups() []string {
+	var out []string
+	for _, s := range stages.All() {
+		out = append(out, s.GroupIn(p.kafka))
+	}
+	return out
+}
+
+// rewindGroups deletes every stage group's committed offsets, so the next
+// run consumes every topic from the start.
+func (p *pipeline) rewindGroups() {
+	adm := p.b.Admin(p.t)
+	resp, err := adm.DeleteGroups(context.Background(), p.groups()...)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for g, r := range resp {
+		if r.Err != nil {
+			p.t.Fatalf("delete group %s: %v", g, r.Err)
+		}
+	}
+}
+
+func (p *pipeline) groupsCaughtUp() error {
+	adm := p.b.Admin(p.t)
+	lags, err := adm.Lag(context.Background(), p.groups()...)
+	if err != nil {
+		return err
+	}
+	for g, l := range lags {
+		if l.Error() != nil {
+			return l.Error()
+		}
+		// A transactional topic ends with a commit marker that no
+		// consumer commits past: one record of lag is the end.
+		for _, ml := range l.Lag.Sorted() {
+			if ml.Lag > 1 {
+				return fmt.Errorf("group %s lags %d on %s[%d]", g, ml.Lag, ml.Topic, ml.Partition)
+			}
+		}
+	}
+	return nil
+}

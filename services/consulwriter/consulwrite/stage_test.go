@@ -1,0 +1,390 @@
+package consulwrite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+type cluster struct {
+	k  runtime.Kafka
+	cl *kgo.Client
+}
+
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ProducerBatchMaxBytes(64<<20), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	big := "67108864"
+	for _, tp := range []string{topology.ComponentPolicies, topology.ComponentApplied, topology.DLQ(topology.StageConsulWriter)} {
+		resp, err := adm.CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &big}, k.Topic(tp))
+		if err != nil || resp.Err != nil {
+			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
+		}
+	}
+	return &cluster{k: k, cl: cl}
+}
+
+func (c *cluster) produce(t *testing.T, topic, key string, v events.Event) {
+	t.Helper()
+	b, err := events.Default().Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cl.ProduceSync(context.Background(), &kgo.Record{Topic: c.k.Topic(topic), Key: []byte(key), Value: b}).FirstErr(); err != nil {
+		t.Fatalf("produce to %s: %v", topic, err)
+	}
+}
+
+type reader struct {
+	cl  *kgo.Client
+	got []*kgo.Record
+}
+
+func (c *cluster) reader(t *testing.T, topic string) *reader {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.k.Brokers...), kgo.ConsumeTopics(c.k.Topic(topic)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return &reader{cl: cl}
+}
+
+func (r *reader) until(n int, wait time.Duration) []*kgo.Record {
+	deadline := time.Now().Add(wait)
+	for len(r.got) < n && time.Now().Before(deadline) {
+		r.poll(500 * time.Millisecond)
+	}
+	return r.got
+}
+
+func (r *reader) poll(d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	r.got = append(r.got, r.cl.PollFetches(ctx).Records()...)
+	cancel()
+}
+
+func decodeApplied(t *testing.T, rec *kgo.Record) *events.ComponentApplied {
+	t.Helper()
+	ev, err := events.Default().Decode(context.Background(), rec.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev.(*events.ComponentApplied)
+}
+
+func testEnv(k runtime.Kafka, consulAddr string) runtime.Env {
+	env := runtime.NewEnv(k, runtime.Consul{Addr: consulAddr}, runtime.NewLogger(os.Stderr, "warn", true))
+	env.Retry = runtime.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
+	env.PollRecords = 50
+	return env
+}
+
+func run(t *testing.T, s runtime.Stage, env runtime.Env) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, env) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("stage %s: %v", s.Name, err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("stage %s did not stop", s.Name)
+		}
+	})
+}
+
+func vmMemory() events.Policy {
+	return events.Policy{
+		PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222",
+		Body: `{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","policyConfigStatus":"CONFIG_RETRIEVED","config":{"min_memory":"8GB"}}`,
+	}
+}
+
+func collection(update string, gen int64, ps ...events.Policy) *events.ComponentPolicies {
+	return &events.ComponentPolicies{
+		ComponentID: "c1", DeploymentID: "d1", ServiceComponentName: "dcae-vm", UpdateID: update, Generation: gen,
+		Policies: ps, UpdatedPolicies: ps, Notify: events.NotifyTarget{Kind: events.NotifyNone},
+		UpdatedAt: time.UnixMilli(1000).UTC(),
+	}
+}
+
+// eventOf reads and parses <scn>:policies/event.
+func eventOf(t *testing.T, c *api.Client, scn string) (map[string]any, *api.KVPair) {
+	t.Helper()
+	p := mustGet(t, c, EventKey(scn))
+	var m map[string]any
+	if err := json.Unmarshal(p.Value, &m); err != nil {
+		t.Fatalf("event %s is not JSON: %v", p.Value, err)
+	}
+	return m, p
+}
+
+func TestConsulWriterStage(t *testing.T) {
+	addr, consul := startConsul(t, 0)
+	c := newCluster(t)
+	applied := c.reader(t, topology.ComponentApplied)
+	run(t, Stage(), testEnv(c.k, addr))
+
+	// First collection.
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	recs := applied.until(1, 60*time.Second)
+	if len(recs) != 1 {
+		t.Fatalf("got %d component.applied records, want 1", len(recs))
+	}
+	item := mustGet(t, consul, "dcae-vm:policies/items/DCAE.Config_VM_MEMORY")
+	var body map[string]any
+	if err := json.Unmarshal(item.Value, &body); err != nil {
+		t.Fatalf("item value %s is not JSON: %v", item.Value, err)
+	}
+	if !reflect.DeepEqual(body["config"], map[string]any{"min_memory": "8GB"}) || body["policyName"] != "DCAE.Config_VM_MEMORY.222.xml" {
+		t.Fatalf("item value %s, want the policy_body with config {\"min_memory\":\"8GB\"}", item.Value)
+	}
+	ev, evPair := eventOf(t, consul, "dcae-vm")
+	if len(ev) != 5 || ev["action"] != "gathered" || ev["update_id"] != "u1" || ev["policies_count"] != float64(1) || ev["generation"] != float64(1) {
+		t.Fatalf("event %s, want gathered u1 with 1 policy, generation 1", evPair.Value)
+	}
+	if ts, err := time.Parse(time.RFC3339, ev["timestamp"].(string)); err != nil || time.Since(ts) > time.Hour {
+		t.Fatalf("event timestamp %v: %v", ev["timestamp"], err)
+	}
+	a := decodeApplied(t, recs[0])
+	if string(recs[0].Key) != "c1" || a.UpdateID != "u1" || a.Action != "gathered" || a.ConsulIndex != int64(evPair.ModifyIndex) ||
+		a.PoliciesCount != 1 || a.KeysWritten != 2 || a.Generation != 1 || a.Uninstalled || !reflect.DeepEqual(a.Policies, []events.Policy{vmMemory()}) {
+		t.Fatalf("applied %+v (event index %d)", a, evPair.ModifyIndex)
+	}
+
+	// An update writes only what changed.
+	x := events.Policy{PolicyID: "X", PolicyName: "X.1.xml", PolicyVersion: "1", Body: `{"policyName":"X.1.xml","config":{"x":true}}`}
+	rec2 := collection("u2", 2, vmMemory(), x)
+	rec2.UpdatedPolicies = []events.Policy{x}
+	c.produce(t, topology.ComponentPolicies, "c1", rec2)
+	recs = applied.until(2, 60*time.Second)
+	if len(recs) != 2 {
+		t.Fatalf("got %d applied records after u2, want 2", len(recs))
+	}
+	if again := mustGet(t, consul, item.Key); again.ModifyIndex != item.ModifyIndex {
+		t.Fatalf("unchanged item rewritten: ModifyIndex %d -> %d", item.ModifyIndex, again.ModifyIndex)
+	}
+	ev, evPair = eventOf(t, consul, "dcae-vm")
+	if ev["action"] != "updated" || ev["update_id"] != "u2" || ev["policies_count"] != float64(2) || ev["generation"] != float64(2) {
+		t.Fatalf("event after u2: %s", evPair.Value)
+	}
+	if a = decodeApplied(t, recs[1]); a.Action != "updated" || a.KeysWritten != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || !reflect.DeepEqual(a.UpdatedPolicies, []events.Policy{x}) {
+		t.Fatalf("applied after u2: %+v", a)
+	}
+
+	// Replays change nothing in Consul; the same update is reported again,
+	// an older one is not.
+	before := snapshot(t, consul, Folder("dcae-vm"))
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	c.produce(t, topology.ComponentPolicies, "c1", rec2)
+	recs = applied.until(3, 60*time.Second)
+	applied.poll(time.Second)
+	if len(applied.got) != 3 {
+		t.Fatalf("got %d applied records after the replays, want 3", len(applied.got))
+	}
+	if after := snapshot(t, consul, Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
+		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
+	}
+	if a = decodeApplied(t, recs[2]); a.UpdateID != "u2" || a.Generation != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || a.Action != "updated" {
+		t.Fatalf("replayed applied %+v", a)
+	}
+
+	// A policy Consul cannot hold is dead-lettered with the reason.
+	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", MaxValueBytes) + `"}`}
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u3", 3, vmMemory(), huge))
+	dlq := c.reader(t, topology.DLQ(topology.StageConsulWriter)).until(1, 60*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("got %d dead letters, want 1", len(dlq))
+	}
+	reason := ""
+	for _, h := range dlq[0].Headers {
+		if h.Key == runtime.HeaderError {
+			reason = string(h.Value)
+		}
+	}
+	if !strings.Contains(reason, "HUGE") || !strings.Contains(reason, "512 KiB") {
+		t.Fatalf("dead letter reason %q does not name the policy and the limit", reason)
+	}
+
+	// Uninstall deletes the folder.
+	un := collection("u4", 4)
+	un.Uninstalled = true
+	un.RemovedPolicies = []events.Policy{vmMemory(), x}
+	c.produce(t, topology.ComponentPolicies, "c1", un)
+	recs = applied.until(4, 60*time.Second)
+	if len(recs) != 4 {
+		t.Fatalf("got %d applied records after uninstall, want 4", len(recs))
+	}
+	if left := snapshot(t, consul, Folder("dcae-vm")); len(left) != 0 {
+		t.Fatalf("folder left after uninstall: %v", left)
+	}
+	if a = decodeApplied(t, recs[3]); !a.Uninstalled || a.Action != ActionUninstalled || a.UpdateID != "u4" || a.KeysWritten != 3 {
+		t.Fatalf("uninstall applied %+v", a)
+	}
+}
+
+func TestConsulWriterTenMegabyteCollection(t *testing.T) {
+	addr, consul := startConsul(t, 0)
+	c := newCluster(t)
+	applied := c.reader(t, topology.ComponentApplied)
+	run(t, Stage(), testEnv(c.k, addr))
+
+	// A first small collection, so the big one is an update of it.
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	if n := len(applied.until(1, 60*time.Second)); n != 1 {
+		t.Fatalf("got %d applied records, want 1", n)
+	}
+	const n, size = 100, 100_000
+	var ps []events.Policy
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("DCAE.Config_BIG_%03d", i)
+		ps = append(ps, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
+			Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"i":%d,"blob":"%s"}}`, id, i, strings.Repeat("z", size))})
+	}
+	// A reader of the event key sees the "updating" marker of u-big
+	// before its final event (seen when the reader is fast enough).
+	seen := make(chan []string, 1)
+	go func() {
+		var actions []string
+		var index uint64
+		deadline := time.Now().Add(180 * time.Second)
+		for time.Now().Before(deadline) {
+			p, meta, err := consul.KV().Get(EventKey("dcae-vm"), &api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second})
+			if err != nil {
+				break
+			}
+			index = meta.LastIndex
+			if p == nil {
+				continue
+			}
+			e, err := ParseEvent(p.Value)
+			if err != nil || e.UpdateID != "u-big" {
+				continue
+			}
+			if len(actions) == 0 || actions[len(actions)-1] != e.Action {
+				actions = append(actions, e.Action)
+			}
+			if e.Action == ActionUpdated {
+				break
+			}
+		}
+		seen <- actions
+	}()
+	start := time.Now()
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u-big", 2, ps...))
+	recs := applied.until(2, 180*time.Second)
+	took := time.Since(start)
+	if len(recs) != 2 {
+		t.Fatalf("got %d applied records after the 10 MB collection, want 2", len(recs))
+	}
+	ev, evPair := eventOf(t, consul, "dcae-vm")
+	if ev["action"] != "updated" || ev["update_id"] != "u-big" || ev["policies_count"] != float64(n) || ev["generation"] != float64(2) {
+		t.Fatalf("event after the 10 MB collection: %s", evPair.Value)
+	}
+	pairs, _, err := consul.KV().List(ItemsPrefix("dcae-vm"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) != n {
+		t.Fatalf("%d items in Consul, want %d (the old one deleted)", len(pairs), n)
+	}
+	indexes := map[uint64]bool{}
+	total := 0
+	for _, p := range pairs {
+		i, err := strconv.Atoi(strings.TrimPrefix(p.Key, ItemsPrefix("dcae-vm")+"DCAE.Config_BIG_"))
+		if err != nil || string(p.Value) != ps[i].Body {
+			t.Fatalf("item %s holds %d bytes, not its policy_body", p.Key, len(p.Value))
+		}
+		total += len(p.Value)
+		indexes[p.ModifyIndex] = true
+		// Every item was written after the first collection's event and
+		// no later than the final event.
+		if p.ModifyIndex <= evPair.CreateIndex || p.ModifyIndex > evPair.ModifyIndex {
+			t.Fatalf("item %s written at index %d, outside %d .. %d (first event .. final event)", p.Key, p.ModifyIndex, evPair.CreateIndex, evPair.ModifyIndex)
+		}
+	}
+	if len(indexes) < 2 {
+		t.Fatalf("items written in %d transaction(s), want several", len(indexes))
+	}
+	actions := <-seen
+	if len(actions) == 0 || actions[len(actions)-1] != ActionUpdated || len(actions) > 2 || len(actions) == 2 && actions[0] != ActionUpdating {
+		t.Fatalf("a reader of the event key saw %v for u-big, want [updating updated] (or [updated] when too slow to see the marker)", actions)
+	}
+	t.Logf("a reader of the event key saw %v", actions)
+	a := decodeApplied(t, recs[1])
+	if a.UpdateID != "u-big" || a.PoliciesCount != n || a.KeysWritten != n+2 || a.ConsulIndex != int64(evPair.ModifyIndex) {
+		t.Fatalf("applied %+v", a)
+	}
+	t.Logf("10 MB collection: %d keys (%d bytes) in %d transactions, %.1f s from produce to component.applied, %.0f keys/s, %.1f MB/s",
+		n, total, len(indexes), took.Seconds(), float64(n+2)/took.Seconds(), float64(total)/1e6/took.Seconds())
+
+	// Many small keys: the writer's rate in keys per second.
+	var small []events.Policy
+	for i := 0; i < 2000; i++ {
+		id := fmt.Sprintf("DCAE.Config_SMALL_%04d", i)
+		small = append(small, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
+			Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"i":%d}}`, id, i)})
+	}
+	start = time.Now()
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u-small", 3, small...))
+	if got := len(applied.until(3, 180*time.Second)); got != 3 {
+		t.Fatalf("got %d applied records after 2000 small policies, want 3", got)
+	}
+	took = time.Since(start)
+	if keys := snapshot(t, consul, ItemsPrefix("dcae-vm")); len(keys) != 2000 {
+		t.Fatalf("%d items, want 2000", len(keys))
+	}
+	t.Logf("2000 small policies (+100 deletions): %.1f s from produce to component.applied, %.0f keys/s", took.Seconds(), 2102/took.Seconds())
+}
+
+func TestConsulWriterWaitsForConsul(t *testing.T) {
+	port := freePort(t)
+	c := newCluster(t)
+	applied := c.reader(t, topology.ComponentApplied)
+	run(t, Stage(), testEnv(c.k, "127.0.0.1:"+strconv.Itoa(port)))
+	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	applied.until(1, 2*time.Second)
+	if len(applied.got) != 0 {
+		t.Fatalf("applied emitted while Consul is down: %d records", len(applied.got))
+	}
+	_, consul := startConsul(t, port)
+	if n := len(applied.until(1, 90*time.Second)); n != 1 {
+		t.Fatalf("got %d applied records once Consul is up, want 1", n)
+	}
+	ev, _ := eventOf(t, consul, "dcae-vm")
+	if ev["update_id"] != "u1" {
+		t.Fatalf("event %v", ev)
+	}
+}

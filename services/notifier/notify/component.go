@@ -1,0 +1,355 @@
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// MaxStderrBytes is how much of a script's stderr (or a webhook's error
+// response) the claim records.
+const MaxStderrBytes = 4096
+
+// ReconfigureType is the first argument of the script: the notification
+// carries the whole collection of policies.
+const ReconfigureType = "policies"
+
+// NotifiedKey is the key that records which update a component was last
+// notified of: the claim.
+func NotifiedKey(scn string) string { return scn + ":policies/notified" }
+
+// Claim is the JSON value of the notified key. It is written with
+// check-and-set before the component is notified (ExitCode null), and
+// completed with the outcome afterwards.
+type Claim struct {
+	UpdateID   string `json:"update_id"`
+	Generation int64  `json:"generation"`
+	// ExitCode is the script's exit status; -1 when it could not run or
+	// was killed at its timeout. For a webhook: 0 on a 2xx answer, 1 on
+	// any other answer, -1 when no answer came.
+	ExitCode *int   `json:"exit_code"`
+	Stderr   string `json:"stderr"`
+	At       string `json:"at"`
+	// HTTPStatus is the webhook's answer (webhooks only).
+	HTTPStatus int `json:"http_status,omitempty"`
+}
+
+// JSON is the claim's value in Consul.
+func (c Claim) JSON() []byte {
+	b, _ := json.Marshal(c) // strings and integers only: cannot fail
+	return b
+}
+
+// ParseClaim reads the notified key's value.
+func ParseClaim(b []byte) (Claim, error) {
+	var c Claim
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("parse notification claim: %w", err)
+	}
+	return c, nil
+}
+
+// ShouldNotify decides whether a component.applied record is notified: not
+// when the component was uninstalled or has no notify target, and not
+// when the claim shows this generation (or a newer one) was already
+// claimed, so each update_id is notified at most once and a replay
+// notifies nobody. reason says why not.
+func ShouldNotify(claim *Claim, a *events.ComponentApplied) (ok bool, reason string) {
+	switch {
+	case a.Uninstalled:
+		return false, "the component is uninstalled"
+	case a.Notify.Kind == events.NotifyNone || a.Notify.Kind == "":
+		return false, "the component has no notify target"
+	case claim != nil && claim.Generation >= a.Generation:
+		return false, fmt.Sprintf("generation %d (update %s) was already claimed", claim.Generation, claim.UpdateID)
+	}
+	return true, ""
+}
+
+// payload is the notification JSON. Field order is the documented one.
+type payload struct {
+	Policies        []json.RawMessage `json:"policies"`
+	UpdatedPolicies []json.RawMessage `json:"updated_policies"`
+	RemovedPolicies []json.RawMessage `json:"removed_policies"`
+}
+
+// Payload builds the notification a component receives:
+// {"policies": [...], "updated_policies": [...], "removed_policies": [...]},
+// each a list of policy_body objects (the parsed bodies, not strings), in
+// the order of the record. A body that is not a JSON object is an error.
+func Payload(a *events.ComponentApplied) ([]byte, error) {
+	var p payload
+	var err error
+	if p.Policies, err = bodies(a.Policies, "policies"); err != nil {
+		return nil, err
+	}
+	if p.UpdatedPolicies, err = bodies(a.UpdatedPolicies, "updated_policies"); err != nil {
+		return nil, err
+	}
+	if p.RemovedPolicies, err = bodies(a.RemovedPolicies, "removed_policies"); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("build notification of update %s for component %s: %w", a.UpdateID, a.ComponentID, err)
+	}
+	return b, nil
+}
+
+func bodies(ps []events.Policy, list string) ([]json.RawMessage, error) {
+	out := make([]json.RawMessage, 0, len(ps))
+	for _, p := range ps {
+		b := bytes.TrimSpace([]byte(p.Body))
+		if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+			return nil, fmt.Errorf("build notification: %s: policy %s body is not a JSON object", list, p.PolicyID)
+		}
+		out = append(out, json.RawMessage(b))
+	}
+	return out, nil
+}
+
+// Result is the outcome of one notification.
+type Result struct {
+	ExitCode   int
+	Stderr     string
+	HTTPStatus int
+	Took       time.Duration
+}
+
+// limitedBuffer keeps the first max bytes written to it and counts the
+// rest.
+type limitedBuffer struct {
+	buf     bytes.Buffer
+	max     int
+	dropped int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	room := l.max - l.buf.Len()
+	switch {
+	case room >= len(p):
+		l.buf.Write(p)
+	case room > 0:
+		l.buf.Write(p[:room])
+		l.dropped += len(p) - room
+	default:
+		l.dropped += len(p)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	if l.dropped > 0 {
+		return l.buf.String() + fmt.Sprintf("\n[%d more bytes of stderr dropped]", l.dropped)
+	}
+	return l.buf.String()
+}
+
+// RunScript runs `<path> policies <json>` (argv, never through a shell)
+// and reports its exit status and the start of its stderr. At the timeout
+// the script (and its process group, where the system has them) is
+// killed; the result then has exit code -1.
+func RunScript(ctx context.Context, path string, payload []byte, timeout time.Duration) Result {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, ReconfigureType, string(payload))
+	stderr := &limitedBuffer{max: MaxStderrBytes}
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 2 * time.Second
+	killProcessGroup(cmd)
+	err := cmd.Run()
+	res := Result{Stderr: stderr.String(), Took: time.Since(start)}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		res.ExitCode = 0
+	case ctx.Err() == context.DeadlineExceeded:
+		res.ExitCode = -1
+		res.Stderr += fmt.Sprintf("\n[killed: the script did not end within its timeout of %s]", timeout)
+	case errors.As(err, &exit):
+		res.ExitCode = exit.ExitCode()
+	case errors.Is(err, syscall.E2BIG):
+		res.ExitCode = -1
+		res.Stderr = fmt.Sprintf("cannot run %s: the notification is %d bytes, more than the system accepts in one argument (128 KiB on Linux): %v", path, len(payload), err)
+	default:
+		res.ExitCode = -1
+		res.Stderr = fmt.Sprintf("cannot run %s: %v", path, err)
+	}
+	return res
+}
+
+// PostWebhook POSTs the notification (Content-Type application/json) and
+// reports the answer's status; a non-2xx answer's body is kept as stderr.
+func PostWebhook(ctx context.Context, client *http.Client, url string, payload []byte, timeout time.Duration) Result {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res := Result{ExitCode: -1}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(payload))
+	if err != nil {
+		res.Stderr = fmt.Sprintf("cannot POST to %s: %v", url, err)
+		res.Took = time.Since(start)
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		res.Stderr = fmt.Sprintf("POST %s: %v", url, err)
+		res.Took = time.Since(start)
+		return res
+	}
+	defer resp.Body.Close()
+	body := &limitedBuffer{max: MaxStderrBytes}
+	_, _ = io.Copy(body, resp.Body)
+	res.HTTPStatus = resp.StatusCode
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		res.ExitCode = 0
+	} else {
+		res.ExitCode = 1
+		res.Stderr = fmt.Sprintf("POST %s: %s: %s", url, resp.Status, body.buf.String())
+	}
+	res.Took = time.Since(start)
+	return res
+}
+
+// ErrClaimTaken is wrapped by the (transient) error of a record whose
+// claim lost a check-and-set race; on the retry the claim shows whether
+// the update was already claimed.
+var ErrClaimTaken = errors.New("the notification claim changed while it was taken")
+
+// component handles one component.applied record: claim, notify, record.
+func (n *notifier) component(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+	if in.Tombstone() {
+		return nil, nil
+	}
+	a, ok := in.Value.(*events.ComponentApplied)
+	if !ok {
+		return nil, runtime.Permanentf("agent-notifier: record at %s[%d]@%d is %s, want %s",
+			in.Topic, in.Partition, in.Offset, in.Value.SchemaName(), events.SchemaComponentApplied)
+	}
+	log := n.log.With().Str("component_id", a.ComponentID).Str("update_id", a.UpdateID).Int64("generation", a.Generation).Logger()
+	if ok, why := ShouldNotify(nil, a); !ok {
+		log.Debug().Str("reason", why).Msg("not notified")
+		return nil, nil
+	}
+	if a.ServiceComponentName == "" {
+		return nil, runtime.Permanentf("agent-notifier: component %s update %s has no service_component_name, so no place for its claim", a.ComponentID, a.UpdateID)
+	}
+	switch {
+	case a.Notify.Kind == events.NotifyScript && a.Notify.ScriptPath == "":
+		return nil, runtime.Permanentf("agent-notifier: component %s is notified by script but names no script_path", a.ComponentID)
+	case a.Notify.Kind == events.NotifyWebhook && a.Notify.WebhookURL == "":
+		return nil, runtime.Permanentf("agent-notifier: component %s is notified by webhook but names no webhook_url", a.ComponentID)
+	case a.Notify.Kind != events.NotifyScript && a.Notify.Kind != events.NotifyWebhook:
+		return nil, runtime.Permanentf("agent-notifier: component %s has notify kind %q", a.ComponentID, a.Notify.Kind)
+	}
+	body, err := Payload(a)
+	if err != nil {
+		return nil, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", a.ComponentID, err))
+	}
+
+	key := NotifiedKey(a.ServiceComponentName)
+	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+	defer cancel()
+	pair, _, err := n.kv.Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
+	if err != nil {
+		return nil, fmt.Errorf("agent-notifier: read claim %s: %w", key, err)
+	}
+	var prior *Claim
+	var index uint64
+	if pair != nil {
+		index = pair.ModifyIndex
+		if c, err := ParseClaim(pair.Value); err == nil {
+			prior = &c
+		} else {
+			log.Warn().Err(err).Str("key", key).Msg("claim unreadable; it is replaced")
+		}
+	}
+	if ok, why := ShouldNotify(prior, a); !ok {
+		log.Info().Str("reason", why).Msg("not notified again")
+		return nil, nil
+	}
+	claim := Claim{UpdateID: a.UpdateID, Generation: a.Generation, At: time.Now().UTC().Format(time.RFC3339Nano)}
+	index, ok, err = n.cas(cctx, key, claim.JSON(), index)
+	if err != nil {
+		return nil, fmt.Errorf("agent-notifier: claim %s for update %s: %w", key, a.UpdateID, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("agent-notifier: claim %s for update %s: %w", key, a.UpdateID, ErrClaimTaken)
+	}
+
+	timeout := n.cfg.Timeout
+	if a.Notify.TimeoutMs > 0 {
+		timeout = time.Duration(a.Notify.TimeoutMs) * time.Millisecond
+	}
+	var res Result
+	if a.Notify.Kind == events.NotifyScript {
+		res = RunScript(ctx, a.Notify.ScriptPath, body, timeout)
+	} else {
+		res = PostWebhook(ctx, n.http, a.Notify.WebhookURL, body, timeout)
+	}
+	ev := log.Info()
+	if res.ExitCode != 0 {
+		// The component's own failure: recorded and logged, not retried.
+		ev = log.Warn().Str("stderr", res.Stderr)
+	}
+	ev.Str("kind", a.Notify.Kind).Int("exit_code", res.ExitCode).Int("http_status", res.HTTPStatus).
+		Int("payload_bytes", len(body)).Dur("took", res.Took).Msg("component notified")
+
+	claim.ExitCode, claim.Stderr, claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
+	claim.At = time.Now().UTC().Format(time.RFC3339Nano)
+	n.record(ctx, key, claim, index)
+	return nil, nil
+}
+
+// record completes the claim with the outcome, retrying a while when
+// Consul does not answer; the notification itself is never repeated.
+func (n *notifier) record(ctx context.Context, key string, claim Claim, index uint64) {
+	for attempt := 0; attempt < 8; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+		_, ok, err := n.cas(cctx, key, claim.JSON(), index)
+		cancel()
+		if err == nil {
+			if !ok {
+				n.log.Warn().Str("key", key).Str("update_id", claim.UpdateID).Msg("claim changed before the outcome was recorded; outcome not recorded")
+			}
+			return
+		}
+		n.log.Warn().Err(err).Str("key", key).Msg("record the notification outcome; retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.retry.Next(attempt)):
+		}
+	}
+	n.log.Error().Str("key", key).Str("update_id", claim.UpdateID).Msg("notification outcome not recorded: Consul did not answer")
+}
+
+// cas sets key to value if its ModifyIndex is index (0: the key must not
+// exist) and returns the new ModifyIndex.
+func (n *notifier) cas(ctx context.Context, key string, value []byte, index uint64) (uint64, bool, error) {
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: value, Index: index}}}
+	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	for _, r := range resp.Results {
+		if r != nil && r.KV != nil && r.KV.Key == key {
+			return r.KV.ModifyIndex, true, nil
+		}
+	}
+	return 0, false, fmt.Errorf("set %s: Consul did not report its index", key)
+}

@@ -1,0 +1,150 @@
+// Command devbroker runs policyflow's embedded Kafka-protocol broker (kfake)
+// as a standalone process, for containers and for anyone who wants the
+// broker without the rest of the dev stack. It prints
+// `devbroker listening on <addr>` once it accepts connections.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/tools/devstack"
+)
+
+// configFlag collects repeated --broker-config key=value flags.
+type configFlag map[string]string
+
+func (f configFlag) String() string {
+	keys := make([]string, 0, len(f))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+f[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f configFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	f[strings.TrimSpace(k)] = v
+	return nil
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	// The first signal closes the broker cleanly (its data dir gets the
+	// last writes and offsets); a second one ends the process at once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, errUsage) {
+			os.Exit(2) // the flag package has already explained
+		}
+		fmt.Fprintln(os.Stderr, "devbroker:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage marks command-line errors the flag package has already printed.
+var errUsage = errors.New("usage")
+
+// run starts the broker the flags in args describe, prints the ready line
+// on stdout and serves until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("devbroker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: devbroker [flags]\n\nRuns a single-node Kafka-protocol broker (kfake) with optional on-disk state.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", env("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port to accept Kafka connections on; port 0 picks a free one (env PF_BROKER_LISTEN)")
+	advertise := fs.String("advertise", env("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to; default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
+	dataDir := fs.String("data-dir", env("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
+	defParts, err := strconv.Atoi(env("PF_BROKER_PARTITIONS", "10"))
+	if err != nil {
+		return fmt.Errorf("PF_BROKER_PARTITIONS=%q: want a number", os.Getenv("PF_BROKER_PARTITIONS"))
+	}
+	partitions := fs.Int("partitions", defParts, "partitions of topics created without a count (env PF_BROKER_PARTITIONS)")
+	logLevel := fs.String("log-level", env("PF_LOG_LEVEL", "warn"), "log level: none, error, warn, info, debug (env PF_LOG_LEVEL)")
+	cfgs := configFlag{}
+	fs.Var(cfgs, "broker-config", "broker config key=value, repeatable, e.g. log.cleaner.backoff.ms=1000 or message.max.bytes=2097152")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (every setting is a flag; see -h)", fs.Args())
+	}
+	if *partitions < 1 || *partitions > 1<<20 {
+		return fmt.Errorf("--partitions %d: want a number between 1 and %d", *partitions, 1<<20)
+	}
+	level, err := parseLevel(*logLevel)
+	if err != nil {
+		return err
+	}
+	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "devbroker").Logger()
+
+	b, err := devstack.StartBroker(devstack.BrokerOptions{
+		Listen:        *listen,
+		Advertise:     *advertise,
+		DataDir:       *dataDir,
+		Partitions:    int32(*partitions),
+		BrokerConfigs: cfgs,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	// Containers wait for this exact line; keep its shape.
+	fmt.Fprintf(stdout, "devbroker listening on %s\n", strings.Join(b.Addrs, ","))
+
+	<-ctx.Done()
+	fmt.Fprintln(stderr, "devbroker: shutting down (interrupt again to force)")
+	b.Close()
+	return nil
+}
+
+func parseLevel(s string) (zerolog.Level, error) {
+	switch strings.ToLower(s) {
+	case "none", "off", "disabled":
+		return zerolog.Disabled, nil
+	case "error":
+		return zerolog.ErrorLevel, nil
+	case "warn", "warning":
+		return zerolog.WarnLevel, nil
+	case "info":
+		return zerolog.InfoLevel, nil
+	case "debug":
+		return zerolog.DebugLevel, nil
+	}
+	return zerolog.NoLevel, fmt.Errorf("--log-level %q: want none, error, warn, info or debug", s)
+}

@@ -1,0 +1,248 @@
+package devstack
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// testClient returns a client on the broker with the short fetch wait and
+// metadata age the tests of this repository use against kfake.
+func testClient(t *testing.T, b *Broker, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	opts = append([]kgo.Opt{
+		kgo.SeedBrokers(b.Addrs...),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+		kgo.MetadataMinAge(200 * time.Millisecond),
+	}, opts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatalf("create client: %v", err)
+	}
+	return cl
+}
+
+func startBroker(t *testing.T, o BrokerOptions) *Broker {
+	t.Helper()
+	b, err := StartBroker(o)
+	if err != nil {
+		t.Fatalf("StartBroker(%+v): %v", o, err)
+	}
+	return b
+}
+
+func createTopic(ctx context.Context, t *testing.T, b *Broker, topic string, partitions int32, configs map[string]*string) {
+	t.Helper()
+	cl := testClient(t, b)
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, -1, configs, topic)
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	if resp.Err != nil {
+		t.Fatalf("create topic %s: %v", topic, resp.Err)
+	}
+}
+
+func produce(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, kv ...string) {
+	t.Helper()
+	for i := 0; i+1 < len(kv); i += 2 {
+		r := &kgo.Record{Topic: topic, Key: []byte(kv[i]), Value: []byte(kv[i+1])}
+		if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatalf("produce %s=%s to %s: %v", kv[i], kv[i+1], topic, err)
+		}
+	}
+}
+
+// consumeN polls until n records arrived or the context ends.
+func consumeN(ctx context.Context, t *testing.T, cl *kgo.Client, n int) []*kgo.Record {
+	t.Helper()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("got %d of %d records before the deadline: %v", len(out), n, ctx.Err())
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.Fatalf("fetch %s[%d]: %v", topic, p, err)
+		})
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func TestBrokerRecordsAndGroupOffsetsSurviveRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const topic, group = "orders", "billing"
+
+	b := startBroker(t, BrokerOptions{DataDir: dir, Partitions: 3})
+	createTopic(ctx, t, b, topic, -1, nil)
+
+	var kv []string
+	for i := range 30 {
+		kv = append(kv, "k"+strconv.Itoa(i), "v"+strconv.Itoa(i))
+	}
+	prod := testClient(t, b)
+	produce(ctx, t, prod, topic, kv...)
+	prod.Close()
+
+	// A group member reads everything, commits and leaves.
+	member := testClient(t, b,
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+	)
+	if got := consumeN(ctx, t, member, 30); len(got) != 30 {
+		t.Fatalf("group member read %d records before restart, want 30", len(got))
+	}
+	if err := member.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatalf("commit offsets of group %s: %v", group, err)
+	}
+	member.Close()
+	b.Close()
+
+	b = startBroker(t, BrokerOptions{DataDir: dir})
+	defer b.Close()
+
+	// Every record is still there, under its key, with its value.
+	reader := testClient(t, b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	got := map[string]string{}
+	for _, r := range consumeN(ctx, t, reader, 30) {
+		got[string(r.Key)] = string(r.Value)
+	}
+	reader.Close()
+	for i := range 30 {
+		k, want := "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)
+		if got[k] != want {
+			t.Errorf("after restart %s=%q, want %q", k, got[k], want)
+		}
+	}
+	if len(got) != 30 {
+		t.Errorf("after restart read %d distinct keys, want 30", len(got))
+	}
+	// The topic kept its partition count.
+	adm := testClient(t, b)
+	defer adm.Close()
+	tds, err := kadm.NewClient(adm).ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatalf("list topic %s after restart: %v", topic, err)
+	}
+	if n := len(tds[topic].Partitions); n != 3 {
+		t.Errorf("after restart %s has %d partitions, want 3", topic, n)
+	}
+
+	// The group resumes after its committed offsets: it sees only what
+	// was produced after the restart, not the 30 records it committed.
+	prod = testClient(t, b)
+	produce(ctx, t, prod, topic, "after", "restart")
+	prod.Close()
+	member = testClient(t, b,
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+	)
+	defer member.Close()
+	recs := consumeN(ctx, t, member, 1)
+	if len(recs) != 1 || string(recs[0].Key) != "after" || string(recs[0].Value) != "restart" {
+		var seen []string
+		for _, r := range recs {
+			seen = append(seen, string(r.Key)+"="+string(r.Value))
+		}
+		t.Fatalf("group %s after restart read %v, want only after=restart", group, seen)
+	}
+}
+
+func TestBrokerCompactsTopicsLoadedFromDataDir(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	const topic = "catalog"
+	opts := BrokerOptions{DataDir: dir, BrokerConfigs: map[string]string{"log.cleaner.backoff.ms": "100"}}
+
+	b := startBroker(t, opts)
+	compact := "compact"
+	createTopic(ctx, t, b, topic, 1, map[string]*string{"cleanup.policy": &compact})
+	b.Close()
+
+	b = startBroker(t, opts)
+	defer b.Close()
+	cl := testClient(t, b)
+	defer cl.Close()
+	// Five separate batches for one key: compaction keeps the newest
+	// of the closed batches plus the active (last) one.
+	for i := 1; i <= 5; i++ {
+		produce(ctx, t, cl, topic, "policy-a", "v"+strconv.Itoa(i))
+	}
+
+	var values, prev []string
+	for {
+		prev, values = values, nil
+		r := testClient(t, b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		// The high watermark stays 5, so reading up to offset 4 reads
+		// everything that survived.
+		for done := false; !done; {
+			fs := r.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("policy-a still has values %v on compacted topic %s after a restart: %v", prev, topic, ctx.Err())
+			}
+			fs.EachRecord(func(rec *kgo.Record) {
+				values = append(values, string(rec.Value))
+				done = done || rec.Offset == 4
+			})
+		}
+		r.Close()
+		if len(values) < 5 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if last := values[len(values)-1]; last != "v5" {
+		t.Errorf("after compaction the last value of policy-a is %q, want v5 (all: %v)", last, values)
+	}
+}
+
+func TestBrokerListensAndAdvertisesWhereAsked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+
+	b := startBroker(t, BrokerOptions{Listen: addr, Advertise: "localhost"})
+	defer b.Close()
+	want := "localhost:" + port
+	if len(b.Addrs) != 1 || b.Addrs[0] != want {
+		t.Fatalf("broker addrs %v, want [%s]", b.Addrs, want)
+	}
+
+	// A client seeded with the listening address is told to use the
+	// advertised one and still produces and reads back.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.ConsumeTopics("t"), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	createTopic(ctx, t, b, "t", 1, nil)
+	produce(ctx, t, cl, "t", "k", "v")
+	if recs := consumeN(ctx, t, cl, 1); string(recs[0].Value) != "v" {
+		t.Fatalf("read %q back, want v", recs[0].Value)
+	}
+	brokers, err := kadm.NewClient(cl).ListBrokers(ctx)
+	if err != nil {
+		t.Fatalf("list brokers: %v", err)
+	}
+	if len(brokers) != 1 || fmt.Sprintf("%s:%d", brokers[0].Host, brokers[0].Port) != want {
+		t.Fatalf("metadata lists brokers %v, want one at %s", brokers, want)
+	}
+}

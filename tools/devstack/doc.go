@@ -1,0 +1,6 @@
+// Package devstack runs policyflow's embedded backend on one machine: an
+// in-process Kafka-protocol broker (kfake) that can keep its state in a data
+// directory, and a real Consul agent started from a local binary. The
+// `policyctl dev` command, the `devbroker` command, the integration tests'
+// embedded backend and the benchmarks all start their backend through it.
+package devstack

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// northAPI runs a North API on an in-process broker and returns its URL
+// and the broker settings, for reading what it produced.
+func northAPI(t *testing.T) (string, runtime.Kafka) {
+	t.Helper()
+	hermeticEnv(t)
+	t.Setenv("PF_API", "")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "ctl.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
+	r := policyctl(t, "topology", "apply", "--brokers", k.Brokers[0], "--topic-prefix", k.Prefix, "--partitions", "2")
+	if r.code != 0 {
+		t.Fatalf("topology apply: exit %d %s", r.code, r.errOut)
+	}
+	env := runtime.NewEnv(k, runtime.Consul{Addr: "127.0.0.1:1"}, runtime.NewLogger(io.Discard, "error", false))
+	srv, err := api.New(env, api.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		ts.Close()
+		cancel()
+		<-done
+		srv.Close()
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for !srv.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("the North API did not become ready within 60s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return ts.URL, k
+}
+
+// readTopic reads want records of a topic from the start (generous
+// deadline).
+func readTopic(t *testing.T, k runtime.Kafka, base string, want int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(k.Topic(base)), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	deadline := time.Now().Add(30 * time.Second)
+	for len(out) < want && time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		out = append(out, cl.PollFetches(ctx).Records()...)
+		cancel()
+	}
+	return out
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const componentFile = `{
+  "component_id": "comp-ctl",
+  "deployment_id": "dep-ctl",
+  "service_component_name": "scn-ctl",
+  "policy_ids": ["DCAE.Config_VM_MEMORY"],
+  "policy_filters": [{"filter_id": "f1", "policyName": "DCAE.Config_.*"}],
+  "notify": {"kind": "webhook", "webhook_url": "http://127.0.0.1:9999/policies"},
+  "config": {"a": 1}
+}`
+
+func TestComponentCommandsTalkToTheNorthAPI(t *testing.T) {
+	url, k := northAPI(t)
+
+	r := policyctl(t, "component", "put", "--api", url, writeFile(t, "c.json", componentFile))
+	if r.code != 0 {
+		t.Fatalf("component put: exit %d stderr %q", r.code, r.errOut)
+	}
+	if got := stdoutJSON(t, r); got["component_id"] != "comp-ctl" || got["generation"] != 1.0 {
+		t.Errorf("component put printed %v", got)
+	}
+	recs := readTopic(t, k, topology.DeployComponents, 1)
+	if len(recs) != 1 {
+		t.Fatalf("deploy.components holds %d records, want 1", len(recs))
+	}
+	var c events.Component
+	if err := events.Default().DecodeInto(context.Background(), recs[0].Value, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.ComponentID != "comp-ctl" || c.Notify.Kind != events.NotifyWebhook || c.Config != `{"a":1}` || len(c.PolicyFilters) != 1 {
+		t.Errorf("component on the topic: %+v", c)
+	}
+
+	// From stdin, with --id, and PF_API instead of --api.
+	t.Setenv("PF_API", url)
+	noID := strings.Replace(componentFile, `"component_id": "comp-ctl",`, "", 1)
+	r = policyctlIn(t, noID, "component", "put", "--id", "comp-stdin", "-")
+	if r.code != 0 || stdoutJSON(t, r)["component_id"] != "comp-stdin" {
+		t.Fatalf("component put - --id: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	r = policyctlIn(t, noID, "component", "put", "-")
+	if r.code != 2 || !strings.Contains(r.errOut, "has no component_id; add \"component_id\" to it or pass --id") {
+		t.Errorf("no id: exit %d stderr %q", r.code, r.errOut)
+	}
+
+	r = policyctl(t, "component", "status", "comp-ctl")
+	if got := stdoutJSON(t, r); r.code != 0 || got["registered"] != true || got["deployment_id"] != "dep-ctl" {
+		t.Errorf("component status: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+
+	r = policyctl(t, "component", "delete", "comp-ctl")
+	if got := stdoutJSON(t, r); r.code != 0 || got["deleted"] != true {
+		t.Errorf("component delete: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	var last *kgo.Record
+	recs = readTopic(t, k, topology.DeployComponents, 3)
+	for _, rec := range recs {
+		if string(rec.Key) == "comp-ctl" {
+			last = rec
+		}
+	}
+	if len(recs) != 3 || last == nil || last.Value != nil {
+		t.Errorf("after delete: %d records; want comp-ctl's last to be a tombstone", len(recs))
+	}
+
+	// The API's reason and what to do, on stderr; nothing on stdout.
+	r = policyctl(t, "component", "delete", "comp-ctl")
+	if r.code != 1 || r.out != "" || !strings.Contains(r.errOut, "404 Not Found") || !strings.Contains(r.errOut, "comp-ctl is not registered") ||
+		!strings.Contains(r.errOut, "Check the id") {
+		t.Errorf("second delete: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	bad := strings.Replace(componentFile, `"DCAE.Config_.*"`, `"DCAE.Config_(.*"`, 1)
+	r = policyctl(t, "component", "put", writeFile(t, "bad.json", bad))
+	if r.code != 1 || !strings.Contains(r.errOut, `filter_id "f1"`) || !strings.Contains(r.errOut, "missing closing )") ||
+		!strings.Contains(r.errOut, "Fix the input") {
+		t.Errorf("bad regex: exit %d stderr %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "component", "put", writeFile(t, "broken.json", "{\n  \"component_id\": \"x\",\n}"))
+	if r.code != 1 || !strings.Contains(r.errOut, "is not valid JSON: line 3, column 1") {
+		t.Errorf("broken file: exit %d stderr %q", r.code, r.errOut)
+	}
+}
+
+func TestPolicyAndCatchupCommands(t *testing.T) {
+	url, k := northAPI(t)
+	t.Setenv("PF_API", url)
+
+	push := `[{"policyName": "DCAE.Config_A.3.xml", "policyVersion": "3", "policyConfigStatus": "CONFIG_RETRIEVED",
+	  "matchingConditions": {"ONAPName": "DCAE"}, "config": {"k": 1}}]`
+	r := policyctlIn(t, push, "policy", "push", "-")
+	if r.code != 0 {
+		t.Fatalf("policy push: exit %d stderr %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "pdp", "notify", writeFile(t, "n.json", `{"loadedPolicies": [{"policyName": "DCAE.Config_B.1.xml", "versionNo": "1"}]}`))
+	if r.code != 0 {
+		t.Fatalf("pdp notify: exit %d stderr %q", r.code, r.errOut)
+	}
+	recs := readTopic(t, k, topology.PDPNotifications, 2)
+	keys := map[string]*events.PdpNotification{}
+	for _, rec := range recs {
+		var n events.PdpNotification
+		if err := events.Default().DecodeInto(context.Background(), rec.Value, &n); err != nil {
+			t.Fatal(err)
+		}
+		keys[string(rec.Key)] = &n
+	}
+	if a := keys["DCAE.Config_A"]; a == nil || len(a.PushedBodies) != 1 || !strings.Contains(a.PushedBodies[0], `"policyVersion":"3"`) {
+		t.Errorf("pushed policy on the topic: %+v", a)
+	}
+	if b := keys["DCAE.Config_B"]; b == nil || len(b.LoadedPolicies) != 1 || b.LoadedPolicies[0].VersionNo != "1" {
+		t.Errorf("notification on the topic: %+v", b)
+	}
+
+	r = policyctlIn(t, `[{"policyName": "DCAE.Config_A.4.xml", "policyVersion": "4", "policyConfigStatus": "CONFIG_NOT_FOUND", "config": {"k": 1}}]`,
+		"policy", "push", "-")
+	if r.code != 1 || !strings.Contains(r.errOut, "DCAE.Config_A.4.xml") || !strings.Contains(r.errOut, "CONFIG_NOT_FOUND") {
+		t.Errorf("invalid push: exit %d stderr %q", r.code, r.errOut)
+	}
+
+	r = policyctl(t, "catchup")
+	if got := stdoutJSON(t, r); r.code != 0 || got["scope"] != events.ScopeAll || got["partitions"] != 2.0 {
+		t.Errorf("catchup: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	if recs := readTopic(t, k, topology.CatchupRequests, 2); len(recs) != 2 || recs[0].Partition == recs[1].Partition {
+		t.Errorf("catch-up records: %d, want one on each of 2 partitions", len(recs))
+	}
+	r = policyctl(t, "catchup", "--deployment", "nobody")
+	if r.code != 1 || !strings.Contains(r.errOut, "no registered component belongs to deployment nobody") {
+		t.Errorf("catchup of unknown deployment: exit %d stderr %q", r.code, r.errOut)
+	}
+}
+
+func TestAPICommandsExplainAnUnreachableOrFailingAPI(t *testing.T) {
+	hermeticEnv(t)
+	ln := httptest.NewServer(http.NotFoundHandler())
+	dead := ln.URL
+	ln.Close()
+	r := policyctl(t, "catchup", "--api", dead)
+	if r.code != 1 || !strings.Contains(r.errOut, "cannot reach the North API at "+dead) || !strings.Contains(r.errOut, "PF_API") {
+		t.Errorf("unreachable: exit %d stderr %q", r.code, r.errOut)
+	}
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error": "the North API is still reading deploy.components"}`))
+	}))
+	defer busy.Close()
+	r = policyctl(t, "component", "status", "--api", busy.URL, "x")
+	if r.code != 1 || !strings.Contains(r.errOut, "still reading deploy.components") || !strings.Contains(r.errOut, "run the command again shortly") {
+		t.Errorf("503: exit %d stderr %q", r.code, r.errOut)
+	}
+	if r := policyctl(t, "catchup", "--api", "localhost:8080"); r.code != 2 || !strings.Contains(r.errOut, "is not an http(s) URL") {
+		t.Errorf("bad --api: exit %d stderr %q", r.code, r.errOut)
+	}
+	if r := policyctl(t, "component", "delete"); r.code != 2 {
+		t.Errorf("delete without id: exit %d", r.code)
+	}
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
+)
+
+// The North API and a PDP simulator run inside `policyctl dev`, so the
+// embedded stack is whole: components register through the API and
+// pdp-ingest fetches policy bodies from the simulator's /getConfig.
+var (
+	devAPIAddr string
+	devPDPAddr string
+	devDemo    bool
+)
+
+func init() {
+	registerDevHook(devHook{
+		name: "north-api",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&devAPIAddr, "api-addr", runtime.EnvOr("PF_API_ADDR", "127.0.0.1:8080"), "host:port of the North API; empty to not run it (env PF_API_ADDR)")
+		},
+		run: runDevAPI,
+	})
+	registerDevHook(devHook{
+		name: "pdp-simulator",
+		flags: func(fs *flag.FlagSet) {
+			fs.StringVar(&devPDPAddr, "pdp-addr", runtime.EnvOr("PF_DEV_PDP_ADDR", "127.0.0.1:8181"), "host:port of the PDP simulator (pdp-ingest's default --pdp-url); empty to not run it (env PF_DEV_PDP_ADDR)")
+			fs.BoolVar(&devDemo, "demo", false, "load the sample components and policies and show an update landing in Consul and in a component's script")
+		},
+		run: runDevPDP,
+	})
+}
+
+func runDevAPI(ctx context.Context, s *devStack) error {
+	if devAPIAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", devAPIAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (pick another with --api-addr)", devAPIAddr, err)
+	}
+	fmt.Fprintf(s.Out, "  North API        http://%s   (policyctl --api http://%s)\n", ln.Addr(), ln.Addr())
+	return api.ServeListener(ctx, s.Env, ln, api.Options{})
+}
+
+func runDevPDP(ctx context.Context, s *devStack) error {
+	if devPDPAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", devPDPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (pick another with --pdp-addr)", devPDPAddr, err)
+	}
+	sim := pdp.NewServer(pdp.WithLogger(s.Env.Log.With().Str("component", "pdpsim").Logger()))
+	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	fmt.Fprintf(s.Out, "  PDP simulator    http://%s/getConfig\n", ln.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	if devDemo && devAPIAddr != "" {
+		if err := runDemo(ctx, s, sim); err != nil && ctx.Err() == nil {
+			// The stack stays up: a demo that did not finish is reported,
+			// not fatal.
+			fmt.Fprintf(s.Out, "demo: %v\n", err)
+		}
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// runDemo registers two components, publishes DCAE.Config_VM_MEMORY v5
+// and then v222, and shows what landed in Consul and what the script got.
+func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
+	dir := filepath.Join(os.TempDir(), "policyflow-demo")
+	if root, err := defaultDataDir(); err == nil {
+		dir = filepath.Join(root, "demo")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	log := filepath.Join(dir, "notifications.log")
+	script := filepath.Join(dir, "reconfigure.sh")
+	body := "#!/bin/sh\n# Demo reconfigure script: records the argv it was called with.\nprintf '%s argc=%s %s %s\\n' \"$(date -u +%H:%M:%S)\" \"$#\" \"$1\" \"$2\" >> " + shellQuote(log) + "\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		return err
+	}
+	base := "http://" + devAPIAddr
+	notifyURL := base + "/v1/pdp/notifications"
+	if err := waitHTTP(ctx, base+"/readyz"); err != nil {
+		return fmt.Errorf("North API not ready: %w", err)
+	}
+	components := map[string]any{
+		"demo-vm-memory": map[string]any{
+			"deployment_id": "demo-deployment", "service_component_name": "demo-vm-memory",
+			"policy_ids": []string{"DCAE.Config_VM_MEMORY"},
+			"notify":     map[string]any{"kind": "script", "script_path": script, "timeout_ms": 10000},
+			"config":     map[string]any{"app": "vm-memory-collector"},
+		},
+		"demo-dcae-all": map[string]any{
+			"deployment_id": "demo-deployment", "service_component_name": "demo-dcae-all",
+			"policy_filters": []map[string]any{{"filter_id": "dcae-vm", "policyName": "DCAE.Config_VM_.*", "onapName": "DCAE"}},
+			"config":         map[string]any{"app": "dcae-dashboard"},
+		},
+	}
+	for id, c := range components {
+		if err := putJSON(ctx, base+"/v1/components/"+id, c); err != nil {
+			return fmt.Errorf("register component %s: %w", id, err)
+		}
+	}
+	fmt.Fprintf(s.Out, "demo: registered components demo-vm-memory (policy_id DCAE.Config_VM_MEMORY, script %s) and demo-dcae-all (filter DCAE.Config_VM_.*)\n", script)
+	for _, b := range pdp.SeedPolicies() {
+		lp, err := sim.Put(b)
+		if err != nil {
+			return err
+		}
+		if err := pdp.Notify(ctx, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+			return err
+		}
+	}
+	kv, err := consulapi.NewClient(&consulapi.Config{Address: s.Consul.Addr, Token: s.Consul.Token})
+	if err != nil {
+		return err
+	}
+	key := "demo-vm-memory:policies/items/DCAE.Config_VM_MEMORY"
+	if err := waitConsul(ctx, kv, key, "2GB"); err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Out, "demo: version 5 landed: %s\n", key)
+	lp, err := sim.Put(policy.Body{
+		policy.FieldPolicyName: "DCAE.Config_VM_MEMORY.222.xml", policy.FieldPolicyVersion: "222",
+		policy.FieldConfig:             `{"min_memory":"8GB"}`,
+		policy.FieldMatchingConditions: map[string]any{policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "vm_memory"},
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := pdp.Notify(ctx, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+		return err
+	}
+	if err := waitConsul(ctx, kv, key, "8GB"); err != nil {
+		return err
+	}
+	pair, _, _ := kv.KV().Get(key, nil)
+	event, _, _ := kv.KV().Get("demo-vm-memory:policies/event", nil)
+	fmt.Fprintf(s.Out, "demo: version 222 reached Consul in %s\n  %s = %s\n", time.Since(start).Round(time.Millisecond), key, compact(pair.Value))
+	if event != nil {
+		fmt.Fprintf(s.Out, "  demo-vm-memory:policies/event = %s\n", compact(event.Value))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(log); err == nil && bytes.Contains(b, []byte("8GB")) {
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			fmt.Fprintf(s.Out, "demo: the component's script was run as `%s policies <json>`; its last call:\n  %s\n", script, lines[len(lines)-1])
+			fmt.Fprintf(s.Out, "demo: try  curl -s %s/service_component_all/demo-vm-memory  and  curl -s %s/v1/components/demo-vm-memory/status\n", base, base)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the script at %s was not run with version 222 within 30s; see %s", script, log)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func compact(b []byte) string {
+	var out bytes.Buffer
+	if json.Compact(&out, b) != nil {
+		return string(b)
+	}
+	return out.String()
+}
+
+func putJSON(ctx context.Context, url string, v any) error {
+	b, _ := json.Marshal(v)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return fmt.Errorf("%s: %s", resp.Status, e.Error)
+	}
+	return nil
+}
+
+func waitHTTP(ctx context.Context, url string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = errors.New(resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func waitConsul(ctx context.Context, c *consulapi.Client, key, contains string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		pair, _, err := c.KV().Get(key, (&consulapi.QueryOptions{}).WithContext(ctx))
+		if err == nil && pair != nil && bytes.Contains(pair.Value, []byte(contains)) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s does not hold %q after 2 minutes: is every stage running? see /readyz", key, contains)
+}

@@ -1,0 +1,416 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/stages"
+	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/topology"
+)
+
+const devSummary = "run the whole pipeline on this machine: embedded Kafka broker, Consul agent and every stage, until interrupted"
+
+func init() {
+	register(command{name: "dev", summary: devSummary, run: runDev})
+}
+
+// devStack is the running embedded stack, as post-start hooks see it.
+type devStack struct {
+	// Kafka reaches the embedded broker, under the topic prefix.
+	Kafka runtime.Kafka
+	// Consul reaches the Consul agent.
+	Consul runtime.Consul
+	// Topology is how the topics were applied (prefix, partitions).
+	Topology topology.Options
+	// Env is the environment the stages run with (logs, metrics, health).
+	Env runtime.Env
+	// StageConfig is what the stages are built with; prepare hooks may
+	// change it (e.g. point pdp-ingest at a PDP simulator they started).
+	// An empty PDPURL means the user gave no --pdp-url.
+	StageConfig stages.Config
+	// Stages are the stages running in the process; set once the
+	// prepare hooks have run.
+	Stages []runtime.Stage
+	// Out is where the command prints for the user.
+	Out io.Writer
+
+	banner []string
+}
+
+// AddBannerLine adds a line such as "PDP simulator  http://..." to the
+// start-up banner; prepare hooks call it (run hooks start after the banner).
+func (s *devStack) AddBannerLine(label, value string) {
+	s.banner = append(s.banner, fmt.Sprintf("  %-16s %s", label, value))
+}
+
+// devHook plugs extra work into `policyctl dev`, such as loading demo data.
+// Register hooks from an init function with registerDevHook.
+type devHook struct {
+	// name identifies the hook in logs and errors.
+	name string
+	// flags, when set, adds the hook's flags to the dev command (e.g.
+	// --demo); the hook reads them in prepare and run.
+	flags func(fs *flag.FlagSet)
+	// prepare, when set, runs once the broker, Consul and the topology are
+	// up and before the stages are built and the banner is printed, in
+	// registration order; it may change s.StageConfig and add banner
+	// lines. An error stops the stack before it starts.
+	prepare func(ctx context.Context, s *devStack) error
+	// run, when set, starts once the stages are running, concurrently
+	// with them. It returns when its work is done (nil, or the context's
+	// error on shutdown); any other error stops the whole stack.
+	run func(ctx context.Context, s *devStack) error
+}
+
+// devHooks run in registration order, each in its own goroutine.
+var devHooks []devHook
+
+func registerDevHook(h devHook) {
+	if h.name == "" || (h.prepare == nil && h.run == nil) {
+		panic("policyctl: a dev hook needs a name and a prepare or run function")
+	}
+	devHooks = append(devHooks, h)
+}
+
+// devFlags are the settings of `policyctl dev`.
+type devFlags struct {
+	dataDir        string
+	ephemeral      bool
+	brokerAddr     string
+	consulAddr     string
+	httpAddr       string
+	prefix         string
+	partitions     int
+	pdpURL         string
+	only           string
+	logLevel       string
+	logJSON        bool
+	brokerLogLevel string
+}
+
+func (f *devFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", runtime.EnvOr("PF_DEV_DATA_DIR", ""), "directory for the stack's state: broker in <dir>/kafka, Consul in <dir>/consul (default .data in the repository root; env PF_DEV_DATA_DIR)")
+	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and `consul agent -dev`; --data-dir is ignored")
+	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port the embedded Kafka broker listens on; port 0 picks a free one (env PF_DEV_BROKER_ADDR)")
+	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", runtime.DefaultConsulAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
+	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages (env PF_HTTP_ADDR)")
+	fs.StringVar(&f.prefix, "topic-prefix", runtime.EnvOr("PF_TOPIC_PREFIX", ""), "prefix for every topic name (env PF_TOPIC_PREFIX)")
+	fs.IntVar(&f.partitions, "partitions", 0, "give every topic this many partitions; 0 keeps the topology's counts")
+	fs.StringVar(&f.pdpURL, "pdp-url", runtime.EnvOr("PF_PDP_URL", ""), "PDP API base URL pdp-ingest fetches policy bodies from (env PF_PDP_URL; default pdp-ingest's own)")
+	fs.StringVar(&f.only, "stages", "all", "comma separated stages to run, \"all\" or \"none\" (broker and Consul only)")
+	fs.StringVar(&f.logLevel, "log-level", runtime.EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
+	fs.BoolVar(&f.logJSON, "log-json", false, "JSON logs instead of human-readable ones")
+	fs.StringVar(&f.brokerLogLevel, "broker-log-level", "warn", "log level of the embedded broker: none, error, warn, info or debug")
+}
+
+// selectStages picks the stages --stages names from every stage there is;
+// it only reads the stages' names.
+func selectStages(all []runtime.Stage, only string) ([]runtime.Stage, error) {
+	switch strings.TrimSpace(only) {
+	case "", "all":
+		return all, nil
+	case "none":
+		return nil, nil
+	}
+	var out []runtime.Stage
+	for _, name := range runtime.SplitList(only) {
+		i := slices.IndexFunc(all, func(s runtime.Stage) bool { return s.Name == name })
+		if i < 0 {
+			names := make([]string, 0, len(all))
+			for _, s := range all {
+				names = append(names, s.Name)
+			}
+			if len(names) == 0 {
+				return nil, usageErrorf("--stages: no stage %q; no stages exist yet", name)
+			}
+			return nil, usageErrorf("--stages: no stage %q; the stages are %s", name, strings.Join(names, ", "))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
+}
+
+func parseBrokerLogLevel(s string) (zerolog.Level, error) {
+	switch strings.ToLower(s) {
+	case "none", "off":
+		return zerolog.Disabled, nil
+	case "error":
+		return zerolog.ErrorLevel, nil
+	case "warn", "warning":
+		return zerolog.WarnLevel, nil
+	case "info":
+		return zerolog.InfoLevel, nil
+	case "debug":
+		return zerolog.DebugLevel, nil
+	}
+	return zerolog.NoLevel, usageErrorf("--broker-log-level %q: want none, error, warn, info or debug", s)
+}
+
+// defaultDataDir is .data in the repository root, or in the working
+// directory outside a checkout.
+func defaultDataDir() (string, error) {
+	if root, err := devstack.RepoRoot(); err == nil {
+		return filepath.Join(root, ".data"), nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("choose a data dir: %w", err)
+	}
+	return filepath.Join(wd, ".data"), nil
+}
+
+func runDev(ctx context.Context, args []string) error {
+	var f devFlags
+	fs := newFlagSet(ctx, "dev", devSummary, "")
+	f.register(fs)
+	for _, h := range devHooks {
+		if h.flags != nil {
+			h.flags(fs)
+		}
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("dev takes no arguments, got %q", fs.Args())
+	}
+	if f.partitions < 0 || f.partitions > 1<<16 {
+		return usageErrorf("--partitions %d: want 0 (the topology's counts) or a positive count", f.partitions)
+	}
+	brokerLevel, err := parseBrokerLogLevel(f.brokerLogLevel)
+	if err != nil {
+		return err
+	}
+	// Check --stages now; the stages are built after the prepare hooks.
+	if _, err := selectStages(stages.All(), f.only); err != nil {
+		return err
+	}
+	var kafkaDir, consulDir string
+	if !f.ephemeral {
+		if f.dataDir == "" {
+			if f.dataDir, err = defaultDataDir(); err != nil {
+				return err
+			}
+		}
+		if f.dataDir, err = filepath.Abs(f.dataDir); err != nil {
+			return fmt.Errorf("resolve data dir %s: %w", f.dataDir, err)
+		}
+		kafkaDir, consulDir = filepath.Join(f.dataDir, "kafka"), filepath.Join(f.dataDir, "consul")
+		unlock, err := devstack.LockDir(f.dataDir)
+		if err != nil {
+			return fmt.Errorf("%w; is another `policyctl dev` running on it? stop it, or use --data-dir or --ephemeral", err)
+		}
+		defer unlock()
+	}
+	consulBin, err := devstack.ConsulBinary()
+	if err != nil {
+		return err
+	}
+
+	log := runtime.NewLogger(stderr(ctx), f.logLevel, !f.logJSON)
+	if f.logJSON {
+		log = log.With().Str("service", "policyctl-dev").Logger()
+	}
+
+	// Broker.
+	broker, err := devstack.StartBroker(devstack.BrokerOptions{
+		Listen:     f.brokerAddr,
+		DataDir:    kafkaDir,
+		Partitions: int32(f.partitions),
+		Logger:     log.Level(max(brokerLevel, log.GetLevel())).With().Str("component", "broker").Logger(),
+	})
+	if err != nil {
+		return fmt.Errorf("%w (is another broker or `policyctl dev` using %s? pick another with --broker-addr)", err, f.brokerAddr)
+	}
+	defer func() {
+		broker.Close()
+		log.Info().Msg("broker stopped")
+	}()
+
+	// Consul.
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	agent, err := devstack.StartConsul(cctx, devstack.ConsulOptions{
+		Binary:   consulBin,
+		DataDir:  consulDir,
+		HTTPAddr: f.consulAddr,
+		Logger:   log.With().Str("component", "consul").Logger(),
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted while starting
+		}
+		return fmt.Errorf("%w\n(is another Consul agent using %s? pick another with --consul-addr)", err, f.consulAddr)
+	}
+	defer func() {
+		if err := agent.Stop(); err != nil {
+			log.Warn().Err(err).Msg("stop consul agent")
+		} else {
+			log.Info().Msg("consul agent stopped")
+		}
+	}()
+
+	kafka := runtime.Kafka{
+		Brokers:        broker.Addrs,
+		Prefix:         f.prefix,
+		FetchMaxWait:   250 * time.Millisecond,
+		MetadataMinAge: 250 * time.Millisecond,
+	}
+	consul := runtime.Consul{Addr: agent.Addr}
+
+	// Topology.
+	topo := topology.Options{Prefix: f.prefix, Partitions: int32(f.partitions)}
+	report, err := applyDevTopology(ctx, kafka, topo)
+	if err != nil {
+		return err
+	}
+
+	// Health and metrics listener, bound before the banner names it.
+	ln, err := net.Listen("tcp", f.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen for health and metrics on %s: %w (pick another with --http-addr)", f.httpAddr, err)
+	}
+
+	env := runtime.NewEnv(kafka, consul, log)
+	stack := &devStack{Kafka: kafka, Consul: consul, Topology: topo, Env: env, Out: stdout(ctx),
+		StageConfig: stages.Config{PDPURL: f.pdpURL}}
+	for _, h := range devHooks {
+		if h.prepare == nil {
+			continue
+		}
+		if err := h.prepare(ctx, stack); err != nil {
+			ln.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", h.name, err)
+		}
+	}
+	run, err := selectStages(stages.With(stack.StageConfig), f.only)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	stack.Stages = run
+	printDevBanner(stdout(ctx), stack, broker, agent, ln.Addr().String(), f, report)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := runtime.ServeListener(gctx, ln, env, nil); err != nil {
+			return fmt.Errorf("serve health and metrics on %s: %w", ln.Addr(), err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := runtime.PublishSchemas(gctx, env); err != nil && gctx.Err() == nil {
+			log.Warn().Err(err).Msg("publish schemas")
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if len(run) == 0 {
+			<-gctx.Done()
+			return nil
+		}
+		return runtime.RunStages(gctx, env, run...)
+	})
+	g.Go(func() error {
+		// The agent should outlive the stack; if it dies, say so and stop.
+		select {
+		case <-agent.Done():
+			return fmt.Errorf("consul agent exited on its own; see %s", agent.LogFile)
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	for _, h := range devHooks {
+		if h.run == nil {
+			continue
+		}
+		g.Go(func() error {
+			if err := h.run(gctx, stack); err != nil && gctx.Err() == nil {
+				return fmt.Errorf("%s: %w", h.name, err)
+			}
+			return nil
+		})
+	}
+
+	<-gctx.Done()
+	if ctx.Err() != nil {
+		log.Info().Msg("stopping: stages drain and leave their groups (interrupt again to exit at once)")
+	}
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// applyDevTopology creates or updates the topics on the embedded broker.
+func applyDevTopology(ctx context.Context, kafka runtime.Kafka, o topology.Options) (topology.Report, error) {
+	opts, err := kafka.ClientOpts()
+	if err != nil {
+		return topology.Report{}, fmt.Errorf("apply topology: %w", err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.ClientID("policyctl-dev"))...)
+	if err != nil {
+		return topology.Report{}, fmt.Errorf("apply topology: create client for %s: %w", strings.Join(kafka.Brokers, ","), err)
+	}
+	defer cl.Close()
+	actx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	report, err := topology.Apply(actx, kadm.NewClient(cl), topology.Default(), o)
+	if err != nil {
+		return report, fmt.Errorf("apply topology to the embedded broker: %w", err)
+	}
+	return report, nil
+}
+
+func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.ConsulAgent, httpAddr string, f devFlags, report topology.Report) {
+	names := make([]string, 0, len(s.Stages))
+	for _, st := range s.Stages {
+		names = append(names, st.Name)
+	}
+	stageLine := strings.Join(names, ", ")
+	if len(names) == 0 {
+		stageLine = "none running (broker and Consul only)"
+	}
+	state := "in memory only (--ephemeral): everything is gone when this stops"
+	if !f.ephemeral {
+		state = f.dataDir + " (kafka/, consul/); delete it or run `make clean` to start over"
+	}
+	prefix := ""
+	if s.Kafka.Prefix != "" {
+		prefix = fmt.Sprintf(" (prefix %q)", s.Kafka.Prefix)
+	}
+	fmt.Fprintf(w, `policyflow dev stack is running
+  Kafka broker     %s
+  Consul           http://%s/ui   (HTTP API %s, log %s)
+  health, metrics  http://%s/healthz  /readyz  /metrics
+  topics           %s%s
+  stages           %s
+  state            %s
+`, strings.Join(b.Addrs, ","), a.Addr, a.Addr, a.LogFile, httpAddr, report.String(), prefix, stageLine, state)
+	for _, l := range s.banner {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintf(w, `Use --brokers %s --consul-addr %s with policyctl and the stage binaries.
+Stop with Ctrl-C: stages drain and leave their groups; a second Ctrl-C exits at once.
+`, strings.Join(b.Addrs, ","), a.Addr)
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// lockedBuffer is an output stream the command writes while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// runningDev is one `policyctl dev` started by a test.
+type runningDev struct {
+	out, errOut *lockedBuffer
+	stop        context.CancelFunc
+	code        chan int
+	broker      string
+	consul      string
+	http        string
+	banner      string
+}
+
+var (
+	bannerBroker = regexp.MustCompile(`(?m)^  Kafka broker +(\S+)$`)
+	bannerConsul = regexp.MustCompile(`(?m)^  Consul +http://(\S+)/ui `)
+	bannerHTTP   = regexp.MustCompile(`(?m)^  health, metrics +http://(\S+)/healthz `)
+)
+
+// startDev runs `policyctl dev` on dataDir with free ports and waits for its
+// banner.
+func startDev(t *testing.T, dataDir string) *runningDev {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &runningDev{out: &lockedBuffer{}, errOut: &lockedBuffer{}, stop: cancel, code: make(chan int, 1)}
+	go func() {
+		d.code <- run(withStreams(ctx, d.out, d.errOut), []string{"dev",
+			"--data-dir", dataDir,
+			"--broker-addr", "127.0.0.1:0",
+			"--consul-addr", "127.0.0.1:0",
+			"--http-addr", "127.0.0.1:0",
+			"--partitions", "2",
+		})
+	}()
+	deadline := time.After(3 * time.Minute)
+	for {
+		select {
+		case code := <-d.code:
+			cancel()
+			t.Fatalf("policyctl dev exited %d before printing its banner\nstdout:\n%s\nstderr:\n%s", code, d.out, d.errOut)
+		case <-deadline:
+			d.shutdown(t)
+			t.Fatalf("policyctl dev printed no banner within 3 minutes\nstdout:\n%s\nstderr:\n%s", d.out, d.errOut)
+		case <-time.After(100 * time.Millisecond):
+		}
+		out := d.out.String()
+		b, c, h := bannerBroker.FindStringSubmatch(out), bannerConsul.FindStringSubmatch(out), bannerHTTP.FindStringSubmatch(out)
+		if b != nil && c != nil && h != nil && strings.Contains(out, "Ctrl-C") {
+			d.broker, d.consul, d.http, d.banner = b[1], c[1], h[1], out
+			return d
+		}
+	}
+}
+
+// shutdown interrupts the command the way the first Ctrl-C does and
+// returns its exit status.
+func (d *runningDev) shutdown(t *testing.T) int {
+	t.Helper()
+	d.stop()
+	select {
+	case code := <-d.code:
+		return code
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("policyctl dev did not stop within 2 minutes of the interrupt\nstderr:\n%s", d.errOut)
+		return -1
+	}
+}
+
+func httpDo(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
+	if _, err := devstack.ConsulBinary(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set but there is no consul binary: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	for _, k := range []string{"PF_DEV_DATA_DIR", "PF_DEV_BROKER_ADDR", "PF_DEV_CONSUL_ADDR", "PF_HTTP_ADDR", "PF_TOPIC_PREFIX", "PF_LOG_LEVEL", "PF_PDP_URL"} {
+		t.Setenv(k, "")
+	}
+	// Servers that hooks add to the stack listen on free ports too.
+	t.Setenv("PF_API_ADDR", "127.0.0.1:0")
+	t.Setenv("PF_DEV_PDP_ADDR", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	dataDir := t.TempDir()
+	marker := topology.DLQ(topology.StageMatcher) // a topic no stage reads
+
+	d := startDev(t, dataDir)
+	if !strings.Contains(d.banner, "topics created") {
+		t.Errorf("first start: banner does not report created topics:\n%s", d.banner)
+	}
+
+	// Every topic of the topology is on the broker the banner names.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(d.broker), kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tds, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		t.Fatalf("list topics on %s: %v", d.broker, err)
+	}
+	for _, tp := range topology.Default() {
+		if !tds.Has(tp.Name) {
+			t.Errorf("topic %s missing on the dev broker", tp.Name)
+		}
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: marker, Key: []byte("marker"), Value: []byte("kept")}).FirstErr(); err != nil {
+		t.Fatalf("produce to %s: %v", marker, err)
+	}
+	cl.Close()
+
+	// Consul answers at the address the banner names, UI included.
+	if code, body := httpDo(t, http.MethodPut, "http://"+d.consul+"/v1/kv/dev-test/marker", "kept"); code != 200 {
+		t.Fatalf("consul KV put: %d %s", code, body)
+	}
+	if code, _ := httpDo(t, http.MethodGet, "http://"+d.consul+"/ui/", ""); code != 200 {
+		t.Errorf("consul UI answered %d", code)
+	}
+
+	// Health, readiness and metrics of the stages.
+	if code, body := httpDo(t, http.MethodGet, "http://"+d.http+"/healthz", ""); code != 200 {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := httpDo(t, http.MethodGet, "http://"+d.http+"/metrics", ""); code != 200 || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics: %d, %d bytes without go_goroutines", code, len(body))
+	}
+	for {
+		code, body := httpDo(t, http.MethodGet, "http://"+d.http+"/readyz", "")
+		if code == 200 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("/readyz never answered 200; last %d %s\nstderr:\n%s", code, body, d.errOut)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	if code := d.shutdown(t); code != 0 {
+		t.Fatalf("policyctl dev exited %d after the interrupt\nstderr:\n%s", code, d.errOut)
+	}
+	if _, err := http.Get("http://" + d.consul + "/v1/status/leader"); err == nil {
+		t.Errorf("consul at %s still answers after policyctl dev stopped", d.consul)
+	}
+
+	// A second start on the same data dir finds everything where it was.
+	d = startDev(t, dataDir)
+	defer d.shutdown(t)
+	// A second stack on the same data dir is refused, not started beside it.
+	if r := policyctl(t, "dev", "--data-dir", dataDir, "--broker-addr", "127.0.0.1:0", "--consul-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"); r.code != 1 || !strings.Contains(r.errOut, "another `policyctl dev`") {
+		t.Errorf("second policyctl dev on %s: exit %d, stderr %q; want exit 1 saying another one runs", dataDir, r.code, r.errOut)
+	}
+	if !strings.Contains(d.banner, "nothing changed") {
+		t.Errorf("restart: banner does not say the topology was already in place:\n%s", d.banner)
+	}
+	if code, body := httpDo(t, http.MethodGet, "http://"+d.consul+"/v1/kv/dev-test/marker?raw", ""); code != 200 || body != "kept" {
+		t.Errorf("restart: consul key dev-test/marker = %d %q, want 200 \"kept\"", code, body)
+	}
+	cl, err = kgo.NewClient(kgo.SeedBrokers(d.broker), kgo.ConsumeTopics(marker),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("restart: record on %s not found: %v", marker, ctx.Err())
+		}
+		var found bool
+		fs.EachRecord(func(r *kgo.Record) { found = found || (string(r.Key) == "marker" && string(r.Value) == "kept") })
+		if found {
+			break
+		}
+	}
+}

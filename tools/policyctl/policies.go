@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+const (
+	policyPushSummary = "push full policy bodies (a JSON array or one object; - for stdin) with no PDP behind them"
+	pdpNotifySummary  = "send a PDP notification {loadedPolicies, removedPolicies} (ONAP shape; - for stdin)"
+	catchupSummary    = "ask for a catch-up of every deployment, or of one with --deployment"
+)
+
+func init() {
+	register(command{name: "policy push", summary: policyPushSummary, run: runPolicyPush})
+	register(command{name: "pdp notify", summary: pdpNotifySummary, run: runPdpNotify})
+	register(command{name: "catchup", summary: catchupSummary, run: runCatchup})
+}
+
+// runFileCommand runs a command that sends FILE|- to a North API path.
+func runFileCommand(ctx context.Context, args []string, name, summary, path string) error {
+	fs := newFlagSet(ctx, name, summary, "FILE|-")
+	api := registerAPIFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErrorf("%s takes one FILE (or - for stdin), got %d arguments", name, fs.NArg())
+	}
+	data, err := readJSONArg(ctx, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	answer, err := api.do(ctx, http.MethodPost, path, data)
+	if err != nil {
+		return err
+	}
+	return printAnswer(ctx, answer)
+}
+
+func runPolicyPush(ctx context.Context, args []string) error {
+	return runFileCommand(ctx, args, "policy push", policyPushSummary+
+		"\n\nEach body needs policyName (<policy_id>.<version>.<ext>), an all-digit policyVersion,"+
+		"\npolicyConfigStatus CONFIG_RETRIEVED and a non-empty config; at most 512 KiB as JSON.", "/v1/policies")
+}
+
+func runPdpNotify(ctx context.Context, args []string) error {
+	return runFileCommand(ctx, args, "pdp notify", pdpNotifySummary+
+		"\n\npdp-ingest fetches the named policies from the PDP (--pdp-url of pdp-ingest).", "/v1/pdp/notifications")
+}
+
+func runCatchup(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "catchup", catchupSummary+
+		"\n\nEvery component's policies are compared with the latest ones and only differences are sent.", "")
+	api := registerAPIFlags(fs)
+	deployment := fs.String("deployment", "", "catch up only this deployment_id")
+	reason := fs.String("reason", "", "why, for the logs")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("catchup takes no arguments, got %q; use --deployment ID for one deployment", fs.Args())
+	}
+	req := map[string]string{}
+	if *deployment != "" {
+		req["deployment_id"] = *deployment
+	}
+	if *reason != "" {
+		req["reason"] = *reason
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encode catch-up request: %w", err)
+	}
+	answer, err := api.do(ctx, http.MethodPost, "/v1/catchup", body)
+	if err != nil {
+		return err
+	}
+	return printAnswer(ctx, answer)
+}
