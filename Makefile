@@ -20,6 +20,8 @@ TEST_TIMEOUT ?= 30m
 # package (services/runtime/main.go is not), so new stages build without
 # editing this file.
 STAGES := $(patsubst services/%/main.go,%,$(shell grep -l '^package main$$' services/*/main.go 2>/dev/null))
+# Commands under tools/ (policyctl, devbroker, simulators), found the same way.
+TOOLS := $(patsubst tools/%/main.go,%,$(shell grep -l '^package main$$' tools/*/main.go 2>/dev/null))
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GO_BUILD := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X main.version=$(VERSION)'
@@ -57,15 +59,19 @@ $(CONSUL_BIN): tools/consul/go.mod
 	@mv $@.tmp $@
 	@$(abspath $@) version | sed -n 1p
 
-build: ## build policyctl, devbroker and every stage into bin/ (static, CGO_ENABLED=0)
+build: ## build policyctl, devbroker, the other tools and every stage into bin/ (static, CGO_ENABLED=0)
 	@mkdir -p bin
-	cd tools && $(GO_BUILD) -o ../bin/ ./policyctl ./devbroker
+	cd tools && $(GO_BUILD) -o ../bin/ $(addprefix ./,$(TOOLS))
 ifneq ($(strip $(STAGES)),)
 	cd services && $(GO_BUILD) -o ../bin/ $(addprefix ./,$(STAGES))
 endif
 	@echo "built into bin/: $$(ls bin | tr '\n' ' ')"
 
-run: build consul ## run the whole pipeline on this machine (bin/policyctl dev, flags in ARGS="..."); state in .data/
+# `make run` loads the demo (sample components and policies, an update landing
+# in Consul and in a component's script); ARGS= runs the bare stack.
+ARGS ?= --demo
+
+run: build consul ## run the whole pipeline on this machine with the demo (bin/policyctl dev, flags in ARGS="..."); state in .data/
 	bin/policyctl dev $(ARGS)
 
 test: consul ## unit tests of every module, then integration on the embedded backend (and containers when Docker works)

@@ -59,9 +59,9 @@ type writerSchema struct {
 // Codec encodes events in Avro single-object encoding with their current
 // schema and decodes records written with any known version of it.
 type Codec struct {
-	current map[string]avro.Schema      // full name -> current schema
-	currFP  map[string]Fingerprint      // full name -> fingerprint of current
-	mu      sync.RWMutex                // guards writers and resolved
+	current map[string]avro.Schema // full name -> current schema
+	currFP  map[string]Fingerprint // full name -> fingerprint of current
+	mu      sync.RWMutex           // guards writers and resolved
 	writers map[Fingerprint]writerSchema
 	// resolved holds, per writer fingerprint, the writer schema resolved
 	// into the current reader schema of the same name.

@@ -66,7 +66,7 @@ func KafkaFamily(image string) (string, error) {
 	case "kafka", "kafka-native":
 		return FamilyApacheKafka, nil
 	default:
-		return "", fmt.Errorf("Kafka image %q: unknown image family %q, want a policyflow/devbroker or an apache/kafka(-native) image", image, last)
+		return "", fmt.Errorf("PF_KAFKA_IMAGE=%q: unknown image family %q, want a policyflow/devbroker or an apache/kafka(-native) image", image, last)
 	}
 }
 

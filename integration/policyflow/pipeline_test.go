@@ -21,6 +21,7 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/northapi/api"
@@ -323,9 +324,10 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 	before := p.modifyIndexes(scn)
 	callsBefore := len(rec.calls(t))
 	p.stop()
+	consumed := p.committedOffsets()
 	p.rewindGroups()
 	p.run()
-	p.eventually("replay consumed", 2*time.Minute, p.groupsCaughtUp)
+	p.eventually("replay consumed", 2*time.Minute, func() error { return p.reached(consumed) })
 	time.Sleep(2 * time.Second) // anything a replay would do has had time to land
 	if after := p.modifyIndexes(scn); !equalMaps(before, after) {
 		t.Fatalf("replay changed Consul: before %v after %v", before, after)
@@ -382,22 +384,35 @@ func (p *pipeline) rewindGroups() {
 	}
 }
 
-func (p *pipeline) groupsCaughtUp() error {
+// committedOffsets returns every stage group's committed offsets.
+func (p *pipeline) committedOffsets() map[string]kadm.OffsetResponses {
 	adm := p.b.Admin(p.t)
-	lags, err := adm.Lag(context.Background(), p.groups()...)
-	if err != nil {
-		return err
-	}
-	for g, l := range lags {
-		if l.Error() != nil {
-			return l.Error()
+	out := map[string]kadm.OffsetResponses{}
+	for _, g := range p.groups() {
+		offs, err := adm.FetchOffsets(context.Background(), g)
+		if err != nil {
+			p.t.Fatalf("fetch offsets of %s: %v", g, err)
 		}
-		// A transactional topic ends with a commit marker that no
-		// consumer commits past: one record of lag is the end.
-		for _, ml := range l.Lag.Sorted() {
-			if ml.Lag > 1 {
-				return fmt.Errorf("group %s lags %d on %s[%d]", g, ml.Lag, ml.Topic, ml.Partition)
+		out[g] = offs
+	}
+	return out
+}
+
+// reached says whether every group has again committed at least the
+// offsets it had before the rewind: the replay has read everything the
+// first run had.
+func (p *pipeline) reached(before map[string]kadm.OffsetResponses) error {
+	now := p.committedOffsets()
+	for g, offs := range before {
+		var err error
+		offs.Each(func(o kadm.OffsetResponse) {
+			cur, ok := now[g].Lookup(o.Topic, o.Partition)
+			if err == nil && (!ok || cur.At < o.At) {
+				err = fmt.Errorf("group %s is at %d of %s[%d], first run reached %d", g, cur.At, o.Topic, o.Partition, o.At)
 			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -63,7 +63,7 @@ func TestDevbrokerServesAndKeepsRecordsInItsDataDir(t *testing.T) {
 	args := []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--partitions", "2", "--broker-config", "message.max.bytes=2097152", "--log-level", "none"}
 
 	addr, stop := startDevbroker(t, args...)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("orders"), kgo.ProducerBatchMaxBytes(4<<20))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("orders"), kgo.ProducerBatchMaxBytes(4<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		t.Fatal(err)
 	}

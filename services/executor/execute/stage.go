@@ -120,7 +120,7 @@ type executor struct {
 	cfg  Config
 	self runtime.Stage // for its consumer group
 	env  runtime.Env
-	log   zerolog.Logger
+	log  zerolog.Logger
 
 	// mu serialises the handler and the partition hooks; it guards asm
 	// and parts.
