@@ -101,7 +101,7 @@ func decodeApplied(t *testing.T, rec *kgo.Record) *events.ComponentApplied {
 }
 
 func testEnv(k runtime.Kafka, consulAddr string) runtime.Env {
-	env := runtime.NewEnv(k, runtime.Consul{Addr: consulAddr}, runtime.NewLogger(os.Stderr, "warn", true))
+	env := runtime.NewEnv(k, runtime.Consul{Addr: consulAddr}, runtime.NewLogger(os.Stderr, "error", true))
 	env.Retry = runtime.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.PollRecords = 50
 	return env

@@ -105,7 +105,7 @@ func decodeCP(t *testing.T, rec *kgo.Record) *events.ComponentPolicies {
 }
 
 func testEnv(k runtime.Kafka) runtime.Env {
-	log := runtime.NewLogger(os.Stderr, "warn", true)
+	log := runtime.NewLogger(os.Stderr, "error", true)
 	env := runtime.NewEnv(k, runtime.Consul{}, log)
 	env.Retry = runtime.Backoff{Initial: 50 * time.Millisecond, Max: 300 * time.Millisecond}
 	env.TransactionTimeout = 10 * time.Second

@@ -139,3 +139,23 @@ func BenchmarkOnComponent(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCatchupAll100k is a periodic catch-up of all 100k components
+// when every one already has what it wants (nothing is sent).
+func BenchmarkCatchupAll100k(b *testing.B) {
+	m := benchMatcher(b, false)
+	req := &events.CatchupRequest{RequestID: "cu", Scope: events.ScopeAll}
+	first, err := m.OnCatchup(0, req)
+	if err != nil || len(first) == 0 {
+		b.Fatalf("first catch-up: %d matches, %v", len(first), err)
+	}
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ms, err := m.OnCatchup(0, req)
+		if err != nil || len(ms) != 0 {
+			b.Fatalf("catch-up of an up-to-date partition: %d matches, %v", len(ms), err)
+		}
+	}
+}

@@ -756,3 +756,50 @@ func estimate(pm events.PolicyMatch) int {
 	}
 	return n
 }
+
+func TestCatalogApply(t *testing.T) {
+	valid := catalogEntry(memID, "5", nil)
+	erroredWithBody := &events.PolicyCatalogEntry{PolicyID: memID, PolicyName: memID + ".5.xml", PolicyVersion: "5",
+		Body: valid.Body, Status: events.StatusErrored, Error: strp("version 6: config is empty")}
+	erroredEmpty := &events.PolicyCatalogEntry{PolicyID: memID, Status: events.StatusErrored, Error: strp("config is empty")}
+	tests := []struct {
+		name    string
+		records []*events.PolicyCatalogEntry // nil is a tombstone
+		want    string                       // version in the view, "" when absent
+		wantErr string
+	}{
+		{name: "valid entry", records: []*events.PolicyCatalogEntry{valid}, want: "5"},
+		{name: "errored entry keeps the last valid body", records: []*events.PolicyCatalogEntry{valid, erroredWithBody}, want: "5"},
+		{name: "errored entry without a body does not replace a valid one", records: []*events.PolicyCatalogEntry{valid, erroredEmpty}, want: "5"},
+		{name: "errored entry without a body alone", records: []*events.PolicyCatalogEntry{erroredEmpty}},
+		{name: "tombstone", records: []*events.PolicyCatalogEntry{valid, nil}},
+		{name: "put after tombstone", records: []*events.PolicyCatalogEntry{valid, nil, catalogEntry(memID, "1", nil)}, want: "1"},
+		{name: "body of another policy", records: []*events.PolicyCatalogEntry{{PolicyID: memID, Body: policyBody(storID, "1", nil, nil)}},
+			wantErr: "policy_id \"DCAE.Config_VM_STORAGE\""},
+		{name: "body that is not JSON", records: []*events.PolicyCatalogEntry{{PolicyID: memID, Body: "{"}}, wantErr: "decode policy_body"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewCatalog()
+			var err error
+			for _, r := range tc.records {
+				if err = c.Apply(memID, r, t0); err != nil {
+					break
+				}
+			}
+			if tc.wantErr != "" {
+				if err == nil || !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want a refusal mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, ok := c.Lookup(memID)
+			if got := p.PolicyVersion; ok != (tc.want != "") || got != tc.want {
+				t.Fatalf("view holds %q (present %v), want %q", got, ok, tc.want)
+			}
+		})
+	}
+}

@@ -133,7 +133,7 @@ func (p *Partition) Restore(componentID string, c *events.Component) error {
 // collection means it has nothing.
 func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies) {
 	p.dropHolding(componentID)
-	if true {
+	if cp == nil || cp.Uninstalled {
 		return
 	}
 	h := p.holding(componentID, cp.DeploymentID)

@@ -2,7 +2,7 @@ package matching
 
 import (
 	"context"
-	"os"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -156,7 +156,7 @@ func sortedLines(ms []events.PolicyMatch) []string {
 }
 
 func testEnv(k runtime.Kafka) runtime.Env {
-	env := runtime.NewEnv(k, runtime.Consul{}, runtime.NewLogger(os.Stderr, "debug", true))
+	env := runtime.NewEnv(k, runtime.Consul{}, runtime.NewLogger(io.Discard, "error", false))
 	env.Retry = runtime.Backoff{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}
 	env.TransactionTimeout = 5 * time.Second
 	env.PollRecords = 50

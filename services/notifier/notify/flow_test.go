@@ -3,12 +3,15 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
@@ -16,28 +19,50 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
+// dataEnds returns, per partition, the offset after a topic's last record
+// (transaction markers excluded: a group's committed offset stops there).
+// The topic must not be written meanwhile.
+func (c *cluster) dataEnds(t *testing.T, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.k.Brokers...), kgo.ConsumeTopics(c.k.Topic(topic)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[int32]int64{}
+	for quiet := 0; quiet < 3; {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		recs := cl.PollFetches(ctx).Records()
+		cancel()
+		if len(recs) == 0 {
+			quiet++
+		}
+		for _, r := range recs {
+			out[r.Partition] = max(out[r.Partition], r.Offset+1)
+		}
+	}
+	return out
+}
+
 // waitCommitted waits until a group committed every record of a topic.
 func (c *cluster) waitCommitted(t *testing.T, group, topic string) {
 	t.Helper()
-	ctx := context.Background()
+	ends := c.dataEnds(t, topic)
 	deadline := time.Now().Add(60 * time.Second)
 	var last error
 	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		ends, err := c.adm.ListEndOffsets(ctx, c.k.Topic(topic))
-		if err != nil {
-			t.Fatal(err)
-		}
-		offs, err := c.adm.FetchOffsets(ctx, group)
+		offs, err := c.adm.FetchOffsets(context.Background(), group)
 		if err != nil {
 			last = err // the group has not committed yet
 			continue
 		}
 		done := true
-		ends.Each(func(o kadm.ListedOffset) {
-			if got, ok := offs.Lookup(o.Topic, o.Partition); o.Offset > 0 && (!ok || got.At < o.Offset) {
+		for p, end := range ends {
+			if got, ok := offs.Lookup(c.k.Topic(topic), p); !ok || got.At < end {
 				done = false
 			}
-		})
+		}
 		if done {
 			return
 		}
@@ -103,6 +128,48 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 		t.Fatalf("script calls %q, want exactly one: [policies %s]", calls, want)
 	}
 
+	// A 10 MB change for one component, in ten pieces, applies as one
+	// change: one collection, one event, written in several transactions.
+	const pieces, perPiece = 10, 10
+	for i := int32(1); i <= pieces; i++ {
+		var ps []events.Policy
+		for j := 0; j < perPiece; j++ {
+			id := fmt.Sprintf("DCAE.Config_BIG_%02d_%02d", i, j)
+			ps = append(ps, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
+				Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"blob":"%s"}}`, id, strings.Repeat("z", 100_000))})
+		}
+		c.produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u-big", DeploymentID: "dep-1", Index: i, Count: pieces,
+			Components: []events.ComponentDelta{{ComponentID: "vm-1", AddedPolicies: []events.FilterMatch{{FilterID: "big", Policies: ps}}}},
+			CreatedAt:  time.UnixMilli(3).UTC()})
+	}
+	claim, _ = waitClaim(t, consul, "dcae-vm", "u-big")
+	ev, _, err = consul.KV().Get("dcae-vm:policies/event", nil)
+	if err != nil || ev == nil {
+		t.Fatalf("event: %v %v", ev, err)
+	}
+	if err := json.Unmarshal(ev.Value, &event); err != nil || event["action"] != "updated" || event["update_id"] != "u-big" ||
+		event["policies_count"] != float64(1+pieces*perPiece) || event["generation"] != float64(2) {
+		t.Fatalf("event after the 10 MB change %s (%v)", ev.Value, err)
+	}
+	items, _, err := consul.KV().List("dcae-vm:policies/items/", nil)
+	if err != nil || len(items) != 1+pieces*perPiece {
+		t.Fatalf("%d items (%v), want %d", len(items), err, 1+pieces*perPiece)
+	}
+	txns := map[uint64]bool{}
+	for _, it := range items {
+		if strings.Contains(it.Key, "BIG") {
+			txns[it.ModifyIndex] = true
+		}
+	}
+	if len(txns) < 2 {
+		t.Fatalf("the 10 MB change was written in %d transaction(s), want several", len(txns))
+	}
+	// Linux takes at most 128 KiB in one argument: the script cannot be
+	// given this notification; the claim says so and nothing is retried.
+	if *claim.ExitCode != -1 || !strings.Contains(claim.Stderr, "128 KiB") {
+		t.Fatalf("claim of the 10 MB notification %+v", claim)
+	}
+
 	// Replay: the consul-writer and the agent-notifier start over without
 	// offsets (groups of their own) and read everything again.
 	c.waitCommitted(t, notifier.GroupIn(c.k), topology.ComponentApplied)
@@ -121,8 +188,9 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	}
 	var appliedRecords int64
 	ends.Each(func(o kadm.ListedOffset) { appliedRecords += o.Offset })
-	if appliedRecords != 2 {
-		t.Fatalf("component.applied holds %d records, want 2 (u1 and its replay)", appliedRecords)
+	// u1 is older than what Consul holds: skipped; u-big is reported again.
+	if appliedRecords != 3 {
+		t.Fatalf("component.applied holds %d records, want 3 (u1, u-big and the replay of u-big)", appliedRecords)
 	}
 	if after := folder(t, consul, "dcae-vm:policies/"); !reflect.DeepEqual(before, after) {
 		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
