@@ -21,7 +21,7 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AutoCommitMarks(),
 		kgo.AutoCommitInterval(time.Second),
-		kgo.RecordPartitioner(partitioner()),
+		kgo.RecordPartitioner(Partitioner()),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

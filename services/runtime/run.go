@@ -286,8 +286,7 @@ func (r *runner) encode(outs []Output) ([]*kgo.Record, error) {
 	for _, o := range outs {
 		rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Headers: o.Headers}
 		if o.Explicit {
-			rec.Partition = o.Partition
-			rec.Context = explicitPartition
+			Pin(rec, o.Partition)
 		}
 		switch {
 		case o.Value != nil:
@@ -321,19 +320,29 @@ func (r *runner) deadLetter(rec *kgo.Record, err error) *kgo.Record {
 	return &kgo.Record{Topic: r.env.Kafka.Topic(DLQTopic(r.stage.Name)), Key: rec.Key, Value: rec.Value, Headers: h}
 }
 
-// explicitPartition marks records whose Partition was set by the handler.
-var explicitPartition = context.WithValue(context.Background(), explicitKey{}, true)
-
 type explicitKey struct{}
 
-// partitioner honours Output.Explicit and otherwise hashes the key like
-// Kafka's default partitioner, so other clients agree on placement.
-func partitioner() kgo.Partitioner {
+// Pin places rec on the given partition when produced by a client using
+// Partitioner (to copy a record to every partition of a co-partitioned
+// topic).
+func Pin(rec *kgo.Record, partition int32) {
+	ctx := rec.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	rec.Partition = partition
+	rec.Context = context.WithValue(ctx, explicitKey{}, true)
+}
+
+// Partitioner honours Pin and otherwise hashes the key like Kafka's
+// default partitioner, so every policyflow writer and other clients agree
+// on where a key lives.
+func Partitioner() kgo.Partitioner {
 	sticky := kgo.StickyKeyPartitioner(nil)
 	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
 		tp := sticky.ForTopic(topic)
 		return func(rec *kgo.Record, n int) int {
-			if rec.Context == explicitPartition {
+			if rec.Context != nil && rec.Context.Value(explicitKey{}) != nil {
 				return int(rec.Partition)
 			}
 			return tp.Partition(rec, n)

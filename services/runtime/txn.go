@@ -21,7 +21,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		kgo.TransactionalID(fmt.Sprintf("%s-%s", r.stage.GroupIn(r.env.Kafka), randomID())),
 		kgo.TransactionTimeout(r.env.TransactionTimeout),
 		kgo.RequireStableFetchOffsets(),
-		kgo.RecordPartitioner(partitioner()),
+		kgo.RecordPartitioner(Partitioner()),
 	)
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {

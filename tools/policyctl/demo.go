@@ -29,6 +29,10 @@ var (
 	devAPIAddr string
 	devPDPAddr string
 	devDemo    bool
+	// Bound in prepare, so the banner and pdp-ingest's --pdp-url name the
+	// real addresses (ports may be 0 = free).
+	devAPIListener net.Listener
+	devPDPListener net.Listener
 )
 
 func init() {
@@ -37,7 +41,8 @@ func init() {
 		flags: func(fs *flag.FlagSet) {
 			fs.StringVar(&devAPIAddr, "api-addr", runtime.EnvOr("PF_API_ADDR", "127.0.0.1:8080"), "host:port of the North API; empty to not run it (env PF_API_ADDR)")
 		},
-		run: runDevAPI,
+		prepare: prepareDevAPI,
+		run:     runDevAPI,
 	})
 	registerDevHook(devHook{
 		name: "pdp-simulator",
@@ -45,11 +50,12 @@ func init() {
 			fs.StringVar(&devPDPAddr, "pdp-addr", runtime.EnvOr("PF_DEV_PDP_ADDR", "127.0.0.1:8181"), "host:port of the PDP simulator (pdp-ingest's default --pdp-url); empty to not run it (env PF_DEV_PDP_ADDR)")
 			fs.BoolVar(&devDemo, "demo", false, "load the sample components and policies and show an update landing in Consul and in a component's script")
 		},
-		run: runDevPDP,
+		prepare: prepareDevPDP,
+		run:     runDevPDP,
 	})
 }
 
-func runDevAPI(ctx context.Context, s *devStack) error {
+func prepareDevAPI(_ context.Context, s *devStack) error {
 	if devAPIAddr == "" {
 		return nil
 	}
@@ -57,17 +63,38 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pick another with --api-addr)", devAPIAddr, err)
 	}
-	fmt.Fprintf(s.Out, "  North API        http://%s   (policyctl --api http://%s)\n", ln.Addr(), ln.Addr())
-	return api.ServeListener(ctx, s.Env, ln, api.Options{})
+	devAPIListener = ln
+	s.AddBannerLine("North API", fmt.Sprintf("http://%s   (policyctl --api http://%s)", ln.Addr(), ln.Addr()))
+	return nil
 }
 
-func runDevPDP(ctx context.Context, s *devStack) error {
+func runDevAPI(ctx context.Context, s *devStack) error {
+	if devAPIListener == nil {
+		return nil
+	}
+	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{})
+}
+
+func prepareDevPDP(_ context.Context, s *devStack) error {
 	if devPDPAddr == "" {
 		return nil
 	}
 	ln, err := net.Listen("tcp", devPDPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pick another with --pdp-addr)", devPDPAddr, err)
+	}
+	devPDPListener = ln
+	if s.StageConfig.PDPURL == "" { // --pdp-url not given: pdp-ingest asks the simulator
+		s.StageConfig.PDPURL = "http://" + ln.Addr().String()
+	}
+	s.AddBannerLine("PDP simulator", fmt.Sprintf("http://%s/getConfig", ln.Addr()))
+	return nil
+}
+
+func runDevPDP(ctx context.Context, s *devStack) error {
+	ln := devPDPListener
+	if ln == nil {
+		return nil
 	}
 	sim := pdp.NewServer(pdp.WithLogger(s.Env.Log.With().Str("component", "pdpsim").Logger()))
 	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -77,10 +104,9 @@ func runDevPDP(ctx context.Context, s *devStack) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	fmt.Fprintf(s.Out, "  PDP simulator    http://%s/getConfig\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	if devDemo && devAPIAddr != "" {
+	if devDemo && devAPIListener != nil {
 		if err := runDemo(ctx, s, sim); err != nil && ctx.Err() == nil {
 			// The stack stays up: a demo that did not finish is reported,
 			// not fatal.
@@ -109,7 +135,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		return err
 	}
-	base := "http://" + devAPIAddr
+	base := "http://" + devAPIListener.Addr().String()
 	notifyURL := base + "/v1/pdp/notifications"
 	if err := waitHTTP(ctx, base+"/readyz"); err != nil {
 		return fmt.Errorf("North API not ready: %w", err)

@@ -3,22 +3,14 @@ package execute
 import (
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/segmenter/segment"
 )
 
 // Update is one whole per-deployment update: every piece of an update_id
 // put back together.
-type Update struct {
-	UpdateID     string
-	DeploymentID string
-	CatchUp      bool
-	CreatedAt    time.Time
-	// Components holds one delta per component, merged across the pieces
-	// in piece order, in the order the components first appear.
-	Components []events.ComponentDelta
-}
+type Update = events.PolicyMatch
 
 // Assembler collects the pieces i/n of each update_id and hands out the
 // whole update once every piece is in. It tolerates a piece delivered
@@ -78,7 +70,8 @@ func (a *Assembler) Add(partition int32, seg *events.PolicySegment) (upd *Update
 	}
 	if seg.Count == 1 {
 		delete(a.latest, dk)
-		return merge([]*events.PolicySegment{seg}), abandoned, nil
+		u, err := segment.Assemble([]events.PolicySegment{*seg})
+		return u, abandoned, err
 	}
 	a.latest[dk] = seg.UpdateID
 	p, ok := a.pending[seg.UpdateID]
@@ -100,11 +93,13 @@ func (a *Assembler) Add(partition int32, seg *events.PolicySegment) (upd *Update
 	if int32(len(p.pieces)) < p.count {
 		return nil, abandoned, nil
 	}
-	segs := make([]*events.PolicySegment, 0, p.count)
+	segs := make([]events.PolicySegment, 0, p.count)
 	for i := int32(1); i <= p.count; i++ {
-		segs = append(segs, p.pieces[i])
+		segs = append(segs, *p.pieces[i])
 	}
-	return merge(segs), abandoned, nil
+	// The segmenter's own inverse of Split puts the pieces together.
+	u, err := segment.Assemble(segs)
+	return u, abandoned, err
 }
 
 // Done forgets a complete update once it was applied.
@@ -159,41 +154,4 @@ func (a *Assembler) Pending() []PendingInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UpdateID < out[j].UpdateID })
 	return out
-}
-
-// merge puts pieces (in index order) together into one update.
-func merge(segs []*events.PolicySegment) *Update {
-	first := segs[0]
-	u := &Update{UpdateID: first.UpdateID, DeploymentID: first.DeploymentID, CatchUp: first.CatchUp, CreatedAt: first.CreatedAt}
-	pos := map[string]int{}
-	for _, s := range segs {
-		for _, d := range s.Components {
-			at, ok := pos[d.ComponentID]
-			if !ok {
-				at = len(u.Components)
-				pos[d.ComponentID] = at
-				u.Components = append(u.Components, events.ComponentDelta{ComponentID: d.ComponentID})
-			}
-			out := &u.Components[at]
-			out.RemovedPolicies = append(out.RemovedPolicies, d.RemovedPolicies...)
-			out.UpdatedPolicies = append(out.UpdatedPolicies, d.UpdatedPolicies...)
-			for _, fm := range d.AddedPolicies {
-				merged := false
-				for i := range out.AddedPolicies {
-					if out.AddedPolicies[i].FilterID == fm.FilterID {
-						out.AddedPolicies[i].Policies = append(out.AddedPolicies[i].Policies, fm.Policies...)
-						merged = true
-						break
-					}
-				}
-				if !merged {
-					out.AddedPolicies = append(out.AddedPolicies, events.FilterMatch{
-						FilterID: fm.FilterID,
-						Policies: append([]events.Policy(nil), fm.Policies...),
-					})
-				}
-			}
-		}
-	}
-	return u
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
@@ -128,11 +127,11 @@ type executor struct {
 	asm   *Assembler
 	parts map[int32]*partState
 
-	comps    *liveTable
+	// tables follows deploy.components and component.policies.
+	tables   *runtime.Follower
 	compsMu  sync.RWMutex
 	compRows map[string]componentRow
 
-	pols      *liveTable
 	polsMu    sync.Mutex
 	committed map[string]*events.ComponentPolicies // from component.policies
 	overlay   map[string]overlayEntry              // own writes not yet read back
@@ -151,25 +150,18 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.overlay = map[string]overlayEntry{}
 
 	var err error
-	e.comps, err = startTable(env.Kafka, topology.DeployComponents, env.Codec, e.log, e.applyComponent)
+	e.tables, err = runtime.Follow(env.Kafka, e.log, map[string]runtime.ApplyFunc{
+		topology.DeployComponents:  runtime.Decoded(env.Codec, e.applyComponent),
+		topology.ComponentPolicies: runtime.Decoded(env.Codec, e.applyCollection),
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	e.pols, err = startTable(env.Kafka, topology.ComponentPolicies, env.Codec, e.log, e.applyCollection)
-	if err != nil {
-		e.comps.close()
-		return nil, nil, fmt.Errorf("executor: %w", err)
-	}
-	closeFn := func() {
-		e.comps.close()
-		e.pols.close()
-	}
+	closeFn := e.tables.Close
 	start := time.Now()
-	for _, t := range []*liveTable{e.comps, e.pols} {
-		if err := t.waitCaughtUp(ctx); err != nil {
-			closeFn()
-			return nil, nil, fmt.Errorf("executor: read %s: %w", t.base, err)
-		}
+	if err := e.tables.WaitCaughtUp(ctx); err != nil {
+		closeFn()
+		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
 	e.compsMu.RLock()
 	nComps := len(e.compRows)
@@ -241,7 +233,7 @@ func (e *executor) component(ctx context.Context, id string) (componentRow, bool
 	}
 	wctx, cancel := context.WithTimeout(ctx, componentWait)
 	defer cancel()
-	if err := e.comps.waitCaughtUp(wctx); err != nil {
+	if err := e.tables.WaitCaughtUp(wctx, topology.DeployComponents); err != nil {
 		return row, false, err
 	}
 	e.compsMu.RLock()
@@ -255,7 +247,7 @@ func (e *executor) component(ctx context.Context, id string) (componentRow, bool
 // drops what this member wrote for that partition and may have been
 // aborted.
 func (e *executor) barrier(ctx context.Context, partition int32) error {
-	if err := e.pols.waitCaughtUp(ctx); err != nil {
+	if err := e.tables.WaitCaughtUp(ctx, topology.ComponentPolicies); err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	e.dropOverlay(partition)
@@ -271,7 +263,7 @@ func (e *executor) assigned(ctx context.Context, env runtime.Env, assigned map[s
 	if len(ps) == 0 {
 		return nil
 	}
-	offsets, err := committedOffsets(ctx, env.Kafka, e.self.GroupIn(env.Kafka), topology.PolicySegments)
+	offsets, err := runtime.CommittedOffsets(ctx, env.Kafka, e.self.GroupIn(env.Kafka), topology.PolicySegments)
 	if err != nil {
 		return fmt.Errorf("executor: restore assigned partitions %v: %w", ps, err)
 	}
@@ -329,36 +321,6 @@ func (e *executor) dropOverlay(p int32) {
 	}
 }
 
-// committedOffsets returns the group's committed offset per partition of
-// a topic.
-func committedOffsets(ctx context.Context, k runtime.Kafka, group, base string) (map[int32]int64, error) {
-	opts, err := k.ClientOpts()
-	if err != nil {
-		return nil, err
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	// RequireStable waits for the previous owner's pending transactional
-	// offset commit to end, so the offset is the one consuming resumes at.
-	resp, err := kadm.NewClient(cl).FetchOffsets(kadm.RequireStable(ctx), group)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("fetch committed offsets of group %s: %w", group, err)
-	}
-	out := map[int32]int64{}
-	resp.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == k.Topic(base) && o.At >= 0 {
-			out[o.Partition] = o.At
-		}
-	})
-	return out, nil
-}
-
 // rebuffer reads back the records before offset c of a partition and
 // keeps the pieces of the update they leave incomplete. Callers hold mu.
 func (e *executor) rebuffer(ctx context.Context, p int32, c int64) error {
@@ -368,17 +330,17 @@ func (e *executor) rebuffer(ctx context.Context, p int32, c int64) error {
 		e.asm.Drop(p)
 		pieces := 0
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := readRange(rctx, e.env.Kafka, topology.PolicySegments, p, start, c, func(rec *kgo.Record) {
+		err := runtime.ReadRange(rctx, e.env.Kafka, topology.PolicySegments, map[int32]int64{p: start}, map[int32]int64{p: c}, func(rec *kgo.Record) error {
 			if rec.Value == nil {
-				return
+				return nil
 			}
 			ev, err := e.env.Codec.Decode(ctx, rec.Value)
 			if err != nil {
-				return // it was dead-lettered when first read
+				return nil // it was dead-lettered when first read
 			}
 			seg, ok := ev.(*events.PolicySegment)
 			if !ok {
-				return
+				return nil
 			}
 			if seg.DeploymentID == "" {
 				seg.DeploymentID = string(rec.Key)
@@ -387,6 +349,7 @@ func (e *executor) rebuffer(ctx context.Context, p int32, c int64) error {
 			if upd, _, err := e.asm.Add(p, seg); err == nil && upd != nil {
 				e.asm.Done(upd.UpdateID) // complete before c: it was applied
 			}
+			return nil
 		})
 		cancel()
 		if err != nil {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -285,10 +285,8 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 	}
 	recs := make([]*kgo.Record, n)
 	for p := range recs {
-		recs[p] = &kgo.Record{
-			Topic: topic, Key: []byte(key), Value: value, Partition: int32(p),
-			Context: context.WithValue(r.Context(), explicitKey{}, true),
-		}
+		recs[p] = &kgo.Record{Topic: topic, Key: []byte(key), Value: value, Context: r.Context()}
+		runtime.Pin(recs[p], int32(p))
 	}
 	if err := s.produce(r.Context(), recs...); err != nil {
 		return s.produceFailed(err)

@@ -96,7 +96,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	kopts = append(kopts,
 		kgo.WithLogger(runtime.KgoLogger(s.log)),
 		kgo.ClientID("policyflow-north-api"),
-		kgo.RecordPartitioner(partitioner()),
+		kgo.RecordPartitioner(runtime.Partitioner()),
 		kgo.RecordDeliveryTimeout(opts.ProduceTimeout),
 		kgo.ProducerLinger(0),
 	)
@@ -212,25 +212,6 @@ func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts O
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	return first
-}
-
-// explicitKey marks a record context whose Partition was chosen.
-type explicitKey struct{}
-
-// partitioner honours explicit partitions (fan-out to every partition)
-// and otherwise hashes the key like Kafka's default partitioner, as every
-// policyflow writer does, so a key lands where the stages expect it.
-func partitioner() kgo.Partitioner {
-	sticky := kgo.StickyKeyPartitioner(nil)
-	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
-		tp := sticky.ForTopic(topic)
-		return func(rec *kgo.Record, n int) int {
-			if rec.Context != nil && rec.Context.Value(explicitKey{}) != nil {
-				return int(rec.Partition)
-			}
-			return tp.Partition(rec, n)
-		}
-	})
 }
 
 // produce writes records and waits for them to be acknowledged.
