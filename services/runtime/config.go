@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -170,4 +171,20 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	return opts, nil
+}
+
+// Client returns a Consul API client for the configured agent.
+func (c Consul) Client() (*consulapi.Client, error) {
+	cfg := consulapi.DefaultNonPooledConfig()
+	if c.Addr != "" {
+		cfg.Address = c.Addr
+	}
+	if c.Token != "" {
+		cfg.Token = c.Token
+	}
+	cl, err := consulapi.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
+	}
+	return cl, nil
 }

@@ -168,7 +168,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 			return err
 		}
 	}
-	kv, err := consulapi.NewClient(&consulapi.Config{Address: s.Consul.Addr, Token: s.Consul.Token})
+	kv, err := s.Consul.Client()
 	if err != nil {
 		return err
 	}

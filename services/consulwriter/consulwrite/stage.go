@@ -43,24 +43,8 @@ type writer struct {
 	log zerolog.Logger
 }
 
-// NewConsulClient returns a Consul client for the configured agent.
-func NewConsulClient(c runtime.Consul) (*api.Client, error) {
-	cfg := api.DefaultNonPooledConfig()
-	if c.Addr != "" {
-		cfg.Address = c.Addr
-	}
-	if c.Token != "" {
-		cfg.Token = c.Token
-	}
-	cl, err := api.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
-	}
-	return cl, nil
-}
-
 func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.Handler, func(), error) {
-	cl, err := NewConsulClient(env.Consul)
+	cl, err := env.Consul.Client()
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}

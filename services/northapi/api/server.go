@@ -107,13 +107,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("north api: create Kafka producer: %w", err)
 	}
-	ccfg := capi.DefaultConfig()
-	ccfg.Address = env.Consul.Addr
-	ccfg.Token = env.Consul.Token
-	s.consul, err = capi.NewClient(ccfg)
+	s.consul, err = env.Consul.Client()
 	if err != nil {
 		s.cl.Close()
-		return nil, fmt.Errorf("north api: create Consul client for %s: %w", env.Consul.Addr, err)
+		return nil, fmt.Errorf("north api: %w", err)
 	}
 	s.reader = newReader(env.Kafka, env.Health, s.log, map[string]applyFunc{
 		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,

@@ -85,16 +85,9 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.Handler, f
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	cfg := api.DefaultNonPooledConfig()
-	if env.Consul.Addr != "" {
-		cfg.Address = env.Consul.Addr
-	}
-	if env.Consul.Token != "" {
-		cfg.Token = env.Consul.Token
-	}
-	cl, err := api.NewClient(cfg)
+	cl, err := env.Consul.Client()
 	if err != nil {
-		return nil, nil, fmt.Errorf("agent-notifier: consul client for %s: %w", cfg.Address, err)
+		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}
 	n.kv, n.txn = cl.KV(), cl.Txn()
 	n.http = &http.Client{}
