@@ -2,9 +2,11 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -157,4 +159,21 @@ func contains(ps []int32, p int32) bool {
 		}
 	}
 	return false
+}
+
+// PartitionCount returns a topic's partition count from the brokers'
+// metadata, for writers that copy a record to every partition.
+func PartitionCount(ctx context.Context, adm *kadm.Client, topic string) (int32, error) {
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("read the metadata of %s: %w", topic, err)
+	}
+	d, ok := td[topic]
+	if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || (d.Err == nil && len(d.Partitions) == 0) {
+		return 0, fmt.Errorf("topic %s %w", topic, ErrNoTopic)
+	}
+	if d.Err != nil {
+		return 0, fmt.Errorf("read the metadata of %s: %w", topic, d.Err)
+	}
+	return int32(len(d.Partitions)), nil
 }

@@ -11,7 +11,6 @@ import (
 
 	capi "github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
@@ -275,7 +274,7 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 		key = d
 	}
 	topic := s.env.Kafka.Topic(topology.CatchupRequests)
-	n, err := s.partitions(r, topic)
+	n, err := runtime.PartitionCount(r.Context(), kadm.NewClient(s.cl), topic)
 	if err != nil {
 		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
 	}
@@ -292,25 +291,8 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 		return s.produceFailed(err)
 	}
 	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
-	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
+	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: int(n)})
 	return nil
-}
-
-// partitions returns the partition count of topic from the brokers.
-func (s *Server) partitions(r *http.Request, topic string) (int, error) {
-	adm := kadm.NewClient(s.cl)
-	td, err := adm.ListTopics(r.Context(), topic)
-	if err != nil {
-		return 0, fmt.Errorf("read the metadata of %s: %w", topic, err)
-	}
-	d, ok := td[topic]
-	if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || len(d.Partitions) == 0 {
-		return 0, fmt.Errorf("topic %s does not exist", topic)
-	}
-	if d.Err != nil {
-		return 0, fmt.Errorf("read the metadata of %s: %w", topic, d.Err)
-	}
-	return len(d.Partitions), nil
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {

@@ -181,7 +181,9 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 	adm := kadm.NewClient(cl)
 	topic := env.Kafka.Topic(topology.PolicyChanges)
 	for attempt := 0; ; attempt++ {
-		n, err := partitionCount(ctx, adm, topic)
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := runtime.PartitionCount(lctx, adm, topic)
+		cancel()
 		if err == nil {
 			g.fanout.Store(n)
 			break
@@ -211,7 +213,9 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 			case <-rctx.Done():
 				return
 			case <-t.C:
-				n, err := partitionCount(rctx, adm, topic)
+				lctx, cancel := context.WithTimeout(rctx, 10*time.Second)
+				n, err := runtime.PartitionCount(lctx, adm, topic)
+				cancel()
 				if err != nil {
 					g.log.Warn().Err(err).Str("topic", topic).Msg("re-read the partition count of the change topic")
 					continue
@@ -232,26 +236,6 @@ func (g *ingester) close() {
 		g.stop()
 		<-g.done
 	}
-}
-
-func partitionCount(ctx context.Context, adm *kadm.Client, topic string) (int32, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	td, err := adm.ListTopics(cctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	d, ok := td[topic]
-	if !ok {
-		return 0, fmt.Errorf("topic %s is not in the metadata", topic)
-	}
-	if d.Err != nil {
-		return 0, fmt.Errorf("topic %s: %w", topic, d.Err)
-	}
-	if len(d.Partitions) == 0 {
-		return 0, fmt.Errorf("topic %s has no partition", topic)
-	}
-	return int32(len(d.Partitions)), nil
 }
 
 // load reads the catalog partitions numbered like the given input
