@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
 )
 
@@ -45,13 +46,6 @@ func (f configFlag) Set(s string) error {
 	}
 	f[strings.TrimSpace(k)] = v
 	return nil
-}
-
-func env(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func main() {
@@ -83,15 +77,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(fs.Output(), "Usage: devbroker [flags]\n\nRuns a single-node Kafka-protocol broker (kfake) with optional on-disk state.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", env("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port to accept Kafka connections on; port 0 picks a free one (env PF_BROKER_LISTEN)")
-	advertise := fs.String("advertise", env("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to; default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
-	dataDir := fs.String("data-dir", env("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
-	defParts, err := strconv.Atoi(env("PF_BROKER_PARTITIONS", "10"))
+	listen := fs.String("listen", runtime.EnvOr("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port to accept Kafka connections on; port 0 picks a free one (env PF_BROKER_LISTEN)")
+	advertise := fs.String("advertise", runtime.EnvOr("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to; default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
+	dataDir := fs.String("data-dir", runtime.EnvOr("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
+	defParts, err := strconv.Atoi(runtime.EnvOr("PF_BROKER_PARTITIONS", "10"))
 	if err != nil {
 		return fmt.Errorf("PF_BROKER_PARTITIONS=%q: want a number", os.Getenv("PF_BROKER_PARTITIONS"))
 	}
 	partitions := fs.Int("partitions", defParts, "partitions of topics created without a count (env PF_BROKER_PARTITIONS)")
-	logLevel := fs.String("log-level", env("PF_LOG_LEVEL", "warn"), "log level: none, error, warn, info, debug (env PF_LOG_LEVEL)")
+	logLevel := fs.String("log-level", runtime.EnvOr("PF_LOG_LEVEL", "warn"), "log level: none, error, warn, info, debug (env PF_LOG_LEVEL)")
 	cfgs := configFlag{}
 	fs.Var(cfgs, "broker-config", "broker config key=value, repeatable, e.g. log.cleaner.backoff.ms=1000 or message.max.bytes=2097152")
 
@@ -107,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *partitions < 1 || *partitions > 1<<20 {
 		return fmt.Errorf("--partitions %d: want a number between 1 and %d", *partitions, 1<<20)
 	}
-	level, err := parseLevel(*logLevel)
+	level, err := devstack.ParseLogLevel(*logLevel)
 	if err != nil {
 		return err
 	}
@@ -131,20 +125,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintln(stderr, "devbroker: shutting down (interrupt again to force)")
 	b.Close()
 	return nil
-}
-
-func parseLevel(s string) (zerolog.Level, error) {
-	switch strings.ToLower(s) {
-	case "none", "off", "disabled":
-		return zerolog.Disabled, nil
-	case "error":
-		return zerolog.ErrorLevel, nil
-	case "warn", "warning":
-		return zerolog.WarnLevel, nil
-	case "info":
-		return zerolog.InfoLevel, nil
-	case "debug":
-		return zerolog.DebugLevel, nil
-	}
-	return zerolog.NoLevel, fmt.Errorf("--log-level %q: want none, error, warn, info or debug", s)
 }

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
@@ -146,22 +145,6 @@ func selectStages(all []runtime.Stage, only string) ([]runtime.Stage, error) {
 	return out, nil
 }
 
-func parseBrokerLogLevel(s string) (zerolog.Level, error) {
-	switch strings.ToLower(s) {
-	case "none", "off":
-		return zerolog.Disabled, nil
-	case "error":
-		return zerolog.ErrorLevel, nil
-	case "warn", "warning":
-		return zerolog.WarnLevel, nil
-	case "info":
-		return zerolog.InfoLevel, nil
-	case "debug":
-		return zerolog.DebugLevel, nil
-	}
-	return zerolog.NoLevel, usageErrorf("--broker-log-level %q: want none, error, warn, info or debug", s)
-}
-
 // defaultDataDir is .data in the repository root, or in the working
 // directory outside a checkout.
 func defaultDataDir() (string, error) {
@@ -193,9 +176,9 @@ func runDev(ctx context.Context, args []string) error {
 	if f.partitions < 0 || f.partitions > 1<<16 {
 		return usageErrorf("--partitions %d: want 0 (the topology's counts) or a positive count", f.partitions)
 	}
-	brokerLevel, err := parseBrokerLogLevel(f.brokerLogLevel)
+	brokerLevel, err := devstack.ParseLogLevel(f.brokerLogLevel)
 	if err != nil {
-		return err
+		return usageErrorf("--broker-log-level: %v", err)
 	}
 	// Check --stages now; the stages are built after the prepare hooks.
 	if _, err := selectStages(stages.All(), f.only); err != nil {
