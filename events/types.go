@@ -68,6 +68,7 @@ type ComponentDelta struct {
 	UpdatedPolicies []Policy        `avro:"updated_policies" json:"updated_policies"`
 	AddedPolicies   []FilterMatch   `avro:"added_policies" json:"added_policies"`
 	RemovedPolicies []RemovedPolicy `avro:"removed_policies" json:"removed_policies"`
+	Uninstall       bool            `avro:"uninstall" json:"uninstall,omitempty"`
 }
 
 // LoadedPolicy is an ONAP loadedPolicies entry.

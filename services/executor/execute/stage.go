@@ -499,12 +499,19 @@ func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []
 		if err := checkDelta(d); err != nil {
 			return nil, nil, runtime.Permanent(fmt.Errorf("executor: apply update %s to component %s: %w", upd.UpdateID, d.ComponentID, err))
 		}
-		row, known, err := e.component(ctx, d.ComponentID)
-		if err != nil {
-			return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w", upd.UpdateID, d.ComponentID, err)
-		}
-		if !known {
-			return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w yet", upd.UpdateID, d.ComponentID, errUnknownComponent)
+		// The matcher marks the delta of a tombstone: the executor's own
+		// view of deploy.components may not have read the tombstone yet.
+		row := componentRow{deleted: true}
+		if !d.Uninstall {
+			var known bool
+			var err error
+			row, known, err = e.component(ctx, d.ComponentID)
+			if err != nil {
+				return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w", upd.UpdateID, d.ComponentID, err)
+			}
+			if !known {
+				return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w yet", upd.UpdateID, d.ComponentID, errUnknownComponent)
+			}
 		}
 		cur := e.current(d.ComponentID)
 		var gen int64

@@ -218,7 +218,7 @@ func TestExecutorStage(t *testing.T) {
 
 	// Uninstall: the component's tombstone, then the delta removing all.
 	c.produce(t, topology.DeployComponents, "c1", nil)
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u5", 1, 1, events.ComponentDelta{ComponentID: "c1",
+	c.produce(t, topology.PolicySegments, "dep-1", piece("u5", 1, 1, events.ComponentDelta{ComponentID: "c1", Uninstall: true,
 		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "X"}, {PolicyID: "Y"}}}))
 	recs = out.until(4, 60*time.Second)
 	if len(recs) != 4 {

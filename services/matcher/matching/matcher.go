@@ -228,7 +228,7 @@ func (m *Matcher) uninstall(p *Partition, componentID string) []events.PolicyMat
 	} else {
 		dep = h.deployment
 	}
-	d := events.ComponentDelta{ComponentID: componentID}
+	d := events.ComponentDelta{ComponentID: componentID, Uninstall: true}
 	if h != nil {
 		ids := make([]string, 0, len(h.policies))
 		for id := range h.policies {

@@ -106,7 +106,7 @@ func pol(id, version string, mc map[string]any) events.Policy {
 }
 
 // render writes matches the way an operator reads them: one line per
-// component delta, "<deployment> <component>[ catch-up]" then "+filter:P@v"
+// component delta, "<deployment> <component>[ catch-up][ uninstall]" then "+filter:P@v"
 // for added, "~P@v" for updated and "-P@v" for removed policies ("=" for
 // an empty delta).
 func render(ms []events.PolicyMatch) []string {
@@ -116,6 +116,9 @@ func render(ms []events.PolicyMatch) []string {
 			line := m.DeploymentID + " " + d.ComponentID
 			if m.CatchUp {
 				line += " catch-up"
+			}
+			if d.Uninstall {
+				line += " uninstall"
 			}
 			n := 0
 			for _, r := range d.RemovedPolicies {
@@ -387,7 +390,7 @@ func TestMatcherScenarios(t *testing.T) {
 				},
 			},
 			steps: []step{
-				{name: "tombstone", do: onTombstone("c1"), want: []string{"d1 c1 -DCAE.Config_VM_MEMORY@3 -DCAE.Config_multi_A@7"}},
+				{name: "tombstone", do: onTombstone("c1"), want: []string{"d1 c1 uninstall -DCAE.Config_VM_MEMORY@3 -DCAE.Config_multi_A@7"}},
 				{name: "tombstone again", do: onTombstone("c1")},
 				{name: "changes no longer reach it", do: onChange(updated(memID, "3", "4", nil)),
 					want: []string{"d1 c2 ~DCAE.Config_VM_MEMORY@4"}},
@@ -403,7 +406,7 @@ func TestMatcherScenarios(t *testing.T) {
 			steps: []step{
 				{name: "changes leave it alone", do: onChange(updated(memID, "3", "4", nil))},
 				{name: "catch-up leaves it alone", do: onCatchup("")},
-				{name: "its tombstone", do: onTombstone("c1"), want: []string{"d1 c1 -DCAE.Config_VM_MEMORY@3"}},
+				{name: "its tombstone", do: onTombstone("c1"), want: []string{"d1 c1 uninstall -DCAE.Config_VM_MEMORY@3"}},
 			},
 		},
 		{
@@ -413,7 +416,7 @@ func TestMatcherScenarios(t *testing.T) {
 				{name: "same definition again", do: onComponent(comp("c1", "d1", []string{memID}))},
 				{name: "the policy appears", do: onChange(updated(memID, "", "1", nil)), want: []string{"d1 c1 +policy_ids:DCAE.Config_VM_MEMORY@1"}},
 				{name: "component no longer wants it", do: onComponent(comp("c1", "d1", nil)), want: []string{"d1 c1 -DCAE.Config_VM_MEMORY@1"}},
-				{name: "tombstone of a component with nothing", do: onTombstone("c1"), want: []string{"d1 c1 ="}},
+				{name: "tombstone of a component with nothing", do: onTombstone("c1"), want: []string{"d1 c1 uninstall ="}},
 			},
 		},
 		{
@@ -519,7 +522,7 @@ func TestMatcherScenarios(t *testing.T) {
 			steps: []step{
 				{name: "change", do: onChange(updated(multiA, "1", "2", kv1))},
 				{name: "catch-up", do: onCatchup("")},
-				{name: "tombstone", do: onTombstone("c1"), want: []string{"d1 c1 -DCAE.Config_multi_A@1"}},
+				{name: "tombstone", do: onTombstone("c1"), want: []string{"d1 c1 uninstall -DCAE.Config_multi_A@1"}},
 			},
 		},
 		{

@@ -280,7 +280,7 @@ func TestStageOnKafka(t *testing.T) {
 	final := append(slices.Clone(afterChange),
 		"d1 c1 ~DCAE.Config_VM_MEMORY@223",
 		"d2 c3 ~DCAE.Config_VM_MEMORY@223",
-		"d1 c2 -DCAE.Config_multi_A@1",
+		"d1 c2 uninstall -DCAE.Config_multi_A@1",
 	)
 	sort.Strings(final)
 	if got := sortedLines(decodeMatches(t, matches.wait(len(final), 90*time.Second))); !slices.Equal(got, final) {
