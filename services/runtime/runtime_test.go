@@ -1,9 +1,8 @@
-package runtime
+package runtime_test
 
 import (
 	"context"
 	"errors"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,143 +10,69 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
-func newCluster(t *testing.T) (Kafka, *kadm.Client) {
+// newCluster is an in-process Kafka with the topics of the tests' stages.
+func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	k := Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
-	for _, tp := range []string{"in", "out", "dlq.echo", "dlq.sink"} {
-		resp, err := adm.CreateTopic(context.Background(), 3, 1, nil, k.Topic(tp))
-		if err != nil || resp.Err != nil {
-			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
-		}
-	}
-	return k, adm
-}
-
-func testEnv(k Kafka) Env {
-	env := NewEnv(k, Consul{}, NewLogger(io.Discard, "error", false))
-	env.Retry = Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}
-	env.TransactionTimeout = 5 * time.Second
-	env.PollRecords = 50
-	return env
+	return stagetest.NewCluster(t, 3, "in", "out", "dlq.echo", "dlq.sink")
 }
 
 func req(id string) *events.CatchupRequest {
 	return &events.CatchupRequest{RequestID: id, Scope: events.ScopeAll, Reason: "test", RequestedAt: time.UnixMilli(1).UTC()}
 }
 
-func produce(t *testing.T, k Kafka, n int, poisonAt int) {
+// produce writes n requests keyed k0, k1, ... to "in"; the one at poisonAt
+// (none when negative) is not Avro.
+func produce(t *testing.T, c *stagetest.Cluster, n int, poisonAt int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	var recs []*kgo.Record
 	for i := 0; i < n; i++ {
-		key := []byte("k" + strconv.Itoa(i))
-		v, _ := events.Default().Encode(req("r" + strconv.Itoa(i)))
+		rec := c.Record(t, "in", "k"+strconv.Itoa(i), req("r"+strconv.Itoa(i)))
 		if i == poisonAt {
-			v = []byte("definitely not avro")
+			rec.Value = []byte("definitely not avro")
 		}
-		recs = append(recs, &kgo.Record{Topic: k.Topic("in"), Key: key, Value: v})
+		recs = append(recs, rec)
 	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	c.ProduceRecords(t, recs...)
 }
 
-// readAll reads a topic with read_committed until want records arrived or
-// the deadline passed.
-func readAll(t *testing.T, k Kafka, topic string, want int, wait time.Duration) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(k.Topic(topic)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	deadline := time.Now().Add(wait)
-	for len(out) < want && time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		out = append(out, fs.Records()...)
-	}
-	// Linger briefly for records beyond want (duplicates would show here).
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	out = append(out, cl.PollFetches(ctx).Records()...)
-	cancel()
-	return out
-}
-
-func echoStage(calls *atomic.Int64) Stage {
-	return Stage{
+func echoStage(calls *atomic.Int64) runtime.Stage {
+	return runtime.Stage{
 		Name:   "echo",
-		Mode:   Transactional,
+		Mode:   runtime.Transactional,
 		Inputs: []string{"in"},
-		Setup: func(context.Context, Env) (Handler, func(), error) {
-			return func(_ context.Context, in Input) ([]Output, error) {
+		Setup: func(context.Context, runtime.Env) (runtime.Handler, func(), error) {
+			return func(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
 				calls.Add(1)
 				r := in.Value.(*events.CatchupRequest)
-				return []Output{{Topic: "out", Key: in.Key, Value: req("out-" + r.RequestID)}}, nil
+				return []runtime.Output{{Topic: "out", Key: in.Key, Value: req("out-" + r.RequestID)}}, nil
 			}, nil, nil
 		},
 	}
 }
 
-func header(r *kgo.Record, k string) string {
-	for _, h := range r.Headers {
-		if h.Key == k {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 func TestTransactionalEchoWithPoisonRecord(t *testing.T) {
-	k, _ := newCluster(t)
-	produce(t, k, 100, 42)
-	env := testEnv(k)
+	c := newCluster(t)
+	k := c.Kafka
+	produce(t, c, 100, 42)
 	var calls atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- echoStage(&calls).Run(ctx, env) }()
+	stop := stagetest.Run(t, echoStage(&calls), stagetest.Env(k, runtime.Consul{}))
 
-	out := readAll(t, k, "out", 99, 60*time.Second)
-	dlq := readAll(t, k, "dlq.echo", 1, 30*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("stage: %v", err)
-	}
+	out := c.Read(t, "out", 99, 60*time.Second)
+	dlq := c.Read(t, "dlq.echo", 1, 30*time.Second)
+	stop()
 	if len(out) != 99 {
 		t.Fatalf("got %d outputs, want 99 (100 inputs, one poison)", len(out))
 	}
 	seen := map[string]bool{}
 	for _, r := range out {
-		ev, err := events.Default().Decode(context.Background(), r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := ev.(*events.CatchupRequest).RequestID
+		id := stagetest.Decode[*events.CatchupRequest](t, r).RequestID
 		if seen[id] {
 			t.Fatalf("duplicate output %s", id)
 		}
@@ -163,28 +88,29 @@ func TestTransactionalEchoWithPoisonRecord(t *testing.T) {
 	if string(d.Key) != "k42" || string(d.Value) != "definitely not avro" {
 		t.Fatalf("dead letter carries %q=%q, want the original record", d.Key, d.Value)
 	}
-	if header(d, HeaderStage) != "echo" || header(d, HeaderTopic) != k.Topic("in") ||
-		header(d, HeaderOffset) == "" || header(d, HeaderPartition) == "" || header(d, HeaderError) == "" {
+	header := func(key string) string { return stagetest.Header(d, key) }
+	if header(runtime.HeaderStage) != "echo" || header(runtime.HeaderTopic) != k.Topic("in") ||
+		header(runtime.HeaderOffset) == "" || header(runtime.HeaderPartition) == "" || header(runtime.HeaderError) == "" {
 		t.Fatalf("dead letter headers incomplete: %+v", d.Headers)
 	}
-	if reason := header(d, HeaderError); !strings.Contains(reason, "not an Avro single-object encoded record") {
+	if reason := header(runtime.HeaderError); !strings.Contains(reason, "not an Avro single-object encoded record") {
 		t.Fatalf("dead letter reason %q does not say what is wrong", reason)
 	}
 }
 
 func TestTransactionalRebalanceExactlyOnce(t *testing.T) {
-	k, _ := newCluster(t)
+	c := newCluster(t)
 	const n = 600
-	produce(t, k, n, -1)
-	env := testEnv(k)
+	produce(t, c, n, -1)
+	env := stagetest.Env(c.Kafka, runtime.Consul{})
 	env.PollRecords = 20
 	// Slow handlers keep transactions open while members join and leave.
-	slow := func(calls *atomic.Int64) Stage {
+	slow := func(calls *atomic.Int64) runtime.Stage {
 		s := echoStage(calls)
 		inner := s.Setup
-		s.Setup = func(ctx context.Context, env Env) (Handler, func(), error) {
+		s.Setup = func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			h, c, err := inner(ctx, env)
-			return func(ctx context.Context, in Input) ([]Output, error) {
+			return func(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
 				time.Sleep(time.Millisecond)
 				return h(ctx, in)
 			}, c, err
@@ -206,7 +132,7 @@ func TestTransactionalRebalanceExactlyOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancelA() // member A leaves mid-stream: another rebalance
-	out := readAll(t, k, "out", n, 90*time.Second)
+	out := c.Read(t, "out", n, 90*time.Second)
 	cancelB()
 	wg.Wait()
 	counts := map[string]int{}
@@ -222,18 +148,18 @@ func TestTransactionalRebalanceExactlyOnce(t *testing.T) {
 }
 
 func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
-	k, adm := newCluster(t)
-	produce(t, k, 30, 7)
-	env := testEnv(k)
+	c := newCluster(t)
+	k := c.Kafka
+	produce(t, c, 30, 7)
 	var mu sync.Mutex
 	applied := map[string]int{}
 	failures := 0
-	stage := Stage{
+	stage := runtime.Stage{
 		Name:   "sink",
-		Mode:   AtLeastOnce,
+		Mode:   runtime.AtLeastOnce,
 		Inputs: []string{"in"},
-		Setup: func(context.Context, Env) (Handler, func(), error) {
-			return func(_ context.Context, in Input) ([]Output, error) {
+		Setup: func(context.Context, runtime.Env) (runtime.Handler, func(), error) {
+			return func(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
 				mu.Lock()
 				defer mu.Unlock()
 				r := in.Value.(*events.CatchupRequest)
@@ -242,19 +168,14 @@ func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
 					return nil, errors.New("effect target unavailable")
 				}
 				applied[r.RequestID]++
-				return []Output{{Topic: "out", Key: in.Key, Value: req("applied-" + r.RequestID)}}, nil
+				return []runtime.Output{{Topic: "out", Key: in.Key, Value: req("applied-" + r.RequestID)}}, nil
 			}, nil, nil
 		},
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- stage.Run(ctx, env) }()
-	out := readAll(t, k, "out", 29, 60*time.Second)
-	dlq := readAll(t, k, "dlq.sink", 1, 30*time.Second)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop := stagetest.Run(t, stage, stagetest.Env(k, runtime.Consul{}))
+	out := c.Read(t, "out", 29, 60*time.Second)
+	dlq := c.Read(t, "dlq.sink", 1, 30*time.Second)
+	stop()
 	if len(out) < 29 || len(dlq) != 1 {
 		t.Fatalf("outputs %d (want 29), dead letters %d (want 1)", len(out), len(dlq))
 	}
@@ -264,7 +185,7 @@ func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
 	}
 	mu.Unlock()
 	// Every offset was committed at shutdown: the group's lag is zero.
-	lags, err := adm.Lag(context.Background(), stage.GroupIn(k))
+	lags, err := c.Admin.Lag(context.Background(), stage.GroupIn(k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,29 +195,14 @@ func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
 }
 
 func TestReadPartitionsStopsAtEnd(t *testing.T) {
-	k, _ := newCluster(t)
-	produce(t, k, 50, -1)
+	c := newCluster(t)
+	produce(t, c, 50, -1)
 	// A committed transaction leaves markers at the partition's end.
-	txcl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.TransactionalID("tx-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer txcl.Close()
-	ctx := context.Background()
-	if err := txcl.BeginTransaction(); err != nil {
-		t.Fatal(err)
-	}
-	v, _ := events.Default().Encode(req("tx"))
-	if err := txcl.ProduceSync(ctx, &kgo.Record{Topic: k.Topic("in"), Key: []byte("k-tx"), Value: v}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	if err := txcl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		t.Fatal(err)
-	}
+	c.ProduceCommitted(t, c.Record(t, "in", "k-tx", req("tx")))
 	n := 0
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ReadPartitions(rctx, k, "in", nil, func(*kgo.Record) error { n++; return nil }); err != nil {
+	if err := runtime.ReadPartitions(rctx, c.Kafka, "in", nil, func(*kgo.Record) error { n++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if n != 51 {

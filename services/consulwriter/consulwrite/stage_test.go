@@ -1,10 +1,8 @@
 package consulwrite
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -12,117 +10,38 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
-type cluster struct {
-	k  runtime.Kafka
-	cl *kgo.Client
-}
-
-func newCluster(t *testing.T) *cluster {
+// newCluster is an in-process Kafka with the consul-writer's topics.
+func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ProducerBatchMaxBytes(64<<20), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
-	big := "67108864"
-	for _, tp := range []string{topology.ComponentPolicies, topology.ComponentApplied, topology.DLQ(topology.StageConsulWriter)} {
-		resp, err := adm.CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &big}, k.Topic(tp))
-		if err != nil || resp.Err != nil {
-			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
-		}
-	}
-	return &cluster{k: k, cl: cl}
-}
-
-func (c *cluster) produce(t *testing.T, topic, key string, v events.Event) {
-	t.Helper()
-	b, err := events.Default().Encode(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cl.ProduceSync(context.Background(), &kgo.Record{Topic: c.k.Topic(topic), Key: []byte(key), Value: b}).FirstErr(); err != nil {
-		t.Fatalf("produce to %s: %v", topic, err)
-	}
-}
-
-type reader struct {
-	cl  *kgo.Client
-	got []*kgo.Record
-}
-
-func (c *cluster) reader(t *testing.T, topic string) *reader {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.k.Brokers...), kgo.ConsumeTopics(c.k.Topic(topic)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return &reader{cl: cl}
-}
-
-func (r *reader) until(n int, wait time.Duration) []*kgo.Record {
-	deadline := time.Now().Add(wait)
-	for len(r.got) < n && time.Now().Before(deadline) {
-		r.poll(500 * time.Millisecond)
-	}
-	return r.got
-}
-
-func (r *reader) poll(d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	r.got = append(r.got, r.cl.PollFetches(ctx).Records()...)
-	cancel()
+	c := stagetest.NewCluster(t, 3)
+	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
+		topology.ComponentPolicies, topology.ComponentApplied, topology.DLQ(topology.StageConsulWriter))
+	return c
 }
 
 func decodeApplied(t *testing.T, rec *kgo.Record) *events.ComponentApplied {
 	t.Helper()
-	ev, err := events.Default().Decode(context.Background(), rec.Value)
+	return stagetest.Decode[*events.ComponentApplied](t, rec)
+}
+
+func mustGet(t *testing.T, c *api.Client, key string) *api.KVPair {
+	t.Helper()
+	p, _, err := c.KV().Get(key, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ev.(*events.ComponentApplied)
-}
-
-func testEnv(k runtime.Kafka, consulAddr string) runtime.Env {
-	env := runtime.NewEnv(k, runtime.Consul{Addr: consulAddr}, runtime.NewLogger(os.Stderr, "error", true))
-	env.Retry = runtime.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
-	env.PollRecords = 50
-	return env
-}
-
-func run(t *testing.T, s runtime.Stage, env runtime.Env) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, env) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("stage %s: %v", s.Name, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("stage %s did not stop", s.Name)
-		}
-	})
+	if p == nil {
+		t.Fatalf("Consul has no key %s", key)
+	}
+	return p
 }
 
 func vmMemory() events.Policy {
@@ -152,14 +71,14 @@ func eventOf(t *testing.T, c *api.Client, scn string) (map[string]any, *api.KVPa
 }
 
 func TestConsulWriterStage(t *testing.T) {
-	addr, consul := startConsul(t, 0)
+	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t)
-	applied := c.reader(t, topology.ComponentApplied)
-	run(t, Stage(), testEnv(c.k, addr))
+	applied := c.Reader(t, topology.ComponentApplied)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
 
 	// First collection.
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
-	recs := applied.until(1, 60*time.Second)
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	recs := applied.Until(1, 60*time.Second)
 	if len(recs) != 1 {
 		t.Fatalf("got %d component.applied records, want 1", len(recs))
 	}
@@ -188,8 +107,8 @@ func TestConsulWriterStage(t *testing.T) {
 	x := events.Policy{PolicyID: "X", PolicyName: "X.1.xml", PolicyVersion: "1", Body: `{"policyName":"X.1.xml","config":{"x":true}}`}
 	rec2 := collection("u2", 2, vmMemory(), x)
 	rec2.UpdatedPolicies = []events.Policy{x}
-	c.produce(t, topology.ComponentPolicies, "c1", rec2)
-	recs = applied.until(2, 60*time.Second)
+	c.Produce(t, topology.ComponentPolicies, "c1", rec2)
+	recs = applied.Until(2, 60*time.Second)
 	if len(recs) != 2 {
 		t.Fatalf("got %d applied records after u2, want 2", len(recs))
 	}
@@ -206,15 +125,15 @@ func TestConsulWriterStage(t *testing.T) {
 
 	// Replays change nothing in Consul; the same update is reported again,
 	// an older one is not.
-	before := snapshot(t, consul, Folder("dcae-vm"))
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
-	c.produce(t, topology.ComponentPolicies, "c1", rec2)
-	recs = applied.until(3, 60*time.Second)
-	applied.poll(time.Second)
-	if len(applied.got) != 3 {
-		t.Fatalf("got %d applied records after the replays, want 3", len(applied.got))
+	before := stagetest.ModifyIndexes(t, consul, Folder("dcae-vm"))
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	c.Produce(t, topology.ComponentPolicies, "c1", rec2)
+	recs = applied.Until(3, 60*time.Second)
+	applied.Poll(time.Second)
+	if len(applied.Records()) != 3 {
+		t.Fatalf("got %d applied records after the replays, want 3", len(applied.Records()))
 	}
-	if after := snapshot(t, consul, Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
+	if after := stagetest.ModifyIndexes(t, consul, Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
 		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
 	}
 	if a = decodeApplied(t, recs[2]); a.UpdateID != "u2" || a.Generation != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || a.Action != "updated" {
@@ -223,17 +142,12 @@ func TestConsulWriterStage(t *testing.T) {
 
 	// A policy Consul cannot hold is dead-lettered with the reason.
 	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", MaxValueBytes) + `"}`}
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u3", 3, vmMemory(), huge))
-	dlq := c.reader(t, topology.DLQ(topology.StageConsulWriter)).until(1, 60*time.Second)
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u3", 3, vmMemory(), huge))
+	dlq := c.Reader(t, topology.DLQ(topology.StageConsulWriter)).Until(1, 60*time.Second)
 	if len(dlq) != 1 {
 		t.Fatalf("got %d dead letters, want 1", len(dlq))
 	}
-	reason := ""
-	for _, h := range dlq[0].Headers {
-		if h.Key == runtime.HeaderError {
-			reason = string(h.Value)
-		}
-	}
+	reason := stagetest.Header(dlq[0], runtime.HeaderError)
 	if !strings.Contains(reason, "HUGE") || !strings.Contains(reason, "512 KiB") {
 		t.Fatalf("dead letter reason %q does not name the policy and the limit", reason)
 	}
@@ -242,12 +156,12 @@ func TestConsulWriterStage(t *testing.T) {
 	un := collection("u4", 4)
 	un.Uninstalled = true
 	un.RemovedPolicies = []events.Policy{vmMemory(), x}
-	c.produce(t, topology.ComponentPolicies, "c1", un)
-	recs = applied.until(4, 60*time.Second)
+	c.Produce(t, topology.ComponentPolicies, "c1", un)
+	recs = applied.Until(4, 60*time.Second)
 	if len(recs) != 4 {
 		t.Fatalf("got %d applied records after uninstall, want 4", len(recs))
 	}
-	if left := snapshot(t, consul, Folder("dcae-vm")); len(left) != 0 {
+	if left := stagetest.ModifyIndexes(t, consul, Folder("dcae-vm")); len(left) != 0 {
 		t.Fatalf("folder left after uninstall: %v", left)
 	}
 	if a = decodeApplied(t, recs[3]); !a.Uninstalled || a.Action != ActionUninstalled || a.UpdateID != "u4" || a.KeysWritten != 3 {
@@ -256,14 +170,14 @@ func TestConsulWriterStage(t *testing.T) {
 }
 
 func TestConsulWriterTenMegabyteCollection(t *testing.T) {
-	addr, consul := startConsul(t, 0)
+	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t)
-	applied := c.reader(t, topology.ComponentApplied)
-	run(t, Stage(), testEnv(c.k, addr))
+	applied := c.Reader(t, topology.ComponentApplied)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
 
 	// A first small collection, so the big one is an update of it.
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
-	if n := len(applied.until(1, 60*time.Second)); n != 1 {
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	if n := len(applied.Until(1, 60*time.Second)); n != 1 {
 		t.Fatalf("got %d applied records, want 1", n)
 	}
 	const n, size = 100, 100_000
@@ -303,8 +217,8 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 		seen <- actions
 	}()
 	start := time.Now()
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u-big", 2, ps...))
-	recs := applied.until(2, 180*time.Second)
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u-big", 2, ps...))
+	recs := applied.Until(2, 180*time.Second)
 	took := time.Since(start)
 	if len(recs) != 2 {
 		t.Fatalf("got %d applied records after the 10 MB collection, want 2", len(recs))
@@ -358,29 +272,29 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 			Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"i":%d}}`, id, i)})
 	}
 	start = time.Now()
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u-small", 3, small...))
-	if got := len(applied.until(3, 180*time.Second)); got != 3 {
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u-small", 3, small...))
+	if got := len(applied.Until(3, 180*time.Second)); got != 3 {
 		t.Fatalf("got %d applied records after 2000 small policies, want 3", got)
 	}
 	took = time.Since(start)
-	if keys := snapshot(t, consul, ItemsPrefix("dcae-vm")); len(keys) != 2000 {
+	if keys := stagetest.ModifyIndexes(t, consul, ItemsPrefix("dcae-vm")); len(keys) != 2000 {
 		t.Fatalf("%d items, want 2000", len(keys))
 	}
 	t.Logf("2000 small policies (+100 deletions): %.1f s from produce to component.applied, %.0f keys/s", took.Seconds(), 2102/took.Seconds())
 }
 
 func TestConsulWriterWaitsForConsul(t *testing.T) {
-	port := freePort(t)
+	port := stagetest.FreePort(t)
 	c := newCluster(t)
-	applied := c.reader(t, topology.ComponentApplied)
-	run(t, Stage(), testEnv(c.k, "127.0.0.1:"+strconv.Itoa(port)))
-	c.produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
-	applied.until(1, 2*time.Second)
-	if len(applied.got) != 0 {
-		t.Fatalf("applied emitted while Consul is down: %d records", len(applied.got))
+	applied := c.Reader(t, topology.ComponentApplied)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, runtime.Consul{Addr: "127.0.0.1:" + strconv.Itoa(port)}))
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	applied.Until(1, 2*time.Second)
+	if len(applied.Records()) != 0 {
+		t.Fatalf("applied emitted while Consul is down: %d records", len(applied.Records()))
 	}
-	_, consul := startConsul(t, port)
-	if n := len(applied.until(1, 90*time.Second)); n != 1 {
+	_, consul := stagetest.ConsulOn(t, port)
+	if n := len(applied.Until(1, 90*time.Second)); n != 1 {
 		t.Fatalf("got %d applied records once Consul is up, want 1", n)
 	}
 	ev, _ := eventOf(t, consul, "dcae-vm")

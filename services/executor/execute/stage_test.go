@@ -2,140 +2,35 @@ package execute
 
 import (
 	"context"
-	"os"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
-// cluster is an in-process Kafka with the executor's topics.
-type cluster struct {
-	k   runtime.Kafka
-	adm *kadm.Client
-	cl  *kgo.Client
-}
-
-func newCluster(t *testing.T) *cluster {
+// newCluster is an in-process Kafka with the executor's topics.
+func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ProducerBatchMaxBytes(64<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
-	big := "67108864"
-	for _, tp := range []string{topology.PolicySegments, topology.DeployComponents, topology.ComponentPolicies, topology.DLQ(topology.StageExecutor)} {
-		resp, err := adm.CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &big}, k.Topic(tp))
-		if err != nil || resp.Err != nil {
-			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
-		}
-	}
-	return &cluster{k: k, adm: adm, cl: cl}
-}
-
-func (c *cluster) produce(t *testing.T, topic, key string, v events.Event) {
-	t.Helper()
-	rec := &kgo.Record{Topic: c.k.Topic(topic), Key: []byte(key)}
-	if v != nil {
-		b, err := events.Default().Encode(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec.Value = b
-	}
-	if err := c.cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
-		t.Fatalf("produce to %s: %v", topic, err)
-	}
-}
-
-// reader reads a topic from its start, read committed.
-type reader struct {
-	cl  *kgo.Client
-	got []*kgo.Record
-}
-
-func (c *cluster) reader(t *testing.T, topic string) *reader {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.k.Brokers...), kgo.ConsumeTopics(c.k.Topic(topic)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return &reader{cl: cl}
-}
-
-// until polls until at least n records arrived in total or wait passed,
-// and returns every record read so far.
-func (r *reader) until(n int, wait time.Duration) []*kgo.Record {
-	deadline := time.Now().Add(wait)
-	for len(r.got) < n && time.Now().Before(deadline) {
-		r.poll(500 * time.Millisecond)
-	}
-	return r.got
-}
-
-func (r *reader) poll(d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	r.got = append(r.got, r.cl.PollFetches(ctx).Records()...)
-	cancel()
+	c := stagetest.NewCluster(t, 3)
+	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
+		topology.PolicySegments, topology.DeployComponents, topology.ComponentPolicies, topology.DLQ(topology.StageExecutor))
+	return c
 }
 
 func decodeCP(t *testing.T, rec *kgo.Record) *events.ComponentPolicies {
 	t.Helper()
-	ev, err := events.Default().Decode(context.Background(), rec.Value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ev.(*events.ComponentPolicies)
+	return stagetest.Decode[*events.ComponentPolicies](t, rec)
 }
 
-func testEnv(k runtime.Kafka) runtime.Env {
-	log := runtime.NewLogger(os.Stderr, "error", true)
-	env := runtime.NewEnv(k, runtime.Consul{}, log)
-	env.Retry = runtime.Backoff{Initial: 50 * time.Millisecond, Max: 300 * time.Millisecond}
-	env.TransactionTimeout = 10 * time.Second
-	env.PollRecords = 50
-	return env
-}
-
-func run(t *testing.T, s runtime.Stage, env runtime.Env) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, env) }()
-	var once bool
-	stop = func() {
-		if once {
-			return
-		}
-		once = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("stage %s: %v", s.Name, err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Errorf("stage %s did not stop", s.Name)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+func testEnv(c *stagetest.Cluster) runtime.Env {
+	return stagetest.Env(c.Kafka, runtime.Consul{})
 }
 
 func component(id, scn string) *events.Component {
@@ -160,13 +55,13 @@ func piece(update string, index, count int32, comps ...events.ComponentDelta) *e
 
 func TestExecutorStage(t *testing.T) {
 	c := newCluster(t)
-	c.produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
-	out := c.reader(t, topology.ComponentPolicies)
-	run(t, Stage(), testEnv(c.k))
+	c.Produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
+	out := c.Reader(t, topology.ComponentPolicies)
+	stagetest.Run(t, Stage(), testEnv(c))
 
 	// A one-piece update: the component's first collection.
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u1", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{vmMemory()}}))
-	recs := out.until(1, 60*time.Second)
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u1", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{vmMemory()}}))
+	recs := out.Until(1, 60*time.Second)
 	if len(recs) != 1 {
 		t.Fatalf("got %d component.policies records after u1, want 1", len(recs))
 	}
@@ -179,14 +74,14 @@ func TestExecutorStage(t *testing.T) {
 	}
 
 	// A three-piece update applies as one change: one record.
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u2", 1, 3, events.ComponentDelta{ComponentID: "c1",
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 1, 3, events.ComponentDelta{ComponentID: "c1",
 		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "DCAE.Config_VM_MEMORY", PolicyVersion: ver("222")}}}))
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u2", 2, 3, events.ComponentDelta{ComponentID: "c1",
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 2, 3, events.ComponentDelta{ComponentID: "c1",
 		UpdatedPolicies: []events.Policy{pol("X", "1")}}))
 	time.Sleep(500 * time.Millisecond) // the pieces so far are committed on their own
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u2", 3, 3, events.ComponentDelta{ComponentID: "c1",
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 3, 3, events.ComponentDelta{ComponentID: "c1",
 		AddedPolicies: []events.FilterMatch{{FilterID: "f1", Policies: []events.Policy{pol("Y", "2")}}}}))
-	recs = out.until(2, 60*time.Second)
+	recs = out.Until(2, 60*time.Second)
 	if len(recs) != 2 {
 		t.Fatalf("got %d records after u2, want 2", len(recs))
 	}
@@ -197,18 +92,18 @@ func TestExecutorStage(t *testing.T) {
 	}
 
 	// A lower version changes nothing: no record.
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u3", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{pol("Y", "1")}}))
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u3", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{pol("Y", "1")}}))
 
 	// A component registered after its update arrived: retried until
 	// deploy.components has it.
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u4", 1, 1, events.ComponentDelta{ComponentID: "c2", UpdatedPolicies: []events.Policy{vmMemory()}}))
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u4", 1, 1, events.ComponentDelta{ComponentID: "c2", UpdatedPolicies: []events.Policy{vmMemory()}}))
 	time.Sleep(time.Second)
-	out.poll(500 * time.Millisecond)
-	if len(out.got) != 2 {
-		t.Fatalf("got %d records before c2 was registered, want 2 (u3 changes nothing, u4 waits)", len(out.got))
+	out.Poll(500 * time.Millisecond)
+	if len(out.Records()) != 2 {
+		t.Fatalf("got %d records before c2 was registered, want 2 (u3 changes nothing, u4 waits)", len(out.Records()))
 	}
-	c.produce(t, topology.DeployComponents, "c2", component("c2", "dcae-other"))
-	recs = out.until(3, 60*time.Second)
+	c.Produce(t, topology.DeployComponents, "c2", component("c2", "dcae-other"))
+	recs = out.Until(3, 60*time.Second)
 	if len(recs) != 3 {
 		t.Fatalf("got %d records after c2 was registered, want 3", len(recs))
 	}
@@ -216,11 +111,13 @@ func TestExecutorStage(t *testing.T) {
 		t.Fatalf("u4 wrote %+v", cp)
 	}
 
-	// Uninstall: the component's tombstone, then the delta removing all.
-	c.produce(t, topology.DeployComponents, "c1", nil)
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u5", 1, 1, events.ComponentDelta{ComponentID: "c1", Uninstall: true,
+	// Uninstall: the component's tombstone, then the matcher's delta
+	// removing all, marked uninstall (the executor must not depend on its
+	// own view of deploy.components having read the tombstone yet).
+	c.Produce(t, topology.DeployComponents, "c1", nil)
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u5", 1, 1, events.ComponentDelta{ComponentID: "c1", Uninstall: true,
 		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "X"}, {PolicyID: "Y"}}}))
-	recs = out.until(4, 60*time.Second)
+	recs = out.Until(4, 60*time.Second)
 	if len(recs) != 4 {
 		t.Fatalf("got %d records after uninstall, want 4", len(recs))
 	}
@@ -230,8 +127,8 @@ func TestExecutorStage(t *testing.T) {
 		t.Fatalf("uninstall wrote %+v", cp)
 	}
 	// A malformed piece is dead-lettered with its reason; the stage goes on.
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u6", 4, 2))
-	dlq := c.reader(t, topology.DLQ(topology.StageExecutor)).until(1, 60*time.Second)
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u6", 4, 2))
+	dlq := c.Reader(t, topology.DLQ(topology.StageExecutor)).Until(1, 60*time.Second)
 	if len(dlq) != 1 {
 		t.Fatalf("got %d dead letters, want 1", len(dlq))
 	}
@@ -240,23 +137,23 @@ func TestExecutorStage(t *testing.T) {
 			t.Logf("dead letter reason: %s", h.Value)
 		}
 	}
-	out.poll(500 * time.Millisecond)
-	if len(out.got) != 4 {
-		t.Fatalf("got %d records in the end, want 4", len(out.got))
+	out.Poll(500 * time.Millisecond)
+	if len(out.Records()) != 4 {
+		t.Fatalf("got %d records in the end, want 4", len(out.Records()))
 	}
 }
 
 // waitCommitted waits until the group committed every record of topic.
-func (c *cluster) waitCommitted(t *testing.T, group, topic string) {
+func waitCommitted(t *testing.T, c *stagetest.Cluster, group, topic string) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		ends, err := c.adm.ListEndOffsets(ctx, c.k.Topic(topic))
+		ends, err := c.Admin.ListEndOffsets(ctx, c.Kafka.Topic(topic))
 		if err != nil {
 			t.Fatal(err)
 		}
-		offs, err := c.adm.FetchOffsets(ctx, group)
+		offs, err := c.Admin.FetchOffsets(ctx, group)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,30 +176,30 @@ func (c *cluster) waitCommitted(t *testing.T, group, topic string) {
 
 func TestExecutorRestoresUpdateCutByRestart(t *testing.T) {
 	c := newCluster(t)
-	c.produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
-	out := c.reader(t, topology.ComponentPolicies)
+	c.Produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
+	out := c.Reader(t, topology.ComponentPolicies)
 	first := Stage()
-	stopFirst := run(t, first, testEnv(c.k))
+	stopFirst := stagetest.Run(t, first, testEnv(c))
 
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u1", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{vmMemory()}}))
-	if n := len(out.until(1, 60*time.Second)); n != 1 {
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u1", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{vmMemory()}}))
+	if n := len(out.Until(1, 60*time.Second)); n != 1 {
 		t.Fatalf("got %d records after u1, want 1", n)
 	}
 	// Two of three pieces are consumed and committed, then the member stops.
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u2", 1, 3, events.ComponentDelta{ComponentID: "c1",
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 1, 3, events.ComponentDelta{ComponentID: "c1",
 		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "DCAE.Config_VM_MEMORY"}}}))
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u2", 2, 3, events.ComponentDelta{ComponentID: "c1",
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 2, 3, events.ComponentDelta{ComponentID: "c1",
 		UpdatedPolicies: []events.Policy{pol("X", "1")}}))
-	c.waitCommitted(t, first.GroupIn(c.k), topology.PolicySegments)
+	waitCommitted(t, c, first.GroupIn(c.Kafka), topology.PolicySegments)
 	stopFirst()
 
-	c.produce(t, topology.PolicySegments, "dep-1", piece("u2", 3, 3, events.ComponentDelta{ComponentID: "c1",
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 3, 3, events.ComponentDelta{ComponentID: "c1",
 		UpdatedPolicies: []events.Policy{pol("Z", "3")}}))
-	run(t, Stage(), testEnv(c.k))
-	recs := out.until(2, 60*time.Second)
-	out.poll(time.Second)
-	if len(out.got) != 2 {
-		t.Fatalf("got %d records, want 2 (u1, then u2 once)", len(out.got))
+	stagetest.Run(t, Stage(), testEnv(c))
+	recs := out.Until(2, 60*time.Second)
+	out.Poll(time.Second)
+	if len(out.Records()) != 2 {
+		t.Fatalf("got %d records, want 2 (u1, then u2 once)", len(out.Records()))
 	}
 	cp := decodeCP(t, recs[1])
 	if cp.UpdateID != "u2" || cp.Generation != 2 || !reflect.DeepEqual(ids(cp.Policies), []string{"X@1", "Z@3"}) ||

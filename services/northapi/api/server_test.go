@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -46,7 +46,7 @@ func TestComponentPutAndDeleteProduceToDeployComponents(t *testing.T) {
 		t.Fatalf("deploy.components holds %d records, want 2", len(recs))
 	}
 	for i, rec := range recs {
-		c := decode(t, rec, &events.Component{})
+		c := stagetest.Decode[*events.Component](t, rec)
 		if string(rec.Key) != "comp-1" || c.Generation != int64(i+1) {
 			t.Errorf("record %d: key %q generation %d", i, rec.Key, c.Generation)
 		}
@@ -90,7 +90,7 @@ func TestComponentPutAndDeleteProduceToDeployComponents(t *testing.T) {
 
 func TestComponentWritesSeeGenerationsWrittenBeforeStart(t *testing.T) {
 	s := newStack(t, func(s *stack) {
-		s.produceEvent(t, topology.DeployComponents, "old", &events.Component{
+		s.Produce(t, topology.DeployComponents, "old", &events.Component{
 			ComponentID: "old", DeploymentID: "d", ServiceComponentName: "scn-old", Generation: 41, Config: "{}",
 			Notify:    events.NotifyTarget{Kind: events.NotifyNone},
 			UpdatedAt: time.Now().UTC(),
@@ -169,7 +169,7 @@ func TestPdpNotificationIsSplitByPolicyID(t *testing.T) {
 	}
 	got := map[string]*events.PdpNotification{}
 	for _, rec := range recs {
-		got[string(rec.Key)] = decode(t, rec, &events.PdpNotification{})
+		got[string(rec.Key)] = stagetest.Decode[*events.PdpNotification](t, rec)
 	}
 	a, b := got["DCAE.Config_A"], got["DCAE.Config_B"]
 	if a == nil || b == nil {
@@ -215,7 +215,7 @@ func TestPushedPoliciesAreValidatedAndKeyedByPolicyID(t *testing.T) {
 		t.Fatalf("%d records, want 2 (one per policy_id)", len(recs))
 	}
 	for _, rec := range recs {
-		n := decode(t, rec, &events.PdpNotification{})
+		n := stagetest.Decode[*events.PdpNotification](t, rec)
 		var names []string
 		for _, b := range n.PushedBodies {
 			var m map[string]any
@@ -281,7 +281,7 @@ func TestCatchupGoesToEveryPartition(t *testing.T) {
 	}
 	parts := map[int32]bool{}
 	for _, rec := range recs {
-		r := decode(t, rec, &events.CatchupRequest{})
+		r := stagetest.Decode[*events.CatchupRequest](t, rec)
 		parts[rec.Partition] = true
 		if r.RequestID != body["request_id"] || r.Scope != events.ScopeAll || r.DeploymentID != nil {
 			t.Errorf("partition %d: %+v", rec.Partition, r)
@@ -301,7 +301,7 @@ func TestCatchupGoesToEveryPartition(t *testing.T) {
 	recs = s.records(t, topology.CatchupRequests, 2*testPartitions)
 	var dep int
 	for _, rec := range recs {
-		r := decode(t, rec, &events.CatchupRequest{})
+		r := stagetest.Decode[*events.CatchupRequest](t, rec)
 		if r.Scope == events.ScopeDeployment {
 			dep++
 			if r.DeploymentID == nil || *r.DeploymentID != "dep-1" || r.Reason != "operator" {
@@ -336,13 +336,11 @@ func TestLatestPoliciesComeFromTheCatalog(t *testing.T) {
 	other := pdpBody("SDNC.Config_X.1.xml", "1", map[string]any{"x": 1})
 	gone := pdpBody("DCAE.Config_GONE.1.xml", "1", map[string]any{"x": 1})
 	s := newStack(t, func(s *stack) {
-		s.produceEvent(t, topology.PolicyCatalog, "DCAE.Config_VM_MEMORY", catalogRecord("DCAE.Config_VM_MEMORY.222.xml", "222", mem))
-		s.produceEvent(t, topology.PolicyCatalog, "DCAE.Config_VM_CPU", catalogRecord("DCAE.Config_VM_CPU.3.xml", "3", cpu))
-		s.produceCommitted(t, topology.PolicyCatalog, map[string]events.Event{
-			"SDNC.Config_X": catalogRecord("SDNC.Config_X.1.xml", "1", other),
-		})
-		s.produceEvent(t, topology.PolicyCatalog, "DCAE.Config_GONE", catalogRecord("DCAE.Config_GONE.1.xml", "1", gone))
-		s.produceEvent(t, topology.PolicyCatalog, "DCAE.Config_GONE", nil)
+		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_VM_MEMORY", catalogRecord("DCAE.Config_VM_MEMORY.222.xml", "222", mem))
+		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_VM_CPU", catalogRecord("DCAE.Config_VM_CPU.3.xml", "3", cpu))
+		s.ProduceCommitted(t, s.Record(t, topology.PolicyCatalog, "SDNC.Config_X", catalogRecord("SDNC.Config_X.1.xml", "1", other)))
+		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_GONE", catalogRecord("DCAE.Config_GONE.1.xml", "1", gone))
+		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_GONE", nil)
 	})
 
 	code, body, raw := s.call(t, http.MethodGet, "/policy_latest/DCAE.Config_VM_MEMORY", nil)
@@ -468,12 +466,12 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 	pol := func(id, v string) events.Policy {
 		return events.Policy{PolicyID: id, PolicyName: id + "." + v + ".xml", PolicyVersion: v, Body: "{}"}
 	}
-	s.produceEvent(t, topology.ComponentApplied, "c-st", &events.ComponentApplied{
+	s.Produce(t, topology.ComponentApplied, "c-st", &events.ComponentApplied{
 		ComponentID: "c-st", ServiceComponentName: scn, UpdateID: "u-1", Action: "gathered", ConsulIndex: 100, PoliciesCount: 2, Generation: 1,
 		Policies: []events.Policy{pol("A", "1"), pol("B", "1")}, UpdatedPolicies: []events.Policy{pol("A", "1"), pol("B", "1")},
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"}, AppliedAt: time.Now().UTC(),
 	})
-	s.produceEvent(t, topology.ComponentApplied, "c-st", &events.ComponentApplied{
+	s.Produce(t, topology.ComponentApplied, "c-st", &events.ComponentApplied{
 		ComponentID: "c-st", ServiceComponentName: scn, UpdateID: "u-2", Action: "updated", ConsulIndex: 200, PoliciesCount: 2, Generation: 2,
 		Policies: []events.Policy{pol("A", "1"), pol("B", "2")}, UpdatedPolicies: []events.Policy{pol("B", "2")},
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"}, AppliedAt: time.Now().UTC(),
@@ -556,7 +554,7 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 	for _, want := range []string{
 		`policyflow_north_api_requests_total{code="202",route="PUT /v1/components/{component_id}"} 1`,
-		`policyflow_north_api_records_produced_total{topic="napi.deploy.components"} 1`,
+		`policyflow_north_api_records_produced_total{topic="` + s.Kafka.Topic(topology.DeployComponents) + `"} 1`,
 	} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("/metrics lacks %s", want)
@@ -566,6 +564,7 @@ func TestHealthEndpoints(t *testing.T) {
 
 func TestNotReadyUntilEveryViewTopicExists(t *testing.T) {
 	s := newStack(t, nil, topology.ComponentApplied)
+	applied := s.Kafka.Topic(topology.ComponentApplied)
 	var body map[string]any
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -573,11 +572,11 @@ func TestNotReadyUntilEveryViewTopicExists(t *testing.T) {
 		code, body, _ = s.call(t, http.MethodGet, "/readyz", nil)
 		stages, _ := body["stages"].(map[string]any)
 		why, _ := stages["north-api view component.applied"].(string)
-		if code == http.StatusServiceUnavailable && strings.Contains(why, "napi.component.applied does not exist") {
+		if code == http.StatusServiceUnavailable && strings.Contains(why, applied+" does not exist") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("readyz: %d %v; want 503 saying napi.component.applied does not exist", code, body)
+			t.Fatalf("readyz: %d %v; want 503 saying %s does not exist", code, body, applied)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -598,12 +597,9 @@ func TestNotReadyUntilEveryViewTopicExists(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	code, body, _ = s.call(t, http.MethodGet, "/v1/components/early/status", nil)
-	wantError(t, "status while not ready", code, body, http.StatusServiceUnavailable, "still reading napi.component.applied", "retry")
+	wantError(t, "status while not ready", code, body, http.StatusServiceUnavailable, "still reading "+applied, "retry")
 
-	resp, err := s.adm.CreateTopic(context.Background(), testPartitions, 1, nil, s.kafka.Topic(topology.ComponentApplied))
-	if err != nil || resp.Err != nil {
-		t.Fatalf("create: %v %v", err, resp.Err)
-	}
+	s.CreateTopics(t, nil, topology.ComponentApplied)
 	s.waitReady(t)
 	code, body, raw = s.call(t, http.MethodGet, "/v1/components/early/status", nil)
 	if code != http.StatusOK || body["registered"] != true {

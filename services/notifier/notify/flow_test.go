@@ -9,32 +9,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
 	"github.com/policyflow/policyflow/services/executor/execute"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
 )
 
 // dataEnds returns, per partition, the offset after a topic's last record
 // (transaction markers excluded: a group's committed offset stops there).
 // The topic must not be written meanwhile.
-func (c *cluster) dataEnds(t *testing.T, topic string) map[int32]int64 {
+func dataEnds(t *testing.T, c *stagetest.Cluster, topic string) map[int32]int64 {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.k.Brokers...), kgo.ConsumeTopics(c.k.Topic(topic)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	r := c.Reader(t, topic)
 	out := map[int32]int64{}
 	for quiet := 0; quiet < 3; {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		recs := cl.PollFetches(ctx).Records()
-		cancel()
+		recs := r.Poll(500 * time.Millisecond)
 		if len(recs) == 0 {
 			quiet++
 		}
@@ -46,20 +38,20 @@ func (c *cluster) dataEnds(t *testing.T, topic string) map[int32]int64 {
 }
 
 // waitCommitted waits until a group committed every record of a topic.
-func (c *cluster) waitCommitted(t *testing.T, group, topic string) {
+func waitCommitted(t *testing.T, c *stagetest.Cluster, group, topic string) {
 	t.Helper()
-	ends := c.dataEnds(t, topic)
+	ends := dataEnds(t, c, topic)
 	deadline := time.Now().Add(60 * time.Second)
 	var last error
 	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		offs, err := c.adm.FetchOffsets(context.Background(), group)
+		offs, err := c.Admin.FetchOffsets(context.Background(), group)
 		if err != nil {
 			last = err // the group has not committed yet
 			continue
 		}
 		done := true
 		for p, end := range ends {
-			if got, ok := offs.Lookup(c.k.Topic(topic), p); !ok || got.At < end {
+			if got, ok := offs.Lookup(c.Kafka.Topic(topic), p); !ok || got.At < end {
 				done = false
 			}
 		}
@@ -70,34 +62,29 @@ func (c *cluster) waitCommitted(t *testing.T, group, topic string) {
 	t.Fatalf("group %s did not commit all of %s (last error: %v)", group, topic, last)
 }
 
-func folder(t *testing.T, c *api.Client, prefix string) map[string]uint64 {
-	t.Helper()
-	return snapshot(t, c, prefix)
-}
-
 // TestPolicyFlowToConsulAndScript runs the executor, the consul-writer and
 // the agent-notifier together: an update for a component ends as its
 // Consul folder and one run of its reconfigure script, and a replay of
 // everything downstream of the executor changes nothing and notifies
 // nobody.
 func TestPolicyFlowToConsulAndScript(t *testing.T) {
-	addr, consul := startConsul(t, 0)
+	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.DeployComponents, topology.PolicySegments, topology.ComponentPolicies, topology.ComponentApplied,
 		topology.DLQ(topology.StageExecutor), topology.DLQ(topology.StageConsulWriter), topology.DLQ(topology.StageAgentNotifier))
 	rec := newRecorder(t)
-	env := testEnv(c.k, addr)
+	env := stagetest.Env(c.Kafka, consulCfg)
 
-	c.produce(t, topology.DeployComponents, "vm-1", &events.Component{
+	c.Produce(t, topology.DeployComponents, "vm-1", &events.Component{
 		ComponentID: "vm-1", DeploymentID: "dep-1", ServiceComponentName: "dcae-vm",
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}, Config: "{}", UpdatedAt: time.UnixMilli(1).UTC(),
 	})
-	run(t, execute.Stage(), env)
+	stagetest.Run(t, execute.Stage(), env)
 	writer, notifier := consulwrite.Stage(), Stage()
-	stopWriter := run(t, writer, env)
-	stopNotifier := run(t, notifier, env)
+	stopWriter := stagetest.Run(t, writer, env)
+	stopNotifier := stagetest.Run(t, notifier, env)
 
 	vm := vmMemory()
-	c.produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u1", DeploymentID: "dep-1", Index: 1, Count: 1,
+	c.Produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u1", DeploymentID: "dep-1", Index: 1, Count: 1,
 		Components: []events.ComponentDelta{{ComponentID: "vm-1", UpdatedPolicies: []events.Policy{vm}}}, CreatedAt: time.UnixMilli(2).UTC()})
 	claim, _ := waitClaim(t, consul, "dcae-vm", "u1")
 	if *claim.ExitCode != 0 || claim.Generation != 1 {
@@ -138,7 +125,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 			ps = append(ps, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
 				Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"blob":"%s"}}`, id, strings.Repeat("z", 100_000))})
 		}
-		c.produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u-big", DeploymentID: "dep-1", Index: i, Count: pieces,
+		c.Produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u-big", DeploymentID: "dep-1", Index: i, Count: pieces,
 			Components: []events.ComponentDelta{{ComponentID: "vm-1", AddedPolicies: []events.FilterMatch{{FilterID: "big", Policies: ps}}}},
 			CreatedAt:  time.UnixMilli(3).UTC()})
 	}
@@ -172,17 +159,17 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 
 	// Replay: the consul-writer and the agent-notifier start over without
 	// offsets (groups of their own) and read everything again.
-	c.waitCommitted(t, notifier.GroupIn(c.k), topology.ComponentApplied)
+	waitCommitted(t, c, notifier.GroupIn(c.Kafka), topology.ComponentApplied)
 	stopWriter()
 	stopNotifier()
-	before := folder(t, consul, "dcae-vm:policies/")
+	before := stagetest.ModifyIndexes(t, consul, "dcae-vm:policies/")
 	writer, notifier = consulwrite.Stage(), Stage()
 	writer.Group, notifier.Group = "replayed-consul-writer", "replayed-agent-notifier"
-	run(t, writer, env)
-	run(t, notifier, env)
-	c.waitCommitted(t, writer.GroupIn(c.k), topology.ComponentPolicies)
-	c.waitCommitted(t, notifier.GroupIn(c.k), topology.ComponentApplied)
-	ends, err := c.adm.ListEndOffsets(context.Background(), c.k.Topic(topology.ComponentApplied))
+	stagetest.Run(t, writer, env)
+	stagetest.Run(t, notifier, env)
+	waitCommitted(t, c, writer.GroupIn(c.Kafka), topology.ComponentPolicies)
+	waitCommitted(t, c, notifier.GroupIn(c.Kafka), topology.ComponentApplied)
+	ends, err := c.Admin.ListEndOffsets(context.Background(), c.Kafka.Topic(topology.ComponentApplied))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +179,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	if appliedRecords != 3 {
 		t.Fatalf("component.applied holds %d records, want 3 (u1, u-big and the replay of u-big)", appliedRecords)
 	}
-	if after := folder(t, consul, "dcae-vm:policies/"); !reflect.DeepEqual(before, after) {
+	if after := stagetest.ModifyIndexes(t, consul, "dcae-vm:policies/"); !reflect.DeepEqual(before, after) {
 		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
 	}
 	if calls := rec.calls(t); len(calls) != 1 {

@@ -2,7 +2,6 @@ package notify
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,86 +15,19 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
 )
 
-type cluster struct {
-	k   runtime.Kafka
-	cl  *kgo.Client
-	adm *kadm.Client
-}
-
-func newCluster(t *testing.T, topics ...string) *cluster {
+// newCluster is an in-process Kafka with the topics (base names), each
+// taking records as big as the stages may write.
+func newCluster(t *testing.T, topics ...string) *stagetest.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ProducerBatchMaxBytes(64<<20), kgo.ProducerLinger(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	adm := kadm.NewClient(cl)
-	big := "67108864"
-	for _, tp := range topics {
-		resp, err := adm.CreateTopic(context.Background(), 3, 1, map[string]*string{"max.message.bytes": &big}, k.Topic(tp))
-		if err != nil || resp.Err != nil {
-			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
-		}
-	}
-	return &cluster{k: k, cl: cl, adm: adm}
-}
-
-func (c *cluster) produce(t *testing.T, topic, key string, v events.Event) {
-	t.Helper()
-	b, err := events.Default().Encode(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cl.ProduceSync(context.Background(), &kgo.Record{Topic: c.k.Topic(topic), Key: []byte(key), Value: b}).FirstErr(); err != nil {
-		t.Fatalf("produce to %s: %v", topic, err)
-	}
-}
-
-func testEnv(k runtime.Kafka, consulAddr string) runtime.Env {
-	env := runtime.NewEnv(k, runtime.Consul{Addr: consulAddr}, runtime.NewLogger(os.Stderr, "error", true))
-	env.Retry = runtime.Backoff{Initial: 50 * time.Millisecond, Max: 500 * time.Millisecond}
-	env.TransactionTimeout = 10 * time.Second
-	env.PollRecords = 50
-	return env
-}
-
-// run runs a stage until stop is called or the test ends.
-func run(t *testing.T, s runtime.Stage, env runtime.Env) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, env) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("stage %s: %v", s.Name, err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("stage %s did not stop", s.Name)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	c := stagetest.NewCluster(t, 3)
+	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes}, topics...)
+	return c
 }
 
 // recorder is a reconfigure script that writes its arguments, NUL
@@ -167,15 +99,15 @@ func applied(update string, gen int64, notify events.NotifyTarget, policies, upd
 }
 
 func TestNotifierStage(t *testing.T) {
-	addr, consul := startConsul(t, 0)
+	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
 	rec := newRecorder(t)
-	run(t, Stage(), testEnv(c.k, addr))
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
 	script := events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}
 	vm, x := vmMemory(), other()
 
 	// The first collection: the script gets exactly "policies" and the JSON.
-	c.produce(t, topology.ComponentApplied, "c1", applied("u1", 1, script, []events.Policy{vm}, []events.Policy{vm}, nil))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u1", 1, script, []events.Policy{vm}, []events.Policy{vm}, nil))
 	claim, claimPair := waitClaim(t, consul, "dcae-vm", "u1")
 	want1 := `{"policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}],` +
 		`"updated_policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}],` +
@@ -189,8 +121,8 @@ func TestNotifierStage(t *testing.T) {
 	}
 
 	// A replay of u1 notifies nobody; u2 is notified once.
-	c.produce(t, topology.ComponentApplied, "c1", applied("u1", 1, script, []events.Policy{vm}, []events.Policy{vm}, nil))
-	c.produce(t, topology.ComponentApplied, "c1", applied("u2", 2, script, []events.Policy{x}, []events.Policy{x}, []events.Policy{vm}))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u1", 1, script, []events.Policy{vm}, []events.Policy{vm}, nil))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u2", 2, script, []events.Policy{x}, []events.Policy{x}, []events.Policy{vm}))
 	claim, pair2 := waitClaim(t, consul, "dcae-vm", "u2")
 	calls = rec.calls(t)
 	if len(calls) != 2 {
@@ -212,7 +144,7 @@ func TestNotifierStage(t *testing.T) {
 
 	// A failing script is recorded, not retried; the next record goes on.
 	fail := writeScript(t, t.TempDir(), "fail.sh", "echo boom >&2\nexit 3\n")
-	c.produce(t, topology.ComponentApplied, "c1", applied("u3", 3, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: fail}, []events.Policy{x}, nil, nil))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u3", 3, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: fail}, []events.Policy{x}, nil, nil))
 	if claim, _ = waitClaim(t, consul, "dcae-vm", "u3"); *claim.ExitCode != 3 || claim.Stderr != "boom\n" {
 		t.Fatalf("claim of the failing script %+v", claim)
 	}
@@ -227,7 +159,7 @@ func TestNotifierStage(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer srv.Close()
-	c.produce(t, topology.ComponentApplied, "c1", applied("u4", 4, events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: srv.URL}, []events.Policy{x}, nil, []events.Policy{vm}))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u4", 4, events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: srv.URL}, []events.Policy{x}, nil, []events.Policy{vm}))
 	claim, _ = waitClaim(t, consul, "dcae-vm", "u4")
 	mu.Lock()
 	gotHooks := append([]string(nil), hooks...)
@@ -241,7 +173,7 @@ func TestNotifierStage(t *testing.T) {
 	// A notification bigger than one argument may be is recorded as
 	// failed with the reason.
 	big := events.Policy{PolicyID: "BIG", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("b", 200_000) + `"}`}
-	c.produce(t, topology.ComponentApplied, "c1", applied("u5", 5, script, []events.Policy{big}, []events.Policy{big}, nil))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u5", 5, script, []events.Policy{big}, []events.Policy{big}, nil))
 	if claim, _ = waitClaim(t, consul, "dcae-vm", "u5"); *claim.ExitCode != -1 || !strings.Contains(claim.Stderr, "128 KiB") {
 		t.Fatalf("claim of the oversized notification %+v", claim)
 	}
@@ -251,9 +183,9 @@ func TestNotifierStage(t *testing.T) {
 	_, before := waitClaim(t, consul, "dcae-vm", "u5")
 	un := applied("u6", 6, script, nil, nil, []events.Policy{x})
 	un.Uninstalled = true
-	c.produce(t, topology.ComponentApplied, "c1", un)
-	c.produce(t, topology.ComponentApplied, "c1", applied("u7", 7, events.NotifyTarget{Kind: events.NotifyNone}, []events.Policy{x}, nil, nil))
-	c.produce(t, topology.ComponentApplied, "c1", applied("u8", 8, script, []events.Policy{x}, nil, nil))
+	c.Produce(t, topology.ComponentApplied, "c1", un)
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u7", 7, events.NotifyTarget{Kind: events.NotifyNone}, []events.Policy{x}, nil, nil))
+	c.Produce(t, topology.ComponentApplied, "c1", applied("u8", 8, script, []events.Policy{x}, nil, nil))
 	waitClaim(t, consul, "dcae-vm", "u8")
 	if n := len(rec.calls(t)); n != 3 {
 		t.Fatalf("%d script calls, want 3 (u1, u2, u8)", n)

@@ -3,7 +3,6 @@ package ingest
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -11,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -25,105 +23,22 @@ const partitions = 3
 
 var dlqTopic = topology.DLQ(topology.StagePDPIngest)
 
-func newCluster(t *testing.T) runtime.Kafka {
+// newCluster is an in-process Kafka with pdp-ingest's topics.
+func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	compact := "compact"
-	for tp, cfg := range map[string]map[string]*string{
-		topology.PDPNotifications: nil,
-		topology.PolicyCatalog:    {"cleanup.policy": &compact},
-		topology.PolicyChanges:    nil,
-		dlqTopic:                  nil,
-	} {
-		resp, err := adm.CreateTopic(context.Background(), partitions, 1, cfg, k.Topic(tp))
-		if err != nil || resp.Err != nil {
-			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
-		}
-	}
-	return k
-}
-
-func testEnv(k runtime.Kafka) runtime.Env {
-	env := runtime.NewEnv(k, runtime.Consul{}, runtime.NewLogger(io.Discard, "error", false))
-	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
-	env.TransactionTimeout = 20 * time.Second
-	return env
+	c := stagetest.NewCluster(t, partitions, topology.PDPNotifications, topology.PolicyChanges, dlqTopic)
+	c.CreateTopics(t, map[string]string{"cleanup.policy": "compact"}, topology.PolicyCatalog)
+	return c
 }
 
 // run starts pdp-ingest against the PDP at url; the returned func stops it
 // and fails the test if it ended in error.
-func run(t *testing.T, k runtime.Kafka, url string) func() {
+func run(t *testing.T, c *stagetest.Cluster, url string) func() {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.PDPURL = url
 	cfg.PDPTimeout = 5 * time.Second
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- StageWith(cfg).Run(ctx, testEnv(k)) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stage: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func produce(t *testing.T, k runtime.Kafka, key string, n *events.PdpNotification) {
-	t.Helper()
-	b, err := events.Default().Encode(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	rec := &kgo.Record{Topic: k.Topic(topology.PDPNotifications), Key: []byte(key), Value: b}
-	if err := cl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// readUntil reads a topic read_committed from the start until done says
-// so or the deadline passes, then lingers to catch anything extra.
-func readUntil(t *testing.T, k runtime.Kafka, topic string, wait time.Duration, done func([]*kgo.Record) bool) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(k.Topic(topic)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	deadline := time.Now().Add(wait)
-	for !done(out) && time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		out = append(out, cl.PollFetches(ctx).Records()...)
-		cancel()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	out = append(out, cl.PollFetches(ctx).Records()...)
-	cancel()
-	return out
+	return stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka, runtime.Consul{}))
 }
 
 // catalog is the catalog as a reader rebuilding it sees it: the last
@@ -136,11 +51,7 @@ func catalog(t *testing.T, recs []*kgo.Record) map[string]*events.PolicyCatalogE
 			delete(out, string(r.Key))
 			continue
 		}
-		ev, err := events.Default().Decode(context.Background(), r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[string(r.Key)] = ev.(*events.PolicyCatalogEntry)
+		out[string(r.Key)] = stagetest.Decode[*events.PolicyCatalogEntry](t, r)
 	}
 	return out
 }
@@ -155,11 +66,7 @@ func changes(t *testing.T, recs []*kgo.Record) []change {
 	t.Helper()
 	var out []change
 	for _, r := range recs {
-		ev, err := events.Default().Decode(context.Background(), r.Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, change{r.Partition, string(r.Key), ev.(*events.PolicyChange)})
+		out = append(out, change{r.Partition, string(r.Key), stagetest.Decode[*events.PolicyChange](t, r)})
 	}
 	return out
 }
@@ -171,10 +78,6 @@ func perPartition(cs []change) map[int32][]change {
 		out[c.partition] = append(out[c.partition], c)
 	}
 	return out
-}
-
-func countAtLeast(n int) func([]*kgo.Record) bool {
-	return func(r []*kgo.Record) bool { return len(r) >= n }
 }
 
 func config(t *testing.T, e *events.PolicyCatalogEntry) map[string]any {
@@ -198,21 +101,21 @@ func loadedNote(id, version string) *events.PdpNotification {
 // The seed's example: DCAE.Config_VM_MEMORY goes from version 5
 // {"min_memory":"2GB"} to version 222 {"min_memory":"8GB"}.
 func TestStageSeedExampleUpdatesCatalogAndFansOutChanges(t *testing.T) {
-	k := newCluster(t)
+	c := newCluster(t)
 	pdp := &fakePDP{}
 	srv := httptest.NewServer(pdp)
 	defer srv.Close()
-	stop := run(t, k, srv.URL)
+	stop := run(t, c, srv.URL)
 
 	v5 := pdpBody(memID, "5", `{"min_memory":"2GB"}`)
 	v222 := pdpBody(memID, "222", `{"min_memory":"8GB"}`)
 	pdp.set(v5)
-	produce(t, k, memID, loadedNote(memID, "5"))
-	readUntil(t, k, topology.PolicyCatalog, 60*time.Second, countAtLeast(1))
+	c.Produce(t, topology.PDPNotifications, memID, loadedNote(memID, "5"))
+	c.Read(t, topology.PolicyCatalog, 1, 60*time.Second)
 	pdp.set(v5, v222)
-	produce(t, k, memID, loadedNote(memID, "222"))
+	c.Produce(t, topology.PDPNotifications, memID, loadedNote(memID, "222"))
 
-	cat := catalog(t, readUntil(t, k, topology.PolicyCatalog, 60*time.Second, countAtLeast(2)))
+	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 2, 60*time.Second))
 	e := cat[memID]
 	if e == nil || e.PolicyVersion != "222" || e.Status != events.StatusValid || e.PolicyName != memID+".222.xml" {
 		t.Fatalf("catalog holds %+v for %s, want version 222, valid", e, memID)
@@ -221,7 +124,7 @@ func TestStageSeedExampleUpdatesCatalogAndFansOutChanges(t *testing.T) {
 		t.Fatalf("catalog config is %v, want min_memory 8GB", c)
 	}
 
-	all := changes(t, readUntil(t, k, topology.PolicyChanges, 60*time.Second, countAtLeast(2*partitions)))
+	all := changes(t, c.Read(t, topology.PolicyChanges, 2*partitions, 60*time.Second))
 	if len(all) != 2*partitions {
 		t.Fatalf("got %d change records, want 2 changes copied to %d partitions", len(all), partitions)
 	}
@@ -246,12 +149,12 @@ func TestStageSeedExampleUpdatesCatalogAndFansOutChanges(t *testing.T) {
 	// A restarted member restores the catalog: a replay changes nothing,
 	// and removing 222 while the PDP still has 5 is an update back to 5.
 	stop()
-	run(t, k, srv.URL)
-	produce(t, k, memID, loadedNote(memID, "222"))
+	run(t, c, srv.URL)
+	c.Produce(t, topology.PDPNotifications, memID, loadedNote(memID, "222"))
 	pdp.set(v5)
-	produce(t, k, memID, &events.PdpNotification{NotificationID: "n-rm", Source: "pdp",
+	c.Produce(t, topology.PDPNotifications, memID, &events.PdpNotification{NotificationID: "n-rm", Source: "pdp",
 		RemovedPolicies: []events.UnloadedPolicy{{PolicyName: memID + ".222.xml", VersionNo: "222"}}})
-	all = changes(t, readUntil(t, k, topology.PolicyChanges, 60*time.Second, countAtLeast(3*partitions)))
+	all = changes(t, c.Read(t, topology.PolicyChanges, 3*partitions, 60*time.Second))
 	if len(all) != 3*partitions {
 		t.Fatalf("after restart: got %d change records, want %d (the replay changes nothing, the removal is one change)", len(all), 3*partitions)
 	}
@@ -261,14 +164,14 @@ func TestStageSeedExampleUpdatesCatalogAndFansOutChanges(t *testing.T) {
 			t.Fatalf("partition %d: change after the removal is %s %s -> %s, want UPDATED 222 -> 5", p, last.Action, deref(last.OldVersion), deref(last.NewVersion))
 		}
 	}
-	cat = catalog(t, readUntil(t, k, topology.PolicyCatalog, 30*time.Second, countAtLeast(3)))
+	cat = catalog(t, c.Read(t, topology.PolicyCatalog, 3, 30*time.Second))
 	if e := cat[memID]; e == nil || e.PolicyVersion != "5" {
 		t.Fatalf("catalog holds %+v, want version 5 back", e)
 	}
 }
 
 func TestStageSplitsMultiPolicyNotification(t *testing.T) {
-	k := newCluster(t)
+	c := newCluster(t)
 	pdp := &fakePDP{}
 	srv := httptest.NewServer(pdp)
 	defer srv.Close()
@@ -278,21 +181,21 @@ func TestStageSplitsMultiPolicyNotification(t *testing.T) {
 		bodies = append(bodies, pdpBody(id, "1", `{"id":"`+id+`"}`))
 	}
 	pdp.set(bodies...)
-	run(t, k, srv.URL)
+	run(t, c, srv.URL)
 
 	n := &events.PdpNotification{NotificationID: "n-multi", Source: "pdp", ReceivedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	for _, id := range ids {
 		n.LoadedPolicies = append(n.LoadedPolicies, events.LoadedPolicy{PolicyName: id + ".1.xml", VersionNo: "1"})
 	}
-	produce(t, k, "pdp-batch", n)
+	c.Produce(t, topology.PDPNotifications, "pdp-batch", n)
 
-	cat := catalog(t, readUntil(t, k, topology.PolicyCatalog, 60*time.Second, countAtLeast(len(ids))))
+	cat := catalog(t, c.Read(t, topology.PolicyCatalog, len(ids), 60*time.Second))
 	for _, id := range ids {
 		if e := cat[id]; e == nil || e.PolicyVersion != "1" || config(t, e)["id"] != id {
 			t.Fatalf("catalog holds %+v for %s, want version 1 with its own config", e, id)
 		}
 	}
-	all := changes(t, readUntil(t, k, topology.PolicyChanges, 60*time.Second, countAtLeast(len(ids)*partitions)))
+	all := changes(t, c.Read(t, topology.PolicyChanges, len(ids)*partitions, 60*time.Second))
 	if len(all) != len(ids)*partitions {
 		t.Fatalf("got %d change records, want %d", len(all), len(ids)*partitions)
 	}
@@ -307,7 +210,7 @@ func TestStageSplitsMultiPolicyNotification(t *testing.T) {
 		}
 	}
 	// The parts went back to pdp.notifications, keyed by policy_id.
-	notes := readUntil(t, k, topology.PDPNotifications, 30*time.Second, countAtLeast(1+len(ids)))
+	notes := c.Read(t, topology.PDPNotifications, 1+len(ids), 30*time.Second)
 	keys := map[string]int{}
 	for _, r := range notes {
 		keys[string(r.Key)]++
@@ -320,28 +223,23 @@ func TestStageSplitsMultiPolicyNotification(t *testing.T) {
 }
 
 func TestStageDeadLettersBadPushedBodyAndGoesOn(t *testing.T) {
-	k := newCluster(t)
+	c := newCluster(t)
 	srv := httptest.NewServer(&fakePDP{})
 	defer srv.Close()
-	run(t, k, srv.URL)
+	run(t, c, srv.URL)
 
 	huge := pdpBody(memID, "7", `{"blob":"`+strings.Repeat("x", policy.MaxBodyBytes)+`"}`)
 	bad := &events.PdpNotification{NotificationID: "n-big", Source: "north-api", PushedBodies: []string{jsonOf(t, huge)}}
-	produce(t, k, memID, bad)
+	c.Produce(t, topology.PDPNotifications, memID, bad)
 	good := &events.PdpNotification{NotificationID: "n-good", Source: "north-api",
 		PushedBodies: []string{jsonOf(t, pdpBody(memID, "8", `{"min_memory":"4GB"}`))}}
-	produce(t, k, memID, good)
+	c.Produce(t, topology.PDPNotifications, memID, good)
 
-	dlq := readUntil(t, k, dlqTopic, 60*time.Second, countAtLeast(1))
+	dlq := c.Read(t, dlqTopic, 1, 60*time.Second)
 	if len(dlq) != 1 {
 		t.Fatalf("got %d dead letters, want 1", len(dlq))
 	}
-	reason := ""
-	for _, h := range dlq[0].Headers {
-		if h.Key == runtime.HeaderError {
-			reason = string(h.Value)
-		}
-	}
+	reason := stagetest.Header(dlq[0], runtime.HeaderError)
 	for _, want := range []string{"n-big", "pushed_bodies[0]", "over the limit of 524288 bytes"} {
 		if !strings.Contains(reason, want) {
 			t.Fatalf("dead letter reason %q does not say %q", reason, want)
@@ -350,22 +248,22 @@ func TestStageDeadLettersBadPushedBodyAndGoesOn(t *testing.T) {
 	if string(dlq[0].Key) != memID {
 		t.Fatalf("dead letter keyed %q, want the original key", dlq[0].Key)
 	}
-	cat := catalog(t, readUntil(t, k, topology.PolicyCatalog, 60*time.Second, countAtLeast(1)))
+	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 1, 60*time.Second))
 	if e := cat[memID]; e == nil || e.PolicyVersion != "8" {
 		t.Fatalf("catalog holds %+v, want the good push (version 8) applied after the refused one", e)
 	}
 }
 
 func TestStageRetriesWhilePDPIsDownAndProcessesOnce(t *testing.T) {
-	k := newCluster(t)
+	c := newCluster(t)
 	pdp := &fakePDP{}
 	srv := httptest.NewServer(pdp)
 	defer srv.Close()
 	pdp.set(pdpBody(memID, "5", `{"min_memory":"2GB"}`))
 	pdp.down(http.StatusServiceUnavailable)
-	run(t, k, srv.URL)
+	run(t, c, srv.URL)
 
-	produce(t, k, memID, loadedNote(memID, "5"))
+	c.Produce(t, topology.PDPNotifications, memID, loadedNote(memID, "5"))
 	deadline := time.Now().Add(60 * time.Second)
 	for pdp.callCount() < 3 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -373,12 +271,12 @@ func TestStageRetriesWhilePDPIsDownAndProcessesOnce(t *testing.T) {
 	if pdp.callCount() < 3 {
 		t.Fatalf("the PDP was asked %d times while down, want retries", pdp.callCount())
 	}
-	if early := readUntil(t, k, topology.PolicyChanges, 300*time.Millisecond, countAtLeast(1)); len(early) != 0 {
+	if early := c.Read(t, topology.PolicyChanges, 1, 300*time.Millisecond); len(early) != 0 {
 		t.Fatalf("%d changes committed while the PDP was down", len(early))
 	}
 	pdp.down(0)
 
-	all := changes(t, readUntil(t, k, topology.PolicyChanges, 60*time.Second, countAtLeast(partitions)))
+	all := changes(t, c.Read(t, topology.PolicyChanges, partitions, 60*time.Second))
 	if len(all) != partitions {
 		t.Fatalf("got %d change records, want the one change copied to %d partitions", len(all), partitions)
 	}
@@ -387,11 +285,11 @@ func TestStageRetriesWhilePDPIsDownAndProcessesOnce(t *testing.T) {
 			t.Fatalf("change %s -> %s, want UPDATED to 5", c.Action, deref(c.NewVersion))
 		}
 	}
-	cat := readUntil(t, k, topology.PolicyCatalog, 30*time.Second, countAtLeast(1))
+	cat := c.Read(t, topology.PolicyCatalog, 1, 30*time.Second)
 	if len(cat) != 1 {
 		t.Fatalf("catalog got %d records, want one", len(cat))
 	}
-	if dlq := readUntil(t, k, dlqTopic, 300*time.Millisecond, countAtLeast(1)); len(dlq) != 0 {
+	if dlq := c.Read(t, dlqTopic, 1, 300*time.Millisecond); len(dlq) != 0 {
 		t.Fatalf("%d records dead-lettered; an unreachable PDP must be retried", len(dlq))
 	}
 }
@@ -400,7 +298,7 @@ func TestStageRetriesWhilePDPIsDownAndProcessesOnce(t *testing.T) {
 // offset; the catalog entries decided in the aborted transaction were never
 // written, so the same inputs must produce the same outputs again.
 func TestRewoundInputIsDecidedAgain(t *testing.T) {
-	k := newCluster(t)
+	c := newCluster(t)
 	pdp := &fakePDP{}
 	srv := httptest.NewServer(pdp)
 	defer srv.Close()
@@ -408,7 +306,7 @@ func TestRewoundInputIsDecidedAgain(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PDPURL = srv.URL
 	ctx := context.Background()
-	g, err := newIngester(ctx, cfg, testEnv(k))
+	g, err := newIngester(ctx, cfg, stagetest.Env(c.Kafka, runtime.Consul{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,121 +1,34 @@
 package segment
 
 import (
-	"context"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
 const partitions = 3
 
-func newCluster(t *testing.T) runtime.Kafka {
+// newCluster is an in-process Kafka with the segmenter's topics: the
+// input takes whole deltas, several MiB; the output keeps the broker's
+// default record limit, which every piece must fit.
+func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	k := runtime.Kafka{Brokers: c.ListenAddrs(), Prefix: "t.", FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	// The input takes whole deltas, several MiB; the output keeps the
-	// broker's default record limit, which every piece must fit.
-	big := map[string]*string{"max.message.bytes": strPtr(topology.MaxMessageBytes)}
-	for tp, cfg := range map[string]map[string]*string{
-		topology.PolicyMatches:                big,
-		topology.PolicySegments:               nil,
-		topology.DLQ(topology.StageSegmenter): big,
-	} {
-		resp, err := adm.CreateTopic(context.Background(), partitions, 1, cfg, k.Topic(tp))
-		if err != nil || resp.Err != nil {
-			t.Fatalf("create %s: %v %v", tp, err, resp.Err)
-		}
-	}
-	return k
-}
-
-func strPtr(s string) *string { return &s }
-
-func testEnv(k runtime.Kafka) runtime.Env {
-	env := runtime.NewEnv(k, runtime.Consul{}, runtime.NewLogger(io.Discard, "error", false))
-	env.Retry = runtime.Backoff{Initial: 10 * time.Millisecond, Max: 50 * time.Millisecond}
-	env.TransactionTimeout = 10 * time.Second
-	return env
-}
-
-func produce(t *testing.T, k runtime.Kafka, recs ...*kgo.Record) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ProducerBatchMaxBytes(64<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for _, r := range recs {
-		r.Topic = k.Topic(r.Topic)
-	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func matchRecord(t *testing.T, m *events.PolicyMatch) *kgo.Record {
-	t.Helper()
-	b, err := events.Default().Encode(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &kgo.Record{Topic: topology.PolicyMatches, Key: []byte(m.DeploymentID), Value: b}
-}
-
-// readUntil reads a topic read_committed until done says so or the
-// deadline passes, then lingers briefly to catch anything extra.
-func readUntil(t *testing.T, k runtime.Kafka, topic string, wait time.Duration, done func([]*kgo.Record) bool) []*kgo.Record {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...), kgo.ConsumeTopics(k.Topic(topic)),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []*kgo.Record
-	deadline := time.Now().Add(wait)
-	for !done(out) && time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		out = append(out, cl.PollFetches(ctx).Records()...)
-		cancel()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	out = append(out, cl.PollFetches(ctx).Records()...)
-	cancel()
-	return out
-}
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
+	c := stagetest.NewCluster(t, partitions, topology.PolicySegments)
+	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
+		topology.PolicyMatches, topology.DLQ(topology.StageSegmenter))
+	return c
 }
 
 func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
-	k := newCluster(t)
+	c := newCluster(t)
 	const limit = 256 << 10
 	small := &events.PolicyMatch{
 		UpdateID: "u-small", DeploymentID: "dep-small", CreatedAt: time.UnixMilli(1700000000000).UTC(),
@@ -129,20 +42,14 @@ func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 	tooBig := &events.PolicyMatch{UpdateID: "u-huge", DeploymentID: "dep-huge", Components: []events.ComponentDelta{{
 		ComponentID: "c", UpdatedPolicies: []events.Policy{pol("DCAE.Config_huge", "3", 300<<10)},
 	}}}
-	produce(t, k, matchRecord(t, small), matchRecord(t, big), matchRecord(t, tooBig))
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- StageWith(Config{MaxSegmentBytes: limit}).Run(ctx, testEnv(k)) }()
+	match := func(m *events.PolicyMatch) *kgo.Record { return c.Record(t, topology.PolicyMatches, m.DeploymentID, m) }
+	c.ProduceRecords(t, match(small), match(big), match(tooBig))
+	stop := stagetest.Run(t, StageWith(Config{MaxSegmentBytes: limit}), stagetest.Env(c.Kafka, runtime.Consul{}))
 
 	byDep := func(recs []*kgo.Record) map[string][]events.PolicySegment {
 		out := map[string][]events.PolicySegment{}
 		for _, r := range recs {
-			ev, err := events.Default().Decode(context.Background(), r.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s := *ev.(*events.PolicySegment)
+			s := *stagetest.Decode[*events.PolicySegment](t, r)
 			if string(r.Key) != s.DeploymentID {
 				t.Fatalf("segment of %s keyed %q", s.DeploymentID, r.Key)
 			}
@@ -158,12 +65,9 @@ func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 		b := segs["dep-big"]
 		return len(segs["dep-small"]) == 1 && len(b) > 0 && len(b) == int(b[0].Count)
 	}
-	out := readUntil(t, k, topology.PolicySegments, 60*time.Second, complete)
-	dlq := readUntil(t, k, topology.DLQ(topology.StageSegmenter), 30*time.Second, func(r []*kgo.Record) bool { return len(r) >= 1 })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("stage: %v", err)
-	}
+	out := c.ReadUntil(t, topology.PolicySegments, 60*time.Second, complete)
+	dlq := c.Read(t, topology.DLQ(topology.StageSegmenter), 1, 30*time.Second)
+	stop()
 
 	segs := byDep(out)
 	if s := segs["dep-small"]; len(s) != 1 || s[0].Index != 1 || s[0].Count != 1 || !reflect.DeepEqual(normalize(&events.PolicyMatch{Components: s[0].Components}), normalize(&events.PolicyMatch{Components: small.Components})) {
@@ -191,7 +95,7 @@ func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 	if len(dlq) != 1 || string(dlq[0].Key) != "dep-huge" {
 		t.Fatalf("got %d dead letters, want the one of dep-huge", len(dlq))
 	}
-	if reason := header(dlq[0], runtime.HeaderError); !strings.Contains(reason, "DCAE.Config_huge") || !strings.Contains(reason, ErrTooLarge.Error()) {
+	if reason := stagetest.Header(dlq[0], runtime.HeaderError); !strings.Contains(reason, "DCAE.Config_huge") || !strings.Contains(reason, ErrTooLarge.Error()) {
 		t.Fatalf("dead letter reason %q does not say which policy does not fit", reason)
 	}
 }

@@ -1,0 +1,240 @@
+package stagetest
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// prefix is the topic prefix of every test cluster.
+const prefix = "t."
+
+// Linger is how long Read and ReadUntil keep reading after they have what
+// they waited for, so that records beyond it (duplicates) show too.
+const Linger = 500 * time.Millisecond
+
+// Cluster is a single-broker kfake cluster running in the test process,
+// with an admin client and a producer that places keyed records the way
+// the stages do (the key's murmur2 hash, as Kafka's default partitioner).
+type Cluster struct {
+	Kafka runtime.Kafka
+	Admin *kadm.Client
+
+	cl         *kgo.Client // produces; Admin talks through it too
+	partitions int32       // of every topic the cluster creates
+}
+
+// NewCluster starts an in-process Kafka, closed when the test ends, and
+// creates the topics (base names, without the prefix "t.") with the given
+// number of partitions and the broker's default configs.
+func NewCluster(t testing.TB, partitions int32, topics ...string) *Cluster {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("start an in-process Kafka: %v", err)
+	}
+	t.Cleanup(kc.Close)
+	k := runtime.Kafka{Brokers: kc.ListenAddrs(), Prefix: prefix, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
+	cl, err := kgo.NewClient(producerOpts(k)...)
+	if err != nil {
+		t.Fatalf("create a client of %v: %v", k.Brokers, err)
+	}
+	t.Cleanup(cl.Close)
+	c := &Cluster{Kafka: k, Admin: kadm.NewClient(cl), cl: cl, partitions: partitions}
+	c.CreateTopics(t, nil, topics...)
+	return c
+}
+
+// producerOpts place keyed records as the stages do and take records as
+// big as the stages may write.
+func producerOpts(k runtime.Kafka) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(k.Brokers...),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.ProducerBatchMaxBytes(runtime.DefaultMaxRecordBytes),
+		kgo.ProducerLinger(0),
+	}
+}
+
+// CreateTopics creates topics (base names) with the cluster's partition
+// count and the given topic configs (nil: the broker's defaults).
+func (c *Cluster) CreateTopics(t testing.TB, configs map[string]string, topics ...string) {
+	t.Helper()
+	var cfg map[string]*string
+	if len(configs) > 0 {
+		cfg = make(map[string]*string, len(configs))
+		for name, v := range configs {
+			cfg[name] = &v
+		}
+	}
+	for _, base := range topics {
+		resp, err := c.Admin.CreateTopic(context.Background(), c.partitions, 1, cfg, c.Kafka.Topic(base))
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			t.Fatalf("create topic %s: %v", c.Kafka.Topic(base), err)
+		}
+	}
+}
+
+// Record is ev encoded as a record of topic (a base name) keyed by key;
+// a nil ev is a tombstone.
+func (c *Cluster) Record(t testing.TB, topic, key string, ev events.Event) *kgo.Record {
+	t.Helper()
+	rec := &kgo.Record{Topic: c.Kafka.Topic(topic), Key: []byte(key)}
+	if ev != nil {
+		b, err := events.Default().Encode(ev)
+		if err != nil {
+			t.Fatalf("encode %s for %s: %v", ev.SchemaName(), rec.Topic, err)
+		}
+		rec.Value = b
+	}
+	return rec
+}
+
+// Produce writes ev (nil: a tombstone) keyed by key to topic (a base name)
+// and waits until the broker has it.
+func (c *Cluster) Produce(t testing.TB, topic, key string, ev events.Event) {
+	t.Helper()
+	c.ProduceRecords(t, c.Record(t, topic, key, ev))
+}
+
+// ProduceRecords writes records as they are (full topic names, keys and
+// values, Partition ignored) and waits until the broker has them all.
+func (c *Cluster) ProduceRecords(t testing.TB, recs ...*kgo.Record) {
+	t.Helper()
+	if err := c.cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatalf("produce %d records: %v", len(recs), err)
+	}
+}
+
+var txnSeq atomic.Int64
+
+// ProduceCommitted writes records in one committed transaction, as the
+// transactional stages do, so that the partitions end in a transaction
+// marker.
+func (c *Cluster) ProduceCommitted(t testing.TB, recs ...*kgo.Record) {
+	t.Helper()
+	id := "stagetest-" + strconv.FormatInt(txnSeq.Add(1), 10)
+	cl, err := kgo.NewClient(append(producerOpts(c.Kafka), kgo.TransactionalID(id))...)
+	if err != nil {
+		t.Fatalf("create transactional client %s: %v", id, err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatalf("begin transaction %s: %v", id, err)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce %d records in transaction %s: %v", len(recs), id, err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("commit transaction %s: %v", id, err)
+	}
+}
+
+// Reader reads one topic from its start, read_committed, and keeps every
+// record it has read.
+type Reader struct {
+	cl  *kgo.Client
+	got []*kgo.Record
+}
+
+// Reader starts reading topic (a base name); it stops when the test ends.
+func (c *Cluster) Reader(t testing.TB, topic string) *Reader {
+	t.Helper()
+	r := c.newReader(t, topic)
+	t.Cleanup(r.cl.Close)
+	return r
+}
+
+func (c *Cluster) newReader(t testing.TB, topic string) *Reader {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Kafka.Brokers...), kgo.ConsumeTopics(c.Kafka.Topic(topic)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("create a reader of %s: %v", c.Kafka.Topic(topic), err)
+	}
+	return &Reader{cl: cl}
+}
+
+// Until reads until the reader holds at least want records or wait has
+// passed, and returns every record read so far.
+func (r *Reader) Until(want int, wait time.Duration) []*kgo.Record {
+	return r.until(func(got []*kgo.Record) bool { return len(got) >= want }, wait)
+}
+
+func (r *Reader) until(done func([]*kgo.Record) bool, wait time.Duration) []*kgo.Record {
+	deadline := time.Now().Add(wait)
+	for !done(r.got) && time.Now().Before(deadline) {
+		r.Poll(500 * time.Millisecond)
+	}
+	return r.got
+}
+
+// Poll reads for at most d (less when records come) and returns the
+// records this poll read.
+func (r *Reader) Poll(d time.Duration) []*kgo.Record {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	recs := r.cl.PollFetches(ctx).Records()
+	r.got = append(r.got, recs...)
+	return recs
+}
+
+// Records returns every record read so far.
+func (r *Reader) Records() []*kgo.Record { return r.got }
+
+// Read reads topic (a base name) from its start, read_committed, until
+// want records arrived or wait passed, then lingers for extra ones, and
+// returns them all.
+func (c *Cluster) Read(t testing.TB, topic string, want int, wait time.Duration) []*kgo.Record {
+	t.Helper()
+	return c.ReadUntil(t, topic, wait, func(got []*kgo.Record) bool { return len(got) >= want })
+}
+
+// ReadUntil is Read with a condition on the records read so far in place
+// of their number.
+func (c *Cluster) ReadUntil(t testing.TB, topic string, wait time.Duration, done func([]*kgo.Record) bool) []*kgo.Record {
+	t.Helper()
+	r := c.newReader(t, topic)
+	defer r.cl.Close()
+	r.until(done, wait)
+	r.Poll(Linger)
+	return r.got
+}
+
+// Decode decodes a record's value as a T, failing the test when it is not
+// one.
+func Decode[T events.Event](t testing.TB, rec *kgo.Record) T {
+	t.Helper()
+	ev, err := events.Default().Decode(context.Background(), rec.Value)
+	if err != nil {
+		t.Fatalf("decode the record at %s[%d]@%d: %v", rec.Topic, rec.Partition, rec.Offset, err)
+	}
+	v, ok := ev.(T)
+	if !ok {
+		t.Fatalf("the record at %s[%d]@%d holds a %s, want a %T", rec.Topic, rec.Partition, rec.Offset, ev.SchemaName(), v)
+	}
+	return v
+}
+
+// Header returns the value of a record's header, or "" without it.
+func Header(rec *kgo.Record, key string) string {
+	for _, h := range rec.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
