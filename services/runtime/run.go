@@ -34,6 +34,7 @@ type runner struct {
 	env     Env
 	log     zerolog.Logger
 	handler Handler
+	batch   BatchHandler // set instead of handler by Stage.SetupBatch
 	// owned is the current assignment (base topic names), kept by the
 	// group callbacks and read by the poll loop after an abort.
 	mu    sync.Mutex
@@ -55,14 +56,20 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	env.Health.NotReady(s.Name, "starting")
 	defer env.Health.Forget(s.Name)
 
-	h, closeFn, err := s.Setup(ctx, env)
+	r := &runner{stage: s, env: env, log: log, owned: map[string][]int32{}}
+	var closeFn func()
+	var err error
+	if s.SetupBatch != nil {
+		r.batch, closeFn, err = s.SetupBatch(ctx, env)
+	} else {
+		r.handler, closeFn, err = s.Setup(ctx, env)
+	}
 	if err != nil {
 		return fmt.Errorf("stage %s: setup: %w", s.Name, err)
 	}
 	if closeFn != nil {
 		defer closeFn()
 	}
-	r := &runner{stage: s, env: env, log: log, handler: h, owned: map[string][]int32{}}
 	log.Info().Str("mode", s.Mode.String()).Str("group", s.GroupIn(env.Kafka)).Strs("inputs", s.Inputs).Msg("stage starting")
 	if s.Mode == AtLeastOnce {
 		err = r.runAtLeastOnce(ctx)

@@ -194,6 +194,117 @@ func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
 	}
 }
 
+func TestAtLeastOnceBatchRetriesFromFailureAndDeadLetters(t *testing.T) {
+	c := newCluster(t)
+	k := c.Kafka
+	produce(t, c, 60, 7)
+	var mu sync.Mutex
+	applied := map[string]int{}
+	var batches []int
+	failures := 0
+	stage := runtime.Stage{
+		Name:   "sink",
+		Mode:   runtime.AtLeastOnce,
+		Inputs: []string{"in"},
+		SetupBatch: func(context.Context, runtime.Env) (runtime.BatchHandler, func(), error) {
+			return func(_ context.Context, ins []runtime.Input) []runtime.Outcome {
+				mu.Lock()
+				defer mu.Unlock()
+				batches = append(batches, len(ins))
+				outs := make([]runtime.Outcome, len(ins))
+				for i, in := range ins {
+					r := in.Value.(*events.CatchupRequest)
+					switch {
+					case r.RequestID == "r3" && failures < 2:
+						failures++
+						outs[i].Err = errors.New("effect target unavailable")
+						// What follows a transient failure is handed in again:
+						// answer anything here, it must not be produced.
+						for j := i + 1; j < len(ins); j++ {
+							outs[j].Outputs = []runtime.Output{{Topic: "out", Key: ins[j].Key, Value: req("discarded")}}
+						}
+						return outs
+					case r.RequestID == "r11":
+						outs[i].Err = runtime.Permanentf("request r11 is refused")
+						continue
+					}
+					applied[r.RequestID]++
+					outs[i].Outputs = []runtime.Output{{Topic: "out", Key: in.Key, Value: req("applied-" + r.RequestID)}}
+				}
+				return outs
+			}, nil, nil
+		},
+	}
+	stop := stagetest.Run(t, stage, stagetest.Env(k, runtime.Consul{}))
+	out := c.Read(t, "out", 58, 60*time.Second)
+	dlq := c.Read(t, "dlq.sink", 2, 30*time.Second)
+	stop()
+	if len(out) != 58 || len(dlq) != 2 {
+		t.Fatalf("outputs %d (want 58: 60 inputs, one poison, one refused), dead letters %d (want 2)", len(out), len(dlq))
+	}
+	seen := map[string]int{}
+	for _, r := range out {
+		seen[stagetest.Decode[*events.CatchupRequest](t, r).RequestID]++
+	}
+	for i := 0; i < 60; i++ {
+		id, want := "applied-r"+strconv.Itoa(i), 1
+		if i == 7 || i == 11 {
+			want = 0
+		}
+		if seen[id] != want {
+			t.Fatalf("%s produced %d times, want %d (outputs %v)", id, seen[id], want, seen)
+		}
+	}
+	if seen["discarded"] != 0 {
+		t.Fatalf("outputs of inputs after a transient failure were produced %d times", seen["discarded"])
+	}
+	reasons := map[string]bool{}
+	for _, d := range dlq {
+		reasons[string(d.Key)+": "+stagetest.Header(d, runtime.HeaderError)] = true
+	}
+	if !reasons["k11: request r11 is refused"] {
+		t.Fatalf("dead letters %v lack k11 with its reason", reasons)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if failures != 2 || applied["r3"] != 1 {
+		t.Fatalf("r3 applied %d times after %d failures, want once after 2", applied["r3"], failures)
+	}
+	multi := false
+	for _, n := range batches {
+		multi = multi || n > 1
+	}
+	if !multi {
+		t.Fatalf("batch sizes %v: the handler never got more than one input at once", batches)
+	}
+	lags, err := c.Admin.Lag(context.Background(), stage.GroupIn(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total := lags[stage.GroupIn(k)].Lag.Total(); total != 0 {
+		t.Fatalf("group lag %d after drain, want 0", total)
+	}
+}
+
+func TestStageValidateRefusesTwoSetups(t *testing.T) {
+	h := func(context.Context, runtime.Env) (runtime.Handler, func(), error) { return nil, nil, nil }
+	b := func(context.Context, runtime.Env) (runtime.BatchHandler, func(), error) { return nil, nil, nil }
+	for _, tc := range []struct {
+		stage runtime.Stage
+		want  string
+	}{
+		{runtime.Stage{Name: "x", Inputs: []string{"in"}, Mode: runtime.AtLeastOnce, Setup: h, SetupBatch: b}, "both Setup and SetupBatch"},
+		{runtime.Stage{Name: "x", Inputs: []string{"in"}, Mode: runtime.Transactional, SetupBatch: b}, "SetupBatch is for at-least-once"},
+	} {
+		if err := tc.stage.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("Validate = %v, want an error saying %q", err, tc.want)
+		}
+	}
+	if err := (runtime.Stage{Name: "x", Inputs: []string{"in"}, Mode: runtime.AtLeastOnce, SetupBatch: b}).Validate(); err != nil {
+		t.Fatalf("an at-least-once batch stage is refused: %v", err)
+	}
+}
+
 func TestReadPartitionsStopsAtEnd(t *testing.T) {
 	c := newCluster(t)
 	produce(t, c, 50, -1)

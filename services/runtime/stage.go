@@ -71,6 +71,23 @@ type Output struct {
 // the stage's dead-letter topic with the reason and the stage goes on.
 type Handler func(ctx context.Context, in Input) ([]Output, error)
 
+// Outcome is what a BatchHandler says of one input: the outputs to
+// produce, or why it failed (Permanent: dead-lettered; otherwise retried).
+type Outcome struct {
+	Outputs []Output
+	Err     error
+}
+
+// BatchHandler handles the records of one poll together and returns one
+// Outcome per input, in the inputs' order. It is for at-least-once stages
+// whose effect costs much less for many records at once (many components
+// written in one Consul transaction). The inputs are in fetch order, so
+// each partition's records keep their order. On a transient failure the
+// runtime keeps what the inputs before it produced and, after a backoff,
+// hands that input and every one after it in again; like every
+// at-least-once handler it must be idempotent.
+type BatchHandler func(ctx context.Context, ins []Input) []Outcome
+
 // Stage describes one pipeline stage to the runtime.
 type Stage struct {
 	Name   string   // e.g. "matcher"; DLQ is dlq.<Name>
@@ -88,6 +105,9 @@ type Stage struct {
 	// Setup builds the handler with whatever it needs (tables, Consul
 	// client); the returned close func runs after the consume loop ends.
 	Setup func(ctx context.Context, env Env) (Handler, func(), error)
+	// SetupBatch, in place of Setup, builds a BatchHandler that is given
+	// each poll's records at once; AtLeastOnce stages only.
+	SetupBatch func(ctx context.Context, env Env) (BatchHandler, func(), error)
 	// Assigned and Revoked, when set, are told of partition changes so a
 	// stage can restore or drop per-partition state (see ReadPartitions).
 	// Assigned runs before any record of the new partitions is handled.
@@ -119,8 +139,12 @@ func (s Stage) Validate() error {
 		return errors.New("stage has no name")
 	case len(s.Inputs) == 0:
 		return fmt.Errorf("stage %s consumes no topic", s.Name)
-	case s.Setup == nil:
+	case s.Setup == nil && s.SetupBatch == nil:
 		return fmt.Errorf("stage %s has no Setup", s.Name)
+	case s.Setup != nil && s.SetupBatch != nil:
+		return fmt.Errorf("stage %s has both Setup and SetupBatch; give one", s.Name)
+	case s.SetupBatch != nil && s.Mode != AtLeastOnce:
+		return fmt.Errorf("stage %s: SetupBatch is for at-least-once stages; a transactional stage uses Setup", s.Name)
 	}
 	return nil
 }
