@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"sync"
 	"time"
@@ -55,7 +56,9 @@ func (h *Health) Status() map[string]string {
 }
 
 // Handler serves /healthz (the process answers), /readyz (every stage is
-// ready; 503 with the reasons otherwise) and /metrics. extra adds routes.
+// ready; 503 with the reasons otherwise), /metrics and the Go profiles
+// under /debug/pprof/ (for `go tool pprof` when a stage is slow). extra
+// adds routes.
 func (env Env) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -78,6 +81,11 @@ func (env Env) Handler(extra map[string]http.Handler) http.Handler {
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(env.Metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	for p, h := range extra {
 		mux.Handle(p, h)
 	}
