@@ -147,6 +147,12 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 		if ch.Body == nil || *ch.Body == "" {
 			return false, badInput("change %s of policy %s is UPDATED but carries no body", ch.ChangeID, id)
 		}
+		if cur := c.entries[id]; cur != nil && cur.raw == *ch.Body {
+			// The body in force: another partition's copy of the change
+			// (pdp-ingest sends one to each) already applied it, so it
+			// need not be parsed again.
+			return false, nil
+		}
 		ne, err := newEntry(id, *ch.Body)
 		if err != nil {
 			return false, fmt.Errorf("change %s: %w", ch.ChangeID, err)
