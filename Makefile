@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul build run test bench lint images clean
+.PHONY: help consul build run test bench bench-go lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -92,7 +92,16 @@ test: consul ## unit tests of every module, then integration on the embedded bac
 		echo 'integration backends run: embedded only (docker info failed, so the containers backend was skipped)'; \
 	fi
 
-bench: ## run the Go benchmarks (events, services)
+# `make bench` measures the stages against ceilings measured in the same run
+# (bin/pfbench: table on stdout, JSON report in .bench/); BENCH_ARGS="..."
+# passes flags (bin/pfbench --help). `make bench-go` runs the Go benchmarks
+# of the hot pure code.
+BENCH_ARGS ?=
+
+bench: build consul ## measure every stage and the pipeline end to end against ceilings of the same run (report in .bench/; flags in BENCH_ARGS="...")
+	bin/pfbench $(BENCH_ARGS)
+
+bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB
 	cd events && $(GO) test -run '^$$' -bench . -benchmem ./...
 	cd services && $(GO) test -run '^$$' -bench . -benchmem ./...
 

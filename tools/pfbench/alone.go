@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// StageRun is one stage run alone on a prepared input topic.
+type StageRun struct {
+	Stage            string  `json:"stage"`
+	Input            string  `json:"input_topic"`
+	InputRecords     int     `json:"input_records"`
+	InputRecordBytes int     `json:"input_record_bytes"`
+	OutputRecords    int     `json:"output_records"`
+	Seconds          float64 `json:"seconds"`
+	RecordsPerSec    float64 `json:"records_per_sec"`
+	// KeysWritten and KeysPerSec: consul-writer only (from component.applied).
+	KeysWritten int     `json:"keys_written,omitempty"`
+	KeysPerSec  float64 `json:"keys_per_sec,omitempty"`
+	// Ratio is RecordsPerSec (KeysPerSec for consul-writer) over the
+	// ceiling named by RatioTo, measured in the same run.
+	Ratio      float64 `json:"ratio"`
+	RatioTo    string  `json:"ratio_to"`
+	Target     float64 `json:"target"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// Ceilings are the pass-through copies of records of this stage's
+	// input size (Kafka-to-Kafka stages).
+	CeilingPlain         *PassThrough `json:"ceiling_plain,omitempty"`
+	CeilingTransactional *PassThrough `json:"ceiling_transactional,omitempty"`
+}
+
+// inputInfo is what was read of a prepared input topic.
+type inputInfo struct {
+	records []*kgo.Record
+	bytes   int64
+	last    map[int32]int64 // offset of each partition's last record
+}
+
+func readInput(ctx context.Context, k runtime.Kafka, base string) (inputInfo, error) {
+	in := inputInfo{last: map[int32]int64{}}
+	err := runtime.ReadPartitions(ctx, k, base, nil, func(r *kgo.Record) error {
+		in.records = append(in.records, r)
+		in.bytes += int64(len(r.Key) + len(r.Value))
+		if r.Offset > in.last[r.Partition] || in.last[r.Partition] == 0 {
+			in.last[r.Partition] = r.Offset
+		}
+		return nil
+	})
+	return in, err
+}
+
+func (in inputInfo) meanBytes() int {
+	if len(in.records) == 0 {
+		return 0
+	}
+	var v int64
+	for _, r := range in.records {
+		v += int64(len(r.Value))
+	}
+	return int(v / int64(len(in.records)))
+}
+
+// skipInputs commits a group's offsets at the end of topics it should not
+// replay: the matcher has already handled the component registrations.
+func skipInputs(ctx context.Context, k runtime.Kafka, group string, topics ...string) error {
+	opts, err := k.ClientOpts()
+	if err != nil {
+		return err
+	}
+	// OffsetCommit v10 names topics by id, which kadm's offsets do not
+	// carry; v9 names them.
+	cl, err := kgo.NewClient(append(opts, kgo.MaxVersions(kversion.V3_9_0()))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	offs := kadm.Offsets{}
+	ends.Each(func(o kadm.ListedOffset) {
+		offs.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.Offset, LeaderEpoch: -1})
+	})
+	resp, err := adm.CommitOffsets(ctx, group, offs)
+	if err != nil {
+		return err
+	}
+	return resp.Error()
+}
+
+// runAlone runs one stage binary on its prepared input and measures it
+// from its first handled record (records_in > 0) until its group has
+// committed every input record. The time before (joining the group,
+// restoring state) is not counted.
+func (b *bench) runAlone(ctx context.Context, name, input string, extra ...string) (StageRun, inputInfo, error) {
+	run := StageRun{Stage: name, Input: input}
+	in, err := readInput(ctx, b.kafka, input)
+	if err != nil {
+		return run, in, fmt.Errorf("%s: read prepared %s: %w", name, input, err)
+	}
+	run.InputRecords, run.InputRecordBytes = len(in.records), in.meanBytes()
+	if run.InputRecords == 0 {
+		return run, in, fmt.Errorf("%s: prepared input %s is empty; the stage before it produced nothing (see the logs in %s)", name, input, b.logDir)
+	}
+	group := b.kafka.Prefix + "policyflow-" + name
+	p, err := startStage(ctx, b.binDir, b.logDir, binaryOf(name), b.kafka, b.consulAddr, extra...)
+	if err != nil {
+		return run, in, err
+	}
+	defer p.stop() // runs after the profile (deferred later) is written
+
+	const every = 5 * time.Millisecond
+	deadline := time.Now().Add(b.timeout)
+	var t0 time.Time
+	lastZero := time.Now()
+	for t0.IsZero() {
+		if err := p.exited(); err != nil {
+			return run, in, err
+		}
+		if time.Now().After(deadline) {
+			return run, in, fmt.Errorf("%s handled no record within %s; see %s", name, b.timeout, p.logFile)
+		}
+		n, err := p.recordsIn(ctx)
+		if err == nil && n > 0 {
+			t0 = lastZero
+			break
+		}
+		lastZero = time.Now()
+		if err := sleep(ctx, every); err != nil {
+			return run, in, err
+		}
+	}
+	if b.profile > 0 {
+		// Profile from the first record on; the stage is stopped only once
+		// the profile is written.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			path := filepath.Join(b.logDir, name+".cpu.pprof")
+			if err := saveProfile(ctx, "http://"+p.http+"/debug/pprof/profile?seconds="+fmt.Sprint(int(b.profile.Seconds())), path); err != nil {
+				b.log.Warn().Err(err).Str("stage", name).Msg("CPU profile not saved")
+			}
+		}()
+		defer func() { <-done }()
+	}
+	topic := b.kafka.Topic(input)
+	for {
+		if err := p.exited(); err != nil {
+			return run, in, err
+		}
+		if time.Now().After(deadline) {
+			return run, in, fmt.Errorf("%s did not commit all %d records of %s within %s; see %s", name, run.InputRecords, input, b.timeout, p.logFile)
+		}
+		resp, err := b.adm.FetchOffsets(ctx, group)
+		if err == nil && resp.Error() == nil {
+			done := true
+			for part, last := range in.last {
+				o, ok := resp.Lookup(topic, part)
+				done = done && ok && o.At > last
+			}
+			if done {
+				break
+			}
+		}
+		if err := sleep(ctx, every); err != nil {
+			return run, in, err
+		}
+	}
+	t1 := time.Now()
+	run.Seconds = t1.Sub(t0).Seconds()
+	run.RecordsPerSec = float64(run.InputRecords) / run.Seconds
+	if rss, err := p.peakRSS(); err == nil {
+		run.PeakRSSMiB = float64(rss) / (1 << 20)
+	}
+	return run, in, nil
+}
+
+// countOutputs counts the records of a topic (read committed); with
+// applied set it also sums component.applied's keys_written.
+func (b *bench) countOutputs(ctx context.Context, base string, applied bool) (n, keys int, err error) {
+	err = runtime.ReadPartitions(ctx, b.kafka, base, nil, func(r *kgo.Record) error {
+		n++
+		if applied && r.Value != nil {
+			v, err := b.codec.Decode(ctx, r.Value)
+			if err != nil {
+				return err
+			}
+			if a, ok := v.(*events.ComponentApplied); ok {
+				keys += int(a.KeysWritten)
+			}
+		}
+		return nil
+	})
+	return n, keys, err
+}
+
+// ceilings measures pass-through copies of records like the stage's
+// input: the input's own records, cycled up to a size that takes long
+// enough to time.
+func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error {
+	n := max(len(in.records), b.ceilingRecords)
+	if mean := max(in.meanBytes(), 1); n*mean > b.ceilingBytes {
+		n = max(len(in.records), b.ceilingBytes/mean)
+	}
+	src, dst := b.kafka.Topic("bench.ceiling."+run.Stage), b.kafka.Topic("bench.ceiling."+run.Stage+".out")
+	parts := int32(len(in.last))
+	if pc, err := runtime.PartitionCount(ctx, b.adm, b.kafka.Topic(run.Input)); err == nil {
+		parts = pc
+	}
+	cfg := map[string]*string{"max.message.bytes": ptr(fmt.Sprint(runtime.DefaultMaxRecordBytes))}
+	for _, t := range []string{src, dst} {
+		if _, err := b.adm.CreateTopic(ctx, parts, 1, cfg, t); err != nil {
+			return fmt.Errorf("create %s: %w", t, err)
+		}
+	}
+	defer func() {
+		_, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), src, dst)
+	}()
+	opts, err := b.kafka.ClientOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts, kgo.ProducerBatchMaxBytes(int32(runtime.DefaultMaxRecordBytes)), kgo.BrokerMaxWriteBytes(2*int32(runtime.DefaultMaxRecordBytes)))
+	fill, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedRecords(50_000))...)
+	if err != nil {
+		return err
+	}
+	_, err = fillTopic(ctx, fill, src, in.records, n)
+	fill.Close()
+	if err != nil {
+		return fmt.Errorf("fill %s: %w", src, err)
+	}
+	plain, err := kafkaPassThrough(ctx, opts, src, dst, "pfbench-ceiling-plain-"+run.Stage, false, b.pollRecords)
+	if err != nil {
+		return fmt.Errorf("plain pass-through ceiling: %w", err)
+	}
+	txn, err := kafkaPassThrough(ctx, opts, src, dst, "pfbench-ceiling-txn-"+run.Stage, true, b.pollRecords)
+	if err != nil {
+		return fmt.Errorf("transactional pass-through ceiling: %w", err)
+	}
+	run.CeilingPlain, run.CeilingTransactional = &plain, &txn
+	run.RatioTo = "transactional pass-through of the same records"
+	run.Ratio = run.RecordsPerSec / txn.RecordsPerSec
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// stageInputs are the stage-alone runs in pipeline order: each stage's
+// input is what the one before it produced in this run.
+var aloneStages = []struct {
+	name, input, output string
+	target              float64
+}{
+	{topology.StageMatcher, topology.PolicyChanges, topology.PolicyMatches, 0.5},
+	{topology.StageSegmenter, topology.PolicyMatches, topology.PolicySegments, 0.8},
+	{topology.StageExecutor, topology.PolicySegments, topology.ComponentPolicies, 0.8},
+	{topology.StageConsulWriter, topology.ComponentPolicies, topology.ComponentApplied, 0.8},
+}
+
+// saveProfile fetches a pprof profile over HTTP into path.
+func saveProfile(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

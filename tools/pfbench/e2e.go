@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
+	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// EndToEnd is a policy update travelling the whole pipeline: PDP
+// notification to the North API, pdp-ingest (fetching the body from the
+// PDP), matcher, segmenter, executor, consul-writer, agent-notifier.
+type EndToEnd struct {
+	// One component notified by script, one update after another.
+	Reps         int       `json:"reps"`
+	Failed       int       `json:"failed"`
+	ScriptMs     Latencies `json:"script_run_ms"`
+	ConsulMs     Latencies `json:"consul_written_ms"`
+	TargetP99Ms  float64   `json:"target_p99_ms"`
+	ScriptPath   string    `json:"script"`
+	FleetSize    int       `json:"fleet_components"`
+	FleetNotify  string    `json:"fleet_notify"`
+	FleetWritten float64   `json:"fleet_all_written_s"`
+	FleetDone    float64   `json:"fleet_all_notified_s"`
+	// FleetFirst is the first registration of the fleet (every component
+	// gathers its policy, is written and notified); not a target.
+	FleetFirst     float64            `json:"fleet_first_gather_s"`
+	TargetFleetS   float64            `json:"target_fleet_s"`
+	PeakRSSMiB     map[string]float64 `json:"peak_rss_mib"`
+	ConsulVerified int                `json:"consul_keys_verified"`
+}
+
+// Latencies summarises repeated measurements in milliseconds.
+type Latencies struct {
+	P50  float64 `json:"p50"`
+	P95  float64 `json:"p95"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+func summarize(d []time.Duration) Latencies {
+	if len(d) == 0 {
+		return Latencies{}
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	ms := func(x time.Duration) float64 { return float64(x.Microseconds()) / 1000 }
+	q := func(p float64) float64 {
+		i := int(p*float64(len(s))+0.999999) - 1 // nearest rank
+		return ms(s[min(max(i, 0), len(s)-1)])
+	}
+	var sum time.Duration
+	for _, x := range s {
+		sum += x
+	}
+	return Latencies{P50: q(0.50), P95: q(0.95), P99: q(0.99), Max: ms(s[len(s)-1]), Mean: ms(sum / time.Duration(len(s)))}
+}
+
+var markerRE = regexp.MustCompile(`\\?"marker\\?":\s*\\?"([a-z]+-[0-9]+)\\?"`)
+
+// arrivals records when each marker reached each receiver.
+type arrivals struct {
+	mu    sync.Mutex
+	seen  map[string]map[string]time.Time // marker -> receiver -> first arrival
+	dup   int
+	wake  chan struct{}
+	extra map[string]int
+}
+
+func newArrivals() *arrivals {
+	return &arrivals{seen: map[string]map[string]time.Time{}, wake: make(chan struct{}, 1), extra: map[string]int{}}
+}
+
+func (a *arrivals) add(marker, who string, at time.Time) {
+	a.mu.Lock()
+	m := a.seen[marker]
+	if m == nil {
+		m = map[string]time.Time{}
+		a.seen[marker] = m
+	}
+	if _, ok := m[who]; ok {
+		a.dup++
+	} else {
+		m[who] = at
+	}
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns the latest arrival once n receivers have seen marker.
+func (a *arrivals) wait(ctx context.Context, marker string, n int, timeout time.Duration) (time.Time, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		a.mu.Lock()
+		m := a.seen[marker]
+		if len(m) >= n {
+			var last time.Time
+			for _, t := range m {
+				if t.After(last) {
+					last = t
+				}
+			}
+			a.mu.Unlock()
+			return last, nil
+		}
+		got := len(m)
+		a.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-deadline.C:
+			return time.Time{}, fmt.Errorf("%d of %d notified of %s within %s", got, n, marker, timeout)
+		case <-a.wake:
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// webhook receives the fleet's notifications: POST /hook/<component>.
+func (a *arrivals) webhook(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	at := time.Now()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	m := markerRE.FindSubmatch(b)
+	if m == nil {
+		http.Error(w, "no marker in the notification", http.StatusBadRequest)
+		return
+	}
+	a.add(string(m[1]), strings.TrimPrefix(r.URL.Path, "/hook/"), at)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// fifoReader records the lines the component script writes to a FIFO.
+func (a *arrivals) readFIFO(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0) // O_RDWR: no EOF when a writer closes
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer f.Close()
+		br := bufio.NewReaderSize(f, 1<<20)
+		for {
+			line, err := br.ReadBytes('\n')
+			at := time.Now()
+			if m := markerRE.FindSubmatch(line); m != nil {
+				a.add(string(m[1]), "script", at)
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// e2eStages are every stage of the policy flow, in pipeline order.
+var e2eStages = []string{topology.StagePDPIngest, topology.StageMatcher, topology.StageSegmenter,
+	topology.StageExecutor, topology.StageConsulWriter, topology.StageAgentNotifier}
+
+func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error) {
+	res := EndToEnd{Reps: reps, FleetSize: fleet, FleetNotify: events.NotifyWebhook, TargetP99Ms: 50, TargetFleetS: 2,
+		PeakRSSMiB: map[string]float64{}}
+	arr := newArrivals()
+
+	// The component's script writes its argv[2] (the JSON) to a FIFO.
+	dir := filepath.Join(b.logDir, "e2e")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	fifo := filepath.Join(dir, "notifications.fifo")
+	_ = os.Remove(fifo)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		return res, fmt.Errorf("make FIFO %s: %w", fifo, err)
+	}
+	if err := arr.readFIFO(fifo); err != nil {
+		return res, err
+	}
+	script := filepath.Join(dir, "reconfigure.sh")
+	res.ScriptPath = script
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nprintf '%s\\n' \"$2\" > '"+fifo+"'\n"), 0o755); err != nil {
+		return res, err
+	}
+
+	// PDP simulator, webhook receiver and North API, in this process.
+	sim := pdp.NewServer()
+	mux := http.NewServeMux()
+	mux.Handle("/hook/", http.HandlerFunc(arr.webhook))
+	mux.Handle("/", sim.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hsrv.Serve(ln) }()
+	defer hsrv.Close()
+	base := "http://" + ln.Addr().String()
+
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	actx, stopAPI := context.WithCancel(ctx)
+	defer stopAPI()
+	env := runtime.NewEnv(b.kafka, runtime.Consul{Addr: b.consulAddr}, b.log)
+	go func() { _ = api.ServeListener(actx, env, apiLn, api.Options{}) }()
+	notifyURL := "http://" + apiLn.Addr().String() + "/v1/pdp/notifications"
+
+	// Components: one by script, the fleet by webhook.
+	cl := b.prod
+	now := time.Now().UTC()
+	var recs []*kgo.Record
+	add := func(c *events.Component) error {
+		v, err := b.codec.Encode(c)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, &kgo.Record{Topic: b.kafka.Topic(topology.DeployComponents), Key: []byte(c.ComponentID), Value: v})
+		return nil
+	}
+	one := &events.Component{ComponentID: "e2e-one", DeploymentID: "e2e-one", ServiceComponentName: "e2e-one", Tenant: "bench",
+		PolicyIDs: []string{"E2E.Config_one"}, Config: "{}", Generation: 1, UpdatedAt: now,
+		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: script, TimeoutMs: 10000}}
+	if err := add(one); err != nil {
+		return res, err
+	}
+	for i := 0; i < fleet; i++ {
+		id := fmt.Sprintf("f-%05d", i)
+		if err := add(&events.Component{ComponentID: id, DeploymentID: fmt.Sprintf("fd-%03d", i/100), ServiceComponentName: id,
+			Tenant: "bench", PolicyIDs: []string{"E2E.Config_fleet"}, Config: "{}", Generation: 1, UpdatedAt: now,
+			Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: base + "/hook/" + id, TimeoutMs: 10000}}); err != nil {
+			return res, err
+		}
+	}
+	if err := produceAll(ctx, cl, recs); err != nil {
+		return res, fmt.Errorf("register components: %w", err)
+	}
+
+	// Every stage, each its own process.
+	var procs []*stageProc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for _, name := range e2eStages {
+		var extra []string
+		if name == topology.StagePDPIngest {
+			extra = []string{"--pdp-url", base}
+		}
+		p, err := startStage(ctx, b.binDir, b.logDir, binaryOf(name), b.kafka, b.consulAddr, extra...)
+		if err != nil {
+			return res, err
+		}
+		p.name = name
+		procs = append(procs, p)
+	}
+	alive := func() error {
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := waitHTTP(ctx, "http://"+apiLn.Addr().String()+"/readyz", time.Minute); err != nil {
+		return res, fmt.Errorf("North API not ready: %w", err)
+	}
+	publish := func(id, version, marker string) error {
+		lp, err := sim.Put(policy.Body{
+			policy.FieldPolicyName: id + "." + version + ".xml", policy.FieldPolicyVersion: version,
+			policy.FieldConfig:             `{"marker":"` + marker + `","pad":"` + strings.Repeat("x", max(b.bodyBytes-400, 0)) + `"}`,
+			policy.FieldMatchingConditions: map[string]any{policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "bench"},
+		})
+		if err != nil {
+			return err
+		}
+		return pdp.Notify(ctx, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}})
+	}
+
+	// First gather of the fleet and of the script component.
+	start := time.Now()
+	if err := publish("E2E.Config_fleet", "1", "fleet-00001"); err != nil {
+		return res, err
+	}
+	if err := publish("E2E.Config_one", "1", "one-00001"); err != nil {
+		return res, err
+	}
+	if _, err := arr.wait(ctx, "one-00001", 1, b.timeout); err != nil {
+		return res, errors.Join(fmt.Errorf("first notification of the script component: %w", err), alive())
+	}
+	last, err := arr.wait(ctx, "fleet-00001", fleet, b.timeout)
+	if err != nil {
+		return res, errors.Join(fmt.Errorf("first gather of the fleet: %w", err), alive())
+	}
+	res.FleetFirst = last.Sub(start).Seconds()
+
+	// One component, one update after another.
+	kv := b.consul.KV()
+	key := consulwrite.ItemKey("e2e-one", "E2E.Config_one")
+	var ran, written []time.Duration
+	for r := 2; r < reps+2; r++ {
+		marker := fmt.Sprintf("one-%05d", r)
+		pair, meta, err := kv.Get(key, nil)
+		if err != nil || pair == nil {
+			return res, fmt.Errorf("read %s: %v (pair %v)", key, err, pair)
+		}
+		wrote := make(chan time.Time, 1)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		go func(index uint64) {
+			for wctx.Err() == nil {
+				p, m, err := kv.Get(key, (&consulapi.QueryOptions{WaitIndex: index, WaitTime: 10 * time.Second}).WithContext(wctx))
+				if err != nil {
+					return
+				}
+				if p != nil && bytes.Contains(p.Value, []byte(marker)) {
+					wrote <- time.Now()
+					return
+				}
+				index = m.LastIndex
+			}
+		}(meta.LastIndex)
+		t0 := time.Now()
+		if err := publish("E2E.Config_one", fmt.Sprint(r), marker); err != nil {
+			cancel()
+			return res, err
+		}
+		at, err := arr.wait(ctx, marker, 1, 30*time.Second)
+		if err != nil {
+			res.Failed++
+			cancel()
+			if aerr := alive(); aerr != nil {
+				return res, aerr
+			}
+			continue
+		}
+		ran = append(ran, at.Sub(t0))
+		select {
+		case w := <-wrote:
+			written = append(written, w.Sub(t0))
+		case <-wctx.Done():
+		}
+		cancel()
+	}
+	res.ScriptMs, res.ConsulMs = summarize(ran), summarize(written)
+
+	// The fleet: one update reaching 10,000 components.
+	appliedSeen := make(chan time.Time, 1)
+	var count atomic.Int64
+	f, err := runtime.Follow(b.kafka, b.log, map[string]runtime.ApplyFunc{
+		topology.ComponentApplied: func(_ context.Context, rec *kgo.Record) error {
+			if rec.Value == nil || !bytes.Contains(rec.Value, []byte("fleet-00002")) {
+				return nil
+			}
+			if count.Add(1) == int64(fleet) {
+				appliedSeen <- time.Now()
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	if err := f.WaitCaughtUp(ctx); err != nil {
+		return res, err
+	}
+	t0 := time.Now()
+	if err := publish("E2E.Config_fleet", "2", "fleet-00002"); err != nil {
+		return res, err
+	}
+	last, err = arr.wait(ctx, "fleet-00002", fleet, b.timeout)
+	if err != nil {
+		return res, errors.Join(fmt.Errorf("fleet update: %w", err), alive())
+	}
+	res.FleetDone = last.Sub(t0).Seconds()
+	select {
+	case w := <-appliedSeen:
+		res.FleetWritten = w.Sub(t0).Seconds()
+	case <-time.After(30 * time.Second):
+		return res, fmt.Errorf("component.applied shows %d of %d fleet components written", count.Load(), fleet)
+	}
+
+	// What a user would check: the values in Consul.
+	for i := 0; i < fleet; i += max(fleet/50, 1) {
+		id := fmt.Sprintf("f-%05d", i)
+		k := consulwrite.ItemKey(id, "E2E.Config_fleet")
+		p, _, err := kv.Get(k, nil)
+		if err != nil || p == nil || !bytes.Contains(p.Value, []byte("fleet-00002")) {
+			return res, fmt.Errorf("Consul %s does not hold version 2 after the fleet was notified (err %v)", k, err)
+		}
+		res.ConsulVerified++
+	}
+	arr.mu.Lock()
+	dups := arr.dup
+	arr.mu.Unlock()
+	if dups > 0 {
+		return res, fmt.Errorf("%d notifications were received twice for the same update", dups)
+	}
+	for _, p := range procs {
+		if rss, err := p.peakRSS(); err == nil {
+			res.PeakRSSMiB[p.name] = float64(rss) / (1 << 20)
+		}
+	}
+	return res, nil
+}
+
+func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := scrapeClient.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %s (last error %v)", url, timeout, err)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// binaryOf is the name of a stage's binary (its services/ directory).
+func binaryOf(stage string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(stage, "agent-"), "-", "")
+}

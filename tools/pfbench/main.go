@@ -1,0 +1,292 @@
+// Command pfbench measures policyflow on the embedded backend (an
+// in-process kfake broker and a real Consul agent) and reports every speed
+// as a ratio against a ceiling measured in the same run: franz-go
+// pass-through copies of the records each stage carries (plain and
+// transactional) and Consul's transaction rate from one client. It runs
+// each Kafka-to-Kafka stage and the consul-writer alone on a prepared
+// topic, then the whole pipeline end to end, prints a table and writes a
+// JSON report under .bench/ (one file per run). See README.md next to it.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// options are the command's settings.
+type options struct {
+	binDir, outDir  string
+	partitions      int
+	work            workload
+	reps, fleet     int
+	ceilingRecords  int
+	ceilingMiB      int
+	consulKeys      int
+	consulOpsPerTxn int
+	timeout         time.Duration
+	skipAlone       bool
+	skipEndToEnd    bool
+	profile         time.Duration
+	logLevel        string
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.binDir, "bin-dir", "", "directory with the stage binaries (default bin/ in the repository root; `make build` puts them there)")
+	fs.StringVar(&o.outDir, "out-dir", "", "directory for the JSON reports and the stages' logs (default .bench/ in the repository root)")
+	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
+	fs.IntVar(&o.work.Components, "components", 100_000, "components registered for the stage-alone runs")
+	fs.IntVar(&o.work.PerDeployment, "per-deployment", 10, "components per deployment")
+	fs.IntVar(&o.work.Policies, "policies", 10_000, "policies in the catalog; deployment d wants policy d mod policies")
+	fs.IntVar(&o.work.Changes, "changes", 2_000, "policy changes fed to the matcher (each copied to every partition)")
+	fs.IntVar(&o.work.BodyBytes, "body-bytes", 1024, "size of a policy_body")
+	fs.IntVar(&o.reps, "reps", 200, "end to end: updates of the one script-notified component, one after another")
+	fs.IntVar(&o.fleet, "fleet", 10_000, "end to end: components one update reaches (notified by webhook)")
+	fs.IntVar(&o.ceilingRecords, "ceiling-records", 200_000, "records per pass-through ceiling (the stage's input records, cycled)")
+	fs.IntVar(&o.ceilingMiB, "ceiling-mib", 256, "cap on the bytes of one pass-through ceiling")
+	fs.IntVar(&o.consulKeys, "consul-keys", 30_000, "keys written by the Consul ceiling")
+	fs.IntVar(&o.consulOpsPerTxn, "consul-ops", 64, "operations per transaction of the Consul ceiling")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for one measured step")
+	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs and their ceilings")
+	fs.BoolVar(&o.skipEndToEnd, "skip-e2e", false, "skip the end-to-end runs")
+	fs.DurationVar(&o.profile, "cpu-profile", 0, "save a CPU profile of this long of each stage-alone run, from its first record, as <stage>.cpu.pprof next to the logs (0: none)")
+	fs.StringVar(&o.logLevel, "log-level", "warn", "log level of the bench's own clients and of the embedded broker")
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.partitions < 1:
+		return fmt.Errorf("--partitions %d: want at least 1", o.partitions)
+	case o.work.Components < 1 || o.work.PerDeployment < 1 || o.work.Policies < 1:
+		return errors.New("--components, --per-deployment and --policies must be at least 1")
+	case o.work.Changes < 1 || o.work.Changes > o.work.Policies:
+		return fmt.Errorf("--changes %d: want 1 to --policies (%d)", o.work.Changes, o.work.Policies)
+	case o.work.BodyBytes < 200:
+		return fmt.Errorf("--body-bytes %d: want at least 200", o.work.BodyBytes)
+	case o.reps < 1 || o.fleet < 1:
+		return errors.New("--reps and --fleet must be at least 1")
+	case o.consulOpsPerTxn < 1 || o.consulOpsPerTxn > 128:
+		return fmt.Errorf("--consul-ops %d: Consul takes 1 to 128 operations per transaction", o.consulOpsPerTxn)
+	}
+	return nil
+}
+
+// bench is one running measurement stack.
+type bench struct {
+	kafka          runtime.Kafka
+	adm            *kadm.Client
+	prod           *kgo.Client
+	codec          *events.Codec
+	consulAddr     string
+	consul         *consulapi.Client
+	binDir, logDir string
+	timeout        time.Duration
+	pollRecords    int
+	ceilingRecords int
+	ceilingBytes   int
+	bodyBytes      int
+	log            zerolog.Logger
+	profile        time.Duration
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pfbench:", err)
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := flag.NewFlagSet("pfbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("pfbench takes no arguments, got %q; see --help", fs.Args())
+	}
+	if err := o.validate(); err != nil {
+		return err
+	}
+	root, rootErr := devstack.RepoRoot()
+	if o.binDir == "" || o.outDir == "" {
+		if rootErr != nil {
+			return fmt.Errorf("not in a policyflow checkout (%v): give --bin-dir and --out-dir", rootErr)
+		}
+		if o.binDir == "" {
+			o.binDir = filepath.Join(root, "bin")
+		}
+		if o.outDir == "" {
+			o.outDir = filepath.Join(root, ".bench")
+		}
+	}
+	started := time.Now().UTC()
+	stamp := started.Format("20060102T150405Z")
+	logDir := filepath.Join(o.outDir, "run-"+stamp)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	level, err := devstack.ParseLogLevel(o.logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).Level(level).With().Timestamp().Logger()
+	progress := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+
+	rep := Report{StartedAt: started, Settings: settings(o, root)}
+	if !o.skipAlone {
+		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
+			progress("stage-alone runs: loading %d components, %d policies, %d changes x %d partitions",
+				o.work.Components, o.work.Policies, o.work.Changes, o.partitions)
+			return b.alone(ctx, o, &rep, progress)
+		}); err != nil {
+			return err
+		}
+	}
+	if !o.skipEndToEnd {
+		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
+			progress("end to end: %d components registered, %d updates of one component, then one update of %d", o.fleet+1, o.reps, o.fleet)
+			e, err := b.endToEnd(ctx, o.reps, o.fleet)
+			rep.EndToEnd = &e
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	rep.FinishedAt = time.Now().UTC()
+	rep.Logs = logDir
+	path := filepath.Join(o.outDir, "bench-"+stamp+".json")
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	rep.table(stdout)
+	fmt.Fprintf(stdout, "\nreport: %s\nstage logs: %s\n", path, logDir)
+	return nil
+}
+
+// withStack starts a fresh broker and Consul agent, applies the topology,
+// runs fn and tears everything down.
+func withStack(ctx context.Context, o options, logDir string, log zerolog.Logger, fn func(*bench) error) error {
+	broker, err := devstack.StartBroker(devstack.BrokerOptions{Partitions: int32(o.partitions), Logger: log.With().Str("component", "broker").Logger()})
+	if err != nil {
+		return err
+	}
+	defer broker.Close()
+	bin, err := devstack.ConsulBinary()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	agent, err := devstack.StartConsul(cctx, devstack.ConsulOptions{Binary: bin, Logger: log})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = agent.Stop() }()
+	k := runtime.Kafka{Brokers: broker.Addrs, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 250 * time.Millisecond}
+	prod, err := producer(k)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	adm := kadm.NewClient(prod)
+	if _, err := topology.Apply(ctx, adm, topology.Default(), topology.Options{Partitions: int32(o.partitions)}); err != nil {
+		return fmt.Errorf("apply topology: %w", err)
+	}
+	cl, err := runtime.Consul{Addr: agent.Addr}.Client()
+	if err != nil {
+		return err
+	}
+	env := runtime.NewEnv(k, runtime.Consul{Addr: agent.Addr}, log)
+	b := &bench{kafka: k, adm: adm, prod: prod, codec: env.Codec, consulAddr: agent.Addr, consul: cl,
+		binDir: o.binDir, logDir: logDir, timeout: o.timeout, pollRecords: env.PollRecords,
+		ceilingRecords: o.ceilingRecords, ceilingBytes: o.ceilingMiB << 20, bodyBytes: o.work.BodyBytes, log: log, profile: o.profile}
+	if err := runtime.PublishSchemas(ctx, env); err != nil {
+		return fmt.Errorf("publish schemas: %w", err)
+	}
+	return fn(b)
+}
+
+// alone runs the stage-alone measurements in pipeline order: each stage's
+// prepared input is what the stage before it produced.
+func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func(string, ...any)) error {
+	w := o.work
+	w.Notify = events.NotifyNone
+	if err := w.load(ctx, b.kafka, b.codec, int32(o.partitions)); err != nil {
+		return err
+	}
+	rep.Settings.Workload = w
+	for _, st := range aloneStages {
+		if st.name == topology.StageMatcher {
+			// The registrations are history: the matcher restores them
+			// from deploy.components when assigned and handles changes.
+			if err := skipInputs(ctx, b.kafka, b.kafka.Prefix+"policyflow-"+st.name,
+				b.kafka.Topic(topology.DeployComponents), b.kafka.Topic(topology.CatchupRequests)); err != nil {
+				return fmt.Errorf("matcher: skip the registrations: %w", err)
+			}
+		}
+		if st.name == topology.StageConsulWriter {
+			progress("consul ceiling: %d keys of %d bytes, %d per transaction", o.consulKeys, o.work.BodyBytes, o.consulOpsPerTxn)
+			c, err := consulCeiling(ctx, b.consul, "pfbench-ceiling/", o.consulKeys, o.consulOpsPerTxn, o.work.BodyBytes)
+			if err != nil {
+				return fmt.Errorf("consul ceiling: %w", err)
+			}
+			rep.Ceilings.Consul = &c
+		}
+		progress("%s alone on %s", st.name, st.input)
+		run, in, err := b.runAlone(ctx, st.name, st.input)
+		run.Stage, run.Target = st.name, st.target
+		if err != nil {
+			return err
+		}
+		isWriter := st.name == topology.StageConsulWriter
+		if run.OutputRecords, run.KeysWritten, err = b.countOutputs(ctx, st.output, isWriter); err != nil {
+			return fmt.Errorf("%s: count outputs on %s: %w", st.name, st.output, err)
+		}
+		if isWriter {
+			run.KeysPerSec = float64(run.KeysWritten) / run.Seconds
+			run.Ratio = run.KeysPerSec / rep.Ceilings.Consul.KeysPerSec
+			run.RatioTo = "Consul transactions from one client"
+		} else {
+			progress("%s ceilings: pass-through of %d-byte records", st.name, in.meanBytes())
+			if err := b.ceilings(ctx, &run, in); err != nil {
+				return fmt.Errorf("%s: %w", st.name, err)
+			}
+		}
+		rep.Stages = append(rep.Stages, run)
+		progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
+	}
+	return nil
+}

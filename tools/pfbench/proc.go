@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
+)
+
+// stageProc is one stage binary running as its own process, the way it
+// is deployed: its memory is its own and can be read from /proc.
+type stageProc struct {
+	name    string
+	cmd     *exec.Cmd
+	http    string // host:port of /metrics and /readyz
+	logFile string
+	done    chan struct{}
+	err     error
+}
+
+// startStage runs binDir/<name> against the bench's broker and Consul.
+func startStage(ctx context.Context, binDir, logDir, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
+	bin := filepath.Join(binDir, name)
+	if _, err := os.Stat(bin); err != nil {
+		return nil, fmt.Errorf("stage binary %s: %w (build the stages with `make build`, or point --bin-dir at them)", bin, err)
+	}
+	addr, err := devstack.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	logFile := filepath.Join(logDir, name+".log")
+	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--brokers", strings.Join(k.Brokers, ","),
+		"--consul-addr", consulAddr,
+		"--http-addr", addr,
+		"--log-level", "warn",
+	}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	cmd.Env = append(os.Environ(), "PF_TOPIC_PREFIX="+k.Prefix)
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &stageProc{name: name, cmd: cmd, http: addr, logFile: logFile, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports a stage that stopped on its own, with its log's tail.
+func (p *stageProc) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("stage %s exited (%v); its log %s ends with:\n%s", p.name, p.err, p.logFile, tail(p.logFile, 2000))
+	default:
+		return nil
+	}
+}
+
+// stop drains the stage (SIGTERM) and waits for it, killing it after a
+// while.
+func (p *stageProc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// peakRSS is the process's resident-set high-water mark (VmHWM) in bytes.
+func (p *stageProc) peakRSS() (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse VmHWM %q: %w", rest, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status (peak memory is read on Linux only)")
+}
+
+// recordsIn sums the stage's policyflow_records_in_total from /metrics.
+func (p *stageProc) recordsIn(ctx context.Context) (float64, error) {
+	return scrapeSum(ctx, "http://"+p.http+"/metrics", "policyflow_records_in_total")
+}
+
+var scrapeClient = &http.Client{Timeout: 2 * time.Second}
+
+// scrapeSum adds up every sample of one metric in a Prometheus text page.
+func scrapeSum(ctx context.Context, url, metric string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, metric) {
+			continue
+		}
+		rest := line[len(metric):]
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue // another metric sharing the prefix
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric line %q: %w", line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}

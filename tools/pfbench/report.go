@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	goruntime "runtime"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/policyflow/policyflow/tools/devstack"
+)
+
+// Report is one run's JSON report.
+type Report struct {
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt time.Time  `json:"finished_at"`
+	Settings   Settings   `json:"settings"`
+	Ceilings   Ceilings   `json:"ceilings"`
+	Stages     []StageRun `json:"stages"`
+	EndToEnd   *EndToEnd  `json:"end_to_end,omitempty"`
+	Logs       string     `json:"logs"`
+}
+
+// Ceilings are the raw rates the stages are compared with. The Kafka
+// pass-through ceilings are per stage (the records it carries), in Stages.
+type Ceilings struct {
+	Consul *ConsulCeiling `json:"consul,omitempty"`
+}
+
+// Settings say what was measured on what.
+type Settings struct {
+	Workload   workload          `json:"workload"`
+	Partitions int               `json:"partitions"`
+	Reps       int               `json:"e2e_reps"`
+	Fleet      int               `json:"e2e_fleet"`
+	Backend    string            `json:"backend"`
+	Go         string            `json:"go"`
+	OSArch     string            `json:"os_arch"`
+	Cores      int               `json:"cores"`
+	GOMAXPROCS int               `json:"gomaxprocs"`
+	CPU        string            `json:"cpu"`
+	Commit     string            `json:"commit"`
+	Consul     string            `json:"consul"`
+	Libraries  map[string]string `json:"libraries"`
+}
+
+func settings(o options, root string) Settings {
+	s := Settings{
+		Workload: o.work, Partitions: o.partitions, Reps: o.reps, Fleet: o.fleet,
+		Backend:    "embedded: kfake in this process (in memory), Consul agent -dev; every stage its own process",
+		Go:         goruntime.Version(),
+		OSArch:     goruntime.GOOS + "/" + goruntime.GOARCH,
+		Cores:      goruntime.NumCPU(),
+		GOMAXPROCS: goruntime.GOMAXPROCS(0),
+		CPU:        cpuModel(),
+		Libraries:  map[string]string{},
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			for _, want := range []string{"github.com/twmb/franz-go", "github.com/hamba/avro", "github.com/hashicorp/consul/api", "github.com/rs/zerolog"} {
+				if strings.HasPrefix(d.Path, want) {
+					s.Libraries[d.Path] = d.Version
+				}
+			}
+		}
+	}
+	if root != "" {
+		if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
+			s.Commit = strings.TrimSpace(string(out))
+		}
+	}
+	if bin, err := devstack.ConsulBinary(); err == nil {
+		if out, err := exec.Command(bin, "version").Output(); err == nil {
+			s.Consul = strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0]
+		}
+	}
+	return s
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// table prints the report for people.
+func (r Report) table(w io.Writer) {
+	s := r.Settings
+	fmt.Fprintf(w, "policyflow bench  %s  commit %s  %s, %d cores  %s\n", r.StartedAt.Format(time.RFC3339), s.Commit, s.Go, s.Cores, s.CPU)
+	fmt.Fprintf(w, "workload: %d components (%d per deployment), %d policies of %d B, %d changes x %d partitions\n\n",
+		s.Workload.Components, s.Workload.PerDeployment, s.Workload.Policies, s.Workload.BodyBytes, s.Workload.Changes, s.Partitions)
+	if len(r.Stages) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "stage alone\tinput\trec bytes\trate/s\tceiling/s\tratio\ttarget\tpeak RSS MiB\t")
+		for _, st := range r.Stages {
+			rate, ceiling := st.RecordsPerSec, 0.0
+			unit := "rec"
+			if st.KeysPerSec > 0 {
+				rate, unit = st.KeysPerSec, "keys"
+				if r.Ceilings.Consul != nil {
+					ceiling = r.Ceilings.Consul.KeysPerSec
+				}
+			} else if st.CeilingTransactional != nil {
+				ceiling = st.CeilingTransactional.RecordsPerSec
+			}
+			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%.2f%s\t%.1f\t%.0f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
+				rate, unit, ceiling, st.Ratio, miss(st.Ratio >= st.Target), st.Target, st.PeakRSSMiB)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "ceiling\trecords\trec bytes\tplain rec/s\ttransactional rec/s\t")
+		for _, st := range r.Stages {
+			if st.CeilingPlain != nil && st.CeilingTransactional != nil {
+				fmt.Fprintf(tw, "kafka pass-through (%s input)\t%d\t%d\t%.0f\t%.0f\t\n", st.Stage, st.CeilingPlain.Records, st.CeilingPlain.RecordBytes,
+					st.CeilingPlain.RecordsPerSec, st.CeilingTransactional.RecordsPerSec)
+			}
+		}
+		tw.Flush()
+		if c := r.Ceilings.Consul; c != nil {
+			fmt.Fprintf(w, "consul: %.0f keys/s (%d keys of %d B, %d per transaction, one client)\n", c.KeysPerSec, c.Keys, c.ValueBytes, c.OpsPerTxn)
+		}
+		fmt.Fprintln(w)
+	}
+	if e := r.EndToEnd; e != nil {
+		fmt.Fprintf(w, "end to end (PDP notification -> North API -> every stage -> Consul -> notified)\n")
+		fmt.Fprintf(w, "  1 component, %d updates: script run p50 %.1f ms  p95 %.1f ms  p99 %.1f ms%s (target p99 <= %.0f ms); Consul written p50 %.1f ms  p99 %.1f ms; %d failed\n",
+			e.Reps, e.ScriptMs.P50, e.ScriptMs.P95, e.ScriptMs.P99, miss(e.ScriptMs.P99 <= e.TargetP99Ms), e.TargetP99Ms, e.ConsulMs.P50, e.ConsulMs.P99, e.Failed)
+		fmt.Fprintf(w, "  %d components, one update: all written %.2f s, all notified (%s) %.2f s%s (target <= %.0f s); first gather %.2f s\n",
+			e.FleetSize, e.FleetWritten, strings.ToLower(e.FleetNotify), e.FleetDone, miss(e.FleetDone <= e.TargetFleetS), e.TargetFleetS, e.FleetFirst)
+		var parts []string
+		for _, name := range e2eStages {
+			if v, ok := e.PeakRSSMiB[name]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.0f", name, v))
+			}
+		}
+		fmt.Fprintf(w, "  peak RSS MiB during end to end: %s\n", strings.Join(parts, ", "))
+	}
+}
+
+// miss marks a figure that misses its target.
+func miss(ok bool) string {
+	if ok {
+		return ""
+	}
+	return " !"
+}

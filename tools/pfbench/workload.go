@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// workload is the data the stage-alone runs start from. Component i
+// belongs to deployment i/perDeployment and wants policy
+// BENCH.Config_p<d mod policies> of its deployment d by policy_id; it also
+// carries a service filter (policyName BENCH.Svc<i mod 500>_.*), so the
+// matcher's index holds one filter per component. The changes update the
+// first `changes` policies to version 2; each reaches the components of
+// one deployment.
+type workload struct {
+	Components    int    `json:"components"`
+	PerDeployment int    `json:"components_per_deployment"`
+	Policies      int    `json:"policies"`
+	Changes       int    `json:"changes"`
+	BodyBytes     int    `json:"policy_body_bytes"`
+	Notify        string `json:"notify"` // NONE or WEBHOOK
+	webhook       string
+}
+
+func (w workload) deployments() int { return (w.Components + w.PerDeployment - 1) / w.PerDeployment }
+
+func policyIDOf(k int) string { return fmt.Sprintf("BENCH.Config_p%05d", k) }
+
+// body is a policy_body of about size bytes (the config pads it).
+func body(id, version string, size int, marker string) string {
+	b := map[string]any{
+		policy.FieldPolicyName:    id + "." + version + ".xml",
+		policy.FieldPolicyVersion: version,
+		policy.FieldConfigStatus:  "CONFIG_RETRIEVED",
+		policy.FieldConfigMessage: "Config Retrieved! ",
+		policy.FieldType:          "JSON",
+		policy.FieldMatchingConditions: map[string]any{
+			policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "bench",
+		},
+		policy.FieldConfig:             map[string]any{"marker": marker, "pad": ""},
+		policy.FieldResponseAttributes: map[string]any{},
+		policy.FieldProperty:           nil,
+	}
+	raw, _ := json.Marshal(b)
+	if pad := size - len(raw); pad > 0 {
+		b[policy.FieldConfig] = map[string]any{"marker": marker, "pad": strings.Repeat("x", pad)}
+		raw, _ = json.Marshal(b)
+	}
+	return string(raw)
+}
+
+func (w workload) component(i int) *events.Component {
+	d := i / w.PerDeployment
+	id := fmt.Sprintf("c-%06d", i)
+	c := &events.Component{
+		ComponentID:          id,
+		DeploymentID:         fmt.Sprintf("d-%05d", d),
+		ServiceComponentName: "scn-" + id,
+		Tenant:               "bench",
+		PolicyIDs:            []string{policyIDOf(d % w.Policies)},
+		PolicyFilters: []events.PolicyFilter{{
+			FilterID: "svc", PolicyName: fmt.Sprintf("BENCH.Svc%03d_.*", i%500), OnapName: "DCAE",
+			ConfigAttributes: fmt.Sprintf(`{"key1": "value%d"}`, i%5),
+		}},
+		Notify:     events.NotifyTarget{Kind: events.NotifyNone},
+		Config:     `{"app":"bench"}`,
+		Generation: 1,
+		UpdatedAt:  time.Now().UTC(),
+	}
+	if w.Notify == events.NotifyWebhook {
+		c.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: w.webhook + "/" + id, TimeoutMs: 10000}
+	}
+	return c
+}
+
+// producer writes records the way policyflow's writers do (Kafka's key
+// hash, explicit partitions when pinned).
+func producer(k runtime.Kafka) (*kgo.Client, error) {
+	opts, err := k.ClientOpts()
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(append(opts, kgo.RecordPartitioner(runtime.Partitioner()),
+		kgo.ProducerBatchMaxBytes(16<<20), kgo.MaxBufferedRecords(50_000), kgo.ClientID("pfbench"))...)
+}
+
+// produceAll writes recs and fails on the first error.
+func produceAll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
+	const chunk = 20_000
+	for len(recs) > 0 {
+		n := min(chunk, len(recs))
+		if err := cl.ProduceSync(ctx, recs[:n]...).FirstErr(); err != nil {
+			return err
+		}
+		recs = recs[n:]
+	}
+	return nil
+}
+
+// load writes the catalog (version 1 of every policy), the components and
+// the version-2 changes (each copied to every partition, as pdp-ingest
+// does).
+func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec, partitions int32) error {
+	cl, err := producer(k)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	enc := func(topic, key string, ev events.Event) (*kgo.Record, error) {
+		b, err := codec.Encode(ev)
+		if err != nil {
+			return nil, err
+		}
+		return &kgo.Record{Topic: k.Topic(topic), Key: []byte(key), Value: b}, nil
+	}
+	now := time.Now().UTC()
+	var recs []*kgo.Record
+	for p := 0; p < w.Policies; p++ {
+		id := policyIDOf(p)
+		r, err := enc(topology.PolicyCatalog, id, &events.PolicyCatalogEntry{PolicyID: id, PolicyName: id + ".1.xml",
+			PolicyVersion: "1", Body: body(id, "1", w.BodyBytes, "v1"), Status: events.StatusValid, UpdatedAt: now})
+		if err != nil {
+			return err
+		}
+		recs = append(recs, r)
+	}
+	for i := 0; i < w.Components; i++ {
+		c := w.component(i)
+		r, err := enc(topology.DeployComponents, c.ComponentID, c)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, r)
+	}
+	if err := produceAll(ctx, cl, recs); err != nil {
+		return fmt.Errorf("load catalog and components: %w", err)
+	}
+	recs = recs[:0]
+	v1, v2 := "1", "2"
+	for c := 0; c < w.Changes; c++ {
+		id := policyIDOf(c)
+		b := body(id, "2", w.BodyBytes, "v2")
+		ch := &events.PolicyChange{ChangeID: fmt.Sprintf("bench-%d", c), PolicyID: id, Action: events.ActionUpdated,
+			OldVersion: &v1, NewVersion: &v2, Body: &b, ChangedAt: now}
+		for p := int32(0); p < partitions; p++ {
+			r, err := enc(topology.PolicyChanges, id, ch)
+			if err != nil {
+				return err
+			}
+			runtime.Pin(r, p)
+			recs = append(recs, r)
+		}
+	}
+	if err := produceAll(ctx, cl, recs); err != nil {
+		return fmt.Errorf("load policy changes: %w", err)
+	}
+	return nil
+}
