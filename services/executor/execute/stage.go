@@ -5,6 +5,7 @@
 package execute
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -105,6 +106,7 @@ type componentRow struct {
 // whose update produced it.
 type overlayEntry struct {
 	cp        *events.ComponentPolicies
+	raw       []byte // cp as produced
 	partition int32
 }
 
@@ -132,9 +134,12 @@ type executor struct {
 	compsMu  sync.RWMutex
 	compRows map[string]componentRow
 
-	polsMu    sync.Mutex
-	committed map[string]*events.ComponentPolicies // from component.policies
-	overlay   map[string]overlayEntry              // own writes not yet read back
+	polsMu sync.Mutex
+	// committed holds component.policies as read, still encoded: a
+	// collection is decoded only when its component is updated again, and
+	// the executor's own writes coming back are recognised by their bytes.
+	committed map[string][]byte
+	overlay   map[string]overlayEntry // own writes not yet read back
 }
 
 func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
@@ -146,13 +151,13 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.asm = NewAssembler()
 	e.parts = map[int32]*partState{}
 	e.compRows = map[string]componentRow{}
-	e.committed = map[string]*events.ComponentPolicies{}
+	e.committed = map[string][]byte{}
 	e.overlay = map[string]overlayEntry{}
 
 	var err error
 	e.tables, err = runtime.Follow(env.Kafka, e.log, map[string]runtime.ApplyFunc{
 		topology.DeployComponents:  runtime.Decoded(env.Codec, e.applyComponent),
-		topology.ComponentPolicies: runtime.Decoded(env.Codec, e.applyCollection),
+		topology.ComponentPolicies: e.applyCollection,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("executor: %w", err)
@@ -193,33 +198,67 @@ func (e *executor) applyComponent(key string, ev events.Event) {
 }
 
 // applyCollection keeps committed current with component.policies.
-func (e *executor) applyCollection(key string, ev events.Event) {
+func (e *executor) applyCollection(ctx context.Context, rec *kgo.Record) error {
+	key := string(rec.Key)
 	e.polsMu.Lock()
 	defer e.polsMu.Unlock()
-	if ev == nil {
+	if rec.Value == nil {
 		delete(e.committed, key)
-		return
+		return nil
+	}
+	// A copy: the fetched value shares its buffer with the whole batch.
+	raw := bytes.Clone(rec.Value)
+	e.committed[key] = raw
+	o, ok := e.overlay[key]
+	if !ok {
+		return nil
+	}
+	if bytes.Equal(o.raw, raw) {
+		delete(e.overlay, key) // committed caught up with our write
+		return nil
+	}
+	// Written by another member, or read back from an older run: compare
+	// what it is.
+	if cp, err := e.decodeCollection(ctx, key, raw); err == nil && cp != nil &&
+		o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
+		delete(e.overlay, key)
+	}
+	return nil
+}
+
+// decodeCollection decodes a component.policies value; a record of
+// another type is logged and treated as absent.
+func (e *executor) decodeCollection(ctx context.Context, key string, raw []byte) (*events.ComponentPolicies, error) {
+	ev, err := e.env.Codec.Decode(ctx, raw)
+	if err != nil {
+		return nil, fmt.Errorf("decode component.policies of %s: %w", key, err)
 	}
 	cp, ok := ev.(*events.ComponentPolicies)
 	if !ok {
 		e.log.Error().Str("key", key).Str("schema", ev.SchemaName()).Msg("component.policies holds a record that is not a ComponentPolicies; skipped")
-		return
+		return nil, nil
 	}
-	e.committed[key] = cp
-	if o, ok := e.overlay[key]; ok && o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
-		delete(e.overlay, key) // committed caught up with our write
-	}
+	return cp, nil
 }
 
 // current is the component's latest collection: our own latest write, or
-// the committed one.
-func (e *executor) current(id string) *events.ComponentPolicies {
+// the committed one. A committed value that cannot be decoded is logged
+// and counts as none, so the component gathers its whole collection anew.
+func (e *executor) current(ctx context.Context, id string) *events.ComponentPolicies {
 	e.polsMu.Lock()
 	defer e.polsMu.Unlock()
 	if o, ok := e.overlay[id]; ok {
 		return o.cp
 	}
-	return e.committed[id]
+	raw, ok := e.committed[id]
+	if !ok {
+		return nil
+	}
+	cp, err := e.decodeCollection(ctx, id, raw)
+	if err != nil {
+		e.log.Error().Err(err).Str("component_id", id).Msg("committed collection unreadable; the component gathers anew")
+	}
+	return cp
 }
 
 // component looks a component up in deploy.components, catching up with
@@ -469,8 +508,8 @@ func (e *executor) handle(ctx context.Context, in runtime.Input) ([]runtime.Outp
 		return nil, err
 	}
 	e.polsMu.Lock()
-	for _, cp := range writes {
-		e.overlay[cp.ComponentID] = overlayEntry{cp: cp, partition: in.Partition}
+	for _, w := range writes {
+		e.overlay[w.cp.ComponentID] = overlayEntry{cp: w.cp, raw: w.raw, partition: in.Partition}
 	}
 	e.polsMu.Unlock()
 	e.asm.Done(upd.UpdateID)
@@ -488,10 +527,10 @@ var errUnknownComponent = errors.New("component is not registered in deploy.comp
 // apply computes the collections an update gives its components, without
 // changing any state: it returns the records to produce and the
 // collections they carry.
-func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []*events.ComponentPolicies, error) {
+func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []written, error) {
 	now := time.Now().UTC()
 	var outs []runtime.Output
-	var writes []*events.ComponentPolicies
+	var writes []written
 	for _, d := range upd.Components {
 		if d.ComponentID == "" {
 			return nil, nil, runtime.Permanentf("executor: update %s of deployment %s: a component delta has no component_id", upd.UpdateID, upd.DeploymentID)
@@ -513,7 +552,7 @@ func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []
 				return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w yet", upd.UpdateID, d.ComponentID, errUnknownComponent)
 			}
 		}
-		cur := e.current(d.ComponentID)
+		cur := e.current(ctx, d.ComponentID)
 		var gen int64
 		if cur != nil {
 			gen = cur.Generation
@@ -565,10 +604,20 @@ func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []
 				UpdatedAt:            now,
 			}
 		}
-		writes = append(writes, next)
-		outs = append(outs, runtime.Output{Topic: topology.ComponentPolicies, Key: []byte(d.ComponentID), Value: next})
+		raw, err := e.env.Codec.Encode(next)
+		if err != nil {
+			return nil, nil, runtime.Permanent(fmt.Errorf("executor: encode the collection of component %s: %w", d.ComponentID, err))
+		}
+		writes = append(writes, written{cp: next, raw: raw})
+		outs = append(outs, runtime.Output{Topic: topology.ComponentPolicies, Key: []byte(d.ComponentID), Raw: raw})
 	}
 	return outs, writes, nil
+}
+
+// written is a collection apply produced, decoded and encoded.
+type written struct {
+	cp  *events.ComponentPolicies
+	raw []byte
 }
 
 func orEmpty(ps []events.Policy) []events.Policy {
