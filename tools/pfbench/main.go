@@ -56,7 +56,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.work.Components, "components", 100_000, "components registered for the stage-alone runs")
 	fs.IntVar(&o.work.PerDeployment, "per-deployment", 10, "components per deployment")
 	fs.IntVar(&o.work.Policies, "policies", 10_000, "policies in the catalog; deployment d wants policy d mod policies")
-	fs.IntVar(&o.work.Changes, "changes", 2_000, "policy changes fed to the matcher (each copied to every partition)")
+	fs.IntVar(&o.work.Changes, "changes", 10_000, "policy changes fed to the matcher (each copied to every partition)")
 	fs.IntVar(&o.work.BodyBytes, "body-bytes", 1024, "size of a policy_body")
 	fs.IntVar(&o.reps, "reps", 200, "end to end: updates of the one script-notified component, one after another")
 	fs.IntVar(&o.fleet, "fleet", 10_000, "end to end: components one update reaches (notified by webhook)")
