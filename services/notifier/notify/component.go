@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -230,8 +230,23 @@ func PostWebhook(ctx context.Context, client *http.Client, url string, payload [
 // the update was already claimed.
 var ErrClaimTaken = errors.New("the notification claim changed while it was taken")
 
-// component handles one component.applied record: claim, notify, record.
-func (n *notifier) component(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+// job is one component.applied record of a batch on its way through
+// claim, notification and record.
+type job struct {
+	i    int // the record's place in the batch
+	a    *events.ComponentApplied
+	key  string // NotifiedKey of the component
+	body []byte // the notification
+	log  zerolog.Logger
+	// index is the claim key's ModifyIndex: as read, then as claimed.
+	index uint64
+	claim Claim
+}
+
+// prepare checks a component.applied record and builds its notification.
+// It returns no job when the record needs no notification whatever the
+// claim says, and a Permanent error when it can never be notified.
+func (n *notifier) prepare(in runtime.Input) (*job, error) {
 	if in.Tombstone() {
 		return nil, nil
 	}
@@ -260,96 +275,30 @@ func (n *notifier) component(ctx context.Context, in runtime.Input) ([]runtime.O
 	if err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", a.ComponentID, err))
 	}
+	return &job{a: a, key: NotifiedKey(a.ServiceComponentName), body: body, log: log}, nil
+}
 
-	key := NotifiedKey(a.ServiceComponentName)
-	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
-	defer cancel()
-	pair, _, err := n.kv.Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
-	if err != nil {
-		return nil, fmt.Errorf("agent-notifier: read claim %s: %w", key, err)
-	}
-	var prior *Claim
-	var index uint64
-	if pair != nil {
-		index = pair.ModifyIndex
-		if c, err := ParseClaim(pair.Value); err == nil {
-			prior = &c
-		} else {
-			log.Warn().Err(err).Str("key", key).Msg("claim unreadable; it is replaced")
-		}
-	}
-	if ok, why := ShouldNotify(prior, a); !ok {
-		log.Info().Str("reason", why).Msg("not notified again")
-		return nil, nil
-	}
-	claim := Claim{UpdateID: a.UpdateID, Generation: a.Generation, At: time.Now().UTC().Format(time.RFC3339Nano)}
-	index, ok, err = n.cas(cctx, key, claim.JSON(), index)
-	if err != nil {
-		return nil, fmt.Errorf("agent-notifier: claim %s for update %s: %w", key, a.UpdateID, err)
-	}
-	if !ok {
-		return nil, fmt.Errorf("agent-notifier: claim %s for update %s: %w", key, a.UpdateID, ErrClaimTaken)
-	}
-
+// notify runs the claimed job's script or webhook and puts the outcome in
+// its claim. The component's own failure is recorded and logged, never
+// retried.
+func (n *notifier) notify(ctx context.Context, j *job) {
+	a := j.a
 	timeout := n.cfg.Timeout
 	if a.Notify.TimeoutMs > 0 {
 		timeout = time.Duration(a.Notify.TimeoutMs) * time.Millisecond
 	}
 	var res Result
 	if a.Notify.Kind == events.NotifyScript {
-		res = RunScript(ctx, a.Notify.ScriptPath, body, timeout)
+		res = RunScript(ctx, a.Notify.ScriptPath, j.body, timeout)
 	} else {
-		res = PostWebhook(ctx, n.http, a.Notify.WebhookURL, body, timeout)
+		res = PostWebhook(ctx, n.http, a.Notify.WebhookURL, j.body, timeout)
 	}
-	ev := log.Info()
+	ev := j.log.Info()
 	if res.ExitCode != 0 {
-		// The component's own failure: recorded and logged, not retried.
-		ev = log.Warn().Str("stderr", res.Stderr)
+		ev = j.log.Warn().Str("stderr", res.Stderr)
 	}
 	ev.Str("kind", a.Notify.Kind).Int("exit_code", res.ExitCode).Int("http_status", res.HTTPStatus).
-		Int("payload_bytes", len(body)).Dur("took", res.Took).Msg("component notified")
-
-	claim.ExitCode, claim.Stderr, claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
-	claim.At = time.Now().UTC().Format(time.RFC3339Nano)
-	n.record(ctx, key, claim, index)
-	return nil, nil
-}
-
-// record completes the claim with the outcome, retrying a while when
-// Consul does not answer; the notification itself is never repeated.
-func (n *notifier) record(ctx context.Context, key string, claim Claim, index uint64) {
-	for attempt := 0; attempt < 8; attempt++ {
-		cctx, cancel := context.WithTimeout(ctx, consulTimeout)
-		_, ok, err := n.cas(cctx, key, claim.JSON(), index)
-		cancel()
-		if err == nil {
-			if !ok {
-				n.log.Warn().Str("key", key).Str("update_id", claim.UpdateID).Msg("claim changed before the outcome was recorded; outcome not recorded")
-			}
-			return
-		}
-		n.log.Warn().Err(err).Str("key", key).Msg("record the notification outcome; retrying")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(n.retry.Next(attempt)):
-		}
-	}
-	n.log.Error().Str("key", key).Str("update_id", claim.UpdateID).Msg("notification outcome not recorded: Consul did not answer")
-}
-
-// cas sets key to value if its ModifyIndex is index (0: the key must not
-// exist) and returns the new ModifyIndex.
-func (n *notifier) cas(ctx context.Context, key string, value []byte, index uint64) (uint64, bool, error) {
-	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: value, Index: index}}}
-	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil || !ok {
-		return 0, false, err
-	}
-	for _, r := range resp.Results {
-		if r != nil && r.KV != nil && r.KV.Key == key {
-			return r.KV.ModifyIndex, true, nil
-		}
-	}
-	return 0, false, fmt.Errorf("set %s: Consul did not report its index", key)
+		Int("payload_bytes", len(j.body)).Dur("took", res.Took).Msg("component notified")
+	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
+	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
 }

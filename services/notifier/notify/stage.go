@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -22,6 +23,10 @@ import (
 // timeout of its own.
 const DefaultTimeout = 30 * time.Second
 
+// DefaultConcurrency is how many components are notified at once unless
+// configured otherwise.
+const DefaultConcurrency = 32
+
 // consulTimeout bounds one Consul request.
 const consulTimeout = time.Minute
 
@@ -30,13 +35,21 @@ type Config struct {
 	// Timeout is how long a script or webhook may take when the
 	// component's notify target does not say (timeout_ms 0).
 	Timeout time.Duration
+	// Concurrency is how many scripts and webhooks of different
+	// components run at once; one component's notifications still run
+	// one after another, in order.
+	Concurrency int
 }
 
-// DefaultConfig reads PF_NOTIFY_TIMEOUT, falling back to DefaultTimeout.
+// DefaultConfig reads PF_NOTIFY_TIMEOUT and PF_NOTIFY_CONCURRENCY, falling
+// back to DefaultTimeout and DefaultConcurrency.
 func DefaultConfig() Config {
-	c := Config{Timeout: DefaultTimeout}
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_TIMEOUT", "")); err == nil {
 		c.Timeout = d
+	}
+	if n, err := strconv.Atoi(runtime.EnvOr("PF_NOTIFY_CONCURRENCY", "")); err == nil {
+		c.Concurrency = n
 	}
 	return c
 }
@@ -45,12 +58,17 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "notify-timeout", c.Timeout,
 		"how long a reconfigure script or webhook may take when the component does not say (env PF_NOTIFY_TIMEOUT)")
+	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency,
+		"how many components' scripts or webhooks run at once (env PF_NOTIFY_CONCURRENCY)")
 }
 
 // Validate says what is wrong with the configuration.
 func (c Config) Validate() error {
 	if c.Timeout <= 0 {
 		return fmt.Errorf("--notify-timeout %s: want a positive duration", c.Timeout)
+	}
+	if c.Concurrency < 1 {
+		return fmt.Errorf("--notify-concurrency %d: want at least 1", c.Concurrency)
 	}
 	return nil
 }
@@ -60,28 +78,28 @@ func (c Config) Validate() error {
 func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 
 // StageWith is the agent-notifier with the given configuration. It reads
-// component.applied at least once, in order, and notifies components.
+// component.applied at least once, a poll's records at a time, and
+// notifies their components, several at once.
 func StageWith(cfg Config) runtime.Stage {
 	n := &notifier{cfg: cfg}
 	return runtime.Stage{
-		Name:   topology.StageAgentNotifier,
-		Mode:   runtime.AtLeastOnce,
-		Inputs: []string{topology.ComponentApplied},
-		Flags:  n.cfg.RegisterFlags,
-		Setup:  n.setup,
+		Name:       topology.StageAgentNotifier,
+		Mode:       runtime.AtLeastOnce,
+		Inputs:     []string{topology.ComponentApplied},
+		Flags:      n.cfg.RegisterFlags,
+		SetupBatch: n.setup,
 	}
 }
 
 type notifier struct {
 	cfg   Config
-	kv    *api.KV
 	txn   *api.Txn
 	http  *http.Client
 	log   zerolog.Logger
 	retry runtime.Backoff
 }
 
-func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -89,19 +107,38 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.Handler, f
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}
-	n.kv, n.txn = cl.KV(), cl.Txn()
-	n.http = &http.Client{}
+	n.txn = cl.Txn()
+	// As many kept connections per host as webhooks in flight: many
+	// components often share one webhook host.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = n.cfg.Concurrency
+	n.http = &http.Client{Transport: tr}
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
 	n.retry = env.Retry
-	return n.handle, nil, nil
+	return n.handle, tr.CloseIdleConnections, nil
 }
 
-// handle sends each record to the part of the notifier for its topic.
-func (n *notifier) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
-	switch in.Topic {
-	case topology.ComponentApplied:
-		return n.component(ctx, in)
-	default:
-		return nil, runtime.Permanentf("agent-notifier: no handler for topic %s", in.Topic)
+// handle notifies the components of a poll's records: it sets aside the
+// records that need nothing or can never be notified, then claims,
+// notifies and records the rest together.
+func (n *notifier) handle(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
+	out := make([]runtime.Outcome, len(ins))
+	var jobs []*job
+	for i, in := range ins {
+		if in.Topic != topology.ComponentApplied {
+			out[i].Err = runtime.Permanentf("agent-notifier: no handler for topic %s", in.Topic)
+			continue
+		}
+		j, err := n.prepare(in)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		if j != nil {
+			j.i = i
+			jobs = append(jobs, j)
+		}
 	}
+	n.notifyAll(ctx, jobs, out)
+	return out
 }

@@ -1,0 +1,366 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// maxTxnOps is the most operations Consul accepts in one transaction.
+const maxTxnOps = 128
+
+// consulParallel is how many Consul transactions of a batch are in flight
+// at once.
+const consulParallel = 8
+
+// maxTxnBytes bounds the keys and values of one transaction: base64 and
+// JSON make them about a third bigger on the wire, still well under
+// Consul's default request limit of 512 KiB (txn_max_req_len).
+const maxTxnBytes = 256 << 10
+
+// notifyAll claims, notifies and records the jobs of a batch (in input
+// order) and sets the Outcome of each job that failed. It works in waves
+// in which each claim key appears once, so a component named twice in a
+// batch is notified of its updates in order. A transient failure at
+// input i fails that input; later waves then only take inputs before i,
+// as the runtime hands i and everything after it in again.
+func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Outcome) {
+	stop := len(out)
+	for _, w := range waves(jobs) {
+		var todo []*job
+		for _, j := range w {
+			if j.i < stop {
+				todo = append(todo, j)
+			}
+		}
+		if len(todo) > 0 {
+			stop = min(stop, n.wave(ctx, todo, out))
+		}
+	}
+}
+
+// waves cuts jobs, keeping their order, into waves in which each claim
+// key appears at most once: a key's first job is in the first wave, its
+// second in the second, and so on.
+func waves(jobs []*job) [][]*job {
+	seen := make(map[string]int, len(jobs))
+	var out [][]*job
+	for _, j := range jobs {
+		w := seen[j.key]
+		seen[j.key] = w + 1
+		if w == len(out) {
+			out = append(out, nil)
+		}
+		out[w] = append(out[w], j)
+	}
+	return out
+}
+
+// wave reads the claims of jobs (each key once), claims those still to be
+// notified, notifies them and records the outcomes, as a pipeline: the
+// transactions of different parts of the wave run at the same time
+// (consulParallel at most), a part's components are notified as soon as
+// it is claimed (cfg.Concurrency at once), and outcomes are recorded as
+// soon as a transaction's worth is in. It returns the first input that
+// failed transiently, or len(out).
+func (n *notifier) wave(ctx context.Context, jobs []*job, out []runtime.Outcome) int {
+	type part struct {
+		jobs   []*job
+		failed []*job
+		errs   []error
+	}
+	parts := make([]part, 0, (len(jobs)+maxTxnOps-1)/maxTxnOps)
+	for start := 0; start < len(jobs); start += maxTxnOps {
+		parts = append(parts, part{jobs: jobs[start:min(start+maxTxnOps, len(jobs))]})
+	}
+	// Buffered for every job, so no stage of the pipeline waits on a
+	// slower one to take its work.
+	claimed, notified := make(chan *job, len(jobs)), make(chan *job, len(jobs))
+	var claimers, notifiers sync.WaitGroup
+	claimers.Go(func() {
+		defer close(claimed)
+		each(len(parts), consulParallel, func(k int) {
+			p := &parts[k]
+			fail := func(j *job, err error) { p.failed, p.errs = append(p.failed, j), append(p.errs, err) }
+			for _, j := range n.claimAll(ctx, n.read(ctx, p.jobs, fail), fail) {
+				claimed <- j
+			}
+		})
+	})
+	for range min(n.cfg.Concurrency, len(jobs)) {
+		notifiers.Go(func() {
+			for j := range claimed {
+				n.notify(ctx, j)
+				notified <- j
+			}
+		})
+	}
+	go func() {
+		notifiers.Wait()
+		close(notified)
+	}()
+	n.recordAll(ctx, notified)
+	claimers.Wait()
+
+	stop := len(out)
+	for _, p := range parts {
+		for k, j := range p.failed {
+			out[j.i].Err = p.errs[k]
+			stop = min(stop, j.i)
+		}
+	}
+	return stop
+}
+
+// recordAll records the outcomes of the jobs that come in, a full
+// transaction at a time (the rest when in is closed), consulParallel
+// transactions at most at once, and returns when all are recorded.
+func (n *notifier) recordAll(ctx context.Context, in <-chan *job) {
+	slots := make(chan struct{}, consulParallel)
+	var wg sync.WaitGroup
+	flush := func(g []*job) {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			n.record(ctx, g)
+		})
+	}
+	var g []*job
+	size := 0
+	for j := range in {
+		s := txnSize(j)
+		if len(g) > 0 && (len(g) == maxTxnOps || size+s > maxTxnBytes) {
+			flush(g)
+			g, size = nil, 0
+		}
+		g, size = append(g, j), size+s
+	}
+	if len(g) > 0 {
+		flush(g)
+	}
+	wg.Wait()
+}
+
+// each runs f(0) to f(count-1), at most limit at once, and waits for
+// them all.
+func each(count, limit int, f func(k int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(limit, count) {
+		wg.Go(func() {
+			for k := next.Add(1) - 1; k < int64(count); k = next.Add(1) - 1 {
+				f(int(k))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// read reads the claims of jobs (at most maxTxnOps) in one consistent
+// read-only transaction and returns the jobs still to be notified, each
+// with its claim's ModifyIndex. A Consul error fails the first job; the
+// jobs are left for the runtime to hand in again.
+func (n *notifier) read(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
+	pairs, err := n.get(ctx, jobs)
+	if err != nil {
+		fail(jobs[0], fmt.Errorf("agent-notifier: read claim %s: %w", jobs[0].key, err))
+		return nil
+	}
+	var todo []*job
+	for _, j := range jobs {
+		var prior *Claim
+		j.index = 0
+		if p := pairs[j.key]; p != nil && p.ModifyIndex != 0 {
+			j.index = p.ModifyIndex
+			if c, err := ParseClaim(p.Value); err == nil {
+				prior = &c
+			} else {
+				j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
+			}
+		}
+		if ok, why := ShouldNotify(prior, j.a); !ok {
+			j.log.Info().Str("reason", why).Msg("not notified again")
+			continue
+		}
+		todo = append(todo, j)
+	}
+	return todo
+}
+
+// get reads the keys of jobs (at most maxTxnOps, each once) in one
+// consistent transaction. A key that does not exist comes back with
+// ModifyIndex 0: get-or-empty, as a plain get of a missing key fails the
+// whole transaction.
+func (n *notifier) get(ctx context.Context, jobs []*job) (map[string]*api.KVPair, error) {
+	ops := make(api.TxnOps, len(jobs))
+	for k, j := range jobs {
+		ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: j.key}}
+	}
+	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+	defer cancel()
+	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("the read was refused: %s", txnErrors(resp))
+	}
+	pairs := make(map[string]*api.KVPair, len(jobs))
+	for _, r := range resp.Results {
+		if r != nil && r.KV != nil {
+			pairs[r.KV.Key] = r.KV
+		}
+	}
+	for _, j := range jobs {
+		if _, ok := pairs[j.key]; !ok {
+			return nil, fmt.Errorf("no answer for %s in the read", j.key)
+		}
+	}
+	return pairs, nil
+}
+
+// claimAll writes the pending claims of jobs with check-and-set, many in
+// one transaction, before anyone is notified, and returns the jobs
+// claimed. A transaction that fails a check is claimed again one job at a
+// time, so a conflict holds up only its own component. A Consul error
+// fails the first job it left unclaimed and ends the claiming.
+func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, j := range jobs {
+		j.claim = Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at}
+	}
+	var claimed []*job
+	for _, g := range groups(jobs) {
+		ok, err := n.cas(ctx, g)
+		if err == nil && !ok && len(g) > 1 {
+			for _, j := range g {
+				if ok, err = n.cas(ctx, []*job{j}); err != nil {
+					fail(j, fmt.Errorf("agent-notifier: claim %s for update %s: %w", j.key, j.a.UpdateID, err))
+					return claimed
+				}
+				if !ok {
+					fail(j, fmt.Errorf("agent-notifier: claim %s for update %s: %w", j.key, j.a.UpdateID, ErrClaimTaken))
+					continue
+				}
+				claimed = append(claimed, j)
+			}
+			continue
+		}
+		switch {
+		case err != nil:
+			fail(g[0], fmt.Errorf("agent-notifier: claim %s for update %s: %w", g[0].key, g[0].a.UpdateID, err))
+			return claimed
+		case !ok:
+			fail(g[0], fmt.Errorf("agent-notifier: claim %s for update %s: %w", g[0].key, g[0].a.UpdateID, ErrClaimTaken))
+		default:
+			claimed = append(claimed, g...)
+		}
+	}
+	return claimed
+}
+
+// record completes the claims of jobs with their outcomes in one
+// transaction, retrying a while when Consul does not answer; the
+// notifications themselves are never repeated. When a claim changed
+// meanwhile the transaction fails as a whole, and each is recorded alone.
+func (n *notifier) record(ctx context.Context, jobs []*job) {
+	for attempt := 0; attempt < 8; attempt++ {
+		ok, err := n.cas(ctx, jobs)
+		if err == nil {
+			switch {
+			case ok:
+			case len(jobs) == 1:
+				jobs[0].log.Warn().Str("key", jobs[0].key).Msg("claim changed before the outcome was recorded; outcome not recorded")
+			default:
+				for _, j := range jobs {
+					n.record(ctx, []*job{j})
+				}
+			}
+			return
+		}
+		n.log.Warn().Err(err).Str("key", jobs[0].key).Int("claims", len(jobs)).Msg("record the notification outcome; retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.retry.Next(attempt)):
+		}
+	}
+	for _, j := range jobs {
+		j.log.Error().Str("key", j.key).Msg("notification outcome not recorded: Consul did not answer")
+	}
+}
+
+// cas sets the key of each job to its claim if the key's ModifyIndex is
+// still the job's index (0: the key must not exist), all in one
+// transaction, and moves each job's index to the new ModifyIndex. It
+// reports false, writing nothing, when a check failed.
+func (n *notifier) cas(ctx context.Context, jobs []*job) (bool, error) {
+	ops := make(api.TxnOps, len(jobs))
+	for k, j := range jobs {
+		ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: j.key, Value: j.claim.JSON(), Index: j.index}}
+	}
+	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+	defer cancel()
+	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
+	if err != nil || !ok {
+		return false, err
+	}
+	index := make(map[string]uint64, len(jobs))
+	for _, r := range resp.Results {
+		if r != nil && r.KV != nil {
+			index[r.KV.Key] = r.KV.ModifyIndex
+		}
+	}
+	for _, j := range jobs {
+		if _, ok := index[j.key]; !ok {
+			return false, fmt.Errorf("set %s: Consul did not report its index", j.key)
+		}
+	}
+	for _, j := range jobs {
+		j.index = index[j.key]
+	}
+	return true, nil
+}
+
+// groups cuts jobs, keeping their order, into transactions of at most
+// maxTxnOps claims and maxTxnBytes of keys and claims.
+func groups(jobs []*job) [][]*job {
+	var out [][]*job
+	start, size := 0, 0
+	for k, j := range jobs {
+		s := txnSize(j)
+		if k > start && (k-start == maxTxnOps || size+s > maxTxnBytes) {
+			out = append(out, jobs[start:k])
+			start, size = k, 0
+		}
+		size += s
+	}
+	if start < len(jobs) {
+		out = append(out, jobs[start:])
+	}
+	return out
+}
+
+// txnSize is about what a job's claim adds to a transaction.
+func txnSize(j *job) int { return len(j.key) + len(j.claim.JSON()) }
+
+// txnErrors says why Consul rolled a transaction back.
+func txnErrors(resp *api.TxnResponse) string {
+	if resp == nil || len(resp.Errors) == 0 {
+		return "no reason given"
+	}
+	var whys []string
+	for _, e := range resp.Errors {
+		if e != nil {
+			whys = append(whys, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+		}
+	}
+	return strings.Join(whys, "; ")
+}

@@ -1,0 +1,464 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// hookServer is a webhook endpoint that keeps, per path, the bodies it
+// was sent in the order they came.
+type hookServer struct {
+	*httptest.Server
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+// newHookServer starts the endpoint; wait, when not nil, runs inside
+// every request.
+func newHookServer(t testing.TB, wait func()) *hookServer {
+	t.Helper()
+	h := &hookServer{got: map[string][]string{}}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if wait != nil {
+			wait()
+		}
+		h.mu.Lock()
+		h.got[r.URL.Path] = append(h.got[r.URL.Path], string(b))
+		h.mu.Unlock()
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+// calls returns the bodies sent to path so far.
+func (h *hookServer) calls(path string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.got[path]...)
+}
+
+// total is how many requests came in all.
+func (h *hookServer) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, b := range h.got {
+		n += len(b)
+	}
+	return n
+}
+
+// update is generation gen of component id (also its
+// service_component_name), with one policy naming both.
+func update(id string, gen int64, notify events.NotifyTarget) *events.ComponentApplied {
+	p := events.Policy{PolicyID: "P", PolicyName: "P.1.xml", PolicyVersion: "1",
+		Body: fmt.Sprintf(`{"config":{"component":%q,"generation":%d}}`, id, gen)}
+	return &events.ComponentApplied{
+		ComponentID: id, ServiceComponentName: id, UpdateID: fmt.Sprintf("%s-u%d", id, gen), Action: "updated", Generation: gen,
+		PoliciesCount: 1, Policies: []events.Policy{p}, UpdatedPolicies: []events.Policy{p},
+		Notify: notify, AppliedAt: time.UnixMilli(5000).UTC(),
+	}
+}
+
+// wantPayload is the notification of update(id, gen, ...).
+func wantPayload(id string, gen int64) string {
+	p := fmt.Sprintf(`[{"config":{"component":%q,"generation":%d}}]`, id, gen)
+	return `{"policies":` + p + `,"updated_policies":` + p + `,"removed_policies":[]}`
+}
+
+func webhook(url string) events.NotifyTarget {
+	return events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: url}
+}
+
+// TestNotifierManyComponents notifies hundreds of components from one
+// go of records: each once, with its own payload, its claim completed;
+// a component with two updates is notified of both, in order; a replay
+// notifies nobody and writes nothing.
+func TestNotifierManyComponents(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
+	hooks := newHookServer(t, nil)
+	const nHooks, nScripts = 200, 3
+	scripts := make([]*recorder, nScripts)
+	for i := range scripts {
+		scripts[i] = newRecorder(t)
+	}
+
+	hookID := func(i int) string { return fmt.Sprintf("many-hook-%03d", i) }
+	scriptID := func(i int) string { return fmt.Sprintf("many-script-%d", i) }
+	const twice = "many-twice"
+	records := func() []*kgo.Record {
+		recs := []*kgo.Record{c.Record(t, topology.ComponentApplied, twice, update(twice, 1, webhook(hooks.URL+"/"+twice)))}
+		for i := range nHooks {
+			id := hookID(i)
+			recs = append(recs, c.Record(t, topology.ComponentApplied, id, update(id, 1, webhook(hooks.URL+"/"+id))))
+		}
+		for i, s := range scripts {
+			id := scriptID(i)
+			recs = append(recs, c.Record(t, topology.ComponentApplied, id,
+				update(id, 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: s.script})))
+		}
+		return append(recs, c.Record(t, topology.ComponentApplied, twice, update(twice, 2, webhook(hooks.URL+"/"+twice))))
+	}
+	c.ProduceRecords(t, records()...)
+
+	env := stagetest.Env(c.Kafka, consulCfg)
+	env.PollRecords = 1000
+	stage := Stage()
+	stagetest.Run(t, stage, env)
+	waitCommitted(t, c, stage.GroupIn(c.Kafka), topology.ComponentApplied)
+
+	check := func(when string) {
+		t.Helper()
+		for i := range nHooks {
+			id := hookID(i)
+			if got := hooks.calls("/" + id); len(got) != 1 || got[0] != wantPayload(id, 1) {
+				t.Fatalf("%s: webhook of %s got %q, want one call with %s", when, id, got, wantPayload(id, 1))
+			}
+		}
+		for i, s := range scripts {
+			id := scriptID(i)
+			if got := s.calls(t); len(got) != 1 || !reflect.DeepEqual(got[0], []string{"policies", wantPayload(id, 1)}) {
+				t.Fatalf("%s: script of %s called with %q, want once with [policies %s]", when, id, got, wantPayload(id, 1))
+			}
+		}
+		if got, want := hooks.calls("/"+twice), []string{wantPayload(twice, 1), wantPayload(twice, 2)}; !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: webhook of %s got %q, want generation 1 then 2: %q", when, twice, got, want)
+		}
+		if n := hooks.total(); n != nHooks+2 {
+			t.Fatalf("%s: %d webhook calls, want %d", when, n, nHooks+2)
+		}
+	}
+	check("first run")
+
+	claims := func() map[string]Claim {
+		pairs, _, err := consul.KV().List("many-", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]Claim{}
+		for _, p := range pairs {
+			cl, err := ParseClaim(p.Value)
+			if err != nil {
+				t.Fatalf("claim %s: %v", p.Key, err)
+			}
+			out[p.Key] = cl
+		}
+		return out
+	}
+	got := claims()
+	if len(got) != nHooks+nScripts+1 {
+		t.Fatalf("%d claims under many-, want %d", len(got), nHooks+nScripts+1)
+	}
+	for key, cl := range got {
+		scn := strings.TrimSuffix(key, ":policies/notified")
+		gen := int64(1)
+		if scn == twice {
+			gen = 2
+		}
+		if cl.UpdateID != fmt.Sprintf("%s-u%d", scn, gen) || cl.Generation != gen || cl.ExitCode == nil || *cl.ExitCode != 0 || cl.At == "" {
+			t.Fatalf("claim %s: %+v, want update %s-u%d completed with exit code 0", key, cl, scn, gen)
+		}
+	}
+	if dead := c.Read(t, topology.DLQ(topology.StageAgentNotifier), 0, time.Second); len(dead) != 0 {
+		t.Fatalf("%d records dead-lettered", len(dead))
+	}
+
+	// Replay: the same records again notify nobody and change no claim.
+	before := stagetest.ModifyIndexes(t, consul, "many-")
+	c.ProduceRecords(t, records()...)
+	waitCommitted(t, c, stage.GroupIn(c.Kafka), topology.ComponentApplied)
+	check("after the replay")
+	if after := stagetest.ModifyIndexes(t, consul, "many-"); !reflect.DeepEqual(before, after) {
+		t.Fatalf("the replay changed claims: ModifyIndex before %v, after %v", before, after)
+	}
+}
+
+// TestNotifierNotifiesAtOnce: the webhooks of different components are
+// called while others are still answering.
+func TestNotifierNotifiesAtOnce(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
+	var inFlight, most atomic.Int32
+	overlapped := make(chan struct{})
+	var once sync.Once
+	// Each request waits for a second one to come while it is in flight;
+	// one at a time, each gives up after a while and most stays 1.
+	hooks := newHookServer(t, func() {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		if n > 1 {
+			once.Do(func() { close(overlapped) })
+		}
+		select {
+		case <-overlapped:
+		case <-time.After(5 * time.Second):
+		}
+	})
+	const n = 8
+	var recs []*kgo.Record
+	for i := range n {
+		id := fmt.Sprintf("overlap-%d", i)
+		recs = append(recs, c.Record(t, topology.ComponentApplied, id, update(id, 1, webhook(hooks.URL+"/"+id))))
+	}
+	c.ProduceRecords(t, recs...)
+	env := stagetest.Env(c.Kafka, consulCfg)
+	env.PollRecords = 1000
+	stagetest.Run(t, Stage(), env)
+	for i := range n {
+		id := fmt.Sprintf("overlap-%d", i)
+		if cl, _ := waitClaim(t, consul, id, id+"-u1"); *cl.ExitCode != 0 {
+			t.Fatalf("claim of %s: %+v", id, cl)
+		}
+	}
+	if m := most.Load(); m < 2 {
+		t.Fatalf("at most %d webhook call(s) in flight at once, want several", m)
+	}
+}
+
+// batchHandler is the agent-notifier's batch handler on Consul at consulCfg.
+func batchHandler(t testing.TB, consulCfg runtime.Consul, cfg Config) runtime.BatchHandler {
+	t.Helper()
+	h, closeFn, err := StageWith(cfg).SetupBatch(context.Background(), stagetest.Env(runtime.Kafka{}, consulCfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	return h
+}
+
+func input(a *events.ComponentApplied) runtime.Input {
+	return runtime.Input{Topic: topology.ComponentApplied, Value: a, Raw: []byte("encoded")}
+}
+
+// TestNotifierBatchOutcomes: in one batch, records that can never be
+// notified are dead-lettered one by one, the others are notified, a
+// component named twice in order.
+func TestNotifierBatchOutcomes(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	hooks := newHookServer(t, nil)
+	h := batchHandler(t, consulCfg, DefaultConfig())
+
+	noSCN := update("no-scn", 1, webhook(hooks.URL+"/no-scn"))
+	noSCN.ServiceComponentName = ""
+	badKind := update("bad-kind", 1, events.NotifyTarget{Kind: "pigeon"})
+	badBody := update("bad-body", 1, webhook(hooks.URL+"/bad-body"))
+	badBody.UpdatedPolicies = []events.Policy{{PolicyID: "B", Body: "[1]"}}
+	gone := update("batch-a", 3, webhook(hooks.URL+"/batch-a"))
+	gone.Uninstalled = true
+	ins := []runtime.Input{
+		input(update("batch-a", 1, webhook(hooks.URL+"/batch-a"))),
+		{Topic: topology.ComponentApplied, Key: []byte("batch-b")}, // a tombstone
+		input(noSCN),
+		input(badKind),
+		input(badBody),
+		{Topic: "elsewhere", Value: update("batch-c", 1, webhook(hooks.URL+"/batch-c")), Raw: []byte("encoded")},
+		input(update("batch-a", 2, webhook(hooks.URL+"/batch-a"))),
+		input(gone),
+		input(update("batch-d", 1, webhook(hooks.URL+"/batch-d"))),
+	}
+	out := h(context.Background(), ins)
+	if len(out) != len(ins) {
+		t.Fatalf("%d outcomes for %d inputs", len(out), len(ins))
+	}
+	for i, oc := range out {
+		dead := i >= 2 && i <= 5
+		if (oc.Err != nil) != dead || (dead && !runtime.IsPermanent(oc.Err)) || len(oc.Outputs) != 0 {
+			t.Errorf("input %d: outcome %+v, want dead-lettered: %v", i, oc, dead)
+		}
+	}
+	if got, want := hooks.calls("/batch-a"), []string{wantPayload("batch-a", 1), wantPayload("batch-a", 2)}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("batch-a got %q, want %q", got, want)
+	}
+	if got := hooks.calls("/batch-d"); len(got) != 1 || got[0] != wantPayload("batch-d", 1) {
+		t.Fatalf("batch-d got %q", got)
+	}
+	if n := hooks.total(); n != 3 {
+		t.Fatalf("%d webhook calls, want 3", n)
+	}
+	if cl, _ := waitClaim(t, consul, "batch-a", "batch-a-u2"); cl.Generation != 2 || *cl.ExitCode != 0 || cl.HTTPStatus != 200 {
+		t.Fatalf("claim of batch-a %+v", cl)
+	}
+
+	// Again: nobody is notified.
+	if out := h(context.Background(), ins); out[0].Err != nil || out[6].Err != nil || out[8].Err != nil {
+		t.Fatalf("outcomes of the replay %+v", out)
+	}
+	if n := hooks.total(); n != 3 {
+		t.Fatalf("%d webhook calls after the replay, want 3", n)
+	}
+}
+
+// TestNotifierConsulDown: without Consul no one is notified; the first
+// record that needs a claim fails transiently (the runtime retries from
+// it), records before it keep their outcome.
+func TestNotifierConsulDown(t *testing.T) {
+	hooks := newHookServer(t, nil)
+	h := batchHandler(t, runtime.Consul{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, DefaultConfig())
+	bad := update("down-bad", 1, events.NotifyTarget{Kind: "pigeon"})
+	out := h(context.Background(), []runtime.Input{
+		input(bad),
+		input(update("down-a", 1, webhook(hooks.URL+"/down-a"))),
+		input(update("down-b", 1, webhook(hooks.URL+"/down-b"))),
+	})
+	if !runtime.IsPermanent(out[0].Err) {
+		t.Fatalf("bad notify kind: %v, want dead-lettered", out[0].Err)
+	}
+	if out[1].Err == nil || runtime.IsPermanent(out[1].Err) || !strings.Contains(out[1].Err.Error(), "read claim") {
+		t.Fatalf("first record needing Consul: %v, want a transient error reading its claim", out[1].Err)
+	}
+	if n := hooks.total(); n != 0 {
+		t.Fatalf("%d webhook calls without Consul, want none", n)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	if err := (Config{Timeout: time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "--notify-concurrency") {
+		t.Fatalf("concurrency 0: %v", err)
+	}
+}
+
+// BenchmarkNotifyBatch notifies 1000 webhook components of one batch,
+// a new generation each time, against real Consul and a local webhook:
+// "batch" hands them in together, "one_at_a_time" one per batch (the
+// cost of handling records singly).
+func BenchmarkNotifyBatch(b *testing.B) {
+	consulCfg, _ := stagetest.Consul(b)
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		calls.Add(1)
+	}))
+	defer srv.Close()
+	const n = 1000
+	for _, mode := range []string{"batch", "one_at_a_time"} {
+		// The generation goes on from run to run (-count) of a mode, so
+		// every component is notified every time.
+		gen := int64(0)
+		b.Run(mode, func(b *testing.B) {
+			h := batchHandler(b, consulCfg, DefaultConfig())
+			calls.Store(0)
+			runs := int64(0)
+			for b.Loop() {
+				gen++
+				runs++
+				ins := make([]runtime.Input, n)
+				for i := range ins {
+					id := fmt.Sprintf("bench-%s-%04d", mode, i)
+					ins[i] = input(update(id, gen, webhook(srv.URL+"/"+id)))
+				}
+				var out []runtime.Outcome
+				if mode == "batch" {
+					out = h(context.Background(), ins)
+				} else {
+					for _, in := range ins {
+						out = append(out, h(context.Background(), []runtime.Input{in})...)
+					}
+				}
+				for i, oc := range out {
+					if oc.Err != nil {
+						b.Fatalf("input %d: %v", i, oc.Err)
+					}
+				}
+			}
+			if got := calls.Load(); got != n*runs {
+				b.Fatalf("%d webhook calls, want %d", got, n*runs)
+			}
+			b.ReportMetric(float64(n*runs)/b.Elapsed().Seconds(), "components/s")
+		})
+	}
+}
+
+// TestClaimConflict: when a claim changed between its read and its
+// check-and-set, the shared transaction fails, and the other components
+// of the group are still claimed and their outcomes recorded; only the
+// changed one fails, transiently, to be read again.
+func TestClaimConflict(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	n := &notifier{cfg: DefaultConfig()}
+	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}, consulCfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	var jobs []*job
+	for i := range 5 {
+		j, err := n.prepare(input(update(fmt.Sprintf("conflict-%d", i), 1, webhook("http://127.0.0.1:1/"))))
+		if err != nil || j == nil {
+			t.Fatalf("prepare: %v %v", j, err)
+		}
+		j.i = i
+		jobs = append(jobs, j)
+	}
+	ctx := context.Background()
+	todo := n.read(ctx, jobs, func(j *job, err error) { t.Fatalf("read %s: %v", j.key, err) })
+	if len(todo) != len(jobs) {
+		t.Fatalf("%d of %d components to notify", len(todo), len(jobs))
+	}
+	// Someone else claims conflict-2 after it was read.
+	if _, err := consul.KV().Put(&api.KVPair{Key: jobs[2].key, Value: []byte(`{"update_id":"other","generation":1}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var failed []int
+	claimed := n.claimAll(ctx, todo, func(j *job, err error) {
+		if !errors.Is(err, ErrClaimTaken) || runtime.IsPermanent(err) {
+			t.Errorf("claim %s: %v, want a transient ErrClaimTaken", j.key, err)
+		}
+		failed = append(failed, j.i)
+	})
+	if len(claimed) != 4 || !reflect.DeepEqual(failed, []int{2}) {
+		t.Fatalf("claimed %d, failed %v; want 4 claimed and conflict-2 failed", len(claimed), failed)
+	}
+
+	// The outcome of conflict-3 cannot be recorded either once its claim
+	// changed; the others' outcomes are.
+	if _, err := consul.KV().Put(&api.KVPair{Key: jobs[3].key, Value: []byte(`{"update_id":"other","generation":2}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range claimed {
+		code := 0
+		j.claim.ExitCode = &code
+	}
+	n.record(ctx, claimed)
+	for i, j := range jobs {
+		p, _, err := consul.KV().Get(j.key, nil)
+		if err != nil || p == nil {
+			t.Fatalf("claim %s: %v %v", j.key, p, err)
+		}
+		cl, err := ParseClaim(p.Value)
+		switch {
+		case err != nil:
+			t.Fatalf("claim %s: %v", j.key, err)
+		case i == 2 || i == 3:
+			if cl.UpdateID != "other" {
+				t.Errorf("claim %s %+v, want the other writer's", j.key, cl)
+			}
+		case cl.UpdateID != j.a.UpdateID || cl.ExitCode == nil || *cl.ExitCode != 0:
+			t.Errorf("claim %s %+v, want update %s completed", j.key, cl, j.a.UpdateID)
+		}
+	}
+}
