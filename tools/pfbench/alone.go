@@ -272,12 +272,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// stageInputs are the stage-alone runs in pipeline order: each stage's
-// input is what the one before it produced in this run.
-var aloneStages = []struct {
+type aloneStage struct {
 	name, input, output string
 	target              float64
-}{
+}
+
+// aloneStages are the stage-alone runs in pipeline order: each stage's
+// input is what the one before it produced in this run.
+var aloneStages = []aloneStage{
 	{topology.StageMatcher, topology.PolicyChanges, topology.PolicyMatches, 0.5},
 	{topology.StageSegmenter, topology.PolicyMatches, topology.PolicySegments, 0.8},
 	{topology.StageExecutor, topology.PolicySegments, topology.ComponentPolicies, 0.8},

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -46,6 +47,7 @@ type options struct {
 	skipAlone       bool
 	skipEndToEnd    bool
 	profile         time.Duration
+	until           string
 	logLevel        string
 }
 
@@ -67,6 +69,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for one measured step")
 	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs and their ceilings")
 	fs.BoolVar(&o.skipEndToEnd, "skip-e2e", false, "skip the end-to-end runs")
+	fs.StringVar(&o.until, "until", "", "stop the stage-alone runs after this stage (matcher, segmenter, executor or consul-writer); each needs the ones before it")
 	fs.DurationVar(&o.profile, "cpu-profile", 0, "save a CPU profile of this long of each stage-alone run, from its first record, as <stage>.cpu.pprof next to the logs (0: none)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level of the bench's own clients and of the embedded broker")
 }
@@ -83,6 +86,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--body-bytes %d: want at least 200", o.work.BodyBytes)
 	case o.reps < 1 || o.fleet < 1:
 		return errors.New("--reps and --fleet must be at least 1")
+	case o.until != "" && !slices.ContainsFunc(aloneStages, func(s aloneStage) bool { return s.name == o.until }):
+		return fmt.Errorf("--until %q: want matcher, segmenter, executor or consul-writer", o.until)
 	case o.consulOpsPerTxn < 1 || o.consulOpsPerTxn > 128:
 		return fmt.Errorf("--consul-ops %d: Consul takes 1 to 128 operations per transaction", o.consulOpsPerTxn)
 	}
@@ -287,6 +292,9 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 		}
 		rep.Stages = append(rep.Stages, run)
 		progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
+		if st.name == o.until {
+			break
+		}
 	}
 	return nil
 }
