@@ -173,9 +173,14 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-// Client returns a Consul API client for the configured agent.
+// Client returns a Consul API client for the configured agent. It keeps
+// its connections open (stages send many requests, several at once) and
+// takes responses uncompressed (gzip of every folder read cost the agent
+// more than the read on a busy host).
 func (c Consul) Client() (*consulapi.Client, error) {
-	cfg := consulapi.DefaultNonPooledConfig()
+	cfg := consulapi.DefaultConfig()
+	cfg.Transport.MaxIdleConnsPerHost = 32
+	cfg.Transport.DisableCompression = true
 	if c.Addr != "" {
 		cfg.Address = c.Addr
 	}

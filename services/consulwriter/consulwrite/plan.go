@@ -6,6 +6,7 @@ package consulwrite
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/consul/api"
 
@@ -318,10 +320,67 @@ func items(rec *events.ComponentPolicies) (map[string][]byte, error) {
 const txnBase = 3
 
 // opSize is the size of one operation in a transaction body as the Consul
-// client encodes it.
+// client encodes it, counted rather than encoded (encoding each value once
+// more only to size it costs about as much as sending it): the fields add
+// their lengths to those of an empty operation.
 func opSize(op *api.TxnOp) int {
-	b, _ := json.Marshal(op)
+	kv := op.KV
+	if kv == nil || op.Node != nil || op.Service != nil || op.Check != nil || kv.Namespace != "" || kv.Partition != "" {
+		b, _ := json.Marshal(op)
+		return len(b)
+	}
+	n := emptyOpSize - 3*len(`""`) - len("null") - 2*len("0")
+	n += jsonStringLen(string(kv.Verb)) + jsonStringLen(kv.Key) + jsonStringLen(kv.Session)
+	if kv.Value == nil {
+		n += len("null")
+	} else {
+		n += len(`""`) + base64.StdEncoding.EncodedLen(len(kv.Value))
+	}
+	return n + digits(kv.Flags) + digits(kv.Index)
+}
+
+// emptyOpSize is the size of a KV operation with every field empty.
+var emptyOpSize = func() int {
+	b, _ := json.Marshal(&api.TxnOp{KV: &api.KVTxnOp{}})
 	return len(b)
+}()
+
+// jsonStringLen is the length of s as encoding/json writes it, quotes
+// included: <, > and & escaped, invalid UTF-8 replaced.
+func jsonStringLen(s string) int {
+	n := len(`""`)
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&':
+				n++
+			case b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+				n += 2
+			default:
+				n += len(`\u0000`)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			n += len(`\ufffd`)
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// digits is the length of v in decimal.
+func digits(v uint64) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
 }
 
 // eventOp is the check-and-set of the event key, sized for the largest

@@ -1,8 +1,10 @@
 package consulwrite
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strings"
@@ -321,5 +323,26 @@ func TestPlanResumesCutWrite(t *testing.T) {
 	current[0] = eventPair(marker, 3, 30)
 	if p, _ = Plan(current, rec, now); p.Action != ActionUpdated {
 		t.Fatalf("resume after an earlier event: action %s, want updated", p.Action)
+	}
+}
+
+func TestOpSize(t *testing.T) {
+	keys := []string{"", "dcae-vm:policies/event", "a<b>&c\"d\\e\n\t\b\f\r\x01\x1f", "é€😀\u2028\u2029", "bad\xff\xc3utf8"}
+	values := [][]byte{nil, {}, []byte("a"), []byte("ab"), []byte("abc"), []byte(`{"x":"<&>"}`), bytes.Repeat([]byte{0xff}, 1000)}
+	for _, verb := range []api.KVOp{api.KVSet, api.KVCAS, api.KVCheckIndex, api.KVDeleteTree} {
+		for _, k := range keys {
+			for _, v := range values {
+				for _, index := range []uint64{0, 9, 10, 12345, math.MaxUint64} {
+					op := &api.TxnOp{KV: &api.KVTxnOp{Verb: verb, Key: k, Value: v, Index: index, Flags: index / 3, Session: k}}
+					b, err := json.Marshal(op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := opSize(op); got != len(b) {
+						t.Fatalf("opSize of %s: %d, encoded %d bytes", b, got, len(b))
+					}
+				}
+			}
+		}
 	}
 }

@@ -26,14 +26,16 @@ var ErrConflict = errors.New("the folder changed while it was written")
 
 // Stage is the consul-writer: it reads component.policies (at least once,
 // in order) and writes each collection to Consul KV, then emits
-// component.applied.
+// component.applied. A poll's records are written together: their folders
+// read in shared transactions, their small collections written in shared
+// transactions.
 func Stage() runtime.Stage {
 	w := &writer{}
 	return runtime.Stage{
-		Name:   topology.StageConsulWriter,
-		Mode:   runtime.AtLeastOnce,
-		Inputs: []string{topology.ComponentPolicies},
-		Setup:  w.setup,
+		Name:       topology.StageConsulWriter,
+		Mode:       runtime.AtLeastOnce,
+		Inputs:     []string{topology.ComponentPolicies},
+		SetupBatch: w.setup,
 	}
 }
 
@@ -43,17 +45,31 @@ type writer struct {
 	log zerolog.Logger
 }
 
-func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
 	cl, err := env.Consul.Client()
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}
 	w.kv, w.txn = cl.KV(), cl.Txn()
 	w.log = env.Log.With().Str("stage", topology.StageConsulWriter).Logger()
-	return w.handle, nil, nil
+	return w.handleBatch, nil, nil
 }
 
-func (w *writer) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+// job is one component.policies record on its way to Consul.
+type job struct {
+	i      int // the input's place in its batch
+	rec    *events.ComponentPolicies
+	folder string
+	log    zerolog.Logger
+	start  time.Time
+	read   bool        // pairs holds the folder as read
+	pairs  api.KVPairs // the folder, once read
+	plan   WritePlan
+}
+
+// record decodes an input's component.policies record; nil for a
+// tombstone.
+func (w *writer) record(in runtime.Input) (*events.ComponentPolicies, error) {
 	if in.Tombstone() {
 		return nil, nil
 	}
@@ -65,45 +81,81 @@ func (w *writer) handle(ctx context.Context, in runtime.Input) ([]runtime.Output
 	if rec.ComponentID == "" {
 		rec.ComponentID = string(in.Key)
 	}
-	log := w.log.With().Str("component_id", rec.ComponentID).Str("update_id", rec.UpdateID).Int64("generation", rec.Generation).Logger()
 	if rec.ServiceComponentName == "" {
 		return nil, runtime.Permanentf("consul-writer: component %s update %s has no service_component_name, so no Consul folder", rec.ComponentID, rec.UpdateID)
 	}
-	folder := Folder(rec.ServiceComponentName)
+	return rec, nil
+}
+
+func (w *writer) newJob(i int, rec *events.ComponentPolicies, start time.Time) *job {
+	return &job{
+		i: i, rec: rec, folder: Folder(rec.ServiceComponentName), start: start,
+		log: w.log.With().Str("component_id", rec.ComponentID).Str("update_id", rec.UpdateID).Int64("generation", rec.Generation).Logger(),
+	}
+}
+
+// one writes one record on its own: a consistent read of its folder, the
+// plan, its steps.
+func (w *writer) one(ctx context.Context, j *job) ([]runtime.Output, error) {
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
-	start := time.Now()
-	pairs, _, err := w.kv.List(folder, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
+	pairs, _, err := w.kv.List(j.folder, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
 	if err != nil {
-		return nil, fmt.Errorf("consul-writer: read %s for component %s: %w", folder, rec.ComponentID, err)
+		return nil, readError(j, err)
 	}
-	plan, err := Plan(pairs, rec, time.Now())
+	outs, done, err := w.planJob(j, pairs)
+	if done || err != nil {
+		return outs, err
+	}
+	index, err := w.write(cctx, j.rec.ServiceComponentName, j.plan)
 	if err != nil {
-		return nil, runtime.Permanent(fmt.Errorf("consul-writer: %w", err))
+		return nil, writeError(j, err)
 	}
-	if plan.Skip {
-		if !plan.Replay {
-			log.Info().Int64("consul_generation", plan.Event.Generation).Msg("Consul holds a newer collection; record skipped")
-			return nil, nil
-		}
-		at := time.Now().UTC()
-		if t, err := time.Parse(time.RFC3339Nano, plan.Event.Timestamp); err == nil {
-			at = t.UTC()
-		}
-		log.Info().Msg("update already in Consul; component.applied emitted again")
-		return []runtime.Output{output(rec, plan, plan.EventIndex, 0, at)}, nil
-	}
-	index, err := w.write(cctx, rec.ServiceComponentName, plan)
+	return w.written(j, index, len(j.plan.Steps), 1), nil
+}
+
+func readError(j *job, err error) error {
+	return fmt.Errorf("consul-writer: read %s for component %s: %w", j.folder, j.rec.ComponentID, err)
+}
+
+func writeError(j *job, err error) error {
+	return fmt.Errorf("consul-writer: write update %s of component %s to %s: %w", j.rec.UpdateID, j.rec.ComponentID, j.folder, err)
+}
+
+// planJob plans j's write against its folder as read. done says that the
+// record needs no write: outs (or err) is then its outcome.
+func (w *writer) planJob(j *job, pairs api.KVPairs) (outs []runtime.Output, done bool, err error) {
+	plan, err := Plan(pairs, j.rec, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("consul-writer: write update %s of component %s to %s: %w", rec.UpdateID, rec.ComponentID, folder, err)
+		return nil, true, runtime.Permanent(fmt.Errorf("consul-writer: %w", err))
 	}
-	keys := plan.KeysChanged
-	if !rec.Uninstalled {
+	j.plan = plan
+	if !plan.Skip {
+		return nil, false, nil
+	}
+	if !plan.Replay {
+		j.log.Info().Int64("consul_generation", plan.Event.Generation).Msg("Consul holds a newer collection; record skipped")
+		return nil, true, nil
+	}
+	at := time.Now().UTC()
+	if t, err := time.Parse(time.RFC3339Nano, plan.Event.Timestamp); err == nil {
+		at = t.UTC()
+	}
+	j.log.Info().Msg("update already in Consul; component.applied emitted again")
+	return []runtime.Output{output(j.rec, plan, plan.EventIndex, 0, at)}, true, nil
+}
+
+// written logs j's write and returns its component.applied; txns is the
+// number of transactions the write took, shared the number of components
+// whose writes shared them.
+func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Output {
+	keys := j.plan.KeysChanged
+	if !j.rec.Uninstalled {
 		keys++ // the event key
 	}
-	log.Info().Str("action", plan.Action).Int("keys_written", keys).Int("transactions", len(plan.Steps)).
-		Int("policies", len(rec.Policies)).Dur("took", time.Since(start)).Msg("collection written to Consul")
-	return []runtime.Output{output(rec, plan, index, keys, time.Now().UTC())}, nil
+	j.log.Info().Str("action", j.plan.Action).Int("keys_written", keys).Int("transactions", txns).Int("components_in_transaction", shared).
+		Int("policies", len(j.rec.Policies)).Dur("took", time.Since(j.start)).Msg("collection written to Consul")
+	return []runtime.Output{output(j.rec, j.plan, index, keys, time.Now().UTC())}
 }
 
 // write carries out a plan's steps in order and returns the event key's
@@ -124,26 +176,13 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 			}
 			continue
 		}
-		ops := make(api.TxnOps, 0, len(st.Ops)+2)
-		if st.Guard {
-			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: eventKey, Index: index}})
-		}
-		ops = append(ops, st.Ops...)
-		if st.Event != nil {
-			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: eventKey, Value: st.Event.JSON(), Index: index}})
-		}
+		ops := stepOps(eventKey, index, st)
 		ok, resp, meta, err := w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
 		}
 		if !ok {
-			var why []string
-			if resp != nil {
-				for _, e := range resp.Errors {
-					why = append(why, e.What)
-				}
-			}
-			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), strings.Join(why, "; "), ErrConflict)
+			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), whys(resp), ErrConflict)
 		}
 		if meta != nil {
 			last = meta.LastIndex
@@ -162,6 +201,32 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 		}
 	}
 	return last, nil
+}
+
+// stepOps are the operations of a transaction step: the guard, the item
+// writes, the event's check-and-set on index (the event key's ModifyIndex
+// seen last).
+func stepOps(eventKey string, index uint64, st Step) api.TxnOps {
+	ops := make(api.TxnOps, 0, len(st.Ops)+2)
+	if st.Guard {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: eventKey, Index: index}})
+	}
+	ops = append(ops, st.Ops...)
+	if st.Event != nil {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: eventKey, Value: st.Event.JSON(), Index: index}})
+	}
+	return ops
+}
+
+// whys joins the reasons Consul gave for rolling a transaction back.
+func whys(resp *api.TxnResponse) string {
+	var why []string
+	if resp != nil {
+		for _, e := range resp.Errors {
+			why = append(why, e.What)
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // output is the component.applied record of a written (or replayed)
