@@ -54,6 +54,9 @@ func (r *runner) runTransactional(ctx context.Context) error {
 			all     []*kgo.Record
 		)
 		complete := true
+		// The batch in hand is finished on shutdown too: its outputs are
+		// produced without the stage's context, which a signal cancels.
+		pctx := context.WithoutCancel(ctx)
 		iter := fetches.RecordIter()
 		for !iter.Done() {
 			rec := iter.Next()
@@ -63,7 +66,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 				break
 			}
 			for _, out := range recs {
-				sess.Produce(ctx, out, func(_ *kgo.Record, err error) {
+				sess.Produce(pctx, out, func(_ *kgo.Record, err error) {
 					if err != nil {
 						mu.Lock()
 						if prodErr == nil {
@@ -78,6 +81,12 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		// End flushes the produced records first. It gets its own deadline
 		// so a shutdown still commits (or aborts) the batch in hand.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.TransactionTimeout)
+		// Flush before deciding: a record that fails only while being
+		// flushed must abort the transaction, or its input's offset would
+		// commit without it (End flushes too, then commits regardless).
+		if err := sess.Client().Flush(endCtx); err != nil {
+			r.log.Warn().Err(err).Msg("flush the transaction's records")
+		}
 		mu.Lock()
 		failed := prodErr
 		mu.Unlock()
