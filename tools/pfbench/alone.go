@@ -245,19 +245,37 @@ func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error
 	if err != nil {
 		return fmt.Errorf("fill %s: %w", src, err)
 	}
-	plain, err := kafkaPassThrough(ctx, opts, src, dst, "pfbench-ceiling-plain-"+run.Stage, false, b.pollRecords)
-	if err != nil {
-		return fmt.Errorf("plain pass-through ceiling: %w", err)
+	// A ceiling is the best of a few copies: one copy alone moves with
+	// whatever else the machine does.
+	best := func(mode string, transactional bool) (PassThrough, error) {
+		var top PassThrough
+		for i := 0; i < ceilingRuns; i++ {
+			pt, err := kafkaPassThrough(ctx, opts, src, dst, fmt.Sprintf("pfbench-ceiling-%s-%s-%d", mode, run.Stage, i), transactional, b.pollRecords)
+			if err != nil {
+				return top, fmt.Errorf("%s pass-through ceiling: %w", mode, err)
+			}
+			if pt.RecordsPerSec > top.RecordsPerSec {
+				top = pt
+			}
+		}
+		return top, nil
 	}
-	txn, err := kafkaPassThrough(ctx, opts, src, dst, "pfbench-ceiling-txn-"+run.Stage, true, b.pollRecords)
+	plain, err := best("plain", false)
 	if err != nil {
-		return fmt.Errorf("transactional pass-through ceiling: %w", err)
+		return err
+	}
+	txn, err := best("txn", true)
+	if err != nil {
+		return err
 	}
 	run.CeilingPlain, run.CeilingTransactional = &plain, &txn
 	run.RatioTo = "transactional pass-through of the same records"
 	run.Ratio = run.RecordsPerSec / txn.RecordsPerSec
 	return nil
 }
+
+// ceilingRuns is how many copies a pass-through ceiling takes the best of.
+const ceilingRuns = 3
 
 func ptr[T any](v T) *T { return &v }
 
