@@ -36,6 +36,12 @@ type StageRun struct {
 	RatioTo    string  `json:"ratio_to"`
 	Target     float64 `json:"target"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// StageCPU and BenchCPU are the CPU seconds the stage's process and
+	// this process (the broker, Consul's client side) used while the
+	// stage was timed: a stage far below its ceiling but using little CPU
+	// waits on the broker.
+	StageCPU float64 `json:"stage_cpu_s"`
+	BenchCPU float64 `json:"bench_broker_cpu_s"`
 	// Ceilings are the pass-through copies of records of this stage's
 	// input size (Kafka-to-Kafka stages).
 	CeilingPlain         *PassThrough `json:"ceiling_plain,omitempty"`
@@ -127,6 +133,7 @@ func (b *bench) runAlone(ctx context.Context, name, input string, extra ...strin
 	const every = 5 * time.Millisecond
 	deadline := time.Now().Add(b.timeout)
 	var t0 time.Time
+	var stageCPU0, benchCPU0 float64
 	lastZero := time.Now()
 	for t0.IsZero() {
 		if err := p.exited(); err != nil {
@@ -135,9 +142,12 @@ func (b *bench) runAlone(ctx context.Context, name, input string, extra ...strin
 		if time.Now().After(deadline) {
 			return run, in, fmt.Errorf("%s handled no record within %s; see %s", name, b.timeout, p.logFile)
 		}
+		c0, _ := cpuSeconds(p.cmd.Process.Pid)
+		b0, _ := cpuSeconds(os.Getpid())
 		n, err := p.recordsIn(ctx)
 		if err == nil && n > 0 {
 			t0 = lastZero
+			stageCPU0, benchCPU0 = c0, b0
 			break
 		}
 		lastZero = time.Now()
@@ -182,6 +192,12 @@ func (b *bench) runAlone(ctx context.Context, name, input string, extra ...strin
 		}
 	}
 	t1 := time.Now()
+	if c, err := cpuSeconds(p.cmd.Process.Pid); err == nil {
+		run.StageCPU = c - stageCPU0
+	}
+	if c, err := cpuSeconds(os.Getpid()); err == nil {
+		run.BenchCPU = c - benchCPU0
+	}
 	run.Seconds = t1.Sub(t0).Seconds()
 	run.RecordsPerSec = float64(run.InputRecords) / run.Seconds
 	if rss, err := p.peakRSS(); err == nil {

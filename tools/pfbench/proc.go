@@ -166,3 +166,27 @@ func tail(path string, n int64) string {
 	b, _ := io.ReadAll(f)
 	return string(b)
 }
+
+// cpuSeconds is the user+system CPU time a process has used so far, from
+// /proc/<pid>/stat (clock ticks of 1/100 s, as on every Linux this runs on).
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name may hold spaces; fields are counted after its ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	utime, err1 := strconv.ParseFloat(f[11], 64)
+	stime, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	return (utime + stime) / 100, nil
+}

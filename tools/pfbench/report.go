@@ -102,7 +102,7 @@ func (r Report) table(w io.Writer) {
 		s.Workload.Components, s.Workload.PerDeployment, s.Workload.Policies, s.Workload.BodyBytes, s.Workload.Changes, s.Partitions)
 	if len(r.Stages) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "stage alone\tinput\trec bytes\trate/s\tceiling/s\tratio\ttarget\tpeak RSS MiB\t")
+		fmt.Fprintln(tw, "stage alone\tinput\trec bytes\trate/s\tceiling/s\tratio\ttarget\tpeak RSS MiB\tCPU s stage/broker\t")
 		for _, st := range r.Stages {
 			rate, ceiling := st.RecordsPerSec, 0.0
 			unit := "rec"
@@ -114,8 +114,8 @@ func (r Report) table(w io.Writer) {
 			} else if st.CeilingTransactional != nil {
 				ceiling = st.CeilingTransactional.RecordsPerSec
 			}
-			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%.2f%s\t%.1f\t%.0f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
-				rate, unit, ceiling, st.Ratio, miss(st.Ratio >= st.Target), st.Target, st.PeakRSSMiB)
+			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%.2f%s\t%.1f\t%.0f\t%.2f/%.2f in %.2f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
+				rate, unit, ceiling, st.Ratio, miss(st.Ratio >= st.Target), st.Target, st.PeakRSSMiB, st.StageCPU, st.BenchCPU, st.Seconds)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
