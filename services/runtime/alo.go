@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -118,25 +119,22 @@ func (r *runner) produceAll(stop context.Context, cl *kgo.Client, recs []*kgo.Re
 func (r *runner) processBatch(stop context.Context, recs []*kgo.Record) ([]*kgo.Record, int) {
 	hctx := context.WithoutCancel(stop) // the poll in hand is finished (drained)
 	type item struct {
-		in   Input
-		dead error         // decode or permanent handler failure
-		outs []*kgo.Record // encoded outputs once handled
+		in        Input
+		decodeErr error         // never handed to the handler
+		dead      error         // the handler's permanent failure
+		outs      []*kgo.Record // encoded outputs once handled
 	}
 	items := make([]item, len(recs))
 	for i, rec := range recs {
 		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-		items[i].in, items[i].dead = r.decode(hctx, rec)
-	}
-	decoded := make([]bool, len(items))
-	for i := range items {
-		decoded[i] = items[i].dead == nil
+		items[i].in, items[i].decodeErr = r.decode(hctx, rec)
 	}
 	finished := len(items)
 	for start, attempt := 0, 0; ; attempt++ {
 		var idx []int
 		var ins []Input
 		for i := start; i < len(items); i++ {
-			if decoded[i] {
+			if items[i].decodeErr == nil {
 				items[i].dead, items[i].outs = nil, nil
 				idx = append(idx, i)
 				ins = append(ins, items[i].in)
@@ -186,16 +184,12 @@ func (r *runner) processBatch(stop context.Context, recs []*kgo.Record) ([]*kgo.
 		start = retry
 	}
 	var out []*kgo.Record
-	for i := range items[:finished] {
-		if items[i].dead == nil {
-			out = append(out, items[i].outs...)
+	for i, it := range items[:finished] {
+		if err := cmp.Or(it.decodeErr, it.dead); err != nil {
+			out = append(out, r.deadLetter(recs[i], err))
 			continue
 		}
-		rec := recs[i]
-		r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-		r.log.Error().Err(items[i].dead).Str("topic", rec.Topic).Int32("partition", rec.Partition).Int64("offset", rec.Offset).
-			Msg("record dead-lettered")
-		out = append(out, r.deadLetter(rec, items[i].dead))
+		out = append(out, it.outs...)
 	}
 	return out, finished
 }

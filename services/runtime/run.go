@@ -282,9 +282,6 @@ func (r *runner) process(stop context.Context, rec *kgo.Record) (out []*kgo.Reco
 		}
 		err = nil
 	}
-	r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-	r.log.Error().Err(err).Str("topic", rec.Topic).Int32("partition", rec.Partition).Int64("offset", rec.Offset).
-		Msg("record dead-lettered")
 	return []*kgo.Record{r.deadLetter(rec, err)}, true
 }
 
@@ -310,7 +307,12 @@ func (r *runner) encode(outs []Output) ([]*kgo.Record, error) {
 	return recs, nil
 }
 
+// deadLetter counts and logs a record that cannot be processed and
+// returns its copy for the stage's dead-letter topic, with the reason.
 func (r *runner) deadLetter(rec *kgo.Record, err error) *kgo.Record {
+	r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
+	r.log.Error().Err(err).Str("topic", rec.Topic).Int32("partition", rec.Partition).Int64("offset", rec.Offset).
+		Msg("record dead-lettered")
 	reason := "unknown error"
 	if err != nil {
 		reason = err.Error()
