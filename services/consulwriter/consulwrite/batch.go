@@ -18,9 +18,9 @@ import (
 // readTxnBytes budgets the folders read in one transaction by the sizes of
 // their records' collections (a folder mostly holds the previous, similar
 // collection): Consul does not limit a read transaction's response, and
-// one response should stay moderate. A record over MaxTxnBytes (a write of
+// one response should stay moderate. A record over runtime.ConsulMaxTxnBytes (a write of
 // several steps) has its folder read alone with List.
-const readTxnBytes = 8 * MaxTxnBytes
+const readTxnBytes = 8 * runtime.ConsulMaxTxnBytes
 
 // A wave is cut into chunks of components, up to parallel of them read
 // and written at once: Consul serves overlapping requests much faster than
@@ -127,36 +127,16 @@ func waves(jobs []*job) [][]*job {
 		}
 		chain = append(chain, f)
 	}
-	seen := make(map[string]int, len(folders))
-	var out [][]*job
-	for _, j := range jobs {
-		r := root[j.folder]
-		n := seen[r]
-		seen[r] = n + 1
-		if n == len(out) {
-			out = append(out, nil)
-		}
-		out[n] = append(out[n], j)
-	}
-	return out
+	return runtime.Waves(jobs, func(j *job) string { return root[j.folder] })
 }
 
 // wave reads, plans and writes jobs whose folders are distinct and none
 // inside another, in chunks, several at once.
 func (b *batch) wave(ctx context.Context, jobs []*job) {
 	size := min(max((len(jobs)+parallel-1)/parallel, minChunk), maxChunk)
-	slots := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	for len(jobs) > 0 {
-		chunk := jobs[:min(size, len(jobs))]
-		jobs = jobs[len(chunk):]
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			b.chunk(ctx, chunk)
-		})
-	}
-	wg.Wait()
+	runtime.Each((len(jobs)+size-1)/size, parallel, func(k int) {
+		b.chunk(ctx, jobs[k*size:min((k+1)*size, len(jobs))])
+	})
 }
 
 // chunk reads, plans and writes jobs, in input order.
@@ -181,7 +161,7 @@ func (b *batch) chunk(ctx context.Context, jobs []*job) {
 		for _, op := range ops {
 			size += opSize(op) + 1
 		}
-		if len(p.jobs) > 0 && (p.ops+len(ops) > MaxTxnOps || p.bytes+size > MaxTxnBytes) {
+		if len(p.jobs) > 0 && (p.ops+len(ops) > runtime.ConsulMaxTxnOps || p.bytes+size > runtime.ConsulMaxTxnBytes) {
 			b.commit(ctx, &p)
 		}
 		p.add(j, ops, size)
@@ -200,7 +180,7 @@ func (b *batch) read(ctx context.Context, jobs []*job) {
 			continue
 		}
 		size := collectionBytes(j.rec)
-		if size > MaxTxnBytes {
+		if size > runtime.ConsulMaxTxnBytes {
 			cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 			pairs, _, err := b.w.kv.List(j.folder, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
 			cancel()
@@ -211,7 +191,7 @@ func (b *batch) read(ctx context.Context, jobs []*job) {
 			j.pairs, j.read = pairs, true
 			continue
 		}
-		if len(group) == MaxTxnOps || len(group) > 0 && bytes+size > readTxnBytes {
+		if len(group) == runtime.ConsulMaxTxnOps || len(group) > 0 && bytes+size > readTxnBytes {
 			b.readTxn(ctx, group)
 			group, bytes = nil, 0
 		}
@@ -239,7 +219,7 @@ func (b *batch) readTxn(ctx context.Context, group []*job) {
 	defer cancel()
 	ok, resp, _, err := b.w.txn.Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
 	if err == nil && !ok {
-		err = fmt.Errorf("read transaction of %d folders failed: %s", len(ops), whys(resp))
+		err = fmt.Errorf("read transaction of %d folders failed: %s", len(ops), runtime.TxnReasons(resp))
 	}
 	if err == nil {
 		err = assign(group, resp.Results)
@@ -334,12 +314,7 @@ func (b *batch) commit(ctx context.Context, p *pack) {
 	ok, resp, meta, err := b.w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
 	cancel()
 	if err == nil && ok {
-		index := make(map[string]uint64, len(jobs))
-		for _, r := range resp.Results {
-			if r != nil && r.KV != nil {
-				index[r.KV.Key] = r.KV.ModifyIndex
-			}
-		}
+		index := runtime.TxnIndexes(resp)
 		for _, j := range jobs {
 			at := meta.LastIndex // an uninstall: the index of the deletion
 			if j.plan.Steps[0].Event != nil {

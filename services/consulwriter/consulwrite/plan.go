@@ -19,15 +19,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
-)
-
-// Consul's limits (the agent's defaults): one value, and one transaction
-// request body (JSON, values in base64), may not exceed 512 KiB; one
-// transaction holds at most 128 operations.
-const (
-	MaxValueBytes = 512 * 1024
-	MaxTxnBytes   = 512 * 1024
-	MaxTxnOps     = 128
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // Actions of the event key. "updating" marks a write that takes several
@@ -225,7 +217,7 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 		sizes[i] = opSize(op)
 		total += sizes[i] + 1
 	}
-	if len(ops)+1 <= MaxTxnOps && total <= MaxTxnBytes {
+	if len(ops)+1 <= runtime.ConsulMaxTxnOps && total <= runtime.ConsulMaxTxnBytes {
 		plan.Steps = []Step{{Ops: ops, Event: &plan.Event}}
 		return plan, nil
 	}
@@ -249,13 +241,13 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 		}
 	}
 	for i, op := range ops {
-		if txnBase+guardSize+1+sizes[i] > MaxTxnBytes {
+		if txnBase+guardSize+1+sizes[i] > runtime.ConsulMaxTxnBytes {
 			// Too large for any transaction body: a value over
 			// about 384 KiB grows past 512 KiB in base64.
 			plan.Steps = append(plan.Steps, Step{Put: &api.KVPair{Key: op.KV.Key, Value: op.KV.Value, ModifyIndex: modifyIndex(have[op.KV.Key])}})
 			continue
 		}
-		if len(chunk)+2 > MaxTxnOps || chunkBytes+1+sizes[i] > MaxTxnBytes {
+		if len(chunk)+2 > runtime.ConsulMaxTxnOps || chunkBytes+1+sizes[i] > runtime.ConsulMaxTxnBytes {
 			flush()
 		}
 		chunk = append(chunk, op)
@@ -263,7 +255,7 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 	}
 	// The final event joins the last chunk when it fits; its
 	// check-and-set guards that transaction.
-	if len(chunk) > 0 && len(chunk)+1 <= MaxTxnOps && chunkBytes-guardSize+1+eventSize <= MaxTxnBytes {
+	if len(chunk) > 0 && len(chunk)+1 <= runtime.ConsulMaxTxnOps && chunkBytes-guardSize+1+eventSize <= runtime.ConsulMaxTxnBytes {
 		plan.Steps = append(plan.Steps, Step{Ops: chunk, Event: &plan.Event})
 		return plan, nil
 	}
@@ -302,9 +294,9 @@ func items(rec *events.ComponentPolicies) (map[string][]byte, error) {
 			return nil, fmt.Errorf("plan consul write for component %s: policy_id %s appears twice in the collection", rec.ComponentID, p.PolicyID)
 		}
 		v := []byte(p.Body)
-		if len(v) > MaxValueBytes {
+		if len(v) > runtime.ConsulMaxValueBytes {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is %d bytes, over Consul's limit of %d bytes (512 KiB) for one value",
-				rec.ComponentID, p.PolicyID, len(v), MaxValueBytes)
+				rec.ComponentID, p.PolicyID, len(v), runtime.ConsulMaxValueBytes)
 		}
 		if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is not a JSON object: %q",

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 var now = time.Date(2018, 2, 12, 10, 20, 30, 777_000_000, time.UTC)
@@ -188,7 +189,7 @@ func TestPlanUninstall(t *testing.T) {
 }
 
 func TestPlanRefusesWhatConsulCannotHold(t *testing.T) {
-	huge := pol("H", "1", `{"blob":"`+strings.Repeat("x", MaxValueBytes)+`"}`)
+	huge := pol("H", "1", `{"blob":"`+strings.Repeat("x", runtime.ConsulMaxValueBytes)+`"}`)
 	cases := []struct {
 		name string
 		rec  *events.ComponentPolicies
@@ -273,8 +274,8 @@ func TestPlanSeveralTransactions(t *testing.T) {
 			t.Errorf("step %d writes items without checking the event index", i)
 		}
 		n, size := bodySize(t, st)
-		if n > MaxTxnOps || size > MaxTxnBytes {
-			t.Errorf("step %d has %d operations in %d bytes, over %d / %d", i, n, size, MaxTxnOps, MaxTxnBytes)
+		if n > runtime.ConsulMaxTxnOps || size > runtime.ConsulMaxTxnBytes {
+			t.Errorf("step %d has %d operations in %d bytes, over %d / %d", i, n, size, runtime.ConsulMaxTxnOps, runtime.ConsulMaxTxnBytes)
 		}
 		for _, op := range st.Ops {
 			written[op.KV.Key]++

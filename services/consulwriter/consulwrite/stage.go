@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -182,7 +181,7 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
 		}
 		if !ok {
-			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), whys(resp), ErrConflict)
+			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), runtime.TxnReasons(resp), ErrConflict)
 		}
 		if meta != nil {
 			last = meta.LastIndex
@@ -216,17 +215,6 @@ func stepOps(eventKey string, index uint64, st Step) api.TxnOps {
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: eventKey, Value: st.Event.JSON(), Index: index}})
 	}
 	return ops
-}
-
-// whys joins the reasons Consul gave for rolling a transaction back.
-func whys(resp *api.TxnResponse) string {
-	var why []string
-	if resp != nil {
-		for _, e := range resp.Errors {
-			why = append(why, e.What)
-		}
-	}
-	return strings.Join(why, "; ")
 }
 
 // output is the component.applied record of a written (or replayed)

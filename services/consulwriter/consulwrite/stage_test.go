@@ -141,7 +141,7 @@ func TestConsulWriterStage(t *testing.T) {
 	}
 
 	// A policy Consul cannot hold is dead-lettered with the reason.
-	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", MaxValueBytes) + `"}`}
+	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", runtime.ConsulMaxValueBytes) + `"}`}
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u3", 3, vmMemory(), huge))
 	dlq := c.Reader(t, topology.DLQ(topology.StageConsulWriter)).Until(1, 60*time.Second)
 	if len(dlq) != 1 {

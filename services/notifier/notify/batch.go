@@ -3,9 +3,7 @@ package notify
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -13,17 +11,17 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
-// maxTxnOps is the most operations Consul accepts in one transaction.
-const maxTxnOps = 128
-
 // consulParallel is how many Consul transactions of a batch are in flight
 // at once.
 const consulParallel = 8
 
+// maxTxnOps is the most operations Consul accepts in one transaction.
+const maxTxnOps = runtime.ConsulMaxTxnOps
+
 // maxTxnBytes bounds the keys and values of one transaction: base64 and
 // JSON make them about a third bigger on the wire, still well under
-// Consul's default request limit of 512 KiB (txn_max_req_len).
-const maxTxnBytes = 256 << 10
+// Consul's request limit.
+const maxTxnBytes = runtime.ConsulMaxTxnBytes / 2
 
 // notifyAll claims, notifies and records the jobs of a batch (in input
 // order) and sets the Outcome of each job that failed. It works in waves
@@ -33,7 +31,7 @@ const maxTxnBytes = 256 << 10
 // as the runtime hands i and everything after it in again.
 func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Outcome) {
 	stop := len(out)
-	for _, w := range waves(jobs) {
+	for _, w := range runtime.Waves(jobs, func(j *job) string { return j.key }) {
 		var todo []*job
 		for _, j := range w {
 			if j.i < stop {
@@ -44,23 +42,6 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 			stop = min(stop, n.wave(ctx, todo, out))
 		}
 	}
-}
-
-// waves cuts jobs, keeping their order, into waves in which each claim
-// key appears at most once: a key's first job is in the first wave, its
-// second in the second, and so on.
-func waves(jobs []*job) [][]*job {
-	seen := make(map[string]int, len(jobs))
-	var out [][]*job
-	for _, j := range jobs {
-		w := seen[j.key]
-		seen[j.key] = w + 1
-		if w == len(out) {
-			out = append(out, nil)
-		}
-		out[w] = append(out[w], j)
-	}
-	return out
 }
 
 // wave reads the claims of jobs (each key once), claims those still to be
@@ -86,7 +67,7 @@ func (n *notifier) wave(ctx context.Context, jobs []*job, out []runtime.Outcome)
 	var claimers, notifiers sync.WaitGroup
 	claimers.Go(func() {
 		defer close(claimed)
-		each(len(parts), consulParallel, func(k int) {
+		runtime.Each(len(parts), consulParallel, func(k int) {
 			p := &parts[k]
 			fail := func(j *job, err error) { p.failed, p.errs = append(p.failed, j), append(p.errs, err) }
 			for _, j := range n.claimAll(ctx, n.read(ctx, p.jobs, fail), fail) {
@@ -148,21 +129,6 @@ func (n *notifier) recordAll(ctx context.Context, in <-chan *job) {
 	wg.Wait()
 }
 
-// each runs f(0) to f(count-1), at most limit at once, and waits for
-// them all.
-func each(count, limit int, f func(k int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(limit, count) {
-		wg.Go(func() {
-			for k := next.Add(1) - 1; k < int64(count); k = next.Add(1) - 1 {
-				f(int(k))
-			}
-		})
-	}
-	wg.Wait()
-}
-
 // read reads the claims of jobs (at most maxTxnOps) in one consistent
 // read-only transaction and returns the jobs still to be notified, each
 // with its claim's ModifyIndex. A Consul error fails the first job; the
@@ -210,7 +176,7 @@ func (n *notifier) get(ctx context.Context, jobs []*job) (map[string]*api.KVPair
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("the read was refused: %s", txnErrors(resp))
+		return nil, fmt.Errorf("the read was refused: %s", runtime.TxnReasons(resp))
 	}
 	pairs := make(map[string]*api.KVPair, len(jobs))
 	for _, r := range resp.Results {
@@ -312,12 +278,7 @@ func (n *notifier) cas(ctx context.Context, jobs []*job) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	index := make(map[string]uint64, len(jobs))
-	for _, r := range resp.Results {
-		if r != nil && r.KV != nil {
-			index[r.KV.Key] = r.KV.ModifyIndex
-		}
-	}
+	index := runtime.TxnIndexes(resp)
 	for _, j := range jobs {
 		if _, ok := index[j.key]; !ok {
 			return false, fmt.Errorf("set %s: Consul did not report its index", j.key)
@@ -350,17 +311,3 @@ func groups(jobs []*job) [][]*job {
 
 // txnSize is about what a job's claim adds to a transaction.
 func txnSize(j *job) int { return len(j.key) + len(j.claim.JSON()) }
-
-// txnErrors says why Consul rolled a transaction back.
-func txnErrors(resp *api.TxnResponse) string {
-	if resp == nil || len(resp.Errors) == 0 {
-		return "no reason given"
-	}
-	var whys []string
-	for _, e := range resp.Errors {
-		if e != nil {
-			whys = append(whys, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
-		}
-	}
-	return strings.Join(whys, "; ")
-}
