@@ -13,8 +13,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // PassThrough is one measured copy of a topic into another.
@@ -29,7 +30,7 @@ type PassThrough struct {
 }
 
 // kafkaPassThrough copies every record of src (already written, complete) to dst with a
-// consumer group of its own (group name given) through franz-go, the way a stage would but
+// new consumer group of its own (group names one that never consumed) through franz-go, the way a stage would but
 // with no decode, handling or encode, and measures the copy from the first fetched record to
 // the last produced record acknowledged and offsets committed. transactional uses
 // kgo.GroupTransactSession (read_committed, one transaction per poll of up to pollRecords
@@ -52,20 +53,21 @@ func kafkaPassThrough(ctx context.Context, opts []kgo.Opt, src, dst, group strin
 	fail := func(err error) (PassThrough, error) {
 		return res, fmt.Errorf("%s pass-through %s -> %s: %w", res.Mode, src, dst, err)
 	}
-	pos, end, err := passThroughBounds(ctx, opts, src, dst, group)
+	end, err := passThroughEnds(ctx, opts, src, dst)
 	if err != nil {
 		return fail(err)
 	}
-	// left holds the partitions whose consumer position has not reached
-	// the end offset yet.
+	// left holds the partitions whose consumer position (pos; a new group
+	// starts at the log start) has not reached the end offset yet.
+	pos := make(map[int32]int64)
 	left := make(map[int32]bool)
 	for p, e := range end {
-		if pos[p] < e {
+		if e > 0 {
 			left[p] = true
 		}
 	}
 	if len(left) == 0 {
-		return fail(fmt.Errorf("nothing to copy: group %s is at the end of %s", group, src))
+		return fail(fmt.Errorf("nothing to copy: %s is empty", src))
 	}
 
 	copyOpts := append(slices.Clip(opts),
@@ -220,67 +222,28 @@ func copyTransaction(ctx context.Context, sess *kgo.GroupTransactSession, out []
 	return committed, nil
 }
 
-// passThroughBounds checks src and dst and returns, per partition of src,
-// where group's consumer starts (its committed offset, else the log start)
-// and the last stable offset, up to which the copy goes.
-func passThroughBounds(ctx context.Context, opts []kgo.Opt, src, dst, group string) (start, end map[int32]int64, err error) {
+// passThroughEnds checks that dst exists with src's partition count and
+// returns, per partition of src, the last stable offset: the copy goes up
+// to it.
+func passThroughEnds(ctx context.Context, opts []kgo.Opt, src, dst string) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-
-	topics, err := adm.ListTopics(ctx, src, dst)
+	ns, err := runtime.PartitionCount(ctx, adm, src)
 	if err != nil {
-		return nil, nil, fmt.Errorf("describe %s and %s: %w", src, dst, err)
+		return nil, err
 	}
-	for _, t := range []string{src, dst} {
-		if !topics.Has(t) {
-			return nil, nil, fmt.Errorf("topic %s does not exist", t)
-		}
-		if err := topics[t].Err; err != nil {
-			return nil, nil, fmt.Errorf("describe %s: %w", t, err)
-		}
-	}
-	if ns, nd := len(topics[src].Partitions), len(topics[dst].Partitions); ns != nd {
-		return nil, nil, fmt.Errorf("%s has %d partitions but %s has %d", src, ns, dst, nd)
-	}
-
-	starts, err := adm.ListStartOffsets(ctx, src)
-	if err == nil {
-		err = starts.Error()
-	}
+	nd, err := runtime.PartitionCount(ctx, adm, dst)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list start offsets of %s: %w", src, err)
+		return nil, err
 	}
-	ends, err := adm.ListCommittedOffsets(ctx, src)
-	if err == nil {
-		err = ends.Error()
+	if ns != nd {
+		return nil, fmt.Errorf("%s has %d partitions but %s has %d", src, ns, dst, nd)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("list end offsets of %s: %w", src, err)
-	}
-	committed, err := adm.FetchOffsetsForTopics(ctx, group, src)
-	if err == nil {
-		err = committed.Error()
-	}
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		committed, err = nil, nil // a new group: no offsets yet
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("fetch offsets of group %s: %w", group, err)
-	}
-
-	start, end = make(map[int32]int64), make(map[int32]int64)
-	starts.Each(func(o kadm.ListedOffset) { start[o.Partition] = o.Offset })
-	ends.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
-	committed.Each(func(o kadm.OffsetResponse) {
-		if o.Topic == src && o.At > start[o.Partition] {
-			start[o.Partition] = o.At
-		}
-	})
-	return start, end, nil
+	return runtime.Ends(ctx, adm, src)
 }
 
 // fetchError is the first error of a poll other than a context ending.
