@@ -27,6 +27,7 @@ import (
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -294,7 +295,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 		return nil
 	}
-	if err := waitHTTP(ctx, "http://"+apiLn.Addr().String()+"/readyz", time.Minute); err != nil {
+	if err := devstack.WaitHTTP(ctx, "http://"+apiLn.Addr().String()+"/readyz", time.Minute); err != nil {
 		return res, fmt.Errorf("North API not ready: %w", err)
 	}
 	publish := func(id, version, marker string) error {
@@ -434,25 +435,6 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 	}
 	return res, nil
-}
-
-func waitHTTP(ctx context.Context, url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		resp, err := scrapeClient.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %s (last error %v)", url, timeout, err)
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return err
-		}
-	}
 }
 
 // binaryOf is the name of a stage's binary (its services/ directory).

@@ -19,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
 )
 
@@ -137,7 +138,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	}
 	base := "http://" + devAPIListener.Addr().String()
 	notifyURL := base + "/v1/pdp/notifications"
-	if err := waitHTTP(ctx, base+"/readyz"); err != nil {
+	if err := devstack.WaitHTTP(ctx, base+"/readyz", 2*time.Minute); err != nil {
 		return fmt.Errorf("North API not ready: %w", err)
 	}
 	components := map[string]any{
@@ -243,29 +244,6 @@ func putJSON(ctx context.Context, url string, v any) error {
 		return fmt.Errorf("%s: %s", resp.Status, e.Error)
 	}
 	return nil
-}
-
-func waitHTTP(ctx context.Context, url string) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = errors.New(resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 func waitConsul(ctx context.Context, c *consulapi.Client, key, contains string) error {
