@@ -31,15 +31,16 @@ const (
 	Schemas           = "schemas"
 )
 
-// The pipeline stages; each is its own binary and consumer group and owns
-// one dead letter topic, DLQ(stage).
+// The pipeline stages that are built; each is its own binary and consumer
+// group and owns one dead letter topic, DLQ(stage). The replica-sync stage
+// of the design (seed 003) is not built yet: the ACM topics have no stage
+// among their readers and writers until it is.
 const (
 	StagePDPIngest     = "pdp-ingest"
 	StageMatcher       = "matcher"
 	StageSegmenter     = "segmenter"
 	StageExecutor      = "executor"
 	StageConsulWriter  = "consul-writer"
-	StageReplicaSync   = "replica-sync"
 	StageAgentNotifier = "agent-notifier"
 )
 
@@ -117,7 +118,7 @@ func compactConfigs() map[string]string {
 // policy.catalog) must keep equal partition counts.
 const MaxMessageBytes = "67108864"
 
-// Stages returns the names of the seven pipeline stages in pipeline order.
+// Stages returns the names of the built pipeline stages in pipeline order.
 func Stages() []string {
 	return []string{
 		StagePDPIngest,
@@ -125,7 +126,6 @@ func Stages() []string {
 		StageSegmenter,
 		StageExecutor,
 		StageConsulWriter,
-		StageReplicaSync,
 		StageAgentNotifier,
 	}
 }
@@ -188,7 +188,7 @@ func Default() []Topic {
 		}),
 		compact(Topic{
 			Name: ComponentPolicies, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentPolicies",
-			Writers: l(StageExecutor), Readers: l(StageConsulWriter),
+			Writers: l(StageExecutor), Readers: l(StageMatcher, StageExecutor, StageConsulWriter),
 			Doc: "a component's full policy collection, the last delta and its update_id",
 		}),
 		compact(Topic{
@@ -203,33 +203,33 @@ func Default() []Topic {
 		}),
 		del(Topic{
 			Name: ACMRuntime, Partitions: ACMPartitions, Key: "participant_id", ValueSchema: "policyflow.ParticipantMessage",
-			Writers: l(RoleParticipants), Readers: l(StageReplicaSync, RoleACMRuntime),
-			Doc: "registrations, heartbeats and results from participants to the runtime",
+			Writers: l(RoleParticipants), Readers: l(RoleACMRuntime),
+			Doc: "registrations, heartbeats and results from participants to the runtime (no stage reads it yet)",
 		}),
 		compact(Topic{
 			Name: ACMSync, Partitions: ACMPartitions, Key: "participant/instance/element", ValueSchema: "policyflow.ReplicaState",
-			Writers: l(StageReplicaSync), Readers: l(RoleParticipants),
-			Doc: "replicated participant state; every replica reads all of it from the start with its own reader",
+			Writers: nil, Readers: l(RoleParticipants),
+			Doc: "replicated participant state; every replica reads all of it from the start with its own reader (reserved: no code writes it yet)",
 		}),
 		compact(Topic{
 			Name: NMPPolicies, Partitions: LowVolumePartitions, Key: "org/name", ValueSchema: "policyflow.NodeManagementPolicy",
-			Writers: l(RoleNorthAPI), Readers: l(StageAgentNotifier),
-			Doc: "node management policies with their agent upgrade policy",
+			Writers: nil, Readers: nil,
+			Doc: "node management policies with their agent upgrade policy (reserved: no code reads or writes it yet)",
 		}),
 		compact(Topic{
 			Name: AgentNodes, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentNode",
-			Writers: l(RoleAgents, RoleNorthAPI), Readers: l(StageAgentNotifier),
-			Doc: "edge node records: properties and registered agent",
+			Writers: nil, Readers: nil,
+			Doc: "edge node records: properties and registered agent (reserved: no code reads or writes it yet)",
 		}),
 		compact(Topic{
 			Name: AgentDirectives, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentDirective",
-			Writers: l(StageAgentNotifier), Readers: l(RoleAgents),
-			Doc: "per-node agent upgrade directive with its start window",
+			Writers: nil, Readers: nil,
+			Doc: "per-node agent upgrade directive with its start window (reserved: no code reads or writes it yet)",
 		}),
 		compact(Topic{
 			Name: AgentStatus, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentStatus",
-			Writers: l(RoleAgents), Readers: l(StageAgentNotifier, RoleNorthAPI),
-			Doc: "agent upgrade status and agent versions reported by each node",
+			Writers: nil, Readers: nil,
+			Doc: "agent upgrade status and agent versions reported by each node (reserved: no code reads or writes it yet)",
 		}),
 		compact(Topic{
 			Name: Schemas, Partitions: LowVolumePartitions, Key: "schema fingerprint (hex)", ValueSchema: "",
