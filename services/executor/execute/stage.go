@@ -262,23 +262,29 @@ func (e *executor) current(ctx context.Context, id string) *events.ComponentPoli
 }
 
 // component looks a component up in deploy.components, catching up with
-// the topic once when it is not known yet.
-func (e *executor) component(ctx context.Context, id string) (componentRow, bool, error) {
+// the topic once when it is not known yet; it is nil when the component
+// is tombstoned.
+func (e *executor) component(ctx context.Context, id string) (*events.Component, error) {
 	e.compsMu.RLock()
 	row, ok := e.compRows[id]
 	e.compsMu.RUnlock()
-	if ok {
-		return row, true, nil
+	if !ok {
+		wctx, cancel := context.WithTimeout(ctx, componentWait)
+		defer cancel()
+		if err := e.tables.WaitCaughtUp(wctx, topology.DeployComponents); err != nil {
+			return nil, err
+		}
+		e.compsMu.RLock()
+		row, ok = e.compRows[id]
+		e.compsMu.RUnlock()
+		if !ok {
+			return nil, fmt.Errorf("%w yet", errUnknownComponent)
+		}
 	}
-	wctx, cancel := context.WithTimeout(ctx, componentWait)
-	defer cancel()
-	if err := e.tables.WaitCaughtUp(wctx, topology.DeployComponents); err != nil {
-		return row, false, err
+	if row.deleted {
+		return nil, nil
 	}
-	e.compsMu.RLock()
-	row, ok = e.compRows[id]
-	e.compsMu.RUnlock()
-	return row, ok, nil
+	return row.comp, nil
 }
 
 // barrier makes the committed view authoritative for the components of a
@@ -524,85 +530,38 @@ func (e *executor) handle(ctx context.Context, in runtime.Input) ([]runtime.Outp
 // a component deploy.components does not hold (yet).
 var errUnknownComponent = errors.New("component is not registered in deploy.components")
 
-// apply computes the collections an update gives its components, without
-// changing any state: it returns the records to produce and the
-// collections they carry.
+// apply computes the collections an update gives its components (see
+// Next), without changing any state: it returns the records to produce
+// and the collections they carry.
 func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []written, error) {
 	now := time.Now().UTC()
 	var outs []runtime.Output
 	var writes []written
-	for _, d := range upd.Components {
-		if d.ComponentID == "" {
-			return nil, nil, runtime.Permanentf("executor: update %s of deployment %s: a component delta has no component_id", upd.UpdateID, upd.DeploymentID)
-		}
-		if err := checkDelta(d); err != nil {
-			return nil, nil, runtime.Permanent(fmt.Errorf("executor: apply update %s to component %s: %w", upd.UpdateID, d.ComponentID, err))
+	for _, cd := range upd.Components {
+		d := Delta{ComponentDelta: cd, UpdateID: upd.UpdateID, DeploymentID: upd.DeploymentID, CatchUp: upd.CatchUp, At: now}
+		if err := d.check(); err != nil { // before waiting for the component
+			return nil, nil, runtime.Permanent(fmt.Errorf("executor: %w", err))
 		}
 		// The matcher marks the delta of a tombstone: the executor's own
 		// view of deploy.components may not have read the tombstone yet.
-		row := componentRow{deleted: true}
+		var comp *events.Component
 		if !d.Uninstall {
-			var known bool
 			var err error
-			row, known, err = e.component(ctx, d.ComponentID)
-			if err != nil {
+			if comp, err = e.component(ctx, d.ComponentID); err != nil {
 				return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w", upd.UpdateID, d.ComponentID, err)
-			}
-			if !known {
-				return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w yet", upd.UpdateID, d.ComponentID, errUnknownComponent)
 			}
 		}
 		cur := e.current(ctx, d.ComponentID)
-		var gen int64
-		if cur != nil {
-			gen = cur.Generation
+		next, err := Next(cur, comp, d)
+		if err != nil {
+			return nil, nil, runtime.Permanent(fmt.Errorf("executor: %w", err))
 		}
-		var next *events.ComponentPolicies
-		if row.deleted {
-			if cur == nil || cur.Uninstalled {
-				continue // nothing was installed
-			}
-			next = &events.ComponentPolicies{
-				ComponentID:          d.ComponentID,
-				DeploymentID:         cur.DeploymentID,
-				ServiceComponentName: cur.ServiceComponentName,
-				UpdateID:             upd.UpdateID,
-				CatchUp:              upd.CatchUp,
-				Generation:           gen + 1,
-				Policies:             []events.Policy{},
-				UpdatedPolicies:      []events.Policy{},
-				RemovedPolicies:      cur.Policies,
-				Notify:               cur.Notify,
-				Uninstalled:          true,
-				UpdatedAt:            now,
-			}
-		} else {
-			first := cur == nil || cur.Uninstalled
-			var have []events.Policy
-			if !first {
-				have = cur.Policies
-			}
-			coll, updated, removed := Apply(have, d)
-			if !first && len(updated) == 0 && len(removed) == 0 {
-				continue // nothing changes for this component
-			}
-			if !first && cur.ServiceComponentName != row.comp.ServiceComponentName {
-				e.log.Warn().Str("component_id", d.ComponentID).Str("old", cur.ServiceComponentName).Str("new", row.comp.ServiceComponentName).
-					Msg("the component's service_component_name changed; its old Consul folder is left as it is")
-			}
-			next = &events.ComponentPolicies{
-				ComponentID:          d.ComponentID,
-				DeploymentID:         row.comp.DeploymentID,
-				ServiceComponentName: row.comp.ServiceComponentName,
-				UpdateID:             upd.UpdateID,
-				CatchUp:              upd.CatchUp,
-				Generation:           gen + 1,
-				Policies:             coll,
-				UpdatedPolicies:      orEmpty(updated),
-				RemovedPolicies:      orEmpty(removed),
-				Notify:               row.comp.Notify,
-				UpdatedAt:            now,
-			}
+		if next == nil {
+			continue // nothing changes for this component
+		}
+		if cur != nil && !cur.Uninstalled && !next.Uninstalled && cur.ServiceComponentName != next.ServiceComponentName {
+			e.log.Warn().Str("component_id", d.ComponentID).Str("old", cur.ServiceComponentName).Str("new", next.ServiceComponentName).
+				Msg("the component's service_component_name changed; its old Consul folder is left as it is")
 		}
 		raw, err := e.env.Codec.Encode(next)
 		if err != nil {
@@ -618,11 +577,4 @@ func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []
 type written struct {
 	cp  *events.ComponentPolicies
 	raw []byte
-}
-
-func orEmpty(ps []events.Policy) []events.Policy {
-	if ps == nil {
-		return []events.Policy{}
-	}
-	return ps
 }
