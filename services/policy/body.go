@@ -29,12 +29,8 @@ const (
 	ConfigRetrievedMessage = "Config Retrieved! "
 )
 
-// MaxBodyBytes is the largest JSON-encoded policy_body policyflow accepts:
-// Consul refuses a KV value above 512 KiB.
-const MaxBodyBytes = 512 * 1024
-
-// ErrInvalidBody is wrapped by every error Validate returns, so callers can
-// tell a refused body from other failures with errors.Is.
+// ErrInvalidBody is wrapped by every error Check and Validate return, so
+// callers can tell a refused body from other failures with errors.Is.
 var ErrInvalidBody = errors.New("invalid policy_body")
 
 // ErrNoPolicyID is wrapped by PolicyID errors.
@@ -149,7 +145,7 @@ func Validate(b Body) error {
 		}
 		msg := ""
 		if m, ok := b[FieldConfigMessage].(string); ok && m != "" {
-			msg = fmt.Sprintf(" (policyConfigMessage %q)", m)
+			msg = fmt.Sprintf(" (policyConfigMessage %s)", quoteShort(m))
 		}
 		return fmt.Errorf("validate policy_body %q: policyConfigStatus is %s, want %q%s: %w",
 			name, got, ConfigRetrieved, msg, ErrInvalidBody)
@@ -258,21 +254,6 @@ func DecodeBodies(data []byte) ([]Body, error) {
 		out = append(out, Body(m))
 	}
 	return out, nil
-}
-
-// CheckSize refuses a body whose JSON encoding is larger than MaxBodyBytes,
-// the most Consul stores in one value. Pass the body as it will be written
-// (normally the Normalize'd one).
-func CheckSize(b Body) error {
-	data, err := json.Marshal(b)
-	if err != nil {
-		return fmt.Errorf("check size of policy_body %q: encode as JSON: %w", b.PolicyName(), err)
-	}
-	if len(data) > MaxBodyBytes {
-		return fmt.Errorf("check size of policy_body %q: %d bytes as JSON is over the limit of %d bytes (512 KiB, the Consul value limit) by %d bytes",
-			b.PolicyName(), len(data), MaxBodyBytes, len(data)-MaxBodyBytes)
-	}
-	return nil
 }
 
 // describeValue renders a JSON value with its JSON type for messages:

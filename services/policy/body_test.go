@@ -236,27 +236,3 @@ func TestDecodeBodies(t *testing.T) {
 		t.Errorf("DecodeBody = %v, %v", b, err)
 	}
 }
-
-func TestCheckSize(t *testing.T) {
-	small := Body{"policyName": "DCAE.Config_x.1.xml", "config": map[string]any{"a": "b"}}
-	if err := CheckSize(small); err != nil {
-		t.Fatalf("CheckSize(small) = %v", err)
-	}
-	// Exactly at the limit passes; one byte over fails.
-	base, _ := json.Marshal(Body{"policyName": "DCAE.Config_x.1.xml", "config": ""})
-	pad := MaxBodyBytes - len(base)
-	at := Body{"policyName": "DCAE.Config_x.1.xml", "config": strings.Repeat("x", pad)}
-	if err := CheckSize(at); err != nil {
-		t.Fatalf("CheckSize(at limit) = %v", err)
-	}
-	over := Body{"policyName": "DCAE.Config_x.1.xml", "config": strings.Repeat("x", pad+1)}
-	err := CheckSize(over)
-	if err == nil {
-		t.Fatalf("CheckSize(over) = nil")
-	}
-	for _, want := range []string{"DCAE.Config_x.1.xml", "524289 bytes", "524288", "by 1 bytes"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not mention %q", err, want)
-		}
-	}
-}

@@ -152,22 +152,36 @@ func (c *CompiledFilter) String() string {
 
 // view is what matching needs from a body, computed once per body.
 type view struct {
-	name     string
-	id       string
-	ok       bool   // name and id are known
-	why      string // why not ok
-	mc       map[string]any
-	mcRaw    any
-	mcExists bool
+	name string
+	id   string
+	ok   bool   // the body can match: name and id are known, matchingConditions is usable
+	why  string // why not ok
+	mc   map[string]any
 }
 
+// newView reads a body for matching. matchingConditions that are absent
+// count as {}; present but not an object (null, a list, a string), they
+// make the body match no filter, as Check refuses such a body.
 func newView(b Body) view {
 	v := view{name: b.PolicyName()}
+	mc, present := b[FieldMatchingConditions]
+	switch m := mc.(type) {
+	case map[string]any:
+		v.mc = m
+	case nil:
+	default:
+		if jsonKind(mc) == kindObject {
+			v.mc = asObject(m)
+		}
+	}
 	switch {
 	case b == nil:
 		v.why = "policy_body is null: it matches no filter"
 	case v.name == "":
 		v.why = "policy_body has no policyName: it matches no filter"
+	case present && v.mc == nil:
+		v.why = fmt.Sprintf("policy_body %q: matchingConditions is %s, not an object: it matches no filter",
+			v.name, describeValue(mc))
 	default:
 		id, err := PolicyID(v.name)
 		if err != nil {
@@ -175,13 +189,6 @@ func newView(b Body) view {
 		} else {
 			v.id, v.ok = id, true
 		}
-	}
-	v.mcRaw, v.mcExists = b[FieldMatchingConditions]
-	switch mc := v.mcRaw.(type) {
-	case map[string]any:
-		v.mc = mc
-	case map[string]string:
-		v.mc = asObject(mc)
 	}
 	return v
 }
@@ -250,10 +257,6 @@ func (c *CompiledFilter) Match(b Body) (bool, []string) {
 	check := func(label, key string, want any) {
 		have, ok := v.mc[key]
 		switch {
-		case v.mc == nil && v.mcExists:
-			matched = false
-			reasons = append(reasons, fmt.Sprintf("%s: want %s, but matchingConditions is %s, not an object",
-				label, describeValue(want), describeValue(v.mcRaw)))
 		case v.mc == nil:
 			matched = false
 			reasons = append(reasons, fmt.Sprintf("%s: want %s, but the policy has no matchingConditions",

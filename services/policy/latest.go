@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // SkippedBody is a body that took no part in latest-version selection, and
@@ -17,13 +19,17 @@ type SkippedBody struct {
 // Selection is the outcome of latest-version selection over a set of
 // policy_body objects (typically one /getConfig response).
 type Selection struct {
-	// Latest maps policy_id to its latest body, which is valid. Bodies are
-	// Normalize'd copies.
+	// Latest maps policy_id to its latest body, which Check accepts, as
+	// Check carries it (config parsed, policyVersion filled in).
 	Latest map[string]Body
-	// Errored maps policy_id to its latest body when that body is invalid.
-	// An older valid version of the same policy_id is never used instead.
+	// Checked maps the same policy_ids to the same bodies as Check
+	// returns them: canonical JSON and header fields.
+	Checked map[string]Checked
+	// Errored maps policy_id to its latest body (Normalize'd) when Check
+	// refuses that body. An older valid version of the same policy_id is
+	// never used instead.
 	Errored map[string]Body
-	// Reasons maps every Errored policy_id to the Validate error.
+	// Reasons maps every Errored policy_id to Check's error.
 	Reasons map[string]error
 	// Versions lists, per policy_id, every version that took part, in
 	// ascending numeric order.
@@ -34,11 +40,12 @@ type Selection struct {
 }
 
 // Latest picks, per policy_id, the body with the greatest integer
-// policyVersion ("10" > "9"). Bodies whose policyVersion is not all digits
-// are skipped; of equal versions the first one wins. When the greatest
-// version is invalid (see Validate) the policy_id goes to errored and is not
-// replaced by an older version. Returned bodies are Normalize'd copies; a
-// policy_id is in exactly one of the two maps.
+// policyVersion ("10" > "9"), or the version in its policyName when it
+// has no policyVersion. Bodies whose policyVersion is not all digits are
+// skipped; of equal versions the first one wins. When Check refuses the
+// greatest version the policy_id goes to errored and is not replaced by an
+// older version. Returned bodies are copies; a policy_id is in exactly one
+// of the two maps.
 func Latest(bodies []Body) (latest map[string]Body, errored map[string]Body) {
 	s := SelectLatest(bodies)
 	return s.Latest, s.Errored
@@ -48,22 +55,61 @@ func Latest(bodies []Body) (latest map[string]Body, errored map[string]Body) {
 // the versions considered, the skipped bodies and the reason for each
 // errored policy_id.
 func SelectLatest(bodies []Body) Selection {
+	cands := make([]candidate, len(bodies))
+	for i, b := range bodies {
+		cands[i] = candidate{body: b}
+		if b == nil {
+			cands[i].skip = "body is null"
+		}
+	}
+	return selectLatest(cands)
+}
+
+// SelectLatestRaw is SelectLatest over raw bodies, as SplitList gives them
+// from a /getConfig answer, under every rule of Check: a body with a key
+// given twice, or with bytes that are not UTF-8, takes part with the name
+// and version it gives and is errored when it is the latest.
+func SelectLatestRaw(bodies []json.RawMessage) Selection {
+	cands := make([]candidate, len(bodies))
+	for i, raw := range bodies {
+		v, flaw, err := decodeStrict(raw)
+		m, isObject := v.(map[string]any)
+		switch {
+		case err != nil:
+			cands[i].skip = fmt.Sprintf("not one JSON value: %v", err)
+		case !isObject:
+			cands[i].skip = fmt.Sprintf("a JSON %s, not an object", jsonKind(v))
+		default:
+			cands[i] = candidate{body: Body(m), flaw: flaw}
+		}
+	}
+	return selectLatest(cands)
+}
+
+// candidate is one body offered to selection.
+type candidate struct {
+	body Body
+	flaw error  // what the decoder refused, see decodeStrict
+	skip string // why it cannot take part at all
+}
+
+func selectLatest(cands []candidate) Selection {
 	type pick struct {
-		body    Body
+		cand    candidate
 		version int64
 	}
 	picks := make(map[string]pick)
 	versions := make(map[string][]int64)
 	names := make(map[string]map[int64]string)
 	var skipped []SkippedBody
-	for i, b := range bodies {
-		if b == nil {
-			skipped = append(skipped, SkippedBody{Index: i, Reason: "body is null"})
+	for i, c := range cands {
+		if c.skip != "" {
+			skipped = append(skipped, SkippedBody{Index: i, Reason: c.skip})
 			continue
 		}
+		b := c.body
 		name := b.PolicyName()
-		vs := b.VersionString()
-		id, v, reason := selectable(b, name, vs)
+		id, v, vs, reason := selectable(b, name)
 		if reason != "" {
 			skipped = append(skipped, SkippedBody{Index: i, PolicyName: name, PolicyVersion: vs, Reason: reason})
 			continue
@@ -76,25 +122,27 @@ func SelectLatest(bodies []Body) Selection {
 			names[id][v] = vs
 		}
 		if cur, ok := picks[id]; !ok || v > cur.version {
-			picks[id] = pick{body: b, version: v}
+			picks[id] = pick{cand: c, version: v}
 		}
 	}
 
 	sel := Selection{
 		Latest:   make(map[string]Body, len(picks)),
+		Checked:  make(map[string]Checked, len(picks)),
 		Errored:  make(map[string]Body),
 		Reasons:  make(map[string]error),
 		Versions: make(map[string][]string, len(versions)),
 		Skipped:  skipped,
 	}
 	for id, p := range picks {
-		nb := Normalize(p.body)
-		if err := Validate(nb); err != nil {
-			sel.Errored[id] = nb
+		c, nb, err := checkBody(p.cand.body, p.cand.flaw)
+		if err != nil {
+			sel.Errored[id] = Normalize(p.cand.body)
 			sel.Reasons[id] = err
-		} else {
-			sel.Latest[id] = nb
+			continue
 		}
+		sel.Latest[id] = nb
+		sel.Checked[id] = c
 	}
 	for id, vs := range versions {
 		sort.Slice(vs, func(i, j int) bool { return vs[i] < vs[j] })
@@ -110,26 +158,33 @@ func SelectLatest(bodies []Body) Selection {
 	return sel
 }
 
-// selectable returns the policy_id and version of a body that can take part
-// in latest-version selection, or why it cannot.
-func selectable(b Body, name, vs string) (id string, v int64, reason string) {
+// selectable returns the policy_id and version of a body that can take
+// part in latest-version selection, or why it cannot. The version is
+// policyVersion, or the one in policyName when policyVersion is absent.
+func selectable(b Body, name string) (id string, v int64, vs string, reason string) {
 	if name == "" {
-		return "", 0, "no policyName"
+		return "", 0, "", "no policyName"
 	}
 	id, err := PolicyID(name)
 	if err != nil {
-		return "", 0, err.Error()
+		return "", 0, "", err.Error()
 	}
 	raw, present := b[FieldPolicyVersion]
-	if !present || raw == nil {
-		return "", 0, "no policyVersion"
-	}
-	if _, isString := raw.(string); !isString {
-		return "", 0, fmt.Sprintf("policyVersion is %s, want a string of digits", describeValue(raw))
+	switch {
+	case !present && id != name:
+		vs = name[len(id)+1 : strings.LastIndexByte(name, '.')]
+	case !present || raw == nil:
+		return "", 0, "", "no policyVersion"
+	default:
+		s, isString := raw.(string)
+		if !isString {
+			return "", 0, "", fmt.Sprintf("policyVersion is %s, want a string of digits", describeValue(raw))
+		}
+		vs = s
 	}
 	v, ok := ParseVersion(vs)
 	if !ok {
-		return "", 0, fmt.Sprintf("policyVersion %q is not all digits or too large for an integer", vs)
+		return "", 0, vs, fmt.Sprintf("policyVersion %q is not all digits or too large for an integer", vs)
 	}
-	return id, v, ""
+	return id, v, vs, ""
 }

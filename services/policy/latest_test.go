@@ -93,19 +93,27 @@ func TestLatest(t *testing.T) {
 			name: "no name, no version, no policy_id: skipped",
 			bodies: []Body{
 				{"policyVersion": "1", "config": "x", "policyConfigStatus": "CONFIG_RETRIEVED"},
-				{"policyName": "DCAE.Config_a.1.xml", "config": "x", "policyConfigStatus": "CONFIG_RETRIEVED"},
+				{"policyName": "DCAE.Config_a", "config": "x", "policyConfigStatus": "CONFIG_RETRIEVED"},
 				{"policyName": ".1.xml", "policyVersion": "1", "config": "x", "policyConfigStatus": "CONFIG_RETRIEVED"},
 				nil,
 			},
 			wantSkipped: 4,
 		},
 		{
-			name: "version comes from policyVersion, not the name",
+			name: "without policyVersion, the version in the name counts",
+			bodies: []Body{
+				pdpBody("DCAE.Config_a", "3", `{"v":3}`),
+				{"policyName": "DCAE.Config_a.4.xml", "config": "x", "policyConfigStatus": "CONFIG_RETRIEVED"},
+			},
+			wantLatest: map[string]string{"DCAE.Config_a": "4"},
+		},
+		{
+			name: "version comes from policyVersion, and one other than the name's makes the latest errored",
 			bodies: []Body{
 				withVersion(pdpBody("DCAE.Config_a", "50", `{"v":"named 50"}`), "1"),
 				withVersion(pdpBody("DCAE.Config_a", "3", `{"v":"named 3"}`), "7"),
 			},
-			wantLatest: map[string]string{"DCAE.Config_a": "7"},
+			wantErrored: map[string]string{"DCAE.Config_a": "7"},
 		},
 		{
 			name:       "leading zeros compare numerically",

@@ -140,17 +140,17 @@ func textOf(raw json.RawMessage) (string, error) {
 	return string(data), nil
 }
 
-// Validate checks that every entry names a policy a policy_id can be
-// derived from.
+// Validate checks that every entry names a full policyName CheckName
+// accepts.
 func (n Notification) Validate() error {
 	var errs []error
 	for i, l := range n.LoadedPolicies {
-		if _, err := PolicyID(l.PolicyName); err != nil {
+		if _, _, err := CheckName(l.PolicyName); err != nil {
 			errs = append(errs, fmt.Errorf("loadedPolicies[%d]: %w", i, err))
 		}
 	}
 	for i, r := range n.RemovedPolicies {
-		if _, err := PolicyID(r.PolicyName); err != nil {
+		if _, _, err := CheckName(r.PolicyName); err != nil {
 			errs = append(errs, fmt.Errorf("removedPolicies[%d]: %w", i, err))
 		}
 	}

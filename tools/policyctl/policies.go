@@ -42,8 +42,10 @@ func runFileCommand(ctx context.Context, args []string, name, summary, path stri
 
 func runPolicyPush(ctx context.Context, args []string) error {
 	return runFileCommand(ctx, args, "policy push", policyPushSummary+
-		"\n\nEach body needs policyName (<policy_id>.<version>.<ext>), an all-digit policyVersion,"+
-		"\npolicyConfigStatus CONFIG_RETRIEVED and a non-empty config; at most 512 KiB as JSON.", "/v1/policies")
+		"\n\nEach body needs policyName <policy_id>.<version>.<ext> (ASCII letters, digits, '.', '_', '-'"+
+		"\nand ':' only, no \"..\", at most 255 bytes), policyConfigStatus CONFIG_RETRIEVED and a non-empty"+
+		"\nconfig. policyVersion, when given, equals the version in policyName; matchingConditions, when"+
+		"\ngiven, is an object; no object has a key twice; at most 512 KiB as canonical JSON.", "/v1/policies")
 }
 
 func runPdpNotify(ctx context.Context, args []string) error {

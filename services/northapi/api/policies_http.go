@@ -55,7 +55,7 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpE
 		return errorf(http.StatusBadRequest, "the notification names no policy: loadedPolicies and removedPolicies are both empty; send %s", notificationExample)
 	}
 	if err := n.Validate(); err != nil {
-		return errorf(http.StatusBadRequest, "%v; every policyName must be a full name such as DCAE.Config_VM_MEMORY.5.xml", err)
+		return errorf(http.StatusBadRequest, "%v", err)
 	}
 	now := time.Now().UTC()
 	byID := map[string]*events.PdpNotification{}
@@ -107,56 +107,22 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpE
 	return nil
 }
 
-// CheckPushedBody checks one policy body pushed with no PDP behind it: it
-// needs a policy_id, an all-digit policyVersion, CONFIG_RETRIEVED with a
-// non-empty config, and to fit a Consul value once normalized. It returns
-// the policy_id.
-func CheckPushedBody(b policy.Body) (string, error) {
-	id, err := b.PolicyID()
-	if err != nil {
-		return "", fmt.Errorf("%w; give policyName as <policy_id>.<version>.<ext>, e.g. DCAE.Config_VM_MEMORY.5.xml", err)
-	}
-	if _, ok := b.Version(); !ok {
-		return id, fmt.Errorf("policyVersion %s is not a string of digits; give it as e.g. \"5\" (the latest version is the greatest integer)",
-			describe(b[policy.FieldPolicyVersion]))
-	}
-	nb := policy.Normalize(b)
-	if err := policy.Validate(nb); err != nil {
-		return id, err
-	}
-	if err := policy.CheckSize(nb); err != nil {
-		return id, fmt.Errorf("%w; split the config over several policies", err)
-	}
-	return id, nil
-}
-
-func describe(v any) string {
-	if v == nil {
-		return "missing"
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprintf("%v", v)
-	}
-	return string(data)
-}
-
+// pushPolicies publishes policy bodies pushed with no PDP behind them: one
+// policy_body object or an array of them, each checked by policy.Check
+// (the rules are in the policy package doc). One refused body refuses the
+// whole request with 400 and the reason; what is published is each
+// body's canonical JSON, grouped per policy_id.
 func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError {
 	var raw json.RawMessage
 	if e := decodeJSON(w, r, MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
 		return e
 	}
-	var bodies []policy.Body
-	var err error
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '[' {
-		bodies, err = policy.DecodeBodies(t)
-	} else {
-		var b policy.Body
-		b, err = policy.DecodeBody(raw)
-		bodies = []policy.Body{b}
-	}
-	if err != nil {
-		return errorf(http.StatusBadRequest, "%v; send a policy_body object or an array of them, e.g. %s", err, policiesExample)
+	bodies := []json.RawMessage{raw}
+	if t := bytes.TrimSpace(raw); t[0] == '[' {
+		var err error
+		if bodies, err = policy.SplitList(t); err != nil {
+			return errorf(http.StatusBadRequest, "%v; send a policy_body object or an array of them, e.g. %s", err, policiesExample)
+		}
 	}
 	if len(bodies) == 0 {
 		return errorf(http.StatusBadRequest, "the array holds no policy; send at least one policy_body, e.g. %s", policiesExample)
@@ -170,29 +136,19 @@ func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError
 	var groups []*group
 	open := map[string]*group{}
 	for i, b := range bodies {
-		id, err := CheckPushedBody(b)
+		c, err := policy.Check(b)
 		if err != nil {
-			name := b.PolicyName()
-			if name == "" {
-				name = fmt.Sprintf("policies[%d]", i)
-			} else {
-				name = fmt.Sprintf("policies[%d] %q", i, name)
-			}
-			return errorf(http.StatusBadRequest, "%s is refused: %v; nothing of this request was published", name, err)
+			return errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
 		}
-		data, err := json.Marshal(b)
-		if err != nil {
-			return errorf(http.StatusBadRequest, "policies[%d] %q cannot be encoded as JSON: %v", i, b.PolicyName(), err)
-		}
-		g := open[id]
-		if g == nil || g.size+len(data) > maxPushedBytes {
-			g = &group{id: id}
-			open[id] = g
+		g := open[c.PolicyID]
+		if g == nil || g.size+len(c.JSON) > maxPushedBytes {
+			g = &group{id: c.PolicyID}
+			open[c.PolicyID] = g
 			groups = append(groups, g)
 		}
-		g.bodies = append(g.bodies, string(data))
-		g.versions = append(g.versions, b.VersionString())
-		g.size += len(data)
+		g.bodies = append(g.bodies, string(c.JSON))
+		g.versions = append(g.versions, c.PolicyVersion)
+		g.size += len(c.JSON)
 	}
 	now := time.Now().UTC()
 	var recs []*kgo.Record

@@ -134,6 +134,8 @@ func TestBadInputIsRefusedWithAReason(t *testing.T) {
 	wantError(t, "empty notification", code, body, http.StatusBadRequest, "names no policy")
 	code, body, _ = s.call(t, http.MethodPost, "/v1/pdp/notifications", `{"loadedPolicies": [{"policyName": "", "versionNo": "1"}]}`)
 	wantError(t, "notification without name", code, body, http.StatusBadRequest, "loadedPolicies[0]", "policyName is empty")
+	code, body, _ = s.call(t, http.MethodPost, "/v1/pdp/notifications", `{"loadedPolicies": [{"policyName": "DCAE.Config_A.1.xml", "versionNo": "1"}], "removedPolicies": [{"policyName": "DCAE.Config_/../x.1.xml", "versionNo": "1"}]}`)
+	wantError(t, "notification with a traversal", code, body, http.StatusBadRequest, "removedPolicies[0]", "character '/' at byte 12 is not allowed")
 	code, body, _ = s.call(t, http.MethodPost, "/v1/catchup", `{"deployment_id": "nobody"}`)
 	wantError(t, "catch-up of unknown deployment", code, body, http.StatusNotFound, "no registered component belongs to deployment nobody")
 	code, body, _ = s.call(t, http.MethodPost, "/v1/catchup", `{"deployment": "x"}`)
@@ -253,11 +255,11 @@ func TestPushedPoliciesAreValidatedAndKeyedByPolicyID(t *testing.T) {
 		want []string
 	}{
 		{"invalid status", []any{pdpBody("DCAE.Config_OK.1.xml", "1", map[string]any{"x": 1}), notFound},
-			[]string{`policies[1] "DCAE.Config_D.1.xml"`, "CONFIG_NOT_FOUND", "nothing of this request was published"}},
+			[]string{`policies[1] is refused`, `"DCAE.Config_D.1.xml"`, "CONFIG_NOT_FOUND", "nothing of this request was published"}},
 		{"empty config", pdpBody("DCAE.Config_F.1.xml", "1", "{}"), []string{"DCAE.Config_F.1.xml", "config is empty"}},
 		{"oversize", big, []string{"DCAE.Config_E.1.xml", "over the limit of 524288 bytes"}},
-		{"no policy id", pdpBody(".1.xml", "1", map[string]any{"x": 1}), []string{"no policy_id"}},
-		{"version not digits", pdpBody("DCAE.Config_G.x.xml", "v2", map[string]any{"x": 1}), []string{`policyVersion "v2" is not a string of digits`}},
+		{"no policy id", pdpBody(".1.xml", "1", map[string]any{"x": 1}), []string{"nothing is left before its .<version>.<ext>"}},
+		{"version not digits", pdpBody("DCAE.Config_G.2.xml", "v2", map[string]any{"x": 1}), []string{`policyVersion "v2" (string) is not a string of digits`}},
 		{"empty array", []any{}, []string{"holds no policy"}},
 		{"not a body", `[1]`, []string{"element 0 is number"}},
 	} {
@@ -266,6 +268,56 @@ func TestPushedPoliciesAreValidatedAndKeyedByPolicyID(t *testing.T) {
 	}
 	if recs := s.records(t, topology.PDPNotifications, 3); len(recs) != 3 {
 		t.Errorf("%d records after the refused pushes, want the 3 accepted ones only", len(recs))
+	}
+}
+
+// Each hostile body is refused with 400 and what to fix, and nothing of
+// it reaches Kafka; what is accepted is published as canonical JSON that
+// every reader can decode.
+func TestPushRefusesHostileBodies(t *testing.T) {
+	s := newStack(t, nil)
+	poisoned := pdpBody("DCAE.Config_P.2.xml", "999999", map[string]any{"x": 1})
+	twice := `{"policyName": "DCAE.Config_T.2.xml", "policyVersion": "2", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"x": 1}, "policyVersion": "999999"}`
+	big := pdpBody("DCAE.Config_BIG.1.xml", "1", map[string]any{"blob": strings.Repeat("x", 3900<<10)})
+	for _, tc := range []struct {
+		name string
+		body any
+		want []string
+	}{
+		{"traversal", pdpBody("DCAE.Config_VM_/../../../evil.2.xml", "2", map[string]any{"x": 1}),
+			[]string{`policies[0] is refused`, `policyName "DCAE.Config_VM_/../../../evil.2.xml"`, "character '/' at byte 15 is not allowed", "letters, digits"}},
+		{"space", pdpBody("DCAE.Config VM.2.xml", "2", map[string]any{"x": 1}), []string{"character ' ' at byte 11 is not allowed"}},
+		{"control character", pdpBody("DCAE.Config\u0001.2.xml", "2", map[string]any{"x": 1}), []string{`character '\x01' at byte 11 is not allowed`}},
+		{"no version in the name", pdpBody("DCAE.Config_VM", "2", map[string]any{"x": 1}), []string{"does not end in .<version>.<ext>"}},
+		{"version mismatch", poisoned, []string{`policyVersion "999999" is not the version 2 in its policyName; give policyVersion "2" or leave it out`}},
+		{"duplicate key", twice, []string{`the key "policyVersion" appears twice in the object at the top level`}},
+		{"matchingConditions a list", `{"policyName": "DCAE.Config_M.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": 1, "matchingConditions": ["DCAE"]}`,
+			[]string{"matchingConditions is [\"DCAE\"] (array), want a JSON object"}},
+		{"oversize config", big, []string{`"DCAE.Config_BIG.1.xml"`, "over the limit of 524288 bytes (512 KiB"}},
+	} {
+		code, body, _ := s.call(t, http.MethodPost, "/v1/policies", tc.body)
+		wantError(t, tc.name, code, body, http.StatusBadRequest, tc.want...)
+	}
+	if recs := s.records(t, topology.PDPNotifications, 0); len(recs) != 0 {
+		t.Fatalf("refused pushes produced %d notifications", len(recs))
+	}
+
+	// 3.9 MB of JSON whose content is small is accepted: the limit is on
+	// the canonical body, which is what is published.
+	padded := pdpBody("DCAE.Config_PAD.1.xml", "", `{"k": "v"`+strings.Repeat(" ", 3900<<10)+`}`)
+	delete(padded, "policyVersion")
+	code, _, raw := s.call(t, http.MethodPost, "/v1/policies", padded)
+	if code != http.StatusAccepted {
+		t.Fatalf("padded push: %d %s", code, raw)
+	}
+	recs := s.records(t, topology.PDPNotifications, 1)
+	if len(recs) != 1 {
+		t.Fatalf("%d records, want 1", len(recs))
+	}
+	n := stagetest.Decode[*events.PdpNotification](t, recs[0])
+	want := `{"config":{"k":"v"},"matchingConditions":{"ConfigName":"alpha","ONAPName":"DCAE"},"policyConfigMessage":"Config Retrieved! ","policyConfigStatus":"CONFIG_RETRIEVED","policyName":"DCAE.Config_PAD.1.xml","policyVersion":"1","type":"JSON"}`
+	if len(n.PushedBodies) != 1 || n.PushedBodies[0] != want {
+		t.Fatalf("published %q, want the canonical body %s", n.PushedBodies, want)
 	}
 }
 

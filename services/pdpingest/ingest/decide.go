@@ -1,7 +1,6 @@
 package ingest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -17,9 +16,9 @@ type Request struct {
 	// Current is the catalog entry of Route.PolicyID, nil when it has none.
 	Current *events.PolicyCatalogEntry
 	// PDPBodies is what the PDP answered for every version of the
-	// policy_id, when Route.AskPDP (bodies of other policy_ids are
-	// ignored).
-	PDPBodies []policy.Body
+	// policy_id, when Route.AskPDP, one raw body each (bodies of other
+	// policy_ids are ignored).
+	PDPBodies []json.RawMessage
 	// Now stamps the catalog entry and the change; ChangeID names the
 	// change.
 	Now      time.Time
@@ -43,11 +42,11 @@ type Decision struct {
 //
 // When the PDP was asked, its answer is the truth: the greatest integer
 // policyVersion it has is the latest ("10" > "9"; versions that are not all
-// digits are skipped). A valid latest replaces the entry, even with a lower
-// version when the PDP no longer has the entry's (a removed version with
-// another one left is an update). An invalid latest marks the entry
-// ERRORED, keeping its last valid body; it is never replaced by an older
-// version. No version left removes the entry.
+// digits are skipped). A latest that policy.Check accepts replaces the
+// entry, even with a lower version when the PDP no longer has the entry's
+// (a removed version with another one left is an update). A latest Check
+// refuses marks the entry ERRORED, keeping its last valid body; it is never
+// replaced by an older version. No version left removes the entry.
 //
 // Pushed bodies are then applied in order, each only when its version is
 // greater than the entry's: a policy never goes back to an older version
@@ -64,13 +63,9 @@ func Decide(req Request) (Decision, error) {
 	after := req.Current
 	erroredOnly := "" // the latest is invalid and there is no valid body to keep
 	if req.Route.AskPDP {
-		sel := policy.SelectLatest(req.PDPBodies)
-		if latest, ok := sel.Latest[id]; ok {
-			e, err := entry(id, latest, req.Now)
-			if err != nil {
-				return Decision{}, err
-			}
-			after = e
+		sel := policy.SelectLatestRaw(req.PDPBodies)
+		if latest, ok := sel.Checked[id]; ok {
+			after = entry(latest, req.Now)
 		} else if bad, ok := sel.Errored[id]; ok {
 			reason := fmt.Sprintf("latest version %s of %s from the PDP is invalid: %v", bad.VersionString(), id, sel.Reasons[id])
 			if after != nil {
@@ -96,28 +91,20 @@ func Decide(req Request) (Decision, error) {
 				continue
 			}
 			if ok && p.Version == cur {
-				same, err := sameBody(after.Body, p.Body)
-				if err != nil {
-					return Decision{}, err
-				}
-				if !same {
+				if after.Body != string(p.JSON) {
 					return Decision{}, fmt.Errorf("pushed version %d of %s differs from the body the catalog holds for that version: push it with a greater policyVersion", p.Version, id)
 				}
 				d.Notes = append(d.Notes, fmt.Sprintf("pushed version %d of %s is already in the catalog", p.Version, id))
 				continue
 			}
 		}
-		e, err := entry(id, p.Body, req.Now)
-		if err != nil {
-			return Decision{}, err
-		}
-		after, erroredOnly = e, ""
+		after, erroredOnly = entry(p, req.Now), ""
 	}
-	return diff(d, id, req.Current, after, erroredOnly, req.Now, req.ChangeID)
+	return diff(d, id, req.Current, after, erroredOnly, req.Now, req.ChangeID), nil
 }
 
 // diff turns the entry before and after into outputs.
-func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, erroredOnly string, now time.Time, changeID string) (Decision, error) {
+func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, erroredOnly string, now time.Time, changeID string) Decision {
 	change := &events.PolicyChange{ChangeID: changeID, PolicyID: id, ChangedAt: now}
 	if before != nil {
 		change.OldVersion = strPtr(before.PolicyVersion)
@@ -125,21 +112,15 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, error
 	switch {
 	case after == nil && before == nil:
 		if erroredOnly == "" {
-			return d, nil
+			return d
 		}
 		change.Action, change.Error = events.ActionErrored, &erroredOnly
 	case after == nil:
 		d.Remove = true
 		change.Action = events.ActionRemoved
 	default:
-		if before != nil {
-			same, err := sameEntry(before, after)
-			if err != nil {
-				return Decision{}, err
-			}
-			if same {
-				return d, nil
-			}
+		if before != nil && sameEntry(before, after) {
+			return d
 		}
 		d.Catalog = after
 		if after.Status == events.StatusErrored {
@@ -151,74 +132,29 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, error
 		}
 	}
 	d.Change = change
-	return d, nil
+	return d
 }
 
 func strPtr(s string) *string { return &s }
 
-// entry is a VALID catalog entry for body.
-func entry(id string, b policy.Body, now time.Time) (*events.PolicyCatalogEntry, error) {
-	js, err := EncodeBody(b)
-	if err != nil {
-		return nil, fmt.Errorf("encode policy_body of %s: %w", id, err)
-	}
+// entry is a VALID catalog entry for a checked body.
+func entry(c policy.Checked, now time.Time) *events.PolicyCatalogEntry {
 	return &events.PolicyCatalogEntry{
-		PolicyID:      id,
-		PolicyName:    b.PolicyName(),
-		PolicyVersion: b.VersionString(),
-		Body:          js,
+		PolicyID:      c.PolicyID,
+		PolicyName:    c.PolicyName,
+		PolicyVersion: c.PolicyVersion,
+		Body:          string(c.JSON),
 		Status:        events.StatusValid,
 		UpdatedAt:     now,
-	}, nil
-}
-
-// EncodeBody writes a policy_body as the compact JSON object the catalog
-// carries: keys sorted, numbers as received, no HTML escaping.
-func EncodeBody(b policy.Body) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(b); err != nil {
-		return "", err
 	}
-	return string(bytes.TrimRight(buf.Bytes(), "\n")), nil
-}
-
-// canonical re-encodes a stored body so bodies written by other writers
-// compare by content.
-func canonical(js string) (string, error) {
-	b, err := policy.DecodeBody([]byte(js))
-	if err != nil {
-		return "", err
-	}
-	return EncodeBody(policy.Normalize(b))
-}
-
-func sameBody(stored string, b policy.Body) (bool, error) {
-	c, cerr := canonical(stored)
-	if cerr != nil {
-		// A stored body that does not decode differs from any valid one.
-		return false, nil
-	}
-	n, err := EncodeBody(b)
-	if err != nil {
-		return false, fmt.Errorf("encode pushed policy_body %q: %w", b.PolicyName(), err)
-	}
-	return c == n, nil
 }
 
 // sameEntry compares what a catalog entry says, not when it was written.
-func sameEntry(a, b *events.PolicyCatalogEntry) (bool, error) {
-	if a.PolicyID != b.PolicyID || a.PolicyName != b.PolicyName || a.PolicyVersion != b.PolicyVersion ||
-		a.Status != b.Status || deref(a.Error) != deref(b.Error) {
-		return false, nil
-	}
-	ca, errA := canonical(a.Body)
-	cb, errB := canonical(b.Body)
-	if errA != nil || errB != nil {
-		return a.Body == b.Body, nil
-	}
-	return ca == cb, nil
+// Bodies compare as bytes: every body in the catalog is the canonical JSON
+// policy.Check gave.
+func sameEntry(a, b *events.PolicyCatalogEntry) bool {
+	return a.PolicyID == b.PolicyID && a.PolicyName == b.PolicyName && a.PolicyVersion == b.PolicyVersion &&
+		a.Status == b.Status && deref(a.Error) == deref(b.Error) && a.Body == b.Body
 }
 
 func deref(s *string) string {

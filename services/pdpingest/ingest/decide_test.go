@@ -41,15 +41,21 @@ func jsonOf(t *testing.T, b policy.Body) string {
 // catalogEntry is what the catalog holds after body was applied.
 func catalogEntry(t *testing.T, b policy.Body) *events.PolicyCatalogEntry {
 	t.Helper()
-	id, err := b.PolicyID()
+	c, err := policy.Check([]byte(jsonOf(t, b)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := entry(id, policy.Normalize(b), time.UnixMilli(1).UTC())
-	if err != nil {
-		t.Fatal(err)
+	return entry(c, time.UnixMilli(1).UTC())
+}
+
+// raws is what a PDP answering bodies sends, one raw body each.
+func raws(t *testing.T, bodies ...policy.Body) []json.RawMessage {
+	t.Helper()
+	out := make([]json.RawMessage, 0, len(bodies))
+	for _, b := range bodies {
+		out = append(out, json.RawMessage(jsonOf(t, b)))
 	}
-	return e
+	return out
 }
 
 func errored(t *testing.T, e *events.PolicyCatalogEntry, reason string) *events.PolicyCatalogEntry {
@@ -63,6 +69,16 @@ func loaded(names ...string) *events.PdpNotification {
 	n := &events.PdpNotification{NotificationID: "n-1", Source: "pdp", ReceivedAt: time.UnixMilli(5).UTC()}
 	for _, name := range names {
 		n.LoadedPolicies = append(n.LoadedPolicies, events.LoadedPolicy{PolicyName: name, VersionNo: strings.Split(name, ".")[2]})
+	}
+	return n
+}
+
+// loadedNames is a notification loading names as given, with no version
+// taken from them.
+func loadedNames(names ...string) *events.PdpNotification {
+	n := &events.PdpNotification{NotificationID: "n-5", Source: "pdp"}
+	for _, name := range names {
+		n.LoadedPolicies = append(n.LoadedPolicies, events.LoadedPolicy{PolicyName: name, VersionNo: "1"})
 	}
 	return n
 }
@@ -88,6 +104,9 @@ func TestRouteNotification(t *testing.T) {
 	notDigits["policyVersion"] = "7b"
 	good := pdpBody(memID, "8", `{"a":1}`)
 	other := pdpBody("DCAE.Config_other", "2", `{"b":2}`)
+	traversal := pdpBody("DCAE.Config_VM_/../../../evil", "2", `{"a":1}`)
+	poisoned := pdpBody(memID, "8", `{"a":1}`)
+	poisoned["policyVersion"] = "999"
 
 	multi := loaded(memID+".222.xml", "DCAE.Config_CPU.3.xml")
 	multi.RemovedPolicies = []events.UnloadedPolicy{{PolicyName: "DCAE.Config_CPU.2.xml", VersionNo: "2"}, {PolicyName: "DCAE.Config_gone.1.xml", VersionNo: "1"}}
@@ -114,9 +133,21 @@ func TestRouteNotification(t *testing.T) {
 		{name: "loaded entry without name", key: memID, n: &events.PdpNotification{NotificationID: "n-9", LoadedPolicies: []events.LoadedPolicy{{VersionNo: "1"}}}, wantErrs: []string{"loaded_policies[0]", "policyName is empty"}},
 		{name: "body over 512 KiB", key: memID, n: pushed(jsonOf(t, good), jsonOf(t, big)), wantErrs: []string{"pushed_bodies[1]", "over the limit of 524288 bytes"}},
 		{name: "empty config", key: memID, n: pushed(jsonOf(t, empty)), wantErrs: []string{"pushed_bodies[0]", "config is empty"}},
-		{name: "no policy_id", key: memID, n: pushed(jsonOf(t, noName)), wantErrs: []string{"pushed_bodies[0]", "no policy_id"}},
-		{name: "version not an integer", key: memID, n: pushed(jsonOf(t, notDigits)), wantErrs: []string{"policyVersion \"7b\" is not an integer"}},
+		{name: "no policy_id", key: memID, n: pushed(jsonOf(t, noName)), wantErrs: []string{"pushed_bodies[0]", "policyName is missing"}},
+		{name: "version not an integer", key: memID, n: pushed(jsonOf(t, notDigits)), wantErrs: []string{`policyVersion "7b" (string) is not a string of digits`}},
 		{name: "not a JSON object", key: memID, n: pushed(`["a"]`), wantErrs: []string{"pushed_bodies[0]", "want a JSON object"}},
+		{name: "pushed name with a traversal", key: memID, n: pushed(jsonOf(t, traversal)),
+			wantErrs: []string{"pushed_bodies[0]", `"DCAE.Config_VM_/../../../evil.2.xml"`, "character '/' at byte 15 is not allowed"}},
+		{name: "pushed version other than the name's", key: memID, n: pushed(jsonOf(t, poisoned)),
+			wantErrs: []string{"pushed_bodies[0]", `policyVersion "999" is not the version 8 in its policyName`}},
+		{name: "pushed body with a key twice", key: memID, n: pushed(strings.Replace(jsonOf(t, good), `"policyVersion":"8"`, `"policyVersion":"8","policyVersion":"999"`, 1)),
+			wantErrs: []string{"pushed_bodies[0]", `the key "policyVersion" appears twice`}},
+		{name: "loaded name without a version", key: memID, n: loadedNames(memID),
+			wantErrs: []string{"loaded_policies[0]", "does not end in .<version>.<ext>"}},
+		{name: "loaded name with a space", key: memID, n: loadedNames("DCAE.Config VM.1.xml"),
+			wantErrs: []string{"loaded_policies[0]", "character ' ' at byte 11 is not allowed"}},
+		{name: "removed name with a traversal", key: memID, n: &events.PdpNotification{NotificationID: "n-4", RemovedPolicies: []events.UnloadedPolicy{{PolicyName: "DCAE/../x.1.xml", VersionNo: "1"}}},
+			wantErrs: []string{"removed_policies[0]", "character '/'"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,6 +207,11 @@ func TestDecide(t *testing.T) {
 	v223bad := pdpBody(memID, "223", "")
 	v223notRetrieved := pdpBody(memID, "223", `{"min_memory":"1GB"}`)
 	v223notRetrieved["policyConfigStatus"] = policy.ConfigNotFound
+	v223 := pdpBody(memID, "223", `{"min_memory":"1GB"}`)
+	v223poisoned := pdpBody(memID, "223", `{"min_memory":"1GB"}`)
+	v223poisoned["policyVersion"] = "999"
+	v223listMC := pdpBody(memID, "223", `{"min_memory":"1GB"}`)
+	v223listMC["matchingConditions"] = []any{"DCAE"}
 	otherID := pdpBody(memID+"_BIG", "999", `{"min_memory":"64GB"}`)
 	v5other := pdpBody(memID, "5", `{"min_memory":"3GB"}`)
 
@@ -196,6 +232,7 @@ func TestDecide(t *testing.T) {
 		n       *events.PdpNotification
 		current *events.PolicyCatalogEntry
 		pdp     []policy.Body
+		pdpRaw  []json.RawMessage // answered after pdp
 		want    want
 		wantErr string
 	}{
@@ -214,6 +251,16 @@ func TestDecide(t *testing.T) {
 		{name: "latest not retrieved is errored", n: loaded(memID + ".223.xml"), current: e5, pdp: []policy.Body{v5, v223notRetrieved},
 			want: want{catalog: errored(t, e5, "latest version 223 of DCAE.Config_VM_MEMORY from the PDP is invalid: validate policy_body \"DCAE.Config_VM_MEMORY.223.xml\": policyConfigStatus is \"CONFIG_NOT_FOUND\" (string), want \"CONFIG_RETRIEVED\" (policyConfigMessage \"Config Retrieved! \"): invalid policy_body"),
 				action: events.ActionErrored, old: "5", errHas: "CONFIG_NOT_FOUND"}},
+		{name: "latest whose policyVersion is not its name's is errored", n: loaded(memID + ".223.xml"), current: e5, pdp: []policy.Body{v5, v223poisoned},
+			want: want{catalog: errored(t, e5, "latest version 999 of DCAE.Config_VM_MEMORY from the PDP is invalid: check policy_body \"DCAE.Config_VM_MEMORY.223.xml\": policyVersion \"999\" is not the version 223 in its policyName; give policyVersion \"223\" or leave it out: invalid policy_body"),
+				action: events.ActionErrored, old: "5", errHas: `policyVersion "999" is not the version 223`}},
+		{name: "latest with a key twice is errored", n: loaded(memID + ".223.xml"), current: e5, pdp: []policy.Body{v5},
+			pdpRaw: []json.RawMessage{json.RawMessage(strings.Replace(jsonOf(t, v223), `"type":"JSON"`, `"type":"JSON","type":"XML"`, 1))},
+			want: want{catalog: errored(t, e5, "latest version 223 of DCAE.Config_VM_MEMORY from the PDP is invalid: check policy_body \"DCAE.Config_VM_MEMORY.223.xml\": the key \"type\" appears twice in the object at the top level; give every key once: invalid policy_body"),
+				action: events.ActionErrored, old: "5", errHas: `the key "type" appears twice`}},
+		{name: "latest whose matchingConditions is a list is errored", n: loaded(memID + ".223.xml"), current: e5, pdp: []policy.Body{v5, v223listMC},
+			want: want{catalog: errored(t, e5, "latest version 223 of DCAE.Config_VM_MEMORY from the PDP is invalid: check policy_body \"DCAE.Config_VM_MEMORY.223.xml\": matchingConditions is [\"DCAE\"] (array), want a JSON object such as {\"ONAPName\": \"DCAE\"}; leave it out when there are none: invalid policy_body"),
+				action: events.ActionErrored, old: "5", errHas: "matchingConditions is"}},
 		{name: "errored again changes nothing", n: loaded(memID + ".223.xml"), current: e5errored, pdp: []policy.Body{v5, v223bad}},
 		{name: "invalid first version: change only", n: loaded(memID + ".223.xml"), pdp: []policy.Body{v223bad},
 			want: want{action: events.ActionErrored, errHas: "config is empty"}},
@@ -244,7 +291,7 @@ func TestDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := Decide(Request{Route: r, Current: tc.current, PDPBodies: tc.pdp, Now: now, ChangeID: "c-1"})
+			d, err := Decide(Request{Route: r, Current: tc.current, PDPBodies: append(raws(t, tc.pdp...), tc.pdpRaw...), Now: now, ChangeID: "c-1"})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)

@@ -43,10 +43,12 @@ const maxResponseBytes = 256 << 20
 // own back end: the answer says nothing about the policy.
 const noResponse = "No Response Received"
 
-// AllVersions returns every version of policyID the PDP has (an empty list
-// when it has none). Every error is transient: the PDP is unreachable,
-// answered with an error status, or said it could not answer.
-func (p *PDP) AllVersions(ctx context.Context, policyID string) ([]policy.Body, error) {
+// AllVersions returns every version of policyID the PDP has, one raw
+// policy_body each, for policy.SelectLatestRaw to check (an empty list when
+// it has none). Every error is transient: the PDP is unreachable, answered
+// with an error status or with no JSON array of objects, or said it could
+// not answer.
+func (p *PDP) AllVersions(ctx context.Context, policyID string) ([]json.RawMessage, error) {
 	endpoint := strings.TrimRight(p.URL, "/") + "/getConfig"
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("get the versions of %s from PDP %s: %s", policyID, endpoint, fmt.Sprintf(format, args...))
@@ -87,17 +89,26 @@ func (p *PDP) AllVersions(ctx context.Context, policyID string) ([]policy.Body, 
 	case resp.StatusCode != http.StatusOK:
 		return nil, fail("status %s: %s", resp.Status, snippet(data))
 	}
-	bodies, err := policy.DecodeBodies(data)
+	bodies, err := policy.SplitList(data)
 	if err != nil {
 		return nil, fail("%v", err)
 	}
 	// A lone entry without policyName is the PDP's way of saying it has
 	// nothing, or that it could not answer.
-	if len(bodies) == 1 && bodies[0].PolicyName() == "" {
-		if msg, _ := bodies[0][policy.FieldConfigMessage].(string); msg == noResponse {
-			return nil, fail("the PDP answered %q", msg)
+	if len(bodies) == 1 {
+		var lone struct {
+			PolicyName    any `json:"policyName"`
+			ConfigMessage any `json:"policyConfigMessage"`
 		}
-		return nil, nil
+		if err := json.Unmarshal(bodies[0], &lone); err != nil {
+			return nil, fail("%v", err)
+		}
+		if name, _ := lone.PolicyName.(string); name == "" {
+			if msg, _ := lone.ConfigMessage.(string); msg == noResponse {
+				return nil, fail("the PDP answered %q", msg)
+			}
+			return nil, nil
+		}
 	}
 	return bodies, nil
 }

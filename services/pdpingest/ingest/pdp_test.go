@@ -108,7 +108,11 @@ func TestPDPAllVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, b := range got {
+	for _, raw := range got {
+		b, err := policy.DecodeBody(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
 		names = append(names, b.PolicyName())
 	}
 	if strings.Join(names, ",") != memID+".5.xml,"+memID+".222.xml" {

@@ -11,42 +11,6 @@ import (
 	"github.com/policyflow/policyflow/services/policy"
 )
 
-// Pushed is one pushed policy_body that passed the checks.
-type Pushed struct {
-	PolicyID string
-	Version  int64
-	// Body is the Normalize'd body (a config string holding JSON parsed).
-	Body policy.Body
-}
-
-// CheckPushed accepts a policy_body pushed with no PDP behind it when it is
-// a JSON object whose policyName gives a policy_id, whose policyVersion is
-// an integer, which Validate accepts (policyConfigStatus CONFIG_RETRIEVED,
-// config not empty) and whose JSON is at most policy.MaxBodyBytes. The
-// error says which rule the body broke.
-func CheckPushed(raw string) (Pushed, error) {
-	b, err := policy.DecodeBody([]byte(raw))
-	if err != nil {
-		return Pushed{}, err
-	}
-	id, err := b.PolicyID()
-	if err != nil {
-		return Pushed{}, fmt.Errorf("policy_body has no policy_id: %w", err)
-	}
-	v, ok := b.Version()
-	if !ok {
-		return Pushed{}, fmt.Errorf("policy_body %q: policyVersion %q is not an integer", b.PolicyName(), b.VersionString())
-	}
-	nb := policy.Normalize(b)
-	if err := policy.Validate(nb); err != nil {
-		return Pushed{}, err
-	}
-	if err := policy.CheckSize(nb); err != nil {
-		return Pushed{}, err
-	}
-	return Pushed{PolicyID: id, Version: v, Body: nb}, nil
-}
-
 // Keyed is a notification to produce to pdp.notifications under a
 // policy_id.
 type Keyed struct {
@@ -67,22 +31,23 @@ type Route struct {
 	// AskPDP says the notification names loaded or removed versions: the
 	// PDP is asked for every version it still has of PolicyID.
 	AskPDP bool
-	// Pushed are the checked pushed bodies, in order.
-	Pushed []Pushed
+	// Pushed are the pushed bodies as policy.Check accepted them, in
+	// order.
+	Pushed []policy.Checked
 }
 
 // RouteNotification checks a notification received under key and says how
 // to handle it. A notification naming more than one policy_id, or one
 // policy_id different from its key, is split into per-policy_id
 // notifications to resend. A notification with a loaded or removed entry
-// that gives no policy_id, or with a pushed body CheckPushed refuses, is
-// refused whole (the error says which entry and why); nothing of it is
-// applied.
+// whose policyName policy.CheckName refuses, or with a pushed body
+// policy.Check refuses, is refused whole (the error says which entry and
+// why); nothing of it is applied.
 func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 	var (
 		ids    []string
 		byID   = map[string]*events.PdpNotification{}
-		pushed []Pushed
+		pushed []policy.Checked
 	)
 	part := func(id string) *events.PdpNotification {
 		p, ok := byID[id]
@@ -101,7 +66,7 @@ func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 		return p
 	}
 	for i, l := range n.LoadedPolicies {
-		id, err := policy.PolicyID(l.PolicyName)
+		id, _, err := policy.CheckName(l.PolicyName)
 		if err != nil {
 			return Route{}, fmt.Errorf("notification %s: loaded_policies[%d]: %w", n.NotificationID, i, err)
 		}
@@ -109,7 +74,7 @@ func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 		p.LoadedPolicies = append(p.LoadedPolicies, l)
 	}
 	for i, r := range n.RemovedPolicies {
-		id, err := policy.PolicyID(r.PolicyName)
+		id, _, err := policy.CheckName(r.PolicyName)
 		if err != nil {
 			return Route{}, fmt.Errorf("notification %s: removed_policies[%d]: %w", n.NotificationID, i, err)
 		}
@@ -117,7 +82,7 @@ func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 		p.RemovedPolicies = append(p.RemovedPolicies, r)
 	}
 	for i, raw := range n.PushedBodies {
-		pb, err := CheckPushed(raw)
+		pb, err := policy.Check([]byte(raw))
 		if err != nil {
 			return Route{}, fmt.Errorf("notification %s: refuse pushed_bodies[%d]: %w", n.NotificationID, i, err)
 		}

@@ -228,29 +228,48 @@ func TestStageDeadLettersBadPushedBodyAndGoesOn(t *testing.T) {
 	defer srv.Close()
 	run(t, c, srv.URL)
 
-	huge := pdpBody(memID, "7", `{"blob":"`+strings.Repeat("x", policy.MaxBodyBytes)+`"}`)
-	bad := &events.PdpNotification{NotificationID: "n-big", Source: "north-api", PushedBodies: []string{jsonOf(t, huge)}}
-	c.Produce(t, topology.PDPNotifications, memID, bad)
-	good := &events.PdpNotification{NotificationID: "n-good", Source: "north-api",
-		PushedBodies: []string{jsonOf(t, pdpBody(memID, "8", `{"min_memory":"4GB"}`))}}
-	c.Produce(t, topology.PDPNotifications, memID, good)
-
-	dlq := c.Read(t, dlqTopic, 1, 60*time.Second)
-	if len(dlq) != 1 {
-		t.Fatalf("got %d dead letters, want 1", len(dlq))
+	good := pdpBody(memID, "8", `{"min_memory":"4GB"}`)
+	poisoned := pdpBody(memID, "8", `{"min_memory":"4GB"}`)
+	poisoned["policyVersion"] = "999999"
+	bad := []struct {
+		id, body string
+		says     []string
+	}{
+		{"n-big", jsonOf(t, pdpBody(memID, "7", `{"blob":"`+strings.Repeat("x", policy.MaxBodyBytes)+`"}`)),
+			[]string{"over the limit of 524288 bytes"}},
+		{"n-traversal", jsonOf(t, pdpBody("DCAE.Config_VM_/../../../evil", "2", `{"a":1}`)),
+			[]string{`"DCAE.Config_VM_/../../../evil.2.xml"`, "character '/' at byte 15 is not allowed"}},
+		{"n-poisoned", jsonOf(t, poisoned),
+			[]string{`policyVersion "999999" is not the version 8 in its policyName`}},
+		{"n-twice", strings.Replace(jsonOf(t, good), `"policyVersion":"8"`, `"policyVersion":"8","policyVersion":"999999"`, 1),
+			[]string{`the key "policyVersion" appears twice`}},
 	}
-	reason := stagetest.Header(dlq[0], runtime.HeaderError)
-	for _, want := range []string{"n-big", "pushed_bodies[0]", "over the limit of 524288 bytes"} {
-		if !strings.Contains(reason, want) {
-			t.Fatalf("dead letter reason %q does not say %q", reason, want)
+	for _, b := range bad {
+		c.Produce(t, topology.PDPNotifications, memID, &events.PdpNotification{NotificationID: b.id, Source: "north-api", PushedBodies: []string{b.body}})
+	}
+	c.Produce(t, topology.PDPNotifications, memID, &events.PdpNotification{NotificationID: "n-good", Source: "north-api",
+		PushedBodies: []string{jsonOf(t, good)}})
+
+	dlq := c.Read(t, dlqTopic, len(bad), 60*time.Second)
+	if len(dlq) != len(bad) {
+		t.Fatalf("got %d dead letters, want %d", len(dlq), len(bad))
+	}
+	for i, b := range bad {
+		reason := stagetest.Header(dlq[i], runtime.HeaderError)
+		for _, want := range append([]string{b.id, "pushed_bodies[0]"}, b.says...) {
+			if !strings.Contains(reason, want) {
+				t.Errorf("dead letter %d reason %q does not say %q", i, reason, want)
+			}
+		}
+		if string(dlq[i].Key) != memID {
+			t.Errorf("dead letter keyed %q, want the original key", dlq[i].Key)
 		}
 	}
-	if string(dlq[0].Key) != memID {
-		t.Fatalf("dead letter keyed %q, want the original key", dlq[0].Key)
-	}
+	// The refused bodies blocked nothing: the good push (version 8, which
+	// the poisoned ones would have shadowed) is in the catalog.
 	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 1, 60*time.Second))
 	if e := cat[memID]; e == nil || e.PolicyVersion != "8" {
-		t.Fatalf("catalog holds %+v, want the good push (version 8) applied after the refused one", e)
+		t.Fatalf("catalog holds %+v, want the good push (version 8) applied after the refused ones", e)
 	}
 }
 
