@@ -255,11 +255,10 @@ func (r *runner) observe(start time.Time) {
 	r.env.Metrics.Latency.WithLabelValues(r.stage.Name).Observe(time.Since(start).Seconds())
 }
 
-// input is a fetched record as the handler chain takes it, not decoded
-// yet.
-func (r *runner) input(rec *kgo.Record) Input {
+// inputOf is a fetched record as an Input, its value not decoded yet.
+func inputOf(k Kafka, rec *kgo.Record) Input {
 	return Input{
-		Topic:     strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix),
+		Topic:     strings.TrimPrefix(rec.Topic, k.Prefix),
 		Partition: rec.Partition,
 		Offset:    rec.Offset,
 		Key:       rec.Key,
@@ -279,7 +278,7 @@ func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record
 	ins := make([]Input, len(recs))
 	for i, rec := range recs {
 		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-		ins[i] = r.input(rec)
+		ins[i] = inputOf(r.env.Kafka, rec)
 	}
 	// The handler itself is not interrupted by stop: the records in hand
 	// are finished (drained); only waiting between retries is.
