@@ -1,10 +1,8 @@
 package runtime
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -52,27 +50,9 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 		}
 		r.logFetchErrors(fetches)
 		r.observeLag(fetches)
-		var done []*kgo.Record
-		var outs []*kgo.Record
-		stopped := false
-		if r.batch != nil {
-			polled := fetches.Records()
-			var n int
-			outs, n = r.processBatch(ctx, polled)
-			done, stopped = polled[:n], n < len(polled)
-		} else {
-			iter := fetches.RecordIter()
-			for !iter.Done() {
-				rec := iter.Next()
-				recs, ok := r.process(ctx, rec)
-				if !ok {
-					stopped = true
-					break
-				}
-				outs = append(outs, recs...)
-				done = append(done, rec)
-			}
-		}
+		polled := fetches.Records()
+		outs, n := r.handle(ctx, polled)
+		done, stopped := polled[:n], n < len(polled)
 		if r.produceAll(ctx, cl, outs) {
 			cl.MarkCommitRecords(done...)
 			r.countOut(outs)
@@ -109,87 +89,4 @@ func (r *runner) produceAll(stop context.Context, cl *kgo.Client, recs []*kgo.Re
 		recs = failed
 	}
 	return true
-}
-
-// processBatch decodes a poll's records and hands them to the batch
-// handler, retrying from the first transient failure with capped backoff
-// until stop is done. It returns the records to produce (outputs and dead
-// letters, in input order) and how many of recs, from the start, were
-// processed: fewer than len(recs) only when stop ended the retries.
-func (r *runner) processBatch(stop context.Context, recs []*kgo.Record) ([]*kgo.Record, int) {
-	hctx := context.WithoutCancel(stop) // the poll in hand is finished (drained)
-	type item struct {
-		in        Input
-		decodeErr error         // never handed to the handler
-		dead      error         // the handler's permanent failure
-		outs      []*kgo.Record // encoded outputs once handled
-	}
-	items := make([]item, len(recs))
-	for i, rec := range recs {
-		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-		items[i].in, items[i].decodeErr = r.decode(hctx, rec)
-	}
-	finished := len(items)
-	for start, attempt := 0, 0; ; attempt++ {
-		var idx []int
-		var ins []Input
-		for i := start; i < len(items); i++ {
-			if items[i].decodeErr == nil {
-				items[i].dead, items[i].outs = nil, nil
-				idx = append(idx, i)
-				ins = append(ins, items[i].in)
-			}
-		}
-		if len(ins) == 0 {
-			break
-		}
-		began := time.Now()
-		outcomes := r.batch(hctx, ins)
-		r.env.Metrics.Latency.WithLabelValues(r.stage.Name).Observe(time.Since(began).Seconds())
-		if len(outcomes) != len(ins) {
-			err := Permanentf("stage %s: batch handler returned %d outcomes for %d inputs", r.stage.Name, len(outcomes), len(ins))
-			for _, i := range idx {
-				items[i].dead = err
-			}
-			break
-		}
-		retry := -1
-		for j, oc := range outcomes {
-			i, err := idx[j], oc.Err
-			if err == nil {
-				var eerr error
-				if items[i].outs, eerr = r.encode(oc.Outputs); eerr == nil {
-					continue
-				}
-				err = Permanent(eerr)
-			}
-			if !IsPermanent(err) {
-				retry = i
-				r.env.Metrics.Retries.WithLabelValues(r.stage.Name).Inc()
-				d := r.env.Retry.Next(attempt)
-				r.log.Warn().Err(err).Str("topic", recs[i].Topic).Int32("partition", recs[i].Partition).Int64("offset", recs[i].Offset).
-					Int("inputs_again", len(items)-i).Dur("retry_in", d).Msg("batch handler failed; retrying from this input")
-				select {
-				case <-stop.Done():
-					finished = i
-				case <-time.After(d):
-				}
-				break
-			}
-			items[i].dead = err
-		}
-		if retry < 0 || finished < len(items) {
-			break
-		}
-		start = retry
-	}
-	var out []*kgo.Record
-	for i, it := range items[:finished] {
-		if err := cmp.Or(it.decodeErr, it.dead); err != nil {
-			out = append(out, r.deadLetter(recs[i], err))
-			continue
-		}
-		out = append(out, it.outs...)
-	}
-	return out, finished
 }

@@ -1,6 +1,8 @@
 // Package runtime is the one consume-process-produce loop every policyflow
 // stage runs on: transactional Kafka-to-Kafka processing, ordered
 // at-least-once sinks for effects outside Kafka, dead-lettering, retries,
-// health, metrics, configuration and graceful shutdown. A stage supplies
-// only a pure handler.
+// recovery from panics, health, metrics, configuration and graceful
+// shutdown. A stage supplies only its decision function, typed to the
+// event it reads (Typed, TypedBatch, Route); state it needs from a
+// compacted topic is a Table, or rows read back (Rows).
 package runtime

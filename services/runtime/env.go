@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kzerolog"
 
 	"github.com/policyflow/policyflow/events"
 )
@@ -101,48 +102,16 @@ func NewLogger(w io.Writer, level string, pretty bool) zerolog.Logger {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-// kgoLogger adapts zerolog to kgo.Logger.
-type kgoLogger struct{ log zerolog.Logger }
-
-func (l kgoLogger) Level() kgo.LogLevel {
-	switch l.log.GetLevel() {
-	case zerolog.TraceLevel, zerolog.DebugLevel:
-		return kgo.LogLevelDebug
-	case zerolog.InfoLevel:
-		// kgo's info level is chatty (every join, every assignment); keep
-		// it at warn unless debugging.
-		return kgo.LogLevelWarn
-	case zerolog.WarnLevel:
-		return kgo.LogLevelWarn
-	case zerolog.Disabled:
-		return kgo.LogLevelNone
-	default:
-		return kgo.LogLevelError
-	}
-}
-
-func (l kgoLogger) Log(level kgo.LogLevel, msg string, kv ...any) {
-	var e *zerolog.Event
-	switch level {
-	case kgo.LogLevelError:
-		e = l.log.Error()
-	case kgo.LogLevelWarn:
-		e = l.log.Warn()
-	case kgo.LogLevelInfo:
-		e = l.log.Info()
-	default:
-		e = l.log.Debug()
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		k, _ := kv[i].(string)
-		e = e.Interface(k, kv[i+1])
-	}
-	e.Msg(msg)
-}
-
-// KgoLogger returns a kgo.Logger writing to log.
+// KgoLogger returns the kgo.Logger of a client logging to log
+// (franz-go's kzerolog). kgo's info level is chatty (every join, every
+// assignment, every flush), so it is heard from at warn unless log is at
+// debug.
 func KgoLogger(log zerolog.Logger) kgo.Logger {
-	return kgoLogger{log.With().Str("component", "kgo").Logger()}
+	l := log.With().Str("component", "kgo").Logger()
+	if l.GetLevel() == zerolog.InfoLevel {
+		l = l.Level(zerolog.WarnLevel)
+	}
+	return kzerolog.New(&l)
 }
 
 // Metrics are the Prometheus collectors of every stage in the process,

@@ -12,30 +12,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/policyflow/policyflow/events"
 )
 
 // ApplyFunc folds one record of a followed topic into derived state. An
 // error is logged and the record left out; the follower goes on.
 type ApplyFunc func(ctx context.Context, rec *kgo.Record) error
-
-// Decoded adapts a function of key and decoded event (nil for a
-// tombstone) to an ApplyFunc.
-func Decoded(codec *events.Codec, fn func(key string, ev events.Event)) ApplyFunc {
-	return func(ctx context.Context, rec *kgo.Record) error {
-		if rec.Value == nil {
-			fn(string(rec.Key), nil)
-			return nil
-		}
-		ev, err := codec.Decode(ctx, rec.Value)
-		if err != nil {
-			return err
-		}
-		fn(string(rec.Key), ev)
-		return nil
-	}
-}
 
 // Follower keeps state derived from topics current: one client with no
 // consumer group reads every partition of the topics from the start, read

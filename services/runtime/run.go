@@ -30,11 +30,12 @@ func DLQTopic(stage string) string { return "dlq." + stage }
 
 // runner holds what one running stage needs.
 type runner struct {
-	stage   Stage
-	env     Env
-	log     zerolog.Logger
-	handler Handler
-	batch   BatchHandler // set instead of handler by Stage.SetupBatch
+	stage Stage
+	env   Env
+	log   zerolog.Logger
+	// chain is the stage's handler inside the runtime's middleware; it
+	// is handed a poll's records, or one record at a time.
+	chain BatchHandler
 	// owned is the current assignment (base topic names), kept by the
 	// group callbacks and read by the poll loop after an abort.
 	mu    sync.Mutex
@@ -57,12 +58,20 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	defer env.Health.Forget(s.Name)
 
 	r := &runner{stage: s, env: env, log: log, owned: map[string][]int32{}}
+	var inner BatchHandler
 	var closeFn func()
 	var err error
 	if s.SetupBatch != nil {
-		r.batch, closeFn, err = s.SetupBatch(ctx, env)
+		var b BatchHandler
+		b, closeFn, err = s.SetupBatch(ctx, env)
+		inner = r.timed(b)
 	} else {
-		r.handler, closeFn, err = s.Setup(ctx, env)
+		var h Handler
+		h, closeFn, err = s.Setup(ctx, env)
+		inner = oneByOne(func(ctx context.Context, in Input) ([]Output, error) {
+			defer r.observe(time.Now())
+			return h(ctx, in)
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("stage %s: setup: %w", s.Name, err)
@@ -70,6 +79,15 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	if closeFn != nil {
 		defer closeFn()
 	}
+	// Waiting between retries ends with ctx; handling itself does not
+	// (see handle).
+	r.chain = Chain(inner,
+		DeadLetter(s.Name, env.Kafka, r.deadLettered),
+		Recover(),
+		decoding(env.Codec),
+		Retry(env.Retry, ctx.Done(), r.retrying),
+		encoding(env.Codec),
+	)
 	log.Info().Str("mode", s.Mode.String()).Str("group", s.GroupIn(env.Kafka)).Strs("inputs", s.Inputs).Msg("stage starting")
 	if s.Mode == AtLeastOnce {
 		err = r.runAtLeastOnce(ctx)
@@ -224,10 +242,23 @@ func (r *runner) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]in
 	}
 }
 
-// decode turns a fetched record into an Input.
-func (r *runner) decode(ctx context.Context, rec *kgo.Record) (Input, error) {
-	in := Input{
-		Topic:     strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix),
+// timed measures each call of a batch handler.
+func (r *runner) timed(b BatchHandler) BatchHandler {
+	return func(ctx context.Context, ins []Input) []Outcome {
+		defer r.observe(time.Now())
+		return b(ctx, ins)
+	}
+}
+
+// observe records how long a call of the stage's handler took.
+func (r *runner) observe(start time.Time) {
+	r.env.Metrics.Latency.WithLabelValues(r.stage.Name).Observe(time.Since(start).Seconds())
+}
+
+// inputOf is a fetched record as an Input, its value not decoded yet.
+func inputOf(k Kafka, rec *kgo.Record) Input {
+	return Input{
+		Topic:     strings.TrimPrefix(rec.Topic, k.Prefix),
 		Partition: rec.Partition,
 		Offset:    rec.Offset,
 		Key:       rec.Key,
@@ -235,98 +266,64 @@ func (r *runner) decode(ctx context.Context, rec *kgo.Record) (Input, error) {
 		Headers:   rec.Headers,
 		Timestamp: rec.Timestamp,
 	}
-	if rec.Value == nil {
-		return in, nil
-	}
-	v, err := r.env.Codec.Decode(ctx, rec.Value)
-	if err != nil {
-		return in, Permanent(fmt.Errorf("decode record: %w", err))
-	}
-	in.Value = v
-	return in, nil
 }
 
-// process decodes and handles one record, retrying transient errors with
-// capped backoff until stop is done. It returns the records to produce:
-// the handler's outputs, or the dead-letter record. ok is false when stop
-// ended the retries (the record was not processed).
+// handle runs records (in fetch order, so each partition's in order)
+// through the stage's handler chain, retrying transient failures with
+// capped backoff until stop is done. It returns the records to produce
+// (outputs and dead letters, in input order) and how many of recs, from
+// the start, were handled: fewer than len(recs) only when stop ended the
+// retries.
+func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record, int) {
+	ins := make([]Input, len(recs))
+	for i, rec := range recs {
+		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
+		ins[i] = inputOf(r.env.Kafka, rec)
+	}
+	// The handler itself is not interrupted by stop: the records in hand
+	// are finished (drained); only waiting between retries is.
+	outcomes := r.chain(context.WithoutCancel(stop), ins)
+	var out []*kgo.Record
+	for i, oc := range outcomes {
+		if oc.Err != nil {
+			return out, i
+		}
+		for _, o := range oc.Outputs {
+			out = append(out, r.record(o))
+		}
+	}
+	return out, len(recs)
+}
+
+// process handles one record; ok is false when stop ended its retries
+// (the record was not processed).
 func (r *runner) process(stop context.Context, rec *kgo.Record) (out []*kgo.Record, ok bool) {
-	r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-	// The handler itself is not interrupted by stop: the record in hand is
-	// finished (drained); only waiting between retries is.
-	hctx := context.WithoutCancel(stop)
-	in, err := r.decode(hctx, rec)
-	for attempt := 0; err == nil; attempt++ {
-		start := time.Now()
-		var outs []Output
-		outs, err = r.handler(hctx, in)
-		r.env.Metrics.Latency.WithLabelValues(r.stage.Name).Observe(time.Since(start).Seconds())
-		if err == nil {
-			recs, eerr := r.encode(outs)
-			if eerr == nil {
-				return recs, true
-			}
-			err = Permanent(eerr)
-		}
-		if IsPermanent(err) {
-			break
-		}
-		r.env.Metrics.Retries.WithLabelValues(r.stage.Name).Inc()
-		d := r.env.Retry.Next(attempt)
-		r.log.Warn().Err(err).Str("topic", rec.Topic).Int32("partition", rec.Partition).Int64("offset", rec.Offset).
-			Dur("retry_in", d).Msg("handler failed; retrying")
-		select {
-		case <-stop.Done():
-			return nil, false
-		case <-time.After(d):
-		}
-		err = nil
-	}
-	return []*kgo.Record{r.deadLetter(rec, err)}, true
+	out, n := r.handle(stop, []*kgo.Record{rec})
+	return out, n == 1
 }
 
-func (r *runner) encode(outs []Output) ([]*kgo.Record, error) {
-	recs := make([]*kgo.Record, 0, len(outs))
-	for _, o := range outs {
-		rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Headers: o.Headers}
-		if o.Explicit {
-			Pin(rec, o.Partition)
-		}
-		switch {
-		case o.Value != nil:
-			b, err := r.env.Codec.Encode(o.Value)
-			if err != nil {
-				return nil, fmt.Errorf("output to %s: %w", o.Topic, err)
-			}
-			rec.Value = b
-		case o.Raw != nil:
-			rec.Value = o.Raw
-		}
-		recs = append(recs, rec)
+// record is an encoded output (see encoding) as the record to produce.
+func (r *runner) record(o Output) *kgo.Record {
+	rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Value: o.Raw, Headers: o.Headers}
+	if o.Explicit {
+		Pin(rec, o.Partition)
 	}
-	return recs, nil
+	return rec
 }
 
-// deadLetter counts and logs a record that cannot be processed and
-// returns its copy for the stage's dead-letter topic, with the reason.
-func (r *runner) deadLetter(rec *kgo.Record, err error) *kgo.Record {
-	r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-	r.log.Error().Err(err).Str("topic", rec.Topic).Int32("partition", rec.Partition).Int64("offset", rec.Offset).
+// retrying counts and logs a retry (see Retry).
+func (r *runner) retrying(in Input, again int, err error, d time.Duration) {
+	r.env.Metrics.Retries.WithLabelValues(r.stage.Name).Inc()
+	r.log.Warn().Err(err).Str("topic", r.env.Kafka.Topic(in.Topic)).Int32("partition", in.Partition).Int64("offset", in.Offset).
+		Int("inputs_again", again).Dur("retry_in", d).Msg("handler failed; retrying from this input")
+}
+
+// deadLettered counts and logs a record that cannot be processed (see
+// DeadLetter).
+func (r *runner) deadLettered(in Input, err error) {
+	r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, in.Topic).Inc()
+	r.log.Error().Err(err).Str("topic", r.env.Kafka.Topic(in.Topic)).Int32("partition", in.Partition).Int64("offset", in.Offset).
 		Msg("record dead-lettered")
-	reason := "unknown error"
-	if err != nil {
-		reason = err.Error()
-	}
-	h := append([]kgo.RecordHeader(nil), rec.Headers...)
-	h = append(h,
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(reason)},
-		kgo.RecordHeader{Key: HeaderStage, Value: []byte(r.stage.Name)},
-		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(rec.Topic)},
-		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(rec.Partition)))},
-		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(rec.Offset, 10))},
-		kgo.RecordHeader{Key: HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-	)
-	return &kgo.Record{Topic: r.env.Kafka.Topic(DLQTopic(r.stage.Name)), Key: rec.Key, Value: rec.Value, Headers: h}
 }
 
 type explicitKey struct{}

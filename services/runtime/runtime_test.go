@@ -320,3 +320,57 @@ func TestReadPartitionsStopsAtEnd(t *testing.T) {
 		t.Fatalf("read %d records, want 51", n)
 	}
 }
+
+func TestTransactionalProduceFailureAborts(t *testing.T) {
+	c := newCluster(t)
+	var recs []*kgo.Record
+	for i := 0; i < 10; i++ {
+		recs = append(recs, c.Record(t, "in", "same", req("r"+strconv.Itoa(i))))
+	}
+	c.ProduceRecords(t, recs...)
+	env := stagetest.Env(c.Kafka, runtime.Consul{})
+	env.MaxRecordBytes = 4096
+	var mu sync.Mutex
+	calls := map[string]int{}
+	stage := runtime.Stage{
+		Name:   "echo",
+		Mode:   runtime.Transactional,
+		Inputs: []string{"in"},
+		Setup: func(context.Context, runtime.Env) (runtime.Handler, func(), error) {
+			return runtime.Typed(runtime.SkipTombstones, func(_ context.Context, m runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				id := m.Value.RequestID
+				calls[id]++
+				if id == "r4" && calls[id] == 1 {
+					// Too big for the producer: it fails, and the whole
+					// transaction with it.
+					return []runtime.Output{{Topic: "out", Key: m.Key, Raw: make([]byte, 8192)}}, nil
+				}
+				return []runtime.Output{{Topic: "out", Key: m.Key, Value: req("out-" + id)}}, nil
+			}), nil, nil
+		},
+	}
+	stop := stagetest.Run(t, stage, env)
+	out := c.Read(t, "out", 10, 60*time.Second)
+	stop()
+	for _, r := range out {
+		if len(r.Value) > 4096 {
+			t.Fatalf("the output that failed was committed")
+		}
+	}
+	ids := map[string]int{}
+	for _, r := range out {
+		ids[stagetest.Decode[*events.CatchupRequest](t, r).RequestID]++
+	}
+	for i := 0; i < 10; i++ {
+		if id := "out-r" + strconv.Itoa(i); ids[id] != 1 {
+			t.Fatalf("%s committed %d times, want once (outputs %v)", id, ids[id], ids)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls["r4"] != 2 {
+		t.Fatalf("r4 handled %d times, want twice (once more after the abort)", calls["r4"])
+	}
+}

@@ -68,7 +68,8 @@ type Output struct {
 // Handler is a stage's decision logic: from one input to its outputs.
 // Zero outputs means the input is filtered. An error is retried with
 // capped backoff unless it is Permanent, in which case the input goes to
-// the stage's dead-letter topic with the reason and the stage goes on.
+// the stage's dead-letter topic with the reason and the stage goes on; a
+// panic is a permanent error too (see Retry, DeadLetter, Recover).
 type Handler func(ctx context.Context, in Input) ([]Output, error)
 
 // Outcome is what a BatchHandler says of one input: the outputs to

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,11 +47,10 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
 		}
-		var (
-			mu      sync.Mutex
-			prodErr error
-			all     []*kgo.Record
-		)
+		// The first produce error, if any; a failure aborts what is still
+		// buffered, so the batch is given up quickly.
+		promise := kgo.AbortingFirstErrPromise(sess.Client())
+		var all []*kgo.Record
 		complete := true
 		// The batch in hand is finished on shutdown too: its outputs are
 		// produced without the stage's context, which a signal cancels.
@@ -66,15 +64,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 				break
 			}
 			for _, out := range recs {
-				sess.Produce(pctx, out, func(_ *kgo.Record, err error) {
-					if err != nil {
-						mu.Lock()
-						if prodErr == nil {
-							prodErr = err
-						}
-						mu.Unlock()
-					}
-				})
+				sess.Produce(pctx, out, promise.Promise())
 			}
 			all = append(all, recs...)
 		}
@@ -84,23 +74,21 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		// Flush before deciding: a record that fails only while being
 		// flushed must abort the transaction, or its input's offset would
 		// commit without it (End flushes too, then commits regardless).
+		// Once flushed, every record's promise has run; records a flush
+		// could not confirm in time may yet fail, so they abort too.
+		var failed error
 		if err := sess.Client().Flush(endCtx); err != nil {
 			r.log.Warn().Err(err).Msg("flush the transaction's records")
+			failed = fmt.Errorf("flush the transaction's records: %w", err)
+		} else {
+			failed = promise.Err()
 		}
-		mu.Lock()
-		failed := prodErr
-		mu.Unlock()
 		commit := kgo.TryCommit
 		if !complete || failed != nil {
 			commit = kgo.TryAbort
 		}
 		committed, err := sess.End(endCtx, commit)
 		cancel()
-		mu.Lock()
-		if prodErr != nil && failed == nil {
-			failed = prodErr
-		}
-		mu.Unlock()
 		switch {
 		case err != nil:
 			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "error").Inc()

@@ -48,7 +48,7 @@ var errNotWritten = errors.New("consul-writer: not written yet: an earlier recor
 // fails is rolled back whole by Consul: its components are then written
 // one by one (read again, planned again), so that one component's conflict
 // is its own record's outcome only.
-func (w *writer) handleBatch(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
+func (w *writer) handleBatch(ctx context.Context, ins []runtime.Msg[*events.ComponentPolicies]) []runtime.Outcome {
 	b := &batch{w: w, out: make([]runtime.Outcome, len(ins)), failed: len(ins)}
 	start := time.Now()
 	var jobs []*job
@@ -58,9 +58,7 @@ func (w *writer) handleBatch(ctx context.Context, ins []runtime.Input) []runtime
 			b.out[i].Err = err
 			continue
 		}
-		if rec != nil {
-			jobs = append(jobs, w.newJob(i, rec, start))
-		}
+		jobs = append(jobs, w.newJob(i, rec, start))
 	}
 	for _, wave := range waves(jobs) {
 		b.wave(ctx, wave)

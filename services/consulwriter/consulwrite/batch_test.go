@@ -302,10 +302,13 @@ func newWriter(t testing.TB, cfg runtime.Consul) *writer {
 	return w
 }
 
-func inputs(recs ...*events.ComponentPolicies) []runtime.Input {
-	ins := make([]runtime.Input, len(recs))
+func inputs(recs ...*events.ComponentPolicies) []runtime.Msg[*events.ComponentPolicies] {
+	ins := make([]runtime.Msg[*events.ComponentPolicies], len(recs))
 	for i, rec := range recs {
-		ins[i] = runtime.Input{Topic: topology.ComponentPolicies, Partition: 0, Offset: int64(i), Key: []byte(rec.ComponentID), Value: rec, Raw: []byte{0}}
+		ins[i] = runtime.Msg[*events.ComponentPolicies]{
+			Input: runtime.Input{Topic: topology.ComponentPolicies, Partition: 0, Offset: int64(i), Key: []byte(rec.ComponentID), Raw: []byte{0}},
+			Value: rec,
+		}
 	}
 	return ins
 }

@@ -51,7 +51,7 @@ func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler
 	}
 	w.kv, w.txn = cl.KV(), cl.Txn()
 	w.log = env.Log.With().Str("stage", topology.StageConsulWriter).Logger()
-	return w.handleBatch, nil, nil
+	return runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), nil, nil
 }
 
 // job is one component.policies record on its way to Consul.
@@ -66,17 +66,10 @@ type job struct {
 	plan   WritePlan
 }
 
-// record decodes an input's component.policies record; nil for a
-// tombstone.
-func (w *writer) record(in runtime.Input) (*events.ComponentPolicies, error) {
-	if in.Tombstone() {
-		return nil, nil
-	}
-	rec, ok := in.Value.(*events.ComponentPolicies)
-	if !ok {
-		return nil, runtime.Permanentf("consul-writer: record at %s[%d]@%d is %s, want %s",
-			in.Topic, in.Partition, in.Offset, in.Value.SchemaName(), events.SchemaComponentPolicies)
-	}
+// record is an input's collection, its component_id defaulted to the
+// key; a collection without a service_component_name has no Consul folder.
+func (w *writer) record(in runtime.Msg[*events.ComponentPolicies]) (*events.ComponentPolicies, error) {
+	rec := in.Value
 	if rec.ComponentID == "" {
 		rec.ComponentID = string(in.Key)
 	}

@@ -97,8 +97,8 @@ func StageWith(cfg Config) runtime.Stage {
 
 // componentRow is what deploy.components says of one component.
 type componentRow struct {
-	comp    *events.Component // the last registration seen
-	deleted bool              // tombstoned since
+	comp    *events.Component // the registration in force
+	deleted bool              // tombstoned
 }
 
 // overlayEntry is a collection this executor produced and has not yet
@@ -129,10 +129,9 @@ type executor struct {
 	asm   *Assembler
 	parts map[int32]*partState
 
-	// tables follows deploy.components and component.policies.
-	tables   *runtime.Follower
-	compsMu  sync.RWMutex
-	compRows map[string]componentRow
+	// comps is deploy.components; tables follows component.policies.
+	comps  *runtime.Table[*events.Component]
+	tables *runtime.Follower
 
 	polsMu sync.Mutex
 	// committed holds component.policies as read, still encoded: a
@@ -150,51 +149,32 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.log = env.Log.With().Str("stage", topology.StageExecutor).Logger()
 	e.asm = NewAssembler()
 	e.parts = map[int32]*partState{}
-	e.compRows = map[string]componentRow{}
 	e.committed = map[string][]byte{}
 	e.overlay = map[string]overlayEntry{}
 
 	var err error
+	if e.comps, err = runtime.FollowTable[*events.Component](env, topology.DeployComponents, nil); err != nil {
+		return nil, nil, fmt.Errorf("executor: %w", err)
+	}
 	e.tables, err = runtime.Follow(env.Kafka, e.log, map[string]runtime.ApplyFunc{
-		topology.DeployComponents:  runtime.Decoded(env.Codec, e.applyComponent),
 		topology.ComponentPolicies: e.applyCollection,
 	})
 	if err != nil {
+		e.comps.Close()
 		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	closeFn := e.tables.Close
+	closeFn := func() { e.tables.Close(); e.comps.Close() }
 	start := time.Now()
-	if err := e.tables.WaitCaughtUp(ctx); err != nil {
+	if err := errors.Join(e.comps.WaitCaughtUp(ctx), e.tables.WaitCaughtUp(ctx)); err != nil {
 		closeFn()
 		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	e.compsMu.RLock()
-	nComps := len(e.compRows)
-	e.compsMu.RUnlock()
 	e.polsMu.Lock()
 	nCols := len(e.committed)
 	e.polsMu.Unlock()
-	e.log.Info().Int("components", nComps).Int("collections", nCols).Dur("took", time.Since(start)).
+	e.log.Info().Int("components", e.comps.Len()).Int("collections", nCols).Dur("took", time.Since(start)).
 		Msg("read deploy.components and component.policies")
-	return e.handle, closeFn, nil
-}
-
-// applyComponent keeps compRows current with deploy.components.
-func (e *executor) applyComponent(key string, ev events.Event) {
-	e.compsMu.Lock()
-	defer e.compsMu.Unlock()
-	if ev == nil {
-		row := e.compRows[key]
-		row.deleted = true
-		e.compRows[key] = row
-		return
-	}
-	c, ok := ev.(*events.Component)
-	if !ok {
-		e.log.Error().Str("key", key).Str("schema", ev.SchemaName()).Msg("deploy.components holds a record that is not a Component; skipped")
-		return
-	}
-	e.compRows[key] = componentRow{comp: c}
+	return runtime.Typed(runtime.SkipTombstones, e.handle), closeFn, nil
 }
 
 // applyCollection keeps committed current with component.policies.
@@ -226,17 +206,11 @@ func (e *executor) applyCollection(ctx context.Context, rec *kgo.Record) error {
 	return nil
 }
 
-// decodeCollection decodes a component.policies value; a record of
-// another type is logged and treated as absent.
+// decodeCollection decodes a component.policies value.
 func (e *executor) decodeCollection(ctx context.Context, key string, raw []byte) (*events.ComponentPolicies, error) {
-	ev, err := e.env.Codec.Decode(ctx, raw)
+	cp, err := runtime.DecodeAs[*events.ComponentPolicies](ctx, e.env.Codec, raw)
 	if err != nil {
 		return nil, fmt.Errorf("decode component.policies of %s: %w", key, err)
-	}
-	cp, ok := ev.(*events.ComponentPolicies)
-	if !ok {
-		e.log.Error().Str("key", key).Str("schema", ev.SchemaName()).Msg("component.policies holds a record that is not a ComponentPolicies; skipped")
-		return nil, nil
 	}
 	return cp, nil
 }
@@ -265,19 +239,14 @@ func (e *executor) current(ctx context.Context, id string) *events.ComponentPoli
 // the topic once when it is not known yet; it is nil when the component
 // is tombstoned.
 func (e *executor) component(ctx context.Context, id string) (*events.Component, error) {
-	e.compsMu.RLock()
-	row, ok := e.compRows[id]
-	e.compsMu.RUnlock()
+	row, ok := e.componentRow(id)
 	if !ok {
 		wctx, cancel := context.WithTimeout(ctx, componentWait)
 		defer cancel()
-		if err := e.tables.WaitCaughtUp(wctx, topology.DeployComponents); err != nil {
+		if err := e.comps.WaitCaughtUp(wctx); err != nil {
 			return nil, err
 		}
-		e.compsMu.RLock()
-		row, ok = e.compRows[id]
-		e.compsMu.RUnlock()
-		if !ok {
+		if row, ok = e.componentRow(id); !ok {
 			return nil, fmt.Errorf("%w yet", errUnknownComponent)
 		}
 	}
@@ -285,6 +254,12 @@ func (e *executor) component(ctx context.Context, id string) (*events.Component,
 		return nil, nil
 	}
 	return row.comp, nil
+}
+
+// componentRow is what the table says of a component, if anything.
+func (e *executor) componentRow(id string) (componentRow, bool) {
+	c, found := e.comps.Get(id)
+	return componentRow{comp: c, deleted: found && c == nil}, found
 }
 
 // barrier makes the committed view authoritative for the components of a
@@ -375,27 +350,18 @@ func (e *executor) rebuffer(ctx context.Context, p int32, c int64) error {
 		e.asm.Drop(p)
 		pieces := 0
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		err := runtime.ReadRange(rctx, e.env.Kafka, topology.PolicySegments, map[int32]int64{p: start}, map[int32]int64{p: c}, func(rec *kgo.Record) error {
-			if rec.Value == nil {
-				return nil
-			}
-			ev, err := e.env.Codec.Decode(ctx, rec.Value)
-			if err != nil {
-				return nil // it was dead-lettered when first read
-			}
-			seg, ok := ev.(*events.PolicySegment)
-			if !ok {
-				return nil
-			}
+		// A record that is not a segment was dead-lettered when first read.
+		err := runtime.ReadRange(rctx, e.env.Kafka, topology.PolicySegments, map[int32]int64{p: start}, map[int32]int64{p: c}, runtime.Rows(rctx, e.env, runtime.SkipTombstones, func(r runtime.Msg[*events.PolicySegment]) error {
+			seg := r.Value
 			if seg.DeploymentID == "" {
-				seg.DeploymentID = string(rec.Key)
+				seg.DeploymentID = string(r.Key)
 			}
 			pieces++
 			if upd, _, err := e.asm.Add(p, seg); err == nil && upd != nil {
 				e.asm.Done(upd.UpdateID) // complete before c: it was applied
 			}
 			return nil
-		})
+		}))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("executor: read back %s[%d] from %d to %d: %w", topology.PolicySegments, p, start, c, err)
@@ -475,15 +441,8 @@ func (e *executor) advance(p int32, offset int64) {
 	}
 }
 
-func (e *executor) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
-	if in.Tombstone() {
-		return nil, nil
-	}
-	seg, ok := in.Value.(*events.PolicySegment)
-	if !ok {
-		return nil, runtime.Permanentf("executor: record at %s[%d]@%d is %s, want %s",
-			in.Topic, in.Partition, in.Offset, in.Value.SchemaName(), events.SchemaPolicySegment)
-	}
+func (e *executor) handle(ctx context.Context, in runtime.Msg[*events.PolicySegment]) ([]runtime.Output, error) {
+	seg := in.Value
 	if seg.DeploymentID == "" {
 		seg.DeploymentID = string(in.Key)
 	}

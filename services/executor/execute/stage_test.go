@@ -207,3 +207,28 @@ func TestExecutorRestoresUpdateCutByRestart(t *testing.T) {
 		t.Fatalf("u2 after restart wrote %+v; want every piece's change", cp)
 	}
 }
+
+// A plain delta for a component whose latest deploy.components record is
+// its tombstone uninstalls it: deleted is not unknown (which would wait
+// for a registration that never comes).
+func TestDeltaForDeletedComponentUninstalls(t *testing.T) {
+	c := newCluster(t)
+	c.Produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
+	c.Produce(t, topology.DeployComponents, "c1", nil)
+	c.Produce(t, topology.ComponentPolicies, "c1", &events.ComponentPolicies{
+		ComponentID: "c1", DeploymentID: "dep-1", ServiceComponentName: "dcae-vm", UpdateID: "u1", Generation: 1,
+		Policies: []events.Policy{vmMemory()}, UpdatedPolicies: []events.Policy{vmMemory()}, RemovedPolicies: []events.Policy{},
+		Notify: events.NotifyTarget{Kind: events.NotifyNone}, UpdatedAt: time.UnixMilli(1000).UTC(),
+	})
+	out := c.Reader(t, topology.ComponentPolicies)
+	stagetest.Run(t, Stage(), testEnv(c))
+	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{pol("X", "1")}}))
+	recs := out.Until(2, 60*time.Second)
+	if len(recs) != 2 {
+		t.Fatalf("got %d component.policies records, want the collection and its uninstall", len(recs))
+	}
+	if cp := decodeCP(t, recs[1]); cp.UpdateID != "u2" || !cp.Uninstalled || cp.Generation != 2 || len(cp.Policies) != 0 ||
+		!reflect.DeepEqual(cp.RemovedPolicies, []events.Policy{vmMemory()}) {
+		t.Fatalf("u2 wrote %+v, want the uninstall of c1", cp)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -64,32 +63,18 @@ func (s *stage) setup(ctx context.Context, env runtime.Env) (runtime.Handler, fu
 	m.SetCatalog(cat)
 	s.m = m
 	s.log.Info().Int("policies", cat.Len()).Msg("catalog view read")
-	return s.handle, nil, nil
+	return s.handler(), nil, nil
 }
 
 // readCatalog reads policy.catalog (every partition) into a new view.
 func readCatalog(ctx context.Context, env runtime.Env, log zerolog.Logger) (*Catalog, error) {
 	cat := NewCatalog()
-	err := runtime.ReadPartitions(ctx, env.Kafka, topology.PolicyCatalog, nil, func(rec *kgo.Record) error {
-		var e *events.PolicyCatalogEntry
-		if rec.Value != nil {
-			v, err := env.Codec.Decode(ctx, rec.Value)
-			if err != nil {
-				log.Warn().Err(err).Str("policy_id", string(rec.Key)).Int32("partition", rec.Partition).Int64("offset", rec.Offset).
-					Msg("skip undecodable policy.catalog record")
-				return nil
-			}
-			var ok bool
-			if e, ok = v.(*events.PolicyCatalogEntry); !ok {
-				log.Warn().Str("schema", v.SchemaName()).Str("policy_id", string(rec.Key)).Msg("skip policy.catalog record of another type")
-				return nil
-			}
-		}
-		if err := cat.Apply(string(rec.Key), e, rec.Timestamp); err != nil {
-			log.Warn().Err(err).Int32("partition", rec.Partition).Int64("offset", rec.Offset).Msg("skip policy.catalog record")
+	err := runtime.ReadPartitions(ctx, env.Kafka, topology.PolicyCatalog, nil, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.PolicyCatalogEntry]) error {
+		if err := cat.Apply(string(r.Key), r.Value, r.Timestamp); err != nil {
+			log.Warn().Err(err).Int32("partition", r.Partition).Int64("offset", r.Offset).Msg("skip policy.catalog record")
 		}
 		return nil
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("matcher: read %s: %w", env.Kafka.Topic(topology.PolicyCatalog), err)
 	}
@@ -101,46 +86,20 @@ func readCatalog(ctx context.Context, env runtime.Env, log zerolog.Logger) (*Cat
 func restorePartition(ctx context.Context, env runtime.Env, log zerolog.Logger, partition int32) (*Partition, error) {
 	p := NewPartition()
 	parts := []int32{partition}
-	err := runtime.ReadPartitions(ctx, env.Kafka, topology.DeployComponents, parts, func(rec *kgo.Record) error {
-		var c *events.Component
-		if rec.Value != nil {
-			v, err := env.Codec.Decode(ctx, rec.Value)
-			if err != nil {
-				log.Warn().Err(err).Str("component_id", string(rec.Key)).Int64("offset", rec.Offset).Msg("skip undecodable deploy.components record")
-				return nil
-			}
-			var ok bool
-			if c, ok = v.(*events.Component); !ok {
-				log.Warn().Str("schema", v.SchemaName()).Str("component_id", string(rec.Key)).Msg("skip deploy.components record of another type")
-				return nil
-			}
-		}
-		if err := p.Restore(string(rec.Key), c); err != nil {
-			log.Warn().Err(err).Str("component_id", string(rec.Key)).Int32("partition", partition).Int64("offset", rec.Offset).
+	err := runtime.ReadPartitions(ctx, env.Kafka, topology.DeployComponents, parts, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.Component]) error {
+		if err := p.Restore(string(r.Key), r.Value); err != nil {
+			log.Warn().Err(err).Str("component_id", string(r.Key)).Int32("partition", partition).Int64("offset", r.Offset).
 				Msg("component definition refused while restoring")
 		}
 		return nil
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(topology.DeployComponents), err)
 	}
-	err = runtime.ReadPartitions(ctx, env.Kafka, topology.ComponentPolicies, parts, func(rec *kgo.Record) error {
-		var cp *events.ComponentPolicies
-		if rec.Value != nil {
-			v, err := env.Codec.Decode(ctx, rec.Value)
-			if err != nil {
-				log.Warn().Err(err).Str("component_id", string(rec.Key)).Int64("offset", rec.Offset).Msg("skip undecodable component.policies record")
-				return nil
-			}
-			var ok bool
-			if cp, ok = v.(*events.ComponentPolicies); !ok {
-				log.Warn().Str("schema", v.SchemaName()).Str("component_id", string(rec.Key)).Msg("skip component.policies record of another type")
-				return nil
-			}
-		}
-		p.RestoreHas(string(rec.Key), cp)
+	err = runtime.ReadPartitions(ctx, env.Kafka, topology.ComponentPolicies, parts, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.ComponentPolicies]) error {
+		p.RestoreHas(string(r.Key), r.Value)
 		return nil
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(topology.ComponentPolicies), err)
 	}
@@ -194,10 +153,29 @@ func (s *stage) revoked(_ context.Context, _ runtime.Env, revoked map[string][]i
 	s.log.Info().Ints32("partitions", parts).Msg("state of revoked partitions dropped")
 }
 
-func (s *stage) handle(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
+// handler hands each input, typed, to the matcher's decision for its
+// topic. A tombstone means something only on deploy.components (an
+// uninstall); on the other inputs it is refused.
+func (s *stage) handler() runtime.Handler {
+	return runtime.Route(map[string]runtime.Handler{
+		topology.PolicyChanges: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.PolicyChange]) ([]runtime.Output, error) {
+			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnChange(in.Partition, in.Value) })
+		}),
+		topology.DeployComponents: runtime.Typed(runtime.PassTombstones, func(_ context.Context, in runtime.Msg[*events.Component]) ([]runtime.Output, error) {
+			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
+		}),
+		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnCatchup(in.Partition, in.Value) })
+		}),
+	})
+}
+
+// decide runs one of the matcher's decisions on an input, under the lock,
+// and turns its matches into policy.matches records.
+func (s *stage) decide(in runtime.Input, decision func() ([]events.PolicyMatch, error)) ([]runtime.Output, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	matches, err := s.decide(in)
+	matches, err := decision()
 	switch {
 	case errors.Is(err, ErrNotOwned):
 		s.log.Warn().Str("topic", in.Topic).Int32("partition", in.Partition).Int64("offset", in.Offset).
@@ -216,39 +194,4 @@ func (s *stage) handle(_ context.Context, in runtime.Input) ([]runtime.Output, e
 		}
 	}
 	return outs, nil
-}
-
-// decide hands one input to the matcher.
-func (s *stage) decide(in runtime.Input) ([]events.PolicyMatch, error) {
-	switch in.Topic {
-	case topology.PolicyChanges:
-		ch, ok := in.Value.(*events.PolicyChange)
-		if !ok {
-			return nil, wrongType(in, events.SchemaPolicyChange)
-		}
-		return s.m.OnChange(in.Partition, ch)
-	case topology.DeployComponents:
-		var c *events.Component
-		if !in.Tombstone() {
-			var ok bool
-			if c, ok = in.Value.(*events.Component); !ok {
-				return nil, wrongType(in, events.SchemaComponent)
-			}
-		}
-		return s.m.OnComponent(in.Partition, string(in.Key), c)
-	case topology.CatchupRequests:
-		req, ok := in.Value.(*events.CatchupRequest)
-		if !ok {
-			return nil, wrongType(in, events.SchemaCatchupRequest)
-		}
-		return s.m.OnCatchup(in.Partition, req)
-	}
-	return nil, badInput("record of topic %s, which the matcher does not read", in.Topic)
-}
-
-func wrongType(in runtime.Input, want string) error {
-	if in.Value == nil {
-		return badInput("a tombstone, want a %s record", want)
-	}
-	return badInput("a %s record, want %s", in.Value.SchemaName(), want)
 }

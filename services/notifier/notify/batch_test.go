@@ -273,7 +273,7 @@ func TestNotifierBatchOutcomes(t *testing.T) {
 		input(noSCN),
 		input(badKind),
 		input(badBody),
-		{Topic: "elsewhere", Value: update("batch-c", 1, webhook(hooks.URL+"/batch-c")), Raw: []byte("encoded")},
+		{Topic: topology.ComponentApplied, Value: &events.ComponentPolicies{ComponentID: "batch-c"}, Raw: []byte("encoded")}, // another event
 		input(update("batch-a", 2, webhook(hooks.URL+"/batch-a"))),
 		input(gone),
 		input(update("batch-d", 1, webhook(hooks.URL+"/batch-d"))),
@@ -407,7 +407,7 @@ func TestClaimConflict(t *testing.T) {
 	defer closeFn()
 	var jobs []*job
 	for i := range 5 {
-		j, err := n.prepare(input(update(fmt.Sprintf("conflict-%d", i), 1, webhook("http://127.0.0.1:1/"))))
+		j, err := n.prepare(update(fmt.Sprintf("conflict-%d", i), 1, webhook("http://127.0.0.1:1/")))
 		if err != nil || j == nil {
 			t.Fatalf("prepare: %v %v", j, err)
 		}

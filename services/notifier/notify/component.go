@@ -246,15 +246,7 @@ type job struct {
 // prepare checks a component.applied record and builds its notification.
 // It returns no job when the record needs no notification whatever the
 // claim says, and a Permanent error when it can never be notified.
-func (n *notifier) prepare(in runtime.Input) (*job, error) {
-	if in.Tombstone() {
-		return nil, nil
-	}
-	a, ok := in.Value.(*events.ComponentApplied)
-	if !ok {
-		return nil, runtime.Permanentf("agent-notifier: record at %s[%d]@%d is %s, want %s",
-			in.Topic, in.Partition, in.Offset, in.Value.SchemaName(), events.SchemaComponentApplied)
-	}
+func (n *notifier) prepare(a *events.ComponentApplied) (*job, error) {
 	log := n.log.With().Str("component_id", a.ComponentID).Str("update_id", a.UpdateID).Int64("generation", a.Generation).Logger()
 	if ok, why := ShouldNotify(nil, a); !ok {
 		log.Debug().Str("reason", why).Msg("not notified")

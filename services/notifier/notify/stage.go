@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -115,21 +116,17 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandl
 	n.http = &http.Client{Transport: tr}
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
 	n.retry = env.Retry
-	return n.handle, tr.CloseIdleConnections, nil
+	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), tr.CloseIdleConnections, nil
 }
 
 // handle notifies the components of a poll's records: it sets aside the
 // records that need nothing or can never be notified, then claims,
 // notifies and records the rest together.
-func (n *notifier) handle(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
+func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.ComponentApplied]) []runtime.Outcome {
 	out := make([]runtime.Outcome, len(ins))
 	var jobs []*job
 	for i, in := range ins {
-		if in.Topic != topology.ComponentApplied {
-			out[i].Err = runtime.Permanentf("agent-notifier: no handler for topic %s", in.Topic)
-			continue
-		}
-		j, err := n.prepare(in)
+		j, err := n.prepare(in.Value)
 		if err != nil {
 			out[i].Err = err
 			continue

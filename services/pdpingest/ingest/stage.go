@@ -101,7 +101,7 @@ func StageWith(cfg Config) runtime.Stage {
 				g.close()
 				return nil, nil, err
 			}
-			return g.handle, func() { h.set(nil); g.close() }, nil
+			return runtime.Typed(runtime.SkipTombstones, g.handle), func() { h.set(nil); g.close() }, nil
 		},
 		Assigned: func(ctx context.Context, _ runtime.Env, assigned map[string][]int32) error {
 			g := h.get()
@@ -248,28 +248,17 @@ func (g *ingester) load(ctx context.Context, partitions []int32) error {
 	for _, p := range partitions {
 		fresh[p] = map[string]*events.PolicyCatalogEntry{}
 	}
-	err := runtime.ReadPartitions(ctx, g.env.Kafka, topology.PolicyCatalog, partitions, func(rec *kgo.Record) error {
-		m := fresh[rec.Partition]
-		if m == nil {
-			return nil
+	err := runtime.ReadPartitions(ctx, g.env.Kafka, topology.PolicyCatalog, partitions, runtime.Rows(ctx, g.env, runtime.PassTombstones, func(r runtime.Msg[*events.PolicyCatalogEntry]) error {
+		m := fresh[r.Partition]
+		switch {
+		case m == nil:
+		case r.Value == nil:
+			delete(m, string(r.Key))
+		default:
+			m[string(r.Key)] = r.Value
 		}
-		if rec.Value == nil {
-			delete(m, string(rec.Key))
-			return nil
-		}
-		ev, err := g.env.Codec.Decode(ctx, rec.Value)
-		if err != nil {
-			g.log.Warn().Err(err).Int32("partition", rec.Partition).Int64("offset", rec.Offset).Msg("skip undecodable catalog record")
-			return nil
-		}
-		e, ok := ev.(*events.PolicyCatalogEntry)
-		if !ok {
-			g.log.Warn().Str("schema", ev.SchemaName()).Int32("partition", rec.Partition).Int64("offset", rec.Offset).Msg("skip catalog record that is not a catalog entry")
-			return nil
-		}
-		m[string(rec.Key)] = e
 		return nil
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("pdp-ingest: restore catalog partitions %v: %w", partitions, err)
 	}
@@ -340,20 +329,14 @@ func changeID(in runtime.Input, policyID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-func (g *ingester) handle(ctx context.Context, in runtime.Input) (outs []runtime.Output, err error) {
+func (g *ingester) handle(ctx context.Context, in runtime.Msg[*events.PdpNotification]) (outs []runtime.Output, err error) {
 	g.rewound(in.Partition, in.Offset)
 	defer func() {
 		if err == nil || runtime.IsPermanent(err) {
 			g.handled(in.Partition, in.Offset)
 		}
 	}()
-	if in.Tombstone() {
-		return nil, nil
-	}
-	n, ok := in.Value.(*events.PdpNotification)
-	if !ok {
-		return nil, runtime.Permanentf("pdp-ingest: record is %s, want %s", in.Value.SchemaName(), events.SchemaPdpNotification)
-	}
+	n := in.Value
 	route, err := RouteNotification(in.Key, n)
 	if err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("pdp-ingest: %w", err))
@@ -377,7 +360,7 @@ func (g *ingester) handle(ctx context.Context, in runtime.Input) (outs []runtime
 		Route:    route,
 		Current:  g.entry(in.Partition, id),
 		Now:      time.Now().UTC().Truncate(time.Millisecond),
-		ChangeID: changeID(in, id),
+		ChangeID: changeID(in.Input, id),
 	}
 	if route.AskPDP {
 		if req.PDPBodies, err = g.pdp.AllVersions(ctx, id); err != nil {

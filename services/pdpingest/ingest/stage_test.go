@@ -333,7 +333,10 @@ func TestRewoundInputIsDecidedAgain(t *testing.T) {
 	if err := g.load(ctx, []int32{0, 1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	in := runtime.Input{Topic: topology.PDPNotifications, Partition: 1, Offset: 7, Key: []byte(memID), Value: loadedNote(memID, "5"), Raw: []byte{1}}
+	in := runtime.Msg[*events.PdpNotification]{
+		Input: runtime.Input{Topic: topology.PDPNotifications, Partition: 1, Offset: 7, Key: []byte(memID), Raw: []byte{1}},
+		Value: loadedNote(memID, "5"),
+	}
 	decided := func() []runtime.Output {
 		t.Helper()
 		outs, err := g.handle(ctx, in)

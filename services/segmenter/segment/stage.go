@@ -64,15 +64,8 @@ func StageWith(cfg Config) runtime.Stage {
 			}
 			log := env.Log.With().Str("stage", topology.StageSegmenter).Logger()
 			max := c.MaxSegmentBytes
-			return func(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
-				if in.Tombstone() {
-					return nil, nil
-				}
-				m, ok := in.Value.(*events.PolicyMatch)
-				if !ok {
-					return nil, runtime.Permanentf("segmenter: record at %s[%d]@%d is %s, want %s",
-						in.Topic, in.Partition, in.Offset, in.Value.SchemaName(), events.SchemaPolicyMatch)
-				}
+			return runtime.Typed(runtime.SkipTombstones, func(_ context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
+				m := in.Value
 				outs, err := Outputs(env.Codec, m, in.Key, max)
 				if err != nil {
 					return nil, err
@@ -82,7 +75,7 @@ func StageWith(cfg Config) runtime.Stage {
 						Int("pieces", len(outs)).Msg("policy match cut into pieces")
 				}
 				return outs, nil
-			}, nil, nil
+			}), nil, nil
 		},
 	}
 }

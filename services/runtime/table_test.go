@@ -1,0 +1,85 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+func TestTableRebuildsFollowsAndDeletes(t *testing.T) {
+	c := newCluster(t)
+	junk := c.Record(t, "in", "k5", nil)
+	junk.Value = []byte("definitely not avro")
+	c.ProduceRecords(t,
+		c.Record(t, "in", "k1", req("a")),
+		c.Record(t, "in", "k2", req("b")),
+		c.Record(t, "in", "k1", req("a2")),
+		c.Record(t, "in", "k3", req("c")),
+		c.Record(t, "in", "k3", nil),
+		c.Record(t, "in", "k4", req("d")),
+		c.Record(t, "in", "k4", &events.PolicyChange{ChangeID: "c1", Action: events.ActionRemoved, ChangedAt: time.UnixMilli(1).UTC()}),
+		junk,
+	)
+	var mu sync.Mutex
+	changes := map[string][]string{}
+	table, err := runtime.FollowTable(stagetest.Env(c.Kafka, runtime.Consul{}), "in", func(m runtime.Msg[*events.CatchupRequest]) {
+		mu.Lock()
+		defer mu.Unlock()
+		v := "deleted"
+		if m.Value != nil {
+			v = m.Value.RequestID
+		}
+		changes[string(m.Key)] = append(changes[string(m.Key)], v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := table.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	get := func(key string) string {
+		v, found := table.Get(key)
+		switch {
+		case !found:
+			return "unknown"
+		case v == nil:
+			return "deleted"
+		}
+		return v.RequestID
+	}
+	want := map[string]string{"k1": "a2", "k2": "b", "k3": "deleted", "k4": "d", "k5": "unknown", "k6": "unknown"}
+	for key, w := range want {
+		if g := get(key); g != w {
+			t.Errorf("after the rebuild %s is %s, want %s", key, g, w)
+		}
+	}
+	if n := table.Len(); n != 3 {
+		t.Errorf("the table holds %d values, want 3", n)
+	}
+	mu.Lock()
+	if got := fmt.Sprint(changes["k1"], changes["k3"], changes["k4"]); got != "[a a2] [c deleted] [d]" {
+		t.Errorf("changes told of k1, k3, k4: %s, want [a a2] [c deleted] [d]", got)
+	}
+	mu.Unlock()
+
+	// Kept current: what is committed later is there once caught up.
+	c.ProduceCommitted(t, c.Record(t, "in", "k2", nil), c.Record(t, "in", "k6", req("e")), c.Record(t, "in", "k3", req("c2")))
+	if err := table.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want = map[string]string{"k1": "a2", "k2": "deleted", "k3": "c2", "k6": "e"}
+	for key, w := range want {
+		if g := get(key); g != w {
+			t.Errorf("after catching up %s is %s, want %s", key, g, w)
+		}
+	}
+}
