@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -88,7 +89,7 @@ func (w *writer) record(in runtime.Input) (*events.ComponentPolicies, error) {
 
 func (w *writer) newJob(i int, rec *events.ComponentPolicies, start time.Time) *job {
 	return &job{
-		i: i, rec: rec, folder: Folder(rec.ServiceComponentName), start: start,
+		i: i, rec: rec, folder: consulkv.Folder(rec.ServiceComponentName), start: start,
 		log: w.log.With().Str("component_id", rec.ComponentID).Str("update_id", rec.UpdateID).Int64("generation", rec.Generation).Logger(),
 	}
 }
@@ -161,7 +162,7 @@ func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Outpu
 // ModifyIndex after the last one (for an uninstall: the index of the
 // deletion, when Consul reports it).
 func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64, error) {
-	eventKey := EventKey(scn)
+	eventKey := consulkv.EventKey(scn)
 	index := plan.EventIndex
 	var last uint64
 	for i, st := range plan.Steps {
@@ -181,7 +182,7 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
 		}
 		if !ok {
-			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), runtime.TxnReasons(resp), ErrConflict)
+			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), consulkv.TxnReasons(resp), ErrConflict)
 		}
 		if meta != nil {
 			last = meta.LastIndex

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -150,14 +151,14 @@ func TestNotifierManyComponents(t *testing.T) {
 	}
 	check("first run")
 
-	claims := func() map[string]Claim {
+	claims := func() map[string]consulkv.Claim {
 		pairs, _, err := consul.KV().List("many-", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]Claim{}
+		out := map[string]consulkv.Claim{}
 		for _, p := range pairs {
-			cl, err := ParseClaim(p.Value)
+			cl, err := consulkv.ParseClaim(p.Value)
 			if err != nil {
 				t.Fatalf("claim %s: %v", p.Key, err)
 			}
@@ -449,7 +450,7 @@ func TestClaimConflict(t *testing.T) {
 		if err != nil || p == nil {
 			t.Fatalf("claim %s: %v %v", j.key, p, err)
 		}
-		cl, err := ParseClaim(p.Value)
+		cl, err := consulkv.ParseClaim(p.Value)
 		switch {
 		case err != nil:
 			t.Fatalf("claim %s: %v", j.key, err)
