@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -172,24 +173,28 @@ func (p *pipeline) unpublish(policyName string) {
 // items returns the policy_id -> policy_body of a component's folder.
 func (p *pipeline) items(scn string) map[string]map[string]any {
 	p.t.Helper()
-	pairs, _, err := p.consul.KV().List(scn+":policies/items/", nil)
+	pairs, _, err := p.consul.KV().List(consulkv.ItemsPrefix(scn), nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	out := map[string]map[string]any{}
 	for _, kv := range pairs {
+		id, ok := consulkv.ItemPolicyID(scn, kv.Key)
+		if !ok {
+			continue
+		}
 		var body map[string]any
 		if err := json.Unmarshal(kv.Value, &body); err != nil {
 			p.t.Fatalf("%s is not a JSON policy_body: %v", kv.Key, err)
 		}
-		out[strings.TrimPrefix(kv.Key, scn+":policies/items/")] = body
+		out[id] = body
 	}
 	return out
 }
 
 func (p *pipeline) event(scn string) map[string]any {
 	p.t.Helper()
-	kv, _, err := p.consul.KV().Get(scn+":policies/event", nil)
+	kv, _, err := p.consul.KV().Get(consulkv.EventKey(scn), nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -330,8 +330,9 @@ func TestBatchSharedTransactionConflict(t *testing.T) {
 	intruder := consulkv.Event{Action: consulkv.ActionUpdated, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: "u-other", PoliciesCount: 1, Generation: 9}
 	var shared atomic.Int64 // components in the transaction the intruder spoiled
 	proxy.setHook(func(body []byte) {
-		if shared.Load() == 0 && bytes.Contains(body, []byte(`"Key":"batch-07:policies/event"`)) && bytes.Contains(body, []byte(`"Verb":"cas"`)) {
-			shared.Store(int64(bytes.Count(body, []byte(`:policies/event"`))))
+		if shared.Load() == 0 && bytes.Contains(body, []byte(`"Key":"`+consulkv.EventKey("batch-07")+`"`)) && bytes.Contains(body, []byte(`"Verb":"cas"`)) {
+			// Each component's event key ends the same way.
+			shared.Store(int64(bytes.Count(body, []byte(consulkv.EventKey("")+`"`))))
 			if err := putEvent(consul, "batch-07", intruder); err != nil {
 				t.Error(err)
 			}
@@ -393,14 +394,14 @@ func TestBatchConsulDown(t *testing.T) {
 			t.Fatalf("record %d with Consul down: outcome %+v, want a transient error", i, oc)
 		}
 	}
-	if !strings.Contains(outs[0].Err.Error(), "read down-1:policies/") {
+	if !strings.Contains(outs[0].Err.Error(), "read "+consulkv.Folder("down-1")) {
 		t.Fatalf("first error %q does not say which read failed", outs[0].Err)
 	}
 }
 
 func TestWaves(t *testing.T) {
 	var jobs []*job
-	for i, scn := range []string{"a", "b", "a", "a:policies/x", "c", "b", "d:policies/y", "a"} {
+	for i, scn := range []string{"a", "b", "a", consulkv.Folder("a") + "x", "c", "b", consulkv.Folder("d") + "y", "a"} {
 		jobs = append(jobs, &job{i: i, folder: consulkv.Folder(scn)})
 	}
 	var got [][]int

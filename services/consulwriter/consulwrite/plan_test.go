@@ -39,7 +39,7 @@ func pair(key string, value []byte, create, modify uint64) *api.KVPair {
 }
 
 func eventPair(e consulkv.Event, create, modify uint64) *api.KVPair {
-	return pair("dcae-vm:policies/event", e.JSON(), create, modify)
+	return pair(consulkv.EventKey("dcae-vm"), e.JSON(), create, modify)
 }
 
 // describe lists a plan's operations as "verb key" strings, step by step.
@@ -51,13 +51,13 @@ func describe(p WritePlan) [][]string {
 			s = append(s, "check-index event")
 		}
 		for _, op := range st.Ops {
-			s = append(s, string(op.KV.Verb)+" "+strings.TrimPrefix(op.KV.Key, "dcae-vm:policies/"))
+			s = append(s, string(op.KV.Verb)+" "+strings.TrimPrefix(op.KV.Key, consulkv.Folder("dcae-vm")))
 		}
 		if st.Event != nil {
 			s = append(s, "cas event "+st.Event.Action)
 		}
 		if st.Put != nil {
-			s = append(s, "put "+strings.TrimPrefix(st.Put.Key, "dcae-vm:policies/"))
+			s = append(s, "put "+strings.TrimPrefix(st.Put.Key, consulkv.Folder("dcae-vm")))
 		}
 		out = append(out, s)
 	}
@@ -69,9 +69,9 @@ func TestPlanSingleTransaction(t *testing.T) {
 	prior := consulkv.Event{Action: consulkv.ActionGathered, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u1", PoliciesCount: 2, Generation: 1}
 	folder := api.KVPairs{
 		eventPair(prior, 10, 10),
-		pair("dcae-vm:policies/items/A", []byte(a1.Body), 10, 10),
-		pair("dcae-vm:policies/items/B", []byte(b1.Body), 10, 10),
-		pair("dcae-vm:policies/notified", []byte(`{"update_id":"u1"}`), 11, 11),
+		pair(consulkv.ItemKey("dcae-vm", "A"), []byte(a1.Body), 10, 10),
+		pair(consulkv.ItemKey("dcae-vm", "B"), []byte(b1.Body), 10, 10),
+		pair(consulkv.ClaimKey("dcae-vm"), []byte(`{"update_id":"u1"}`), 11, 11),
 	}
 	cases := []struct {
 		name    string
@@ -122,7 +122,7 @@ func TestPlanSingleTransaction(t *testing.T) {
 func TestPlanSkipsWhatConsulHolds(t *testing.T) {
 	a1 := pol("A", "1", `{"a":1}`)
 	done := consulkv.Event{Action: consulkv.ActionUpdated, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u5", PoliciesCount: 1, Generation: 5}
-	current := api.KVPairs{eventPair(done, 3, 42), pair("dcae-vm:policies/items/A", []byte(a1.Body), 3, 40)}
+	current := api.KVPairs{eventPair(done, 3, 42), pair(consulkv.ItemKey("dcae-vm", "A"), []byte(a1.Body), 3, 40)}
 	cases := []struct {
 		name   string
 		rec    *events.ComponentPolicies
@@ -159,12 +159,12 @@ func TestPlanUninstall(t *testing.T) {
 	rec := record("u9", 9)
 	rec.Uninstalled = true
 	prior := consulkv.Event{Action: consulkv.ActionUpdated, UpdateID: "u8", Generation: 8}
-	p, err := Plan(api.KVPairs{eventPair(prior, 1, 7), pair("dcae-vm:policies/items/A", []byte("{}"), 1, 1), pair("dcae-vm:policies/notified", []byte("{}"), 2, 2)}, rec, now)
+	p, err := Plan(api.KVPairs{eventPair(prior, 1, 7), pair(consulkv.ItemKey("dcae-vm", "A"), []byte("{}"), 1, 1), pair(consulkv.ClaimKey("dcae-vm"), []byte("{}"), 2, 2)}, rec, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Skip || p.Action != ActionUninstalled || p.KeysChanged != 3 || p.EventIndex != 7 ||
-		!reflect.DeepEqual(describe(p), [][]string{{"check-index event", "delete-tree "}}) || p.Steps[0].Ops[0].KV.Key != "dcae-vm:policies/" {
+		!reflect.DeepEqual(describe(p), [][]string{{"check-index event", "delete-tree "}}) || p.Steps[0].Ops[0].KV.Key != consulkv.Folder("dcae-vm") {
 		t.Fatalf("uninstall plan %+v %v", p, describe(p))
 	}
 	p, err = Plan(nil, rec, now)
@@ -203,11 +203,11 @@ func bodySize(t *testing.T, st Step) (ops int, size int) {
 	t.Helper()
 	all := api.TxnOps{}
 	if st.Guard {
-		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: "dcae-vm:policies/event", Index: 123456789}})
+		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: consulkv.EventKey("dcae-vm"), Index: 123456789}})
 	}
 	all = append(all, st.Ops...)
 	if st.Event != nil {
-		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: "dcae-vm:policies/event", Value: st.Event.JSON(), Index: 123456789}})
+		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: consulkv.EventKey("dcae-vm"), Value: st.Event.JSON(), Index: 123456789}})
 	}
 	b, err := json.Marshal(all)
 	if err != nil {
@@ -229,7 +229,7 @@ func TestPlanSeveralTransactions(t *testing.T) {
 	ps = append(ps, pol("HUGE", "1", `{"blob":"`+strings.Repeat("h", 450*1024)+`"}`))
 	rec := record("u2", 2, ps...)
 	prior := consulkv.Event{Action: consulkv.ActionGathered, UpdateID: "u1", Generation: 1}
-	current := api.KVPairs{eventPair(prior, 5, 5), pair("dcae-vm:policies/items/OLD", []byte("{}"), 5, 5)}
+	current := api.KVPairs{eventPair(prior, 5, 5), pair(consulkv.ItemKey("dcae-vm", "OLD"), []byte("{}"), 5, 5)}
 	p, err := Plan(current, rec, now)
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +266,7 @@ func TestPlanSeveralTransactions(t *testing.T) {
 			written[op.KV.Key]++
 		}
 	}
-	if puts != 1 || written["dcae-vm:policies/items/HUGE"] != 1 {
+	if puts != 1 || written[consulkv.ItemKey("dcae-vm", "HUGE")] != 1 {
 		t.Errorf("%d single puts, want 1 for HUGE", puts)
 	}
 	var keys []string
@@ -313,7 +313,7 @@ func TestPlanResumesCutWrite(t *testing.T) {
 }
 
 func TestOpSize(t *testing.T) {
-	keys := []string{"", "dcae-vm:policies/event", "a<b>&c\"d\\e\n\t\b\f\r\x01\x1f", "é€😀\u2028\u2029", "bad\xff\xc3utf8"}
+	keys := []string{"", consulkv.EventKey("dcae-vm"), "a<b>&c\"d\\e\n\t\b\f\r\x01\x1f", "é€😀\u2028\u2029", "bad\xff\xc3utf8"}
 	values := [][]byte{nil, {}, []byte("a"), []byte("ab"), []byte("abc"), []byte(`{"x":"<&>"}`), bytes.Repeat([]byte{0xff}, 1000)}
 	for _, verb := range []api.KVOp{api.KVSet, api.KVCAS, api.KVCheckIndex, api.KVDeleteTree} {
 		for _, k := range keys {

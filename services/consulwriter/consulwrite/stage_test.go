@@ -60,7 +60,7 @@ func collection(update string, gen int64, ps ...events.Policy) *events.Component
 	}
 }
 
-// eventOf reads and parses <scn>:policies/event.
+// eventOf reads and parses the event key of scn.
 func eventOf(t *testing.T, c *api.Client, scn string) (map[string]any, *api.KVPair) {
 	t.Helper()
 	p := mustGet(t, c, consulkv.EventKey(scn))
@@ -83,7 +83,7 @@ func TestConsulWriterStage(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("got %d component.applied records, want 1", len(recs))
 	}
-	item := mustGet(t, consul, "dcae-vm:policies/items/DCAE.Config_VM_MEMORY")
+	item := mustGet(t, consul, consulkv.ItemKey("dcae-vm", "DCAE.Config_VM_MEMORY"))
 	var body map[string]any
 	if err := json.Unmarshal(item.Value, &body); err != nil {
 		t.Fatalf("item value %s is not JSON: %v", item.Value, err)

@@ -171,7 +171,7 @@ func TestNotifierManyComponents(t *testing.T) {
 		t.Fatalf("%d claims under many-, want %d", len(got), nHooks+nScripts+1)
 	}
 	for key, cl := range got {
-		scn := strings.TrimSuffix(key, ":policies/notified")
+		scn := strings.TrimSuffix(key, consulkv.ClaimKey(""))
 		gen := int64(1)
 		if scn == twice {
 			gen = 2
