@@ -67,7 +67,7 @@ func start(t *testing.T) *pipeline {
 // run starts every stage and the North API.
 func (p *pipeline) run() {
 	p.t.Helper()
-	env := runtime.NewEnv(p.kafka, p.b.Consul(), runtime.NewLogger(os.Stderr, "warn", true))
+	env := runtime.NewEnv(p.kafka, runtime.NewLogger(os.Stderr, "warn", true))
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
@@ -80,13 +80,13 @@ func (p *pipeline) run() {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL})...); err != nil && ctx.Err() == nil {
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul()})...); err != nil && ctx.Err() == nil {
 			p.t.Errorf("stages: %v", err)
 		}
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := api.ServeListener(ctx, env, ln, api.Options{}); err != nil && ctx.Err() == nil {
+		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul()}); err != nil && ctx.Err() == nil {
 			p.t.Errorf("north api: %v", err)
 		}
 	}()

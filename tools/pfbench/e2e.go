@@ -234,8 +234,10 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	}
 	actx, stopAPI := context.WithCancel(ctx)
 	defer stopAPI()
-	env := runtime.NewEnv(b.kafka, runtime.Consul{Addr: b.consulAddr}, b.log)
-	go func() { _ = api.ServeListener(actx, env, apiLn, api.Options{}) }()
+	env := runtime.NewEnv(b.kafka, b.log)
+	go func() {
+		_ = api.ServeListener(actx, env, apiLn, api.Options{Consul: consulkv.Config{Addr: b.consulAddr}})
+	}()
 	notifyURL := "http://" + apiLn.Addr().String() + "/v1/pdp/notifications"
 
 	// Components: one by script, the fleet by webhook.

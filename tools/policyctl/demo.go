@@ -74,7 +74,7 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 	if devAPIListener == nil {
 		return nil
 	}
-	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{})
+	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {

@@ -31,7 +31,7 @@ import (
 // consulProxy passes requests to a Consul agent, counting transactions
 // and folder lists; a hook may act on a transaction before it is passed.
 type consulProxy struct {
-	cfg runtime.Consul // reaches the agent through the proxy
+	cfg consulkv.Config // reaches the agent through the proxy
 
 	mu     sync.Mutex
 	txns   int // PUT /v1/txn
@@ -40,7 +40,7 @@ type consulProxy struct {
 	status map[int]int // of the transactions' responses
 }
 
-func newConsulProxy(t testing.TB, agent runtime.Consul) *consulProxy {
+func newConsulProxy(t testing.TB, agent consulkv.Config) *consulProxy {
 	t.Helper()
 	target, err := url.Parse("http://" + agent.Addr)
 	if err != nil {
@@ -78,7 +78,7 @@ func newConsulProxy(t testing.TB, agent runtime.Consul) *consulProxy {
 		p.mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
-	p.cfg = runtime.Consul{Addr: srv.Listener.Addr().String()}
+	p.cfg = consulkv.Config{Addr: srv.Listener.Addr().String()}
 	return p
 }
 
@@ -239,9 +239,9 @@ func TestConsulWriterManyComponents(t *testing.T) {
 
 	// The stage starts with every record waiting, as after a burst, and
 	// polls them all at once as it would in production.
-	env := stagetest.Env(c.Kafka, proxy.cfg)
+	env := stagetest.Env(c.Kafka)
 	env.PollRecords = 1000
-	stagetest.Run(t, Stage(), env)
+	stagetest.Run(t, StageWith(Config{Consul: proxy.cfg}), env)
 	want := len(recs) - 1 // not the newer-generation component
 	got := applied.Until(want, 120*time.Second)
 	applied.Poll(time.Second)
@@ -294,10 +294,10 @@ func TestConsulWriterManyComponents(t *testing.T) {
 }
 
 // newWriter is the stage's batch handler on cfg.
-func newWriter(t testing.TB, cfg runtime.Consul) *writer {
+func newWriter(t testing.TB, cfg consulkv.Config) *writer {
 	t.Helper()
-	w := &writer{}
-	if _, _, err := w.setup(context.Background(), stagetest.Env(runtime.Kafka{}, cfg)); err != nil {
+	w := &writer{cfg: Config{Consul: cfg}}
+	if _, _, err := w.setup(context.Background(), stagetest.Env(runtime.Kafka{})); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -382,7 +382,7 @@ func TestBatchSharedTransactionConflict(t *testing.T) {
 }
 
 func TestBatchConsulDown(t *testing.T) {
-	w := newWriter(t, runtime.Consul{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))})
+	w := newWriter(t, consulkv.Config{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))})
 	recs := []*events.ComponentPolicies{
 		component("d1", "down-1", "u1", 1, kilobytePolicy("P0", "1")),
 		component("d2", "down-2", "u1", 1, kilobytePolicy("P0", "1")),

@@ -3,6 +3,7 @@ package consulwrite
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -24,29 +25,47 @@ const consulTimeout = 2 * time.Minute
 // record is planned again from a fresh read.
 var ErrConflict = errors.New("the folder changed while it was written")
 
-// Stage is the consul-writer: it reads component.policies (at least once,
-// in order) and writes each collection to Consul KV, then emits
-// component.applied. A poll's records are written together: their folders
-// read in shared transactions, their small collections written in shared
-// transactions.
-func Stage() runtime.Stage {
-	w := &writer{}
+// Config is the consul-writer's own configuration.
+type Config struct {
+	// Consul is the agent the folders are written to.
+	Consul consulkv.Config
+}
+
+// DefaultConfig reaches Consul as the environment says (consulkv.FromEnv).
+func DefaultConfig() Config { return Config{Consul: consulkv.FromEnv()} }
+
+// RegisterFlags adds the consul-writer's flags to fs: Consul's.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) { c.Consul.RegisterFlags(fs) }
+
+// Stage is the consul-writer configured from the environment (and from
+// flags when run by runtime.Main).
+func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
+
+// StageWith is the consul-writer with the given configuration: it reads
+// component.policies (at least once, in order) and writes each collection
+// to Consul KV, then emits component.applied. A poll's records are
+// written together: their folders read in shared transactions, their
+// small collections written in shared transactions.
+func StageWith(cfg Config) runtime.Stage {
+	w := &writer{cfg: cfg}
 	return runtime.Stage{
 		Name:       topology.StageConsulWriter,
 		Mode:       runtime.AtLeastOnce,
 		Inputs:     []string{topology.ComponentPolicies},
+		Flags:      w.cfg.RegisterFlags,
 		SetupBatch: w.setup,
 	}
 }
 
 type writer struct {
+	cfg Config
 	kv  *api.KV
 	txn *api.Txn
 	log zerolog.Logger
 }
 
 func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
-	cl, err := env.Consul.Client()
+	cl, err := w.cfg.Consul.Client()
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}

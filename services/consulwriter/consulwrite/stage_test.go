@@ -2,6 +2,7 @@ package consulwrite
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -75,7 +76,7 @@ func TestConsulWriterStage(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t)
 	applied := c.Reader(t, topology.ComponentApplied)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
 
 	// First collection.
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
@@ -174,7 +175,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t)
 	applied := c.Reader(t, topology.ComponentApplied)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
 
 	// A first small collection, so the big one is an update of it.
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
@@ -284,11 +285,19 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 	t.Logf("2000 small policies (+100 deletions): %.1f s from produce to component.applied, %.0f keys/s", took.Seconds(), 2102/took.Seconds())
 }
 
+// TestConsulWriterWaitsForConsul runs the stage configured by its flags,
+// as runtime.Main runs it, on a Consul agent that starts late.
 func TestConsulWriterWaitsForConsul(t *testing.T) {
 	port := stagetest.FreePort(t)
 	c := newCluster(t)
 	applied := c.Reader(t, topology.ComponentApplied)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, runtime.Consul{Addr: "127.0.0.1:" + strconv.Itoa(port)}))
+	s := Stage()
+	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
+	s.Flags(fs)
+	if err := fs.Parse([]string{"--consul-addr", "127.0.0.1:" + strconv.Itoa(port)}); err != nil {
+		t.Fatal(err)
+	}
+	stagetest.Run(t, s, stagetest.Env(c.Kafka))
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
 	applied.Until(1, 2*time.Second)
 	if len(applied.Records()) != 0 {

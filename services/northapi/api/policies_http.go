@@ -473,7 +473,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 }
 
 func (s *Server) consulFailed(key string, err error) *httpError {
-	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.env.Consul.Addr, err)
+	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.opts.Consul.Addr, err)
 }
 
 // Health is the answer of GET /healthcheck.

@@ -73,14 +73,14 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	c := newCluster(t, topology.DeployComponents, topology.PolicySegments, topology.ComponentPolicies, topology.ComponentApplied,
 		topology.DLQ(topology.StageExecutor), topology.DLQ(topology.StageConsulWriter), topology.DLQ(topology.StageAgentNotifier))
 	rec := newRecorder(t)
-	env := stagetest.Env(c.Kafka, consulCfg)
+	env := stagetest.Env(c.Kafka)
 
 	c.Produce(t, topology.DeployComponents, "vm-1", &events.Component{
 		ComponentID: "vm-1", DeploymentID: "dep-1", ServiceComponentName: "dcae-vm",
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}, Config: "{}", UpdatedAt: time.UnixMilli(1).UTC(),
 	})
 	stagetest.Run(t, execute.Stage(), env)
-	writer, notifier := consulwrite.Stage(), Stage()
+	writer, notifier := consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg)
 	stopWriter := stagetest.Run(t, writer, env)
 	stopNotifier := stagetest.Run(t, notifier, env)
 
@@ -164,7 +164,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	stopWriter()
 	stopNotifier()
 	before := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm"))
-	writer, notifier = consulwrite.Stage(), Stage()
+	writer, notifier = consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg)
 	writer.Group, notifier.Group = "replayed-consul-writer", "replayed-agent-notifier"
 	stagetest.Run(t, writer, env)
 	stagetest.Run(t, notifier, env)

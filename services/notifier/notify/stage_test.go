@@ -103,7 +103,7 @@ func TestNotifierStage(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
 	rec := newRecorder(t)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
+	stagetest.Run(t, stageOn(t, consulCfg), stagetest.Env(c.Kafka))
 	script := events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}
 	vm, x := vmMemory(), other()
 
