@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 	"github.com/rs/zerolog"
@@ -295,8 +296,8 @@ func (b *Backend) Kafka(prefix string) runtime.Kafka {
 }
 
 // Consul returns the connection settings of the backend's Consul agent.
-func (b *Backend) Consul() runtime.Consul {
-	return runtime.Consul{Addr: b.ConsulAddr}
+func (b *Backend) Consul() consulkv.Config {
+	return consulkv.Config{Addr: b.ConsulAddr}
 }
 
 // Admin returns a Kafka admin client for the backend, closed when the test

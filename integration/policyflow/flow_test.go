@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -69,7 +70,7 @@ func TestFilterGainsAndLosesPolicies(t *testing.T) {
 	p.waitItems(scn, map[string]string{"DCAE.Config_FLT_C": `{"c":1}`})
 	p.must(http.MethodDelete, "/v1/components/comp-f", nil)
 	p.eventually("folder cleared", 2*time.Minute, func() error {
-		pairs, _, err := p.consul.KV().List(scn+":policies/", nil)
+		pairs, _, err := p.consul.KV().List(consulkv.Folder(scn), nil)
 		if err != nil {
 			return err
 		}

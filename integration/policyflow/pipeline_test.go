@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -66,7 +67,7 @@ func start(t *testing.T) *pipeline {
 // run starts every stage and the North API.
 func (p *pipeline) run() {
 	p.t.Helper()
-	env := runtime.NewEnv(p.kafka, p.b.Consul(), runtime.NewLogger(os.Stderr, "warn", true))
+	env := runtime.NewEnv(p.kafka, runtime.NewLogger(os.Stderr, "warn", true))
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
@@ -79,13 +80,13 @@ func (p *pipeline) run() {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL})...); err != nil && ctx.Err() == nil {
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul()})...); err != nil && ctx.Err() == nil {
 			p.t.Errorf("stages: %v", err)
 		}
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := api.ServeListener(ctx, env, ln, api.Options{}); err != nil && ctx.Err() == nil {
+		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul()}); err != nil && ctx.Err() == nil {
 			p.t.Errorf("north api: %v", err)
 		}
 	}()
@@ -172,24 +173,28 @@ func (p *pipeline) unpublish(policyName string) {
 // items returns the policy_id -> policy_body of a component's folder.
 func (p *pipeline) items(scn string) map[string]map[string]any {
 	p.t.Helper()
-	pairs, _, err := p.consul.KV().List(scn+":policies/items/", nil)
+	pairs, _, err := p.consul.KV().List(consulkv.ItemsPrefix(scn), nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}
 	out := map[string]map[string]any{}
 	for _, kv := range pairs {
+		id, ok := consulkv.ItemPolicyID(scn, kv.Key)
+		if !ok {
+			continue
+		}
 		var body map[string]any
 		if err := json.Unmarshal(kv.Value, &body); err != nil {
 			p.t.Fatalf("%s is not a JSON policy_body: %v", kv.Key, err)
 		}
-		out[strings.TrimPrefix(kv.Key, scn+":policies/items/")] = body
+		out[id] = body
 	}
 	return out
 }
 
 func (p *pipeline) event(scn string) map[string]any {
 	p.t.Helper()
-	kv, _, err := p.consul.KV().Get(scn+":policies/event", nil)
+	kv, _, err := p.consul.KV().Get(consulkv.EventKey(scn), nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}

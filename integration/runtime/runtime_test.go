@@ -58,7 +58,7 @@ func echo(slow time.Duration) runtime.Stage {
 }
 
 func env(k runtime.Kafka) runtime.Env {
-	e := runtime.NewEnv(k, runtime.Consul{}, runtime.NewLogger(io.Discard, "error", false))
+	e := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
 	e.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	e.TransactionTimeout = 5 * time.Second
 	e.SessionTimeout = 6 * time.Second

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/topology"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -166,7 +167,7 @@ func TestConsulKeyValueRoundTrip(t *testing.T) {
 	w := (&api.WriteOptions{}).WithContext(ctx)
 
 	folder := "policyflow-smoke/" + strings.TrimSuffix(b.Prefix(t), ".")
-	key := folder + "/svc:policies/items/DCAE.Config_smoke"
+	key := consulkv.ItemKey(folder+"/svc", "DCAE.Config_smoke")
 	value := []byte(`{"policy_id":"DCAE.Config_smoke","config":{"threshold":7}}`)
 	t.Cleanup(func() {
 		if _, err := cc.KV().DeleteTree(folder, nil); err != nil {

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -20,6 +21,8 @@ func main() {
 	fs := flag.NewFlagSet("northapi", flag.ContinueOnError)
 	var o runtime.Options
 	o.RegisterFlags(fs)
+	var consul consulkv.Config
+	consul.RegisterFlags(fs)
 	// The API listens on its own address; the stages' PF_HTTP_ADDR is for
 	// their health servers and would clash when both run on one host.
 	o.HTTPAddr = runtime.EnvOr("PF_API_ADDR", api.DefaultAddr)
@@ -44,13 +47,13 @@ func main() {
 	}
 	ctx, cancel := runtime.SignalContext(context.Background())
 	defer cancel()
-	env := runtime.NewEnv(o.Kafka, o.Consul, log)
+	env := runtime.NewEnv(o.Kafka, log)
 	go func() {
 		if err := runtime.PublishSchemas(ctx, env); err != nil {
 			log.Warn().Err(err).Msg("publish schemas")
 		}
 	}()
-	if err := api.Serve(ctx, env, o.HTTPAddr, api.Options{}); err != nil {
+	if err := api.Serve(ctx, env, o.HTTPAddr, api.Options{Consul: consul}); err != nil {
 		log.Error().Err(err).Msg("exiting")
 		os.Exit(1)
 	}

@@ -11,17 +11,13 @@ import (
 	"strings"
 	"time"
 
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
-// Defaults that work against the embedded stack (`make run`).
-const (
-	DefaultBrokers    = "127.0.0.1:9092"
-	DefaultConsulAddr = "127.0.0.1:8500"
-)
+// DefaultBrokers works against the embedded stack (`make run`).
+const DefaultBrokers = "127.0.0.1:9092"
 
 // Kafka is how a process reaches the cluster: brokers, security and the
 // topic prefix that lets several environments share one cluster.
@@ -38,12 +34,6 @@ type Kafka struct {
 	// stack so that rebalances and faults settle in milliseconds.
 	FetchMaxWait   time.Duration
 	MetadataMinAge time.Duration
-}
-
-// Consul is how a process reaches the Consul agent.
-type Consul struct {
-	Addr  string
-	Token string
 }
 
 // EnvOr returns the value of the environment variable or def.
@@ -108,12 +98,6 @@ func (k *Kafka) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&k.TLSSkipVerify, "tls-insecure-skip-verify", envBool("PF_TLS_INSECURE_SKIP_VERIFY", false), "do not verify the brokers' certificates (env PF_TLS_INSECURE_SKIP_VERIFY)")
 }
 
-// RegisterFlags adds the Consul flags to fs with PF_* env fallbacks.
-func (c *Consul) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "consul-addr", EnvOr("PF_CONSUL_ADDR", EnvOr("CONSUL_HTTP_ADDR", DefaultConsulAddr)), "Consul HTTP address (env PF_CONSUL_ADDR or CONSUL_HTTP_ADDR)")
-	fs.StringVar(&c.Token, "consul-token", EnvOr("PF_CONSUL_TOKEN", EnvOr("CONSUL_HTTP_TOKEN", "")), "Consul ACL token (env PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)")
-}
-
 // Topic returns the full name of a topic of the topology under the prefix.
 func (k Kafka) Topic(base string) string { return k.Prefix + base }
 
@@ -171,25 +155,4 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	return opts, nil
-}
-
-// Client returns a Consul API client for the configured agent. It keeps
-// its connections open (stages send many requests, several at once) and
-// takes responses uncompressed (gzip of every folder read cost the agent
-// more than the read on a busy host).
-func (c Consul) Client() (*consulapi.Client, error) {
-	cfg := consulapi.DefaultConfig()
-	cfg.Transport.MaxIdleConnsPerHost = 32
-	cfg.Transport.DisableCompression = true
-	if c.Addr != "" {
-		cfg.Address = c.Addr
-	}
-	if c.Token != "" {
-		cfg.Token = c.Token
-	}
-	cl, err := consulapi.NewClient(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
-	}
-	return cl, nil
 }

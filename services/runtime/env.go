@@ -20,7 +20,6 @@ import (
 // embedded stack); each still gets its own client and consumer group.
 type Env struct {
 	Kafka   Kafka
-	Consul  Consul
 	Log     zerolog.Logger
 	Codec   *events.Codec
 	Metrics *Metrics
@@ -70,11 +69,10 @@ func (b Backoff) Next(attempt int) time.Duration {
 }
 
 // NewEnv builds an Env with a fresh metrics registry and health tracker.
-func NewEnv(k Kafka, c Consul, log zerolog.Logger) Env {
+func NewEnv(k Kafka, log zerolog.Logger) Env {
 	codec := events.Default()
 	return Env{
 		Kafka:              k,
-		Consul:             c,
 		Log:                log,
 		Codec:              codec,
 		Metrics:            NewMetrics(),

@@ -15,7 +15,6 @@ import (
 // Options are the process-level settings every stage binary shares.
 type Options struct {
 	Kafka    Kafka
-	Consul   Consul
 	HTTPAddr string
 	LogLevel string
 	LogText  bool
@@ -24,7 +23,6 @@ type Options struct {
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	o.Kafka.RegisterFlags(fs)
-	o.Consul.RegisterFlags(fs)
 	fs.StringVar(&o.HTTPAddr, "http-addr", EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics (env PF_HTTP_ADDR)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	fs.BoolVar(&o.LogText, "log-text", envBool("PF_LOG_TEXT", false), "human-readable logs instead of JSON (env PF_LOG_TEXT)")
@@ -91,7 +89,7 @@ func Main(s Stage) {
 	}
 	ctx, cancel := SignalContext(context.Background())
 	defer cancel()
-	env := NewEnv(o.Kafka, o.Consul, log)
+	env := NewEnv(o.Kafka, log)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, nil) })
 	g.Go(func() error {

@@ -65,7 +65,7 @@ func TestRetryThenSuccessAndPermanentToDeadLetter(t *testing.T) {
 			}, nil, nil
 		},
 	}
-	stop := stagetest.Run(t, stage, stagetest.Env(k, runtime.Consul{}))
+	stop := stagetest.Run(t, stage, stagetest.Env(k))
 	out := c.Read(t, "out", 19, 60*time.Second)
 	dlq := c.Read(t, "dlq.echo", 1, 30*time.Second)
 	stop()
@@ -144,7 +144,7 @@ func TestPanicIsDeadLetteredAndTheStageGoesOn(t *testing.T) {
 					}, nil, nil
 				}
 			}
-			stop := stagetest.Run(t, stage, stagetest.Env(c.Kafka, runtime.Consul{}))
+			stop := stagetest.Run(t, stage, stagetest.Env(c.Kafka))
 			out := c.Read(t, "out", 9, 60*time.Second)
 			dlq := c.Read(t, "dlq.echo", 1, 30*time.Second)
 			stop()

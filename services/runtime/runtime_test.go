@@ -62,7 +62,7 @@ func TestTransactionalEchoWithPoisonRecord(t *testing.T) {
 	k := c.Kafka
 	produce(t, c, 100, 42)
 	var calls atomic.Int64
-	stop := stagetest.Run(t, echoStage(&calls), stagetest.Env(k, runtime.Consul{}))
+	stop := stagetest.Run(t, echoStage(&calls), stagetest.Env(k))
 
 	out := c.Read(t, "out", 99, 60*time.Second)
 	dlq := c.Read(t, "dlq.echo", 1, 30*time.Second)
@@ -102,7 +102,7 @@ func TestTransactionalRebalanceExactlyOnce(t *testing.T) {
 	c := newCluster(t)
 	const n = 600
 	produce(t, c, n, -1)
-	env := stagetest.Env(c.Kafka, runtime.Consul{})
+	env := stagetest.Env(c.Kafka)
 	env.PollRecords = 20
 	// Slow handlers keep transactions open while members join and leave.
 	slow := func(calls *atomic.Int64) runtime.Stage {
@@ -172,7 +172,7 @@ func TestAtLeastOnceRetriesThenMarks(t *testing.T) {
 			}, nil, nil
 		},
 	}
-	stop := stagetest.Run(t, stage, stagetest.Env(k, runtime.Consul{}))
+	stop := stagetest.Run(t, stage, stagetest.Env(k))
 	out := c.Read(t, "out", 29, 60*time.Second)
 	dlq := c.Read(t, "dlq.sink", 1, 30*time.Second)
 	stop()
@@ -235,7 +235,7 @@ func TestAtLeastOnceBatchRetriesFromFailureAndDeadLetters(t *testing.T) {
 			}, nil, nil
 		},
 	}
-	stop := stagetest.Run(t, stage, stagetest.Env(k, runtime.Consul{}))
+	stop := stagetest.Run(t, stage, stagetest.Env(k))
 	out := c.Read(t, "out", 58, 60*time.Second)
 	dlq := c.Read(t, "dlq.sink", 2, 30*time.Second)
 	stop()
@@ -328,7 +328,7 @@ func TestTransactionalProduceFailureAborts(t *testing.T) {
 		recs = append(recs, c.Record(t, "in", "same", req("r"+strconv.Itoa(i))))
 	}
 	c.ProduceRecords(t, recs...)
-	env := stagetest.Env(c.Kafka, runtime.Consul{})
+	env := stagetest.Env(c.Kafka)
 	env.MaxRecordBytes = 4096
 	var mu sync.Mutex
 	calls := map[string]int{}

@@ -28,7 +28,7 @@ func TestTableRebuildsFollowsAndDeletes(t *testing.T) {
 	)
 	var mu sync.Mutex
 	changes := map[string][]string{}
-	table, err := runtime.FollowTable(stagetest.Env(c.Kafka, runtime.Consul{}), "in", func(m runtime.Msg[*events.CatchupRequest]) {
+	table, err := runtime.FollowTable(stagetest.Env(c.Kafka), "in", func(m runtime.Msg[*events.CatchupRequest]) {
 		mu.Lock()
 		defer mu.Unlock()
 		v := "deleted"

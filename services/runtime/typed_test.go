@@ -49,7 +49,7 @@ func TestTypedChecksTypesAndTombstonesOnce(t *testing.T) {
 			}), nil, nil
 		},
 	}
-	stop := stagetest.Run(t, stage, stagetest.Env(k, runtime.Consul{}))
+	stop := stagetest.Run(t, stage, stagetest.Env(k))
 	out := c.Read(t, "out", 3, 60*time.Second)
 	c.Read(t, "dlq.echo", 2, 30*time.Second)
 	stop()

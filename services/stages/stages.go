@@ -3,6 +3,7 @@
 package stages
 
 import (
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
 	"github.com/policyflow/policyflow/services/executor/execute"
 	"github.com/policyflow/policyflow/services/matcher/matching"
@@ -18,6 +19,9 @@ type Config struct {
 	PDPURL string
 	// MaxSegmentBytes bounds the segmenter's pieces (0 = its default).
 	MaxSegmentBytes int
+	// Consul is the agent the consul-writer and the agent-notifier reach
+	// (zero: as the environment says, consulkv.FromEnv).
+	Consul consulkv.Config
 }
 
 // All returns every stage with its default settings, in pipeline order.
@@ -35,12 +39,16 @@ func With(cfg Config) []runtime.Stage {
 	if cfg.MaxSegmentBytes > 0 {
 		sc.MaxSegmentBytes = cfg.MaxSegmentBytes
 	}
+	wc, nc := consulwrite.DefaultConfig(), notify.DefaultConfig()
+	if cfg.Consul != (consulkv.Config{}) {
+		wc.Consul, nc.Consul = cfg.Consul, cfg.Consul
+	}
 	return []runtime.Stage{
 		ingest.StageWith(ic),
 		matching.Stage(),
 		segment.StageWith(sc),
 		execute.Stage(),
-		consulwrite.Stage(),
-		notify.Stage(),
+		consulwrite.StageWith(wc),
+		notify.StageWith(nc),
 	}
 }

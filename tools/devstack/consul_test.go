@@ -10,6 +10,8 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/services/consulkv"
 )
 
 // consulBinary returns the consul binary, skipping the test when it is
@@ -48,7 +50,7 @@ func TestConsulAgentServesKVUntilStopped(t *testing.T) {
 	defer a.Stop()
 
 	kv := consulClient(t, a).KV()
-	key, val := "dcae_svc:policies/items/DCAE.Config_VM_MEMORY", []byte(`{"policy_id":"DCAE.Config_VM_MEMORY"}`)
+	key, val := consulkv.ItemKey("dcae_svc", "DCAE.Config_VM_MEMORY"), []byte(`{"policy_id":"DCAE.Config_VM_MEMORY"}`)
 	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: val}, nil); err != nil {
 		t.Fatalf("put %s: %v", key, err)
 	}
@@ -103,7 +105,7 @@ func TestConsulKVSurvivesRestartOnDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StartConsul on %s: %v", dir, err)
 	}
-	key := "dcae_svc:policies/event"
+	key := consulkv.EventKey("dcae_svc")
 	if _, err := consulClient(t, a).KV().Put(&consulapi.KVPair{Key: key, Value: []byte(`{"action":"gathered"}`)}, nil); err != nil {
 		a.Stop()
 		t.Fatalf("put %s: %v", key, err)

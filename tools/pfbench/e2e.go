@@ -23,7 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -234,8 +234,10 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	}
 	actx, stopAPI := context.WithCancel(ctx)
 	defer stopAPI()
-	env := runtime.NewEnv(b.kafka, runtime.Consul{Addr: b.consulAddr}, b.log)
-	go func() { _ = api.ServeListener(actx, env, apiLn, api.Options{}) }()
+	env := runtime.NewEnv(b.kafka, b.log)
+	go func() {
+		_ = api.ServeListener(actx, env, apiLn, api.Options{Consul: consulkv.Config{Addr: b.consulAddr}})
+	}()
 	notifyURL := "http://" + apiLn.Addr().String() + "/v1/pdp/notifications"
 
 	// Components: one by script, the fleet by webhook.
@@ -329,7 +331,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 
 	// One component, one update after another.
 	kv := b.consul.KV()
-	key := consulwrite.ItemKey("e2e-one", "E2E.Config_one")
+	key := consulkv.ItemKey("e2e-one", "E2E.Config_one")
 	var ran, written []time.Duration
 	for r := 2; r < reps+2; r++ {
 		marker := fmt.Sprintf("one-%05d", r)
@@ -416,7 +418,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	// What a user would check: the values in Consul.
 	for i := 0; i < fleet; i += max(fleet/50, 1) {
 		id := fmt.Sprintf("f-%05d", i)
-		k := consulwrite.ItemKey(id, "E2E.Config_fleet")
+		k := consulkv.ItemKey(id, "E2E.Config_fleet")
 		p, _, err := kv.Get(k, nil)
 		if err != nil || p == nil || !bytes.Contains(p.Value, []byte("fleet-00002")) {
 			return res, fmt.Errorf("Consul %s does not hold version 2 after the fleet was notified (err %v)", k, err)

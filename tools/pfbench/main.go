@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
@@ -230,11 +231,11 @@ func withStack(ctx context.Context, o options, logDir string, log zerolog.Logger
 	if _, err := topology.Apply(ctx, adm, topology.Default(), topology.Options{Partitions: int32(o.partitions)}); err != nil {
 		return fmt.Errorf("apply topology: %w", err)
 	}
-	cl, err := runtime.Consul{Addr: agent.Addr}.Client()
+	cl, err := consulkv.Config{Addr: agent.Addr}.Client()
 	if err != nil {
 		return err
 	}
-	env := runtime.NewEnv(k, runtime.Consul{Addr: agent.Addr}, log)
+	env := runtime.NewEnv(k, log)
 	b := &bench{kafka: k, adm: adm, prod: prod, codec: env.Codec, consulAddr: agent.Addr, consul: cl,
 		binDir: o.binDir, logDir: logDir, timeout: o.timeout, pollRecords: env.PollRecords,
 		ceilingRecords: o.ceilingRecords, ceilingBytes: o.ceilingMiB << 20, bodyBytes: o.work.BodyBytes, log: log, profile: o.profile}

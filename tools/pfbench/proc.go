@@ -31,6 +31,9 @@ type stageProc struct {
 }
 
 // startStage runs binDir/<name> against the bench's broker and Consul.
+// The Consul address goes in the environment (PF_CONSUL_ADDR), as in a
+// deployment: the stages that write to Consul read it, the others have
+// no Consul flags.
 func startStage(ctx context.Context, binDir, logDir, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
 	bin := filepath.Join(binDir, name)
 	if _, err := os.Stat(bin); err != nil {
@@ -47,13 +50,12 @@ func startStage(ctx context.Context, binDir, logDir, name string, k runtime.Kafk
 	}
 	args := append([]string{
 		"--brokers", strings.Join(k.Brokers, ","),
-		"--consul-addr", consulAddr,
 		"--http-addr", addr,
 		"--log-level", "warn",
 	}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), "PF_TOPIC_PREFIX="+k.Prefix)
+	cmd.Env = append(os.Environ(), "PF_TOPIC_PREFIX="+k.Prefix, "PF_CONSUL_ADDR="+consulAddr)
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)

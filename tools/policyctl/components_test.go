@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -36,8 +37,8 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 	if r.code != 0 {
 		t.Fatalf("topology apply: exit %d %s", r.code, r.errOut)
 	}
-	env := runtime.NewEnv(k, runtime.Consul{Addr: "127.0.0.1:1"}, runtime.NewLogger(io.Discard, "error", false))
-	srv, err := api.New(env, api.Options{})
+	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
+	srv, err := api.New(env, api.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -73,7 +74,7 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 	if devAPIListener == nil {
 		return nil
 	}
-	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{})
+	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {
@@ -173,7 +174,8 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	if err != nil {
 		return err
 	}
-	key := "demo-vm-memory:policies/items/DCAE.Config_VM_MEMORY"
+	const scn = "demo-vm-memory"
+	key := consulkv.ItemKey(scn, "DCAE.Config_VM_MEMORY")
 	if err := waitConsul(ctx, kv, key, "2GB"); err != nil {
 		return err
 	}
@@ -194,10 +196,11 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		return err
 	}
 	pair, _, _ := kv.KV().Get(key, nil)
-	event, _, _ := kv.KV().Get("demo-vm-memory:policies/event", nil)
+	eventKey := consulkv.EventKey(scn)
+	event, _, _ := kv.KV().Get(eventKey, nil)
 	fmt.Fprintf(s.Out, "demo: version 222 reached Consul in %s\n  %s = %s\n", time.Since(start).Round(time.Millisecond), key, compact(pair.Value))
 	if event != nil {
-		fmt.Fprintf(s.Out, "  demo-vm-memory:policies/event = %s\n", compact(event.Value))
+		fmt.Fprintf(s.Out, "  %s = %s\n", eventKey, compact(event.Value))
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

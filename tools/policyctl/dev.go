@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/stages"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -34,7 +35,7 @@ type devStack struct {
 	// Kafka reaches the embedded broker, under the topic prefix.
 	Kafka runtime.Kafka
 	// Consul reaches the Consul agent.
-	Consul runtime.Consul
+	Consul consulkv.Config
 	// Topology is how the topics were applied (prefix, partitions).
 	Topology topology.Options
 	// Env is the environment the stages run with (logs, metrics, health).
@@ -107,7 +108,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", runtime.EnvOr("PF_DEV_DATA_DIR", ""), "directory for the stack's state: broker in <dir>/kafka, Consul in <dir>/consul (default .data in the repository root; env PF_DEV_DATA_DIR)")
 	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and `consul agent -dev`; --data-dir is ignored")
 	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port the embedded Kafka broker listens on; port 0 picks a free one (env PF_DEV_BROKER_ADDR)")
-	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", runtime.DefaultConsulAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
+	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
 	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages (env PF_HTTP_ADDR)")
 	fs.StringVar(&f.prefix, "topic-prefix", runtime.EnvOr("PF_TOPIC_PREFIX", ""), "prefix for every topic name (env PF_TOPIC_PREFIX)")
 	fs.IntVar(&f.partitions, "partitions", 0, "give every topic this many partitions; 0 keeps the topology's counts")
@@ -255,7 +256,7 @@ func runDev(ctx context.Context, args []string) error {
 		FetchMaxWait:   250 * time.Millisecond,
 		MetadataMinAge: 250 * time.Millisecond,
 	}
-	consul := runtime.Consul{Addr: agent.Addr}
+	consul := consulkv.Config{Addr: agent.Addr}
 
 	// Topology.
 	topo := topology.Options{Prefix: f.prefix, Partitions: int32(f.partitions)}
@@ -270,9 +271,9 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("listen for health and metrics on %s: %w (pick another with --http-addr)", f.httpAddr, err)
 	}
 
-	env := runtime.NewEnv(kafka, consul, log)
+	env := runtime.NewEnv(kafka, log)
 	stack := &devStack{Kafka: kafka, Consul: consul, Topology: topo, Env: env, Out: stdout(ctx),
-		StageConfig: stages.Config{PDPURL: f.pdpURL}}
+		StageConfig: stages.Config{PDPURL: f.pdpURL, Consul: consul}}
 	for _, h := range devHooks {
 		if h.prepare == nil {
 			continue
@@ -393,7 +394,8 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 	for _, l := range s.banner {
 		fmt.Fprintln(w, l)
 	}
-	fmt.Fprintf(w, `Use --brokers %s --consul-addr %s with policyctl and the stage binaries.
+	fmt.Fprintf(w, `Use --brokers %s with policyctl and the stage binaries, and --consul-addr %s
+with those that reach Consul (consulwriter, notifier, northapi).
 Stop with Ctrl-C: stages drain and leave their groups; a second Ctrl-C exits at once.
 `, strings.Join(b.Addrs, ","), a.Addr)
 }

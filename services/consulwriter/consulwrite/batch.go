@@ -12,15 +12,16 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // readTxnBytes budgets the folders read in one transaction by the sizes of
 // their records' collections (a folder mostly holds the previous, similar
 // collection): Consul does not limit a read transaction's response, and
-// one response should stay moderate. A record over runtime.ConsulMaxTxnBytes (a write of
-// several steps) has its folder read alone with List.
-const readTxnBytes = 8 * runtime.ConsulMaxTxnBytes
+// one response should stay moderate. A record over consulkv.MaxTxnBytes
+// (a write of several steps) has its folder read alone with List.
+const readTxnBytes = 8 * consulkv.MaxTxnBytes
 
 // A wave is cut into chunks of components, up to parallel of them read
 // and written at once: Consul serves overlapping requests much faster than
@@ -154,12 +155,12 @@ func (b *batch) chunk(ctx context.Context, jobs []*job) {
 			b.alone(ctx, j)
 			continue
 		}
-		ops := stepOps(EventKey(j.rec.ServiceComponentName), j.plan.EventIndex, j.plan.Steps[0])
+		ops := stepOps(consulkv.EventKey(j.rec.ServiceComponentName), j.plan.EventIndex, j.plan.Steps[0])
 		size := 0
 		for _, op := range ops {
 			size += opSize(op) + 1
 		}
-		if len(p.jobs) > 0 && (p.ops+len(ops) > runtime.ConsulMaxTxnOps || p.bytes+size > runtime.ConsulMaxTxnBytes) {
+		if len(p.jobs) > 0 && (p.ops+len(ops) > consulkv.MaxTxnOps || p.bytes+size > consulkv.MaxTxnBytes) {
 			b.commit(ctx, &p)
 		}
 		p.add(j, ops, size)
@@ -178,7 +179,7 @@ func (b *batch) read(ctx context.Context, jobs []*job) {
 			continue
 		}
 		size := collectionBytes(j.rec)
-		if size > runtime.ConsulMaxTxnBytes {
+		if size > consulkv.MaxTxnBytes {
 			cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 			pairs, _, err := b.w.kv.List(j.folder, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
 			cancel()
@@ -189,7 +190,7 @@ func (b *batch) read(ctx context.Context, jobs []*job) {
 			j.pairs, j.read = pairs, true
 			continue
 		}
-		if len(group) == runtime.ConsulMaxTxnOps || len(group) > 0 && bytes+size > readTxnBytes {
+		if len(group) == consulkv.MaxTxnOps || len(group) > 0 && bytes+size > readTxnBytes {
 			b.readTxn(ctx, group)
 			group, bytes = nil, 0
 		}
@@ -217,7 +218,7 @@ func (b *batch) readTxn(ctx context.Context, group []*job) {
 	defer cancel()
 	ok, resp, _, err := b.w.txn.Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
 	if err == nil && !ok {
-		err = fmt.Errorf("read transaction of %d folders failed: %s", len(ops), runtime.TxnReasons(resp))
+		err = fmt.Errorf("read transaction of %d folders failed: %s", len(ops), consulkv.TxnReasons(resp))
 	}
 	if err == nil {
 		err = assign(group, resp.Results)
@@ -312,11 +313,11 @@ func (b *batch) commit(ctx context.Context, p *pack) {
 	ok, resp, meta, err := b.w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
 	cancel()
 	if err == nil && ok {
-		index := runtime.TxnIndexes(resp)
+		index := consulkv.TxnIndexes(resp)
 		for _, j := range jobs {
 			at := meta.LastIndex // an uninstall: the index of the deletion
 			if j.plan.Steps[0].Event != nil {
-				eventKey := EventKey(j.rec.ServiceComponentName)
+				eventKey := consulkv.EventKey(j.rec.ServiceComponentName)
 				var found bool
 				if at, found = index[eventKey]; !found {
 					b.set(j, nil, writeError(j, fmt.Errorf("Consul did not report the index of %s", eventKey)))

@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -30,7 +31,7 @@ import (
 // consulProxy passes requests to a Consul agent, counting transactions
 // and folder lists; a hook may act on a transaction before it is passed.
 type consulProxy struct {
-	cfg runtime.Consul // reaches the agent through the proxy
+	cfg consulkv.Config // reaches the agent through the proxy
 
 	mu     sync.Mutex
 	txns   int // PUT /v1/txn
@@ -39,7 +40,7 @@ type consulProxy struct {
 	status map[int]int // of the transactions' responses
 }
 
-func newConsulProxy(t testing.TB, agent runtime.Consul) *consulProxy {
+func newConsulProxy(t testing.TB, agent consulkv.Config) *consulProxy {
 	t.Helper()
 	target, err := url.Parse("http://" + agent.Addr)
 	if err != nil {
@@ -77,7 +78,7 @@ func newConsulProxy(t testing.TB, agent runtime.Consul) *consulProxy {
 		p.mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)
-	p.cfg = runtime.Consul{Addr: srv.Listener.Addr().String()}
+	p.cfg = consulkv.Config{Addr: srv.Listener.Addr().String()}
 	return p
 }
 
@@ -127,14 +128,14 @@ func component(comp, scn, update string, gen int64, ps ...events.Policy) *events
 // collection of rec (its items and its event) and returns the event key.
 func checkFolder(t testing.TB, c *api.Client, rec *events.ComponentPolicies, action string) *api.KVPair {
 	t.Helper()
-	pairs, _, err := c.KV().List(Folder(rec.ServiceComponentName), nil)
+	pairs, _, err := c.KV().List(consulkv.Folder(rec.ServiceComponentName), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
 	var event *api.KVPair
 	for _, p := range pairs {
-		if p.Key == EventKey(rec.ServiceComponentName) {
+		if p.Key == consulkv.EventKey(rec.ServiceComponentName) {
 			event = p
 			continue
 		}
@@ -142,15 +143,15 @@ func checkFolder(t testing.TB, c *api.Client, rec *events.ComponentPolicies, act
 	}
 	want := map[string]string{}
 	for _, p := range rec.Policies {
-		want[ItemKey(rec.ServiceComponentName, p.PolicyID)] = p.Body
+		want[consulkv.ItemKey(rec.ServiceComponentName, p.PolicyID)] = p.Body
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("folder %s holds items %v, want %v", Folder(rec.ServiceComponentName), keysOf(got), keysOf(want))
+		t.Fatalf("folder %s holds items %v, want %v", consulkv.Folder(rec.ServiceComponentName), keysOf(got), keysOf(want))
 	}
 	if event == nil {
-		t.Fatalf("folder %s has no event key", Folder(rec.ServiceComponentName))
+		t.Fatalf("folder %s has no event key", consulkv.Folder(rec.ServiceComponentName))
 	}
-	e, err := ParseEvent(event.Value)
+	e, err := consulkv.ParseEvent(event.Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +185,10 @@ func checkApplied(t testing.TB, a *events.ComponentApplied, rec *events.Componen
 
 // putEvent writes an event (and one item) to scn's folder, as another
 // writer would.
-func putEvent(c *api.Client, scn string, e Event) error {
+func putEvent(c *api.Client, scn string, e consulkv.Event) error {
 	ok, _, _, err := c.Txn().Txn(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: ItemKey(scn, "OTHER"), Value: []byte(`{"config":{"other":true}}`)}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: EventKey(scn), Value: e.JSON()}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: consulkv.ItemKey(scn, "OTHER"), Value: []byte(`{"config":{"other":true}}`)}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: consulkv.EventKey(scn), Value: e.JSON()}},
 	}, nil)
 	if err == nil && !ok {
 		err = errors.New("rolled back")
@@ -205,11 +206,11 @@ func TestConsulWriterManyComponents(t *testing.T) {
 	applied := c.Reader(t, topology.ComponentApplied)
 
 	// Consul already holds a newer collection of one component.
-	newer := Event{Action: ActionUpdated, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: "u-other", PoliciesCount: 1, Generation: 7}
+	newer := consulkv.Event{Action: consulkv.ActionUpdated, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: "u-other", PoliciesCount: 1, Generation: 7}
 	if err := putEvent(consul, "many-newer", newer); err != nil {
 		t.Fatal(err)
 	}
-	before := stagetest.ModifyIndexes(t, consul, Folder("many-newer"))
+	before := stagetest.ModifyIndexes(t, consul, consulkv.Folder("many-newer"))
 
 	const n = 300
 	var recs []*events.ComponentPolicies
@@ -238,9 +239,9 @@ func TestConsulWriterManyComponents(t *testing.T) {
 
 	// The stage starts with every record waiting, as after a burst, and
 	// polls them all at once as it would in production.
-	env := stagetest.Env(c.Kafka, proxy.cfg)
+	env := stagetest.Env(c.Kafka)
 	env.PollRecords = 1000
-	stagetest.Run(t, Stage(), env)
+	stagetest.Run(t, StageWith(Config{Consul: proxy.cfg}), env)
 	want := len(recs) - 1 // not the newer-generation component
 	got := applied.Until(want, 120*time.Second)
 	applied.Poll(time.Second)
@@ -264,23 +265,23 @@ func TestConsulWriterManyComponents(t *testing.T) {
 		if len(as) != 1 {
 			t.Fatalf("component %s has %d applied records, want 1", rec.ComponentID, len(as))
 		}
-		event := checkFolder(t, consul, rec, ActionGathered)
-		checkApplied(t, as[0], rec, ActionGathered, len(rec.Policies)+1, event.ModifyIndex)
+		event := checkFolder(t, consul, rec, consulkv.ActionGathered)
+		checkApplied(t, as[0], rec, consulkv.ActionGathered, len(rec.Policies)+1, event.ModifyIndex)
 	}
 	as := byComp["m-twice"]
 	if len(as) != 2 {
 		t.Fatalf("component m-twice has %d applied records, want 2", len(as))
 	}
-	event := checkFolder(t, consul, twice2, ActionUpdated)
-	checkApplied(t, as[1], twice2, ActionUpdated, 4, event.ModifyIndex) // P1, P2, P3 and the event
-	checkApplied(t, as[0], twice1, ActionGathered, 4, uint64(as[0].ConsulIndex))
+	event := checkFolder(t, consul, twice2, consulkv.ActionUpdated)
+	checkApplied(t, as[1], twice2, consulkv.ActionUpdated, 4, event.ModifyIndex) // P1, P2, P3 and the event
+	checkApplied(t, as[0], twice1, consulkv.ActionGathered, 4, uint64(as[0].ConsulIndex))
 	if as[0].ConsulIndex <= 0 || as[0].ConsulIndex >= as[1].ConsulIndex {
 		t.Fatalf("m-twice applied at index %d then %d", as[0].ConsulIndex, as[1].ConsulIndex)
 	}
 	if len(byComp["m-newer"]) != 0 {
 		t.Fatalf("the component Consul holds a newer collection of was applied: %+v", byComp["m-newer"][0])
 	}
-	if after := stagetest.ModifyIndexes(t, consul, Folder("many-newer")); !reflect.DeepEqual(before, after) {
+	if after := stagetest.ModifyIndexes(t, consul, consulkv.Folder("many-newer")); !reflect.DeepEqual(before, after) {
 		t.Fatalf("the newer collection was changed: ModifyIndex before %v, after %v", before, after)
 	}
 
@@ -293,10 +294,10 @@ func TestConsulWriterManyComponents(t *testing.T) {
 }
 
 // newWriter is the stage's batch handler on cfg.
-func newWriter(t testing.TB, cfg runtime.Consul) *writer {
+func newWriter(t testing.TB, cfg consulkv.Config) *writer {
 	t.Helper()
-	w := &writer{}
-	if _, _, err := w.setup(context.Background(), stagetest.Env(runtime.Kafka{}, cfg)); err != nil {
+	w := &writer{cfg: Config{Consul: cfg}}
+	if _, _, err := w.setup(context.Background(), stagetest.Env(runtime.Kafka{})); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -329,11 +330,12 @@ func TestBatchSharedTransactionConflict(t *testing.T) {
 
 	// Another writer writes a newer collection of batch-07 between the
 	// stage's read and its write.
-	intruder := Event{Action: ActionUpdated, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: "u-other", PoliciesCount: 1, Generation: 9}
+	intruder := consulkv.Event{Action: consulkv.ActionUpdated, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: "u-other", PoliciesCount: 1, Generation: 9}
 	var shared atomic.Int64 // components in the transaction the intruder spoiled
 	proxy.setHook(func(body []byte) {
-		if shared.Load() == 0 && bytes.Contains(body, []byte(`"Key":"batch-07:policies/event"`)) && bytes.Contains(body, []byte(`"Verb":"cas"`)) {
-			shared.Store(int64(bytes.Count(body, []byte(`:policies/event"`))))
+		if shared.Load() == 0 && bytes.Contains(body, []byte(`"Key":"`+consulkv.EventKey("batch-07")+`"`)) && bytes.Contains(body, []byte(`"Verb":"cas"`)) {
+			// Each component's event key ends the same way.
+			shared.Store(int64(bytes.Count(body, []byte(consulkv.EventKey("")+`"`))))
 			if err := putEvent(consul, "batch-07", intruder); err != nil {
 				t.Error(err)
 			}
@@ -360,20 +362,20 @@ func TestBatchSharedTransactionConflict(t *testing.T) {
 		case oc.Err != nil || len(oc.Outputs) != 1:
 			t.Fatalf("%s %s: outcome %+v, want one component.applied", rec.ComponentID, rec.UpdateID, oc)
 		case rec == again:
-			event := checkFolder(t, consul, rec, ActionUpdated)
-			checkApplied(t, oc.Outputs[0].Value.(*events.ComponentApplied), rec, ActionUpdated, 3, event.ModifyIndex) // P0, P1, event
+			event := checkFolder(t, consul, rec, consulkv.ActionUpdated)
+			checkApplied(t, oc.Outputs[0].Value.(*events.ComponentApplied), rec, consulkv.ActionUpdated, 3, event.ModifyIndex) // P0, P1, event
 		case rec.ComponentID == "b05":
-			checkApplied(t, oc.Outputs[0].Value.(*events.ComponentApplied), rec, ActionGathered, 3, uint64(oc.Outputs[0].Value.(*events.ComponentApplied).ConsulIndex))
+			checkApplied(t, oc.Outputs[0].Value.(*events.ComponentApplied), rec, consulkv.ActionGathered, 3, uint64(oc.Outputs[0].Value.(*events.ComponentApplied).ConsulIndex))
 		default:
-			event := checkFolder(t, consul, rec, ActionGathered)
-			checkApplied(t, oc.Outputs[0].Value.(*events.ComponentApplied), rec, ActionGathered, 3, event.ModifyIndex)
+			event := checkFolder(t, consul, rec, consulkv.ActionGathered)
+			checkApplied(t, oc.Outputs[0].Value.(*events.ComponentApplied), rec, consulkv.ActionGathered, 3, event.ModifyIndex)
 		}
 	}
-	p, _, err := consul.KV().Get(EventKey("batch-07"), nil)
+	p, _, err := consul.KV().Get(consulkv.EventKey("batch-07"), nil)
 	if err != nil || p == nil || !bytes.Equal(p.Value, intruder.JSON()) {
 		t.Fatalf("batch-07's event is %v (%v), want the other writer's", p, err)
 	}
-	if items := stagetest.ModifyIndexes(t, consul, ItemsPrefix("batch-07")); len(items) != 1 {
+	if items := stagetest.ModifyIndexes(t, consul, consulkv.ItemsPrefix("batch-07")); len(items) != 1 {
 		t.Fatalf("batch-07 holds items %v, want only the other writer's", items)
 	}
 	_, _, status := proxy.counts()
@@ -383,7 +385,7 @@ func TestBatchSharedTransactionConflict(t *testing.T) {
 }
 
 func TestBatchConsulDown(t *testing.T) {
-	w := newWriter(t, runtime.Consul{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))})
+	w := newWriter(t, consulkv.Config{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))})
 	recs := []*events.ComponentPolicies{
 		component("d1", "down-1", "u1", 1, kilobytePolicy("P0", "1")),
 		component("d2", "down-2", "u1", 1, kilobytePolicy("P0", "1")),
@@ -395,15 +397,15 @@ func TestBatchConsulDown(t *testing.T) {
 			t.Fatalf("record %d with Consul down: outcome %+v, want a transient error", i, oc)
 		}
 	}
-	if !strings.Contains(outs[0].Err.Error(), "read down-1:policies/") {
+	if !strings.Contains(outs[0].Err.Error(), "read "+consulkv.Folder("down-1")) {
 		t.Fatalf("first error %q does not say which read failed", outs[0].Err)
 	}
 }
 
 func TestWaves(t *testing.T) {
 	var jobs []*job
-	for i, scn := range []string{"a", "b", "a", "a:policies/x", "c", "b", "d:policies/y", "a"} {
-		jobs = append(jobs, &job{i: i, folder: Folder(scn)})
+	for i, scn := range []string{"a", "b", "a", consulkv.Folder("a") + "x", "c", "b", consulkv.Folder("d") + "y", "a"} {
+		jobs = append(jobs, &job{i: i, folder: consulkv.Folder(scn)})
 	}
 	var got [][]int
 	for _, w := range waves(jobs) {

@@ -19,62 +19,13 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/consulkv"
 )
 
-// Actions of the event key. "updating" marks a write that takes several
-// transactions; readers see it between the first and the last.
-const (
-	ActionGathered = "gathered"
-	ActionUpdated  = "updated"
-	ActionUpdating = "updating"
-	// ActionUninstalled is the ComponentApplied action of a deleted
-	// folder; no event key is left to hold it.
-	ActionUninstalled = "uninstalled"
-)
-
-// TimestampFormat is how the event's timestamp is written: RFC 3339 in
-// UTC with milliseconds, e.g. 2018-02-12T10:20:30.777Z.
-const TimestampFormat = "2006-01-02T15:04:05.000Z07:00"
-
-// Folder is the Consul KV folder of a component's policies.
-func Folder(scn string) string { return scn + ":policies/" }
-
-// ItemsPrefix is the folder holding one key per policy.
-func ItemsPrefix(scn string) string { return Folder(scn) + "items/" }
-
-// ItemKey is the key of one policy's policy_body.
-func ItemKey(scn, policyID string) string { return ItemsPrefix(scn) + policyID }
-
-// EventKey is the key of the folder's last event.
-func EventKey(scn string) string { return Folder(scn) + "event" }
-
-// Event is the JSON value of the event key.
-type Event struct {
-	Action        string `json:"action"`
-	Timestamp     string `json:"timestamp"`
-	UpdateID      string `json:"update_id"`
-	PoliciesCount int    `json:"policies_count"`
-	Generation    int64  `json:"generation"`
-}
-
-// JSON is the event's value in Consul.
-func (e Event) JSON() []byte {
-	b, _ := json.Marshal(e) // strings and integers only: cannot fail
-	return b
-}
-
-// ParseEvent reads an event key's value.
-func ParseEvent(b []byte) (Event, error) {
-	var e Event
-	if err := json.Unmarshal(b, &e); err != nil {
-		return e, fmt.Errorf("parse policies event %q: %w", truncate(b, 200), err)
-	}
-	if e.Action == "" {
-		return e, fmt.Errorf("parse policies event %q: no action", truncate(b, 200))
-	}
-	return e, nil
-}
+// ActionUninstalled is the ComponentApplied action of a deleted folder;
+// no event key is left to hold it. The other actions are those of the
+// event key (consulkv.ActionGathered, consulkv.ActionUpdated).
+const ActionUninstalled = "uninstalled"
 
 // Step is one write of a plan.
 type Step struct {
@@ -87,7 +38,7 @@ type Step struct {
 	// Event, when set, is written to the event key as the transaction's
 	// last operation, check-and-set on the ModifyIndex seen last (0: the
 	// key must not exist).
-	Event *Event
+	Event *consulkv.Event
 	// Put is one value too large for a transaction body; it is written
 	// alone with check-and-set on its own ModifyIndex (0: new key).
 	Put *api.KVPair
@@ -103,7 +54,7 @@ type WritePlan struct {
 	// Action is gathered, updated or uninstalled.
 	Action string
 	// Event is the final event written (for a replay: the one in Consul).
-	Event Event
+	Event consulkv.Event
 	// EventIndex is the event key's ModifyIndex as read; 0 when absent.
 	EventIndex uint64
 	// Steps are the writes in order: one transaction when everything
@@ -116,8 +67,8 @@ type WritePlan struct {
 }
 
 // Plan computes the writes that bring a component's folder (current: its
-// pairs under Folder(scn), as a recursive read returns them) to the
-// record's collection: only item keys whose value differs are set, items
+// pairs under consulkv.Folder(scn), as a recursive read returns them) to
+// the record's collection: only item keys whose value differs are set, items
 // no longer in the collection are deleted, and the event key is written
 // last with check-and-set. Keys of the folder other than items and the
 // event are left alone. A record that Consul already holds (or is older
@@ -133,14 +84,14 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 	if scn == "" {
 		return plan, fmt.Errorf("plan consul write for component %s: no service_component_name, so no Consul folder", rec.ComponentID)
 	}
-	eventKey := EventKey(scn)
+	eventKey := consulkv.EventKey(scn)
 	var eventPair *api.KVPair
-	var prior *Event
+	var prior *consulkv.Event
 	for _, p := range current {
 		if p != nil && p.Key == eventKey {
 			eventPair = p
 			plan.EventIndex = p.ModifyIndex
-			if e, err := ParseEvent(p.Value); err == nil {
+			if e, err := consulkv.ParseEvent(p.Value); err == nil {
 				prior = &e
 			}
 		}
@@ -150,7 +101,7 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 		plan.Skip = true // a newer collection is there, or being written
 		return plan, nil
 	}
-	if prior != nil && prior.Action != ActionUpdating && prior.Generation == rec.Generation {
+	if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation {
 		plan.Skip = true
 		plan.Replay = prior.UpdateID == rec.UpdateID
 		plan.Action = prior.Action
@@ -166,7 +117,7 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 	if err != nil {
 		return plan, err
 	}
-	prefix := ItemsPrefix(scn)
+	prefix := consulkv.ItemsPrefix(scn)
 	have := map[string]*api.KVPair{}
 	for _, p := range current {
 		if p != nil && strings.HasPrefix(p.Key, prefix) {
@@ -190,17 +141,17 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 
 	switch {
 	case rec.CatchUp || prior == nil && eventPair == nil:
-		plan.Action = ActionGathered
+		plan.Action = consulkv.ActionGathered
 	case prior == nil:
-		plan.Action = ActionUpdated // an event of unknown form was there
-	case prior.Action == ActionUpdating && eventPair.CreateIndex == eventPair.ModifyIndex:
+		plan.Action = consulkv.ActionUpdated // an event of unknown form was there
+	case prior.Action == consulkv.ActionUpdating && eventPair.CreateIndex == eventPair.ModifyIndex:
 		// The marker created the key: no collection was complete before.
-		plan.Action = ActionGathered
+		plan.Action = consulkv.ActionGathered
 	default:
-		plan.Action = ActionUpdated
+		plan.Action = consulkv.ActionUpdated
 	}
-	ts := now.UTC().Format(TimestampFormat)
-	plan.Event = Event{Action: plan.Action, Timestamp: ts, UpdateID: rec.UpdateID, PoliciesCount: len(rec.Policies), Generation: rec.Generation}
+	ts := now.UTC().Format(consulkv.TimestampFormat)
+	plan.Event = consulkv.Event{Action: plan.Action, Timestamp: ts, UpdateID: rec.UpdateID, PoliciesCount: len(rec.Policies), Generation: rec.Generation}
 
 	var ops api.TxnOps
 	for _, k := range deletes {
@@ -217,7 +168,7 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 		sizes[i] = opSize(op)
 		total += sizes[i] + 1
 	}
-	if len(ops)+1 <= runtime.ConsulMaxTxnOps && total <= runtime.ConsulMaxTxnBytes {
+	if len(ops)+1 <= consulkv.MaxTxnOps && total <= consulkv.MaxTxnBytes {
 		plan.Steps = []Step{{Ops: ops, Event: &plan.Event}}
 		return plan, nil
 	}
@@ -225,10 +176,10 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 	// Several transactions: mark the folder as being updated first
 	// (unless this very update's marker is already there: a write that
 	// was cut short goes on where it stopped).
-	resuming := prior != nil && prior.Action == ActionUpdating && prior.UpdateID == rec.UpdateID && prior.Generation == rec.Generation
+	resuming := prior != nil && prior.Action == consulkv.ActionUpdating && prior.UpdateID == rec.UpdateID && prior.Generation == rec.Generation
 	if !resuming {
 		marker := plan.Event
-		marker.Action = ActionUpdating
+		marker.Action = consulkv.ActionUpdating
 		plan.Steps = append(plan.Steps, Step{Event: &marker})
 	}
 	guardSize := opSize(&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: eventKey, Index: math.MaxUint64}})
@@ -241,13 +192,13 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 		}
 	}
 	for i, op := range ops {
-		if txnBase+guardSize+1+sizes[i] > runtime.ConsulMaxTxnBytes {
+		if txnBase+guardSize+1+sizes[i] > consulkv.MaxTxnBytes {
 			// Too large for any transaction body: a value over
 			// about 384 KiB grows past 512 KiB in base64.
 			plan.Steps = append(plan.Steps, Step{Put: &api.KVPair{Key: op.KV.Key, Value: op.KV.Value, ModifyIndex: modifyIndex(have[op.KV.Key])}})
 			continue
 		}
-		if len(chunk)+2 > runtime.ConsulMaxTxnOps || chunkBytes+1+sizes[i] > runtime.ConsulMaxTxnBytes {
+		if len(chunk)+2 > consulkv.MaxTxnOps || chunkBytes+1+sizes[i] > consulkv.MaxTxnBytes {
 			flush()
 		}
 		chunk = append(chunk, op)
@@ -255,7 +206,7 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 	}
 	// The final event joins the last chunk when it fits; its
 	// check-and-set guards that transaction.
-	if len(chunk) > 0 && len(chunk)+1 <= runtime.ConsulMaxTxnOps && chunkBytes-guardSize+1+eventSize <= runtime.ConsulMaxTxnBytes {
+	if len(chunk) > 0 && len(chunk)+1 <= consulkv.MaxTxnOps && chunkBytes-guardSize+1+eventSize <= consulkv.MaxTxnBytes {
 		plan.Steps = append(plan.Steps, Step{Ops: chunk, Event: &plan.Event})
 		return plan, nil
 	}
@@ -277,7 +228,7 @@ func planUninstall(plan WritePlan, current api.KVPairs, scn string) (WritePlan, 
 		return plan, nil
 	}
 	plan.KeysChanged = n
-	step := Step{Ops: api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: Folder(scn)}}}, Guard: plan.EventIndex > 0}
+	step := Step{Ops: api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: consulkv.Folder(scn)}}}, Guard: plan.EventIndex > 0}
 	plan.Steps = []Step{step}
 	return plan, nil
 }
@@ -289,14 +240,14 @@ func items(rec *events.ComponentPolicies) (map[string][]byte, error) {
 		if p.PolicyID == "" {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %q has no policy_id", rec.ComponentID, p.PolicyName)
 		}
-		k := ItemKey(rec.ServiceComponentName, p.PolicyID)
+		k := consulkv.ItemKey(rec.ServiceComponentName, p.PolicyID)
 		if _, dup := out[k]; dup {
 			return nil, fmt.Errorf("plan consul write for component %s: policy_id %s appears twice in the collection", rec.ComponentID, p.PolicyID)
 		}
 		v := []byte(p.Body)
-		if len(v) > runtime.ConsulMaxValueBytes {
+		if len(v) > consulkv.MaxValueBytes {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is %d bytes, over Consul's limit of %d bytes (512 KiB) for one value",
-				rec.ComponentID, p.PolicyID, len(v), runtime.ConsulMaxValueBytes)
+				rec.ComponentID, p.PolicyID, len(v), consulkv.MaxValueBytes)
 		}
 		if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is not a JSON object: %q",
@@ -377,7 +328,7 @@ func digits(v uint64) int {
 
 // eventOp is the check-and-set of the event key, sized for the largest
 // index.
-func eventOp(key string, e Event) *api.TxnOp {
+func eventOp(key string, e consulkv.Event) *api.TxnOp {
 	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: e.JSON(), Index: math.MaxUint64}}
 }
 

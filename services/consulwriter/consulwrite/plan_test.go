@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/consulkv"
 )
 
 var now = time.Date(2018, 2, 12, 10, 20, 30, 777_000_000, time.UTC)
@@ -38,8 +38,8 @@ func pair(key string, value []byte, create, modify uint64) *api.KVPair {
 	return &api.KVPair{Key: key, Value: value, CreateIndex: create, ModifyIndex: modify}
 }
 
-func eventPair(e Event, create, modify uint64) *api.KVPair {
-	return pair("dcae-vm:policies/event", e.JSON(), create, modify)
+func eventPair(e consulkv.Event, create, modify uint64) *api.KVPair {
+	return pair(consulkv.EventKey("dcae-vm"), e.JSON(), create, modify)
 }
 
 // describe lists a plan's operations as "verb key" strings, step by step.
@@ -51,13 +51,13 @@ func describe(p WritePlan) [][]string {
 			s = append(s, "check-index event")
 		}
 		for _, op := range st.Ops {
-			s = append(s, string(op.KV.Verb)+" "+strings.TrimPrefix(op.KV.Key, "dcae-vm:policies/"))
+			s = append(s, string(op.KV.Verb)+" "+strings.TrimPrefix(op.KV.Key, consulkv.Folder("dcae-vm")))
 		}
 		if st.Event != nil {
 			s = append(s, "cas event "+st.Event.Action)
 		}
 		if st.Put != nil {
-			s = append(s, "put "+strings.TrimPrefix(st.Put.Key, "dcae-vm:policies/"))
+			s = append(s, "put "+strings.TrimPrefix(st.Put.Key, consulkv.Folder("dcae-vm")))
 		}
 		out = append(out, s)
 	}
@@ -66,12 +66,12 @@ func describe(p WritePlan) [][]string {
 
 func TestPlanSingleTransaction(t *testing.T) {
 	a1, b1, b2, c1 := pol("A", "1", `{"a":1}`), pol("B", "1", `{"b":1}`), pol("B", "2", `{"b":2}`), pol("C", "1", `{"c":1}`)
-	prior := Event{Action: ActionGathered, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u1", PoliciesCount: 2, Generation: 1}
+	prior := consulkv.Event{Action: consulkv.ActionGathered, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u1", PoliciesCount: 2, Generation: 1}
 	folder := api.KVPairs{
 		eventPair(prior, 10, 10),
-		pair("dcae-vm:policies/items/A", []byte(a1.Body), 10, 10),
-		pair("dcae-vm:policies/items/B", []byte(b1.Body), 10, 10),
-		pair("dcae-vm:policies/notified", []byte(`{"update_id":"u1"}`), 11, 11),
+		pair(consulkv.ItemKey("dcae-vm", "A"), []byte(a1.Body), 10, 10),
+		pair(consulkv.ItemKey("dcae-vm", "B"), []byte(b1.Body), 10, 10),
+		pair(consulkv.ClaimKey("dcae-vm"), []byte(`{"update_id":"u1"}`), 11, 11),
 	}
 	cases := []struct {
 		name    string
@@ -83,20 +83,20 @@ func TestPlanSingleTransaction(t *testing.T) {
 		index   uint64
 	}{
 		{
-			name: "first collection", rec: record("u1", 1, a1, b1), action: ActionGathered,
+			name: "first collection", rec: record("u1", 1, a1, b1), action: consulkv.ActionGathered,
 			steps: [][]string{{"set items/A", "set items/B", "cas event gathered"}}, keys: 2,
 		},
 		{
-			name: "only changed keys are written", current: folder, rec: record("u2", 2, a1, b2, c1), action: ActionUpdated,
+			name: "only changed keys are written", current: folder, rec: record("u2", 2, a1, b2, c1), action: consulkv.ActionUpdated,
 			steps: [][]string{{"set items/B", "set items/C", "cas event updated"}}, keys: 2, index: 10,
 		},
 		{
-			name: "removed policies are deleted, other keys of the folder stay", current: folder, rec: record("u2", 2, b1), action: ActionUpdated,
+			name: "removed policies are deleted, other keys of the folder stay", current: folder, rec: record("u2", 2, b1), action: consulkv.ActionUpdated,
 			steps: [][]string{{"delete items/A", "cas event updated"}}, keys: 1, index: 10,
 		},
 		{
 			name: "catch-up is gathered", current: folder, rec: func() *events.ComponentPolicies { r := record("u2", 2, a1, b1); r.CatchUp = true; return r }(),
-			action: ActionGathered, steps: [][]string{{"cas event gathered"}}, keys: 0, index: 10,
+			action: consulkv.ActionGathered, steps: [][]string{{"cas event gathered"}}, keys: 0, index: 10,
 		},
 	}
 	for _, tc := range cases {
@@ -111,7 +111,7 @@ func TestPlanSingleTransaction(t *testing.T) {
 			if got := describe(p); !reflect.DeepEqual(got, tc.steps) {
 				t.Fatalf("steps %v, want %v", got, tc.steps)
 			}
-			want := Event{Action: tc.action, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: tc.rec.UpdateID, PoliciesCount: len(tc.rec.Policies), Generation: tc.rec.Generation}
+			want := consulkv.Event{Action: tc.action, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: tc.rec.UpdateID, PoliciesCount: len(tc.rec.Policies), Generation: tc.rec.Generation}
 			if p.Event != want {
 				t.Fatalf("event %+v, want %+v", p.Event, want)
 			}
@@ -119,25 +119,10 @@ func TestPlanSingleTransaction(t *testing.T) {
 	}
 }
 
-func TestEventJSON(t *testing.T) {
-	e := Event{Action: ActionGathered, Timestamp: "2018-02-12T10:20:30.777Z", UpdateID: "0e79edc0", PoliciesCount: 30, Generation: 4}
-	want := `{"action":"gathered","timestamp":"2018-02-12T10:20:30.777Z","update_id":"0e79edc0","policies_count":30,"generation":4}`
-	if got := string(e.JSON()); got != want {
-		t.Fatalf("event JSON %s, want %s", got, want)
-	}
-	back, err := ParseEvent([]byte(want))
-	if err != nil || back != e {
-		t.Fatalf("ParseEvent: %+v %v", back, err)
-	}
-	if _, err := ParseEvent([]byte(`{"update_id":"x"}`)); err == nil {
-		t.Fatal("event without action parsed")
-	}
-}
-
 func TestPlanSkipsWhatConsulHolds(t *testing.T) {
 	a1 := pol("A", "1", `{"a":1}`)
-	done := Event{Action: ActionUpdated, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u5", PoliciesCount: 1, Generation: 5}
-	current := api.KVPairs{eventPair(done, 3, 42), pair("dcae-vm:policies/items/A", []byte(a1.Body), 3, 40)}
+	done := consulkv.Event{Action: consulkv.ActionUpdated, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u5", PoliciesCount: 1, Generation: 5}
+	current := api.KVPairs{eventPair(done, 3, 42), pair(consulkv.ItemKey("dcae-vm", "A"), []byte(a1.Body), 3, 40)}
 	cases := []struct {
 		name   string
 		rec    *events.ComponentPolicies
@@ -156,14 +141,14 @@ func TestPlanSkipsWhatConsulHolds(t *testing.T) {
 			if !p.Skip || p.Replay != tc.replay || len(p.Steps) != 0 {
 				t.Fatalf("plan skip=%v replay=%v steps=%v, want skip, replay=%v, no step", p.Skip, p.Replay, describe(p), tc.replay)
 			}
-			if tc.replay && (p.Event != done || p.EventIndex != 42 || p.Action != ActionUpdated) {
+			if tc.replay && (p.Event != done || p.EventIndex != 42 || p.Action != consulkv.ActionUpdated) {
 				t.Fatalf("replay carries event %+v index %d action %s, want what Consul holds", p.Event, p.EventIndex, p.Action)
 			}
 		})
 	}
 	// A marker of a newer generation: its writer owns the folder.
 	marker := done
-	marker.Action, marker.Generation = ActionUpdating, 6
+	marker.Action, marker.Generation = consulkv.ActionUpdating, 6
 	p, err := Plan(api.KVPairs{eventPair(marker, 3, 50)}, record("u5", 5, a1), now)
 	if err != nil || !p.Skip || p.Replay {
 		t.Fatalf("plan under a newer marker: %+v %v", p, err)
@@ -173,13 +158,13 @@ func TestPlanSkipsWhatConsulHolds(t *testing.T) {
 func TestPlanUninstall(t *testing.T) {
 	rec := record("u9", 9)
 	rec.Uninstalled = true
-	prior := Event{Action: ActionUpdated, UpdateID: "u8", Generation: 8}
-	p, err := Plan(api.KVPairs{eventPair(prior, 1, 7), pair("dcae-vm:policies/items/A", []byte("{}"), 1, 1), pair("dcae-vm:policies/notified", []byte("{}"), 2, 2)}, rec, now)
+	prior := consulkv.Event{Action: consulkv.ActionUpdated, UpdateID: "u8", Generation: 8}
+	p, err := Plan(api.KVPairs{eventPair(prior, 1, 7), pair(consulkv.ItemKey("dcae-vm", "A"), []byte("{}"), 1, 1), pair(consulkv.ClaimKey("dcae-vm"), []byte("{}"), 2, 2)}, rec, now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Skip || p.Action != ActionUninstalled || p.KeysChanged != 3 || p.EventIndex != 7 ||
-		!reflect.DeepEqual(describe(p), [][]string{{"check-index event", "delete-tree "}}) || p.Steps[0].Ops[0].KV.Key != "dcae-vm:policies/" {
+		!reflect.DeepEqual(describe(p), [][]string{{"check-index event", "delete-tree "}}) || p.Steps[0].Ops[0].KV.Key != consulkv.Folder("dcae-vm") {
 		t.Fatalf("uninstall plan %+v %v", p, describe(p))
 	}
 	p, err = Plan(nil, rec, now)
@@ -189,7 +174,7 @@ func TestPlanUninstall(t *testing.T) {
 }
 
 func TestPlanRefusesWhatConsulCannotHold(t *testing.T) {
-	huge := pol("H", "1", `{"blob":"`+strings.Repeat("x", runtime.ConsulMaxValueBytes)+`"}`)
+	huge := pol("H", "1", `{"blob":"`+strings.Repeat("x", consulkv.MaxValueBytes)+`"}`)
 	cases := []struct {
 		name string
 		rec  *events.ComponentPolicies
@@ -218,11 +203,11 @@ func bodySize(t *testing.T, st Step) (ops int, size int) {
 	t.Helper()
 	all := api.TxnOps{}
 	if st.Guard {
-		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: "dcae-vm:policies/event", Index: 123456789}})
+		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: consulkv.EventKey("dcae-vm"), Index: 123456789}})
 	}
 	all = append(all, st.Ops...)
 	if st.Event != nil {
-		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: "dcae-vm:policies/event", Value: st.Event.JSON(), Index: 123456789}})
+		all = append(all, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: consulkv.EventKey("dcae-vm"), Value: st.Event.JSON(), Index: 123456789}})
 	}
 	b, err := json.Marshal(all)
 	if err != nil {
@@ -243,20 +228,20 @@ func TestPlanSeveralTransactions(t *testing.T) {
 	}
 	ps = append(ps, pol("HUGE", "1", `{"blob":"`+strings.Repeat("h", 450*1024)+`"}`))
 	rec := record("u2", 2, ps...)
-	prior := Event{Action: ActionGathered, UpdateID: "u1", Generation: 1}
-	current := api.KVPairs{eventPair(prior, 5, 5), pair("dcae-vm:policies/items/OLD", []byte("{}"), 5, 5)}
+	prior := consulkv.Event{Action: consulkv.ActionGathered, UpdateID: "u1", Generation: 1}
+	current := api.KVPairs{eventPair(prior, 5, 5), pair(consulkv.ItemKey("dcae-vm", "OLD"), []byte("{}"), 5, 5)}
 	p, err := Plan(current, rec, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Skip || p.Action != ActionUpdated || p.KeysChanged != len(ps)+1 {
+	if p.Skip || p.Action != consulkv.ActionUpdated || p.KeysChanged != len(ps)+1 {
 		t.Fatalf("plan skip=%v action=%s keys=%d", p.Skip, p.Action, p.KeysChanged)
 	}
 	first, last := p.Steps[0], p.Steps[len(p.Steps)-1]
-	if first.Event == nil || first.Event.Action != ActionUpdating || len(first.Ops) != 0 || first.Event.UpdateID != "u2" || first.Event.Generation != 2 {
+	if first.Event == nil || first.Event.Action != consulkv.ActionUpdating || len(first.Ops) != 0 || first.Event.UpdateID != "u2" || first.Event.Generation != 2 {
 		t.Fatalf("first step %v, want only the updating marker of u2", describe(WritePlan{Steps: []Step{first}}))
 	}
-	if last.Event == nil || last.Event.Action != ActionUpdated || last.Event.PoliciesCount != len(ps) {
+	if last.Event == nil || last.Event.Action != consulkv.ActionUpdated || last.Event.PoliciesCount != len(ps) {
 		t.Fatalf("last step does not write the final event: %+v", last.Event)
 	}
 	written := map[string]int{}
@@ -274,14 +259,14 @@ func TestPlanSeveralTransactions(t *testing.T) {
 			t.Errorf("step %d writes items without checking the event index", i)
 		}
 		n, size := bodySize(t, st)
-		if n > runtime.ConsulMaxTxnOps || size > runtime.ConsulMaxTxnBytes {
-			t.Errorf("step %d has %d operations in %d bytes, over %d / %d", i, n, size, runtime.ConsulMaxTxnOps, runtime.ConsulMaxTxnBytes)
+		if n > consulkv.MaxTxnOps || size > consulkv.MaxTxnBytes {
+			t.Errorf("step %d has %d operations in %d bytes, over %d / %d", i, n, size, consulkv.MaxTxnOps, consulkv.MaxTxnBytes)
 		}
 		for _, op := range st.Ops {
 			written[op.KV.Key]++
 		}
 	}
-	if puts != 1 || written["dcae-vm:policies/items/HUGE"] != 1 {
+	if puts != 1 || written[consulkv.ItemKey("dcae-vm", "HUGE")] != 1 {
 		t.Errorf("%d single puts, want 1 for HUGE", puts)
 	}
 	var keys []string
@@ -304,17 +289,17 @@ func TestPlanResumesCutWrite(t *testing.T) {
 		ps = append(ps, pol(fmt.Sprintf("P.%03d", i), "1", `{"n":1}`))
 	}
 	rec := record("u1", 1, ps...)
-	marker := Event{Action: ActionUpdating, UpdateID: "u1", Generation: 1, PoliciesCount: 300}
+	marker := consulkv.Event{Action: consulkv.ActionUpdating, UpdateID: "u1", Generation: 1, PoliciesCount: 300}
 	// Half the items were written before the writer stopped.
 	current := api.KVPairs{eventPair(marker, 30, 30)}
 	for _, p := range ps[:100] {
-		current = append(current, pair(ItemKey("dcae-vm", p.PolicyID), []byte(p.Body), 31, 31))
+		current = append(current, pair(consulkv.ItemKey("dcae-vm", p.PolicyID), []byte(p.Body), 31, 31))
 	}
 	p, err := Plan(current, rec, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Skip || p.Action != ActionGathered || p.KeysChanged != 200 || p.EventIndex != 30 {
+	if p.Skip || p.Action != consulkv.ActionGathered || p.KeysChanged != 200 || p.EventIndex != 30 {
 		t.Fatalf("resume plan skip=%v action=%s keys=%d index=%d", p.Skip, p.Action, p.KeysChanged, p.EventIndex)
 	}
 	if d := describe(p); len(d) < 2 || d[0][0] != "check-index event" || d[0][1] != "set items/P.100" {
@@ -322,13 +307,13 @@ func TestPlanResumesCutWrite(t *testing.T) {
 	}
 	// The marker replaced an earlier event: the write is an update.
 	current[0] = eventPair(marker, 3, 30)
-	if p, _ = Plan(current, rec, now); p.Action != ActionUpdated {
+	if p, _ = Plan(current, rec, now); p.Action != consulkv.ActionUpdated {
 		t.Fatalf("resume after an earlier event: action %s, want updated", p.Action)
 	}
 }
 
 func TestOpSize(t *testing.T) {
-	keys := []string{"", "dcae-vm:policies/event", "a<b>&c\"d\\e\n\t\b\f\r\x01\x1f", "é€😀\u2028\u2029", "bad\xff\xc3utf8"}
+	keys := []string{"", consulkv.EventKey("dcae-vm"), "a<b>&c\"d\\e\n\t\b\f\r\x01\x1f", "é€😀\u2028\u2029", "bad\xff\xc3utf8"}
 	values := [][]byte{nil, {}, []byte("a"), []byte("ab"), []byte("abc"), []byte(`{"x":"<&>"}`), bytes.Repeat([]byte{0xff}, 1000)}
 	for _, verb := range []api.KVOp{api.KVSet, api.KVCAS, api.KVCheckIndex, api.KVDeleteTree} {
 		for _, k := range keys {

@@ -3,6 +3,7 @@ package consulwrite
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -23,29 +25,47 @@ const consulTimeout = 2 * time.Minute
 // record is planned again from a fresh read.
 var ErrConflict = errors.New("the folder changed while it was written")
 
-// Stage is the consul-writer: it reads component.policies (at least once,
-// in order) and writes each collection to Consul KV, then emits
-// component.applied. A poll's records are written together: their folders
-// read in shared transactions, their small collections written in shared
-// transactions.
-func Stage() runtime.Stage {
-	w := &writer{}
+// Config is the consul-writer's own configuration.
+type Config struct {
+	// Consul is the agent the folders are written to.
+	Consul consulkv.Config
+}
+
+// DefaultConfig reaches Consul as the environment says (consulkv.FromEnv).
+func DefaultConfig() Config { return Config{Consul: consulkv.FromEnv()} }
+
+// RegisterFlags adds the consul-writer's flags to fs: Consul's.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) { c.Consul.RegisterFlags(fs) }
+
+// Stage is the consul-writer configured from the environment (and from
+// flags when run by runtime.Main).
+func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
+
+// StageWith is the consul-writer with the given configuration: it reads
+// component.policies (at least once, in order) and writes each collection
+// to Consul KV, then emits component.applied. A poll's records are
+// written together: their folders read in shared transactions, their
+// small collections written in shared transactions.
+func StageWith(cfg Config) runtime.Stage {
+	w := &writer{cfg: cfg}
 	return runtime.Stage{
 		Name:       topology.StageConsulWriter,
 		Mode:       runtime.AtLeastOnce,
 		Inputs:     []string{topology.ComponentPolicies},
+		Flags:      w.cfg.RegisterFlags,
 		SetupBatch: w.setup,
 	}
 }
 
 type writer struct {
+	cfg Config
 	kv  *api.KV
 	txn *api.Txn
 	log zerolog.Logger
 }
 
 func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
-	cl, err := env.Consul.Client()
+	cl, err := w.cfg.Consul.Client()
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}
@@ -81,7 +101,7 @@ func (w *writer) record(in runtime.Msg[*events.ComponentPolicies]) (*events.Comp
 
 func (w *writer) newJob(i int, rec *events.ComponentPolicies, start time.Time) *job {
 	return &job{
-		i: i, rec: rec, folder: Folder(rec.ServiceComponentName), start: start,
+		i: i, rec: rec, folder: consulkv.Folder(rec.ServiceComponentName), start: start,
 		log: w.log.With().Str("component_id", rec.ComponentID).Str("update_id", rec.UpdateID).Int64("generation", rec.Generation).Logger(),
 	}
 }
@@ -154,7 +174,7 @@ func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Outpu
 // ModifyIndex after the last one (for an uninstall: the index of the
 // deletion, when Consul reports it).
 func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64, error) {
-	eventKey := EventKey(scn)
+	eventKey := consulkv.EventKey(scn)
 	index := plan.EventIndex
 	var last uint64
 	for i, st := range plan.Steps {
@@ -174,7 +194,7 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
 		}
 		if !ok {
-			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), runtime.TxnReasons(resp), ErrConflict)
+			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), consulkv.TxnReasons(resp), ErrConflict)
 		}
 		if meta != nil {
 			last = meta.LastIndex

@@ -2,6 +2,7 @@ package consulwrite
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -59,10 +61,10 @@ func collection(update string, gen int64, ps ...events.Policy) *events.Component
 	}
 }
 
-// eventOf reads and parses <scn>:policies/event.
+// eventOf reads and parses the event key of scn.
 func eventOf(t *testing.T, c *api.Client, scn string) (map[string]any, *api.KVPair) {
 	t.Helper()
-	p := mustGet(t, c, EventKey(scn))
+	p := mustGet(t, c, consulkv.EventKey(scn))
 	var m map[string]any
 	if err := json.Unmarshal(p.Value, &m); err != nil {
 		t.Fatalf("event %s is not JSON: %v", p.Value, err)
@@ -74,7 +76,7 @@ func TestConsulWriterStage(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t)
 	applied := c.Reader(t, topology.ComponentApplied)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
 
 	// First collection.
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
@@ -82,7 +84,7 @@ func TestConsulWriterStage(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("got %d component.applied records, want 1", len(recs))
 	}
-	item := mustGet(t, consul, "dcae-vm:policies/items/DCAE.Config_VM_MEMORY")
+	item := mustGet(t, consul, consulkv.ItemKey("dcae-vm", "DCAE.Config_VM_MEMORY"))
 	var body map[string]any
 	if err := json.Unmarshal(item.Value, &body); err != nil {
 		t.Fatalf("item value %s is not JSON: %v", item.Value, err)
@@ -125,7 +127,7 @@ func TestConsulWriterStage(t *testing.T) {
 
 	// Replays change nothing in Consul; the same update is reported again,
 	// an older one is not.
-	before := stagetest.ModifyIndexes(t, consul, Folder("dcae-vm"))
+	before := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm"))
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
 	c.Produce(t, topology.ComponentPolicies, "c1", rec2)
 	recs = applied.Until(3, 60*time.Second)
@@ -133,7 +135,7 @@ func TestConsulWriterStage(t *testing.T) {
 	if len(applied.Records()) != 3 {
 		t.Fatalf("got %d applied records after the replays, want 3", len(applied.Records()))
 	}
-	if after := stagetest.ModifyIndexes(t, consul, Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
+	if after := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
 		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
 	}
 	if a = decodeApplied(t, recs[2]); a.UpdateID != "u2" || a.Generation != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || a.Action != "updated" {
@@ -141,7 +143,7 @@ func TestConsulWriterStage(t *testing.T) {
 	}
 
 	// A policy Consul cannot hold is dead-lettered with the reason.
-	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", runtime.ConsulMaxValueBytes) + `"}`}
+	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", consulkv.MaxValueBytes) + `"}`}
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u3", 3, vmMemory(), huge))
 	dlq := c.Reader(t, topology.DLQ(topology.StageConsulWriter)).Until(1, 60*time.Second)
 	if len(dlq) != 1 {
@@ -161,7 +163,7 @@ func TestConsulWriterStage(t *testing.T) {
 	if len(recs) != 4 {
 		t.Fatalf("got %d applied records after uninstall, want 4", len(recs))
 	}
-	if left := stagetest.ModifyIndexes(t, consul, Folder("dcae-vm")); len(left) != 0 {
+	if left := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm")); len(left) != 0 {
 		t.Fatalf("folder left after uninstall: %v", left)
 	}
 	if a = decodeApplied(t, recs[3]); !a.Uninstalled || a.Action != ActionUninstalled || a.UpdateID != "u4" || a.KeysWritten != 3 {
@@ -173,7 +175,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t)
 	applied := c.Reader(t, topology.ComponentApplied)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
 
 	// A first small collection, so the big one is an update of it.
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
@@ -195,7 +197,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 		var index uint64
 		deadline := time.Now().Add(180 * time.Second)
 		for time.Now().Before(deadline) {
-			p, meta, err := consul.KV().Get(EventKey("dcae-vm"), &api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second})
+			p, meta, err := consul.KV().Get(consulkv.EventKey("dcae-vm"), &api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second})
 			if err != nil {
 				break
 			}
@@ -203,14 +205,14 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 			if p == nil {
 				continue
 			}
-			e, err := ParseEvent(p.Value)
+			e, err := consulkv.ParseEvent(p.Value)
 			if err != nil || e.UpdateID != "u-big" {
 				continue
 			}
 			if len(actions) == 0 || actions[len(actions)-1] != e.Action {
 				actions = append(actions, e.Action)
 			}
-			if e.Action == ActionUpdated {
+			if e.Action == consulkv.ActionUpdated {
 				break
 			}
 		}
@@ -227,7 +229,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 	if ev["action"] != "updated" || ev["update_id"] != "u-big" || ev["policies_count"] != float64(n) || ev["generation"] != float64(2) {
 		t.Fatalf("event after the 10 MB collection: %s", evPair.Value)
 	}
-	pairs, _, err := consul.KV().List(ItemsPrefix("dcae-vm"), nil)
+	pairs, _, err := consul.KV().List(consulkv.ItemsPrefix("dcae-vm"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 	indexes := map[uint64]bool{}
 	total := 0
 	for _, p := range pairs {
-		i, err := strconv.Atoi(strings.TrimPrefix(p.Key, ItemsPrefix("dcae-vm")+"DCAE.Config_BIG_"))
+		i, err := strconv.Atoi(strings.TrimPrefix(p.Key, consulkv.ItemsPrefix("dcae-vm")+"DCAE.Config_BIG_"))
 		if err != nil || string(p.Value) != ps[i].Body {
 			t.Fatalf("item %s holds %d bytes, not its policy_body", p.Key, len(p.Value))
 		}
@@ -253,7 +255,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 		t.Fatalf("items written in %d transaction(s), want several", len(indexes))
 	}
 	actions := <-seen
-	if len(actions) == 0 || actions[len(actions)-1] != ActionUpdated || len(actions) > 2 || len(actions) == 2 && actions[0] != ActionUpdating {
+	if len(actions) == 0 || actions[len(actions)-1] != consulkv.ActionUpdated || len(actions) > 2 || len(actions) == 2 && actions[0] != consulkv.ActionUpdating {
 		t.Fatalf("a reader of the event key saw %v for u-big, want [updating updated] (or [updated] when too slow to see the marker)", actions)
 	}
 	t.Logf("a reader of the event key saw %v", actions)
@@ -277,17 +279,25 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 		t.Fatalf("got %d applied records after 2000 small policies, want 3", got)
 	}
 	took = time.Since(start)
-	if keys := stagetest.ModifyIndexes(t, consul, ItemsPrefix("dcae-vm")); len(keys) != 2000 {
+	if keys := stagetest.ModifyIndexes(t, consul, consulkv.ItemsPrefix("dcae-vm")); len(keys) != 2000 {
 		t.Fatalf("%d items, want 2000", len(keys))
 	}
 	t.Logf("2000 small policies (+100 deletions): %.1f s from produce to component.applied, %.0f keys/s", took.Seconds(), 2102/took.Seconds())
 }
 
+// TestConsulWriterWaitsForConsul runs the stage configured by its flags,
+// as runtime.Main runs it, on a Consul agent that starts late.
 func TestConsulWriterWaitsForConsul(t *testing.T) {
 	port := stagetest.FreePort(t)
 	c := newCluster(t)
 	applied := c.Reader(t, topology.ComponentApplied)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, runtime.Consul{Addr: "127.0.0.1:" + strconv.Itoa(port)}))
+	s := Stage()
+	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
+	s.Flags(fs)
+	if err := fs.Parse([]string{"--consul-addr", "127.0.0.1:" + strconv.Itoa(port)}); err != nil {
+		t.Fatal(err)
+	}
+	stagetest.Run(t, s, stagetest.Env(c.Kafka))
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
 	applied.Until(1, 2*time.Second)
 	if len(applied.Records()) != 0 {

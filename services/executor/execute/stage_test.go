@@ -30,7 +30,7 @@ func decodeCP(t *testing.T, rec *kgo.Record) *events.ComponentPolicies {
 }
 
 func testEnv(c *stagetest.Cluster) runtime.Env {
-	return stagetest.Env(c.Kafka, runtime.Consul{})
+	return stagetest.Env(c.Kafka)
 }
 
 func component(id, scn string) *events.Component {

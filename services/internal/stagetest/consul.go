@@ -15,7 +15,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/consulkv"
 )
 
 // consulReadyTimeout bounds how long an agent may take to elect itself
@@ -30,7 +30,7 @@ var errNoConsul = errors.New("no Consul binary: build it with `make consul` or s
 // leader and accepts KV writes. The agent is $PF_CONSUL_BIN, else
 // .cache/bin/consul in the directory holding go.work. Without it the test
 // is skipped, or fails when the environment variable CI is set.
-func Consul(t testing.TB) (runtime.Consul, *consulapi.Client) {
+func Consul(t testing.TB) (consulkv.Config, *consulapi.Client) {
 	t.Helper()
 	return ConsulOn(t, 0)
 }
@@ -38,14 +38,14 @@ func Consul(t testing.TB) (runtime.Consul, *consulapi.Client) {
 // ConsulOn is Consul serving HTTP on httpPort of 127.0.0.1 (a free port
 // when 0), for tests that point a stage at the address before the agent
 // runs.
-func ConsulOn(t testing.TB, httpPort int) (runtime.Consul, *consulapi.Client) {
+func ConsulOn(t testing.TB, httpPort int) (consulkv.Config, *consulapi.Client) {
 	t.Helper()
 	a, err := startConsul(consulBinary(t), httpPort)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.stop)
-	return runtime.Consul{Addr: a.addr}, a.client
+	return consulkv.Config{Addr: a.addr}, a.client
 }
 
 // shared is the agent of SharedConsul.
@@ -60,7 +60,7 @@ var shared struct {
 // SharedConsul is Consul with one agent for every test of the package that
 // asks for it: tests sharing it keep to keys of their own. The package's
 // TestMain must run its tests through Main, which stops the agent.
-func SharedConsul(t testing.TB) (runtime.Consul, *consulapi.Client) {
+func SharedConsul(t testing.TB) (consulkv.Config, *consulapi.Client) {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -75,7 +75,7 @@ func SharedConsul(t testing.TB) (runtime.Consul, *consulapi.Client) {
 	if shared.err != nil {
 		t.Fatal(shared.err)
 	}
-	return runtime.Consul{Addr: shared.agent.addr}, shared.agent.client
+	return consulkv.Config{Addr: shared.agent.addr}, shared.agent.client
 }
 
 // Main runs a package's tests, then stops the agent of SharedConsul, and

@@ -10,12 +10,12 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
-// Env is a stage environment for tests on k and c: errors-only logs to
+// Env is a stage environment for tests on k: errors-only logs to
 // nowhere, retries within milliseconds, polls of at most 50 records, and
 // transaction and session timeouts short enough that a dead member's
 // partitions move on in seconds yet long enough for a slow machine.
-func Env(k runtime.Kafka, c runtime.Consul) runtime.Env {
-	env := runtime.NewEnv(k, c, runtime.NewLogger(io.Discard, "error", false))
+func Env(k runtime.Kafka) runtime.Env {
+	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
 	env.TransactionTimeout = 10 * time.Second
 	env.SessionTimeout = 10 * time.Second

@@ -76,7 +76,7 @@ func sortedLines(ms []events.PolicyMatch) []string {
 // start runs a matcher until stop is called or the test ends.
 func start(t *testing.T, c *stagetest.Cluster) (stop func()) {
 	t.Helper()
-	return stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, runtime.Consul{}))
+	return stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
 }
 
 func change(id, changeID, old, version string, mc map[string]any) (*events.PolicyChange, *events.PolicyCatalogEntry) {

@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -89,7 +90,7 @@ func BuildComponent(componentID string, req ComponentRequest, generation int64, 
 		return nil, fmt.Errorf("%w: every component belongs to a deployment", err)
 	}
 	if err := CheckID("service_component_name", req.ServiceComponentName); err != nil {
-		return nil, fmt.Errorf("%w: it names the component's Consul folder <service_component_name>:policies/", err)
+		return nil, fmt.Errorf("%w: it names the component's Consul folder %s", err, consulkv.Folder("<service_component_name>"))
 	}
 	c := &events.Component{
 		ComponentID:          componentID,

@@ -10,6 +10,7 @@ import (
 	capi "github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -138,12 +139,6 @@ type PolicyStatus struct {
 	Notified      bool   `json:"notified"`
 }
 
-// notifiedClaim is the part of <scn>:policies/notified the status reads.
-type notifiedClaim struct {
-	UpdateID   string `json:"update_id"`
-	Generation int64  `json:"generation"`
-}
-
 func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpError {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
@@ -186,19 +181,18 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 	}
 	var pair *capi.KVPair
 	if scn != "" {
-		key := scn + ":policies/notified"
+		key := consulkv.ClaimKey(scn)
 		var err error
 		pair, _, err = s.consul.KV().Get(key, (&capi.QueryOptions{}).WithContext(r.Context()))
 		if err != nil {
-			return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.env.Consul.Addr, err)
+			return s.consulFailed(key, err)
 		}
 	}
-	var claim *notifiedClaim
+	var claim *consulkv.Claim
 	if pair != nil && len(pair.Value) > 0 {
-		key := pair.Key
-		var cl notifiedClaim
-		if err := json.Unmarshal(pair.Value, &cl); err != nil {
-			return errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", key, err)
+		cl, err := consulkv.ParseClaim(pair.Value)
+		if err != nil {
+			return errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
 		}
 		claim = &cl
 		st.Notification = json.RawMessage(pair.Value)

@@ -53,7 +53,7 @@ func newStack(t *testing.T, seed func(s *stack), skipTopics ...string) *stack {
 	if seed != nil {
 		seed(s)
 	}
-	srv, err := New(stagetest.Env(c.Kafka, consulCfg), Options{})
+	srv, err := New(stagetest.Env(c.Kafka), Options{Consul: consulCfg})
 	if err != nil {
 		t.Fatal(err)
 	}

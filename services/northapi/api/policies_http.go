@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -374,29 +375,28 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	}
 	q := (&capi.QueryOptions{}).WithContext(r.Context())
 	kv := s.consul.KV()
-	cfgPair, _, err := kv.Get(scn, q)
+	cfgPair, _, err := kv.Get(consulkv.ConfigKey(scn), q)
 	if err != nil {
-		return s.consulFailed(scn, err)
+		return s.consulFailed(consulkv.ConfigKey(scn), err)
 	}
-	pairs, _, err := kv.List(scn+":", q)
+	prefix := consulkv.Prefix(scn)
+	pairs, _, err := kv.List(prefix, q)
 	if err != nil {
-		return s.consulFailed(scn+":", err)
+		return s.consulFailed(prefix, err)
 	}
 	out := map[string]json.RawMessage{}
 	items := []json.RawMessage{}
 	event := json.RawMessage("null")
-	policiesPrefix := scn + ":policies/"
 	for _, p := range pairs {
-		switch rest := strings.TrimPrefix(p.Key, scn+":"); {
-		case strings.HasPrefix(p.Key, policiesPrefix+"items/"):
-			if strings.HasSuffix(p.Key, "/") {
-				continue
-			}
+		_, isItem := consulkv.ItemPolicyID(scn, p.Key)
+		switch rest := strings.TrimPrefix(p.Key, prefix); {
+		case isItem:
 			items = append(items, consulValue(p.Value))
-		case p.Key == policiesPrefix+"event":
+		case p.Key == consulkv.EventKey(scn):
 			event = consulValue(p.Value)
-		case strings.HasPrefix(p.Key, policiesPrefix):
-			// Other bookkeeping under policies/ (the notifier's claim).
+		case strings.HasPrefix(p.Key, consulkv.Folder(scn)):
+			// Other bookkeeping of the policies folder (the notifier's
+			// claim, folder placeholders).
 		case rest != "" && !strings.Contains(rest, "/") && rest != "config" && rest != "policies":
 			out[rest] = consulValue(p.Value)
 		}
@@ -429,7 +429,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 }
 
 func (s *Server) consulFailed(key string, err error) *httpError {
-	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.env.Consul.Addr, err)
+	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.opts.Consul.Addr, err)
 }
 
 // Health is the answer of GET /healthcheck.

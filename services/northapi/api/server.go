@@ -22,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -40,6 +41,9 @@ const (
 
 // Options tune a Server; the zero value is fine.
 type Options struct {
+	// Consul is the agent whose folders the API reads (zero: as the
+	// environment says, consulkv.FromEnv).
+	Consul consulkv.Config
 	// ViewWait bounds how long a component write waits for the service's
 	// own deploy.components view to show it, so that the next write sees
 	// its generation (default 15s). The write is accepted either way.
@@ -81,6 +85,9 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	if opts.ProduceTimeout <= 0 {
 		opts.ProduceTimeout = 30 * time.Second
 	}
+	if opts.Consul == (consulkv.Config{}) {
+		opts.Consul = consulkv.FromEnv()
+	}
 	s := &Server{
 		env:        env,
 		log:        env.Log.With().Str("service", "north-api").Logger(),
@@ -107,7 +114,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("north api: create Kafka producer: %w", err)
 	}
-	s.consul, err = env.Consul.Client()
+	s.consul, err = opts.Consul.Client()
 	if err != nil {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: %w", err)

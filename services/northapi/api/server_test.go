@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -448,13 +449,13 @@ func TestServiceComponentAllReadsConsul(t *testing.T) {
 	bodyA := `{"policyName":"DCAE.Config_A.1.xml","policyVersion":"1","config":{"a":1}}`
 	bodyB := `{"policyName":"DCAE.Config_B.3.xml","policyVersion":"3","config":{"b":2}}`
 	event := `{"action":"gathered","timestamp":"2024-05-01T10:00:00Z","update_id":"u-1","policies_count":2,"generation":1}`
-	putKV(t, s.consul, scn, `{"app":"config"}`)
-	putKV(t, s.consul, scn+":policies/items/DCAE.Config_A", bodyA)
-	putKV(t, s.consul, scn+":policies/items/DCAE.Config_B", bodyB)
-	putKV(t, s.consul, scn+":policies/event", event)
-	putKV(t, s.consul, scn+":policies/notified", `{"update_id":"u-1"}`)
+	putKV(t, s.consul, consulkv.ConfigKey(scn), `{"app":"config"}`)
+	putKV(t, s.consul, consulkv.ItemKey(scn, "DCAE.Config_A"), bodyA)
+	putKV(t, s.consul, consulkv.ItemKey(scn, "DCAE.Config_B"), bodyB)
+	putKV(t, s.consul, consulkv.EventKey(scn), event)
+	putKV(t, s.consul, consulkv.ClaimKey(scn), `{"update_id":"u-1"}`)
 	putKV(t, s.consul, scn+":dmaap", `{"topic":"x"}`)
-	putKV(t, s.consul, scn+"x:policies/items/OTHER", `{"policyName":"OTHER.1.xml"}`)
+	putKV(t, s.consul, consulkv.ItemKey(scn+"x", "OTHER"), `{"policyName":"OTHER.1.xml"}`)
 
 	code, _, raw := s.call(t, http.MethodGet, "/service_component_all/"+scn, nil)
 	if code != http.StatusOK {
@@ -529,7 +530,7 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"}, AppliedAt: time.Now().UTC(),
 	})
 	// The notifier has notified u-1 but not yet u-2.
-	putKV(t, s.consul, scn+":policies/notified", `{"update_id":"u-1","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:00Z"}`)
+	putKV(t, s.consul, consulkv.ClaimKey(scn), `{"update_id":"u-1","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:00Z"}`)
 
 	var st ComponentStatus
 	deadline := time.Now().Add(30 * time.Second)
@@ -565,7 +566,7 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 		t.Errorf("notification %s", st.Notification)
 	}
 
-	putKV(t, s.consul, scn+":policies/notified", `{"update_id":"u-2","generation":2,"exit_code":0}`)
+	putKV(t, s.consul, consulkv.ClaimKey(scn), `{"update_id":"u-2","generation":2,"exit_code":0}`)
 	code, body, raw = s.call(t, http.MethodGet, "/v1/components/c-st/status", nil)
 	if code != http.StatusOK || body["notified"] != true {
 		t.Errorf("after u-2 was notified: %d %s", code, raw)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -16,12 +17,12 @@ import (
 const consulParallel = 8
 
 // maxTxnOps is the most operations Consul accepts in one transaction.
-const maxTxnOps = runtime.ConsulMaxTxnOps
+const maxTxnOps = consulkv.MaxTxnOps
 
 // maxTxnBytes bounds the keys and values of one transaction: base64 and
 // JSON make them about a third bigger on the wire, still well under
 // Consul's request limit.
-const maxTxnBytes = runtime.ConsulMaxTxnBytes / 2
+const maxTxnBytes = consulkv.MaxTxnBytes / 2
 
 // notifyAll claims, notifies and records the jobs of a batch (in input
 // order) and sets the Outcome of each job that failed. It works in waves
@@ -141,11 +142,11 @@ func (n *notifier) read(ctx context.Context, jobs []*job, fail func(*job, error)
 	}
 	var todo []*job
 	for _, j := range jobs {
-		var prior *Claim
+		var prior *consulkv.Claim
 		j.index = 0
 		if p := pairs[j.key]; p != nil && p.ModifyIndex != 0 {
 			j.index = p.ModifyIndex
-			if c, err := ParseClaim(p.Value); err == nil {
+			if c, err := consulkv.ParseClaim(p.Value); err == nil {
 				prior = &c
 			} else {
 				j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
@@ -176,7 +177,7 @@ func (n *notifier) get(ctx context.Context, jobs []*job) (map[string]*api.KVPair
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("the read was refused: %s", runtime.TxnReasons(resp))
+		return nil, fmt.Errorf("the read was refused: %s", consulkv.TxnReasons(resp))
 	}
 	pairs := make(map[string]*api.KVPair, len(jobs))
 	for _, r := range resp.Results {
@@ -200,7 +201,7 @@ func (n *notifier) get(ctx context.Context, jobs []*job) (map[string]*api.KVPair
 func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	for _, j := range jobs {
-		j.claim = Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at}
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at}
 	}
 	var claimed []*job
 	for _, g := range groups(jobs) {
@@ -278,7 +279,7 @@ func (n *notifier) cas(ctx context.Context, jobs []*job) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	index := runtime.TxnIndexes(resp)
+	index := consulkv.TxnIndexes(resp)
 	for _, j := range jobs {
 		if _, ok := index[j.key]; !ok {
 			return false, fmt.Errorf("set %s: Consul did not report its index", j.key)

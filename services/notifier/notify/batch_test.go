@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -121,9 +123,9 @@ func TestNotifierManyComponents(t *testing.T) {
 	}
 	c.ProduceRecords(t, records()...)
 
-	env := stagetest.Env(c.Kafka, consulCfg)
+	env := stagetest.Env(c.Kafka)
 	env.PollRecords = 1000
-	stage := Stage()
+	stage := stageOn(t, consulCfg)
 	stagetest.Run(t, stage, env)
 	waitCommitted(t, c, stage.GroupIn(c.Kafka), topology.ComponentApplied)
 
@@ -150,14 +152,14 @@ func TestNotifierManyComponents(t *testing.T) {
 	}
 	check("first run")
 
-	claims := func() map[string]Claim {
+	claims := func() map[string]consulkv.Claim {
 		pairs, _, err := consul.KV().List("many-", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]Claim{}
+		out := map[string]consulkv.Claim{}
 		for _, p := range pairs {
-			cl, err := ParseClaim(p.Value)
+			cl, err := consulkv.ParseClaim(p.Value)
 			if err != nil {
 				t.Fatalf("claim %s: %v", p.Key, err)
 			}
@@ -170,7 +172,7 @@ func TestNotifierManyComponents(t *testing.T) {
 		t.Fatalf("%d claims under many-, want %d", len(got), nHooks+nScripts+1)
 	}
 	for key, cl := range got {
-		scn := strings.TrimSuffix(key, ":policies/notified")
+		scn := strings.TrimSuffix(key, consulkv.ClaimKey(""))
 		gen := int64(1)
 		if scn == twice {
 			gen = 2
@@ -223,9 +225,9 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 		recs = append(recs, c.Record(t, topology.ComponentApplied, id, update(id, 1, webhook(hooks.URL+"/"+id))))
 	}
 	c.ProduceRecords(t, recs...)
-	env := stagetest.Env(c.Kafka, consulCfg)
+	env := stagetest.Env(c.Kafka)
 	env.PollRecords = 1000
-	stagetest.Run(t, Stage(), env)
+	stagetest.Run(t, stageOn(t, consulCfg), env)
 	for i := range n {
 		id := fmt.Sprintf("overlap-%d", i)
 		if cl, _ := waitClaim(t, consul, id, id+"-u1"); *cl.ExitCode != 0 {
@@ -237,10 +239,25 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 	}
 }
 
-// batchHandler is the agent-notifier's batch handler on Consul at consulCfg.
-func batchHandler(t testing.TB, consulCfg runtime.Consul, cfg Config) runtime.BatchHandler {
+// stageOn is the agent-notifier told by its flags, as runtime.Main tells
+// it, to reach the Consul agent at consulCfg.
+func stageOn(t testing.TB, consulCfg consulkv.Config) runtime.Stage {
 	t.Helper()
-	h, closeFn, err := StageWith(cfg).SetupBatch(context.Background(), stagetest.Env(runtime.Kafka{}, consulCfg))
+	s := Stage()
+	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
+	s.Flags(fs)
+	if err := fs.Parse([]string{"--consul-addr", consulCfg.Addr}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// batchHandler is the agent-notifier's batch handler with cfg on the
+// Consul agent at consulCfg.
+func batchHandler(t testing.TB, consulCfg consulkv.Config, cfg Config) runtime.BatchHandler {
+	t.Helper()
+	cfg.Consul = consulCfg
+	h, closeFn, err := StageWith(cfg).SetupBatch(context.Background(), stagetest.Env(runtime.Kafka{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +332,7 @@ func TestNotifierBatchOutcomes(t *testing.T) {
 // it), records before it keep their outcome.
 func TestNotifierConsulDown(t *testing.T) {
 	hooks := newHookServer(t, nil)
-	h := batchHandler(t, runtime.Consul{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, DefaultConfig())
+	h := batchHandler(t, consulkv.Config{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, DefaultConfig())
 	bad := update("down-bad", 1, events.NotifyTarget{Kind: "pigeon"})
 	out := h(context.Background(), []runtime.Input{
 		input(bad),
@@ -400,7 +417,8 @@ func BenchmarkNotifyBatch(b *testing.B) {
 func TestClaimConflict(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	n := &notifier{cfg: DefaultConfig()}
-	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}, consulCfg))
+	n.cfg.Consul = consulCfg
+	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +467,7 @@ func TestClaimConflict(t *testing.T) {
 		if err != nil || p == nil {
 			t.Fatalf("claim %s: %v %v", j.key, p, err)
 		}
-		cl, err := ParseClaim(p.Value)
+		cl, err := consulkv.ParseClaim(p.Value)
 		switch {
 		case err != nil:
 			t.Fatalf("claim %s: %v", j.key, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -26,47 +27,12 @@ const MaxStderrBytes = 4096
 // carries the whole collection of policies.
 const ReconfigureType = "policies"
 
-// NotifiedKey is the key that records which update a component was last
-// notified of: the claim.
-func NotifiedKey(scn string) string { return scn + ":policies/notified" }
-
-// Claim is the JSON value of the notified key. It is written with
-// check-and-set before the component is notified (ExitCode null), and
-// completed with the outcome afterwards.
-type Claim struct {
-	UpdateID   string `json:"update_id"`
-	Generation int64  `json:"generation"`
-	// ExitCode is the script's exit status; -1 when it could not run or
-	// was killed at its timeout. For a webhook: 0 on a 2xx answer, 1 on
-	// any other answer, -1 when no answer came.
-	ExitCode *int   `json:"exit_code"`
-	Stderr   string `json:"stderr"`
-	At       string `json:"at"`
-	// HTTPStatus is the webhook's answer (webhooks only).
-	HTTPStatus int `json:"http_status,omitempty"`
-}
-
-// JSON is the claim's value in Consul.
-func (c Claim) JSON() []byte {
-	b, _ := json.Marshal(c) // strings and integers only: cannot fail
-	return b
-}
-
-// ParseClaim reads the notified key's value.
-func ParseClaim(b []byte) (Claim, error) {
-	var c Claim
-	if err := json.Unmarshal(b, &c); err != nil {
-		return c, fmt.Errorf("parse notification claim: %w", err)
-	}
-	return c, nil
-}
-
 // ShouldNotify decides whether a component.applied record is notified: not
 // when the component was uninstalled or has no notify target, and not
 // when the claim shows this generation (or a newer one) was already
 // claimed, so each update_id is notified at most once and a replay
 // notifies nobody. reason says why not.
-func ShouldNotify(claim *Claim, a *events.ComponentApplied) (ok bool, reason string) {
+func ShouldNotify(claim *consulkv.Claim, a *events.ComponentApplied) (ok bool, reason string) {
 	switch {
 	case a.Uninstalled:
 		return false, "the component is uninstalled"
@@ -235,12 +201,12 @@ var ErrClaimTaken = errors.New("the notification claim changed while it was take
 type job struct {
 	i    int // the record's place in the batch
 	a    *events.ComponentApplied
-	key  string // NotifiedKey of the component
+	key  string // the component's claim key
 	body []byte // the notification
 	log  zerolog.Logger
 	// index is the claim key's ModifyIndex: as read, then as claimed.
 	index uint64
-	claim Claim
+	claim consulkv.Claim
 }
 
 // prepare checks a component.applied record and builds its notification.
@@ -267,7 +233,7 @@ func (n *notifier) prepare(a *events.ComponentApplied) (*job, error) {
 	if err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", a.ComponentID, err))
 	}
-	return &job{a: a, key: NotifiedKey(a.ServiceComponentName), body: body, log: log}, nil
+	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), body: body, log: log}, nil
 }
 
 // notify runs the claimed job's script or webhook and puts the outcome in

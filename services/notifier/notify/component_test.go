@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 )
 
 func vmMemory() events.Policy {
@@ -76,14 +77,14 @@ func TestShouldNotify(t *testing.T) {
 	}
 	cases := []struct {
 		name  string
-		claim *Claim
+		claim *consulkv.Claim
 		a     *events.ComponentApplied
 		want  bool
 	}{
 		{"never notified", nil, applied(1, script, false), true},
-		{"older claim", &Claim{Generation: 4}, applied(5, script, false), true},
-		{"same generation claimed (replay)", &Claim{Generation: 5}, applied(5, script, false), false},
-		{"newer claim", &Claim{Generation: 6}, applied(5, script, false), false},
+		{"older claim", &consulkv.Claim{Generation: 4}, applied(5, script, false), true},
+		{"same generation claimed (replay)", &consulkv.Claim{Generation: 5}, applied(5, script, false), false},
+		{"newer claim", &consulkv.Claim{Generation: 6}, applied(5, script, false), false},
 		{"no notify target", nil, applied(1, events.NotifyTarget{Kind: events.NotifyNone}, false), false},
 		{"uninstalled", nil, applied(1, script, true), false},
 	}
@@ -94,19 +95,6 @@ func TestShouldNotify(t *testing.T) {
 				t.Fatalf("ShouldNotify = %v (%q), want %v with a reason when false", got, why, tc.want)
 			}
 		})
-	}
-}
-
-func TestClaimJSON(t *testing.T) {
-	c := Claim{UpdateID: "u1", Generation: 3, At: "2018-02-12T10:20:30Z"}
-	if got := string(c.JSON()); got != `{"update_id":"u1","generation":3,"exit_code":null,"stderr":"","at":"2018-02-12T10:20:30Z"}` {
-		t.Fatalf("pending claim %s", got)
-	}
-	code := 2
-	c.ExitCode, c.Stderr = &code, "boom"
-	back, err := ParseClaim(c.JSON())
-	if err != nil || back.ExitCode == nil || *back.ExitCode != 2 || back.Stderr != "boom" || back.Generation != 3 {
-		t.Fatalf("ParseClaim: %+v %v", back, err)
 	}
 }
 

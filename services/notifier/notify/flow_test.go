@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
 	"github.com/policyflow/policyflow/services/executor/execute"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
@@ -72,14 +73,14 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	c := newCluster(t, topology.DeployComponents, topology.PolicySegments, topology.ComponentPolicies, topology.ComponentApplied,
 		topology.DLQ(topology.StageExecutor), topology.DLQ(topology.StageConsulWriter), topology.DLQ(topology.StageAgentNotifier))
 	rec := newRecorder(t)
-	env := stagetest.Env(c.Kafka, consulCfg)
+	env := stagetest.Env(c.Kafka)
 
 	c.Produce(t, topology.DeployComponents, "vm-1", &events.Component{
 		ComponentID: "vm-1", DeploymentID: "dep-1", ServiceComponentName: "dcae-vm",
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}, Config: "{}", UpdatedAt: time.UnixMilli(1).UTC(),
 	})
 	stagetest.Run(t, execute.Stage(), env)
-	writer, notifier := consulwrite.Stage(), Stage()
+	writer, notifier := consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg)
 	stopWriter := stagetest.Run(t, writer, env)
 	stopNotifier := stagetest.Run(t, notifier, env)
 
@@ -91,7 +92,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 		t.Fatalf("claim %+v", claim)
 	}
 
-	item, _, err := consul.KV().Get("dcae-vm:policies/items/DCAE.Config_VM_MEMORY", nil)
+	item, _, err := consul.KV().Get(consulkv.ItemKey("dcae-vm", "DCAE.Config_VM_MEMORY"), nil)
 	if err != nil || item == nil {
 		t.Fatalf("item: %v %v", item, err)
 	}
@@ -99,7 +100,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	if err := json.Unmarshal(item.Value, &body); err != nil || !reflect.DeepEqual(body["config"], map[string]any{"min_memory": "8GB"}) {
 		t.Fatalf("item value %s (%v), want the policy_body with config {\"min_memory\":\"8GB\"}", item.Value, err)
 	}
-	ev, _, err := consul.KV().Get("dcae-vm:policies/event", nil)
+	ev, _, err := consul.KV().Get(consulkv.EventKey("dcae-vm"), nil)
 	if err != nil || ev == nil {
 		t.Fatalf("event: %v %v", ev, err)
 	}
@@ -130,7 +131,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 			CreatedAt:  time.UnixMilli(3).UTC()})
 	}
 	claim, _ = waitClaim(t, consul, "dcae-vm", "u-big")
-	ev, _, err = consul.KV().Get("dcae-vm:policies/event", nil)
+	ev, _, err = consul.KV().Get(consulkv.EventKey("dcae-vm"), nil)
 	if err != nil || ev == nil {
 		t.Fatalf("event: %v %v", ev, err)
 	}
@@ -138,7 +139,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 		event["policies_count"] != float64(1+pieces*perPiece) || event["generation"] != float64(2) {
 		t.Fatalf("event after the 10 MB change %s (%v)", ev.Value, err)
 	}
-	items, _, err := consul.KV().List("dcae-vm:policies/items/", nil)
+	items, _, err := consul.KV().List(consulkv.ItemsPrefix("dcae-vm"), nil)
 	if err != nil || len(items) != 1+pieces*perPiece {
 		t.Fatalf("%d items (%v), want %d", len(items), err, 1+pieces*perPiece)
 	}
@@ -162,8 +163,8 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	waitCommitted(t, c, notifier.GroupIn(c.Kafka), topology.ComponentApplied)
 	stopWriter()
 	stopNotifier()
-	before := stagetest.ModifyIndexes(t, consul, "dcae-vm:policies/")
-	writer, notifier = consulwrite.Stage(), Stage()
+	before := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm"))
+	writer, notifier = consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg)
 	writer.Group, notifier.Group = "replayed-consul-writer", "replayed-agent-notifier"
 	stagetest.Run(t, writer, env)
 	stagetest.Run(t, notifier, env)
@@ -179,7 +180,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	if appliedRecords != 3 {
 		t.Fatalf("component.applied holds %d records, want 3 (u1, u-big and the replay of u-big)", appliedRecords)
 	}
-	if after := stagetest.ModifyIndexes(t, consul, "dcae-vm:policies/"); !reflect.DeepEqual(before, after) {
+	if after := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
 		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
 	}
 	if calls := rec.calls(t); len(calls) != 1 {

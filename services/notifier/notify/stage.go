@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -40,12 +41,15 @@ type Config struct {
 	// components run at once; one component's notifications still run
 	// one after another, in order.
 	Concurrency int
+	// Consul is the agent that holds the claims.
+	Consul consulkv.Config
 }
 
 // DefaultConfig reads PF_NOTIFY_TIMEOUT and PF_NOTIFY_CONCURRENCY, falling
-// back to DefaultTimeout and DefaultConcurrency.
+// back to DefaultTimeout and DefaultConcurrency, and reaches Consul as the
+// environment says (consulkv.FromEnv).
 func DefaultConfig() Config {
-	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency}
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Consul: consulkv.FromEnv()}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_TIMEOUT", "")); err == nil {
 		c.Timeout = d
 	}
@@ -55,8 +59,10 @@ func DefaultConfig() Config {
 	return c
 }
 
-// RegisterFlags adds the agent-notifier's flags to fs.
+// RegisterFlags adds the agent-notifier's flags to fs, Consul's among
+// them.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Consul.RegisterFlags(fs)
 	fs.DurationVar(&c.Timeout, "notify-timeout", c.Timeout,
 		"how long a reconfigure script or webhook may take when the component does not say (env PF_NOTIFY_TIMEOUT)")
 	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency,
@@ -104,7 +110,7 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandl
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	cl, err := env.Consul.Client()
+	cl, err := n.cfg.Consul.Client()
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}

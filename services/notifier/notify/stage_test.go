@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -68,26 +69,26 @@ func (r *recorder) calls(t *testing.T) [][]string {
 	return out
 }
 
-// waitClaim polls <scn>:policies/notified until it records the outcome
+// waitClaim polls the claim key of scn until it records the outcome
 // of an update.
-func waitClaim(t *testing.T, c *api.Client, scn, update string) (Claim, *api.KVPair) {
+func waitClaim(t *testing.T, c *api.Client, scn, update string) (consulkv.Claim, *api.KVPair) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		p, _, err := c.KV().Get(NotifiedKey(scn), nil)
+		p, _, err := c.KV().Get(consulkv.ClaimKey(scn), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p != nil {
-			cl, err := ParseClaim(p.Value)
+			cl, err := consulkv.ParseClaim(p.Value)
 			if err == nil && cl.UpdateID == update && cl.ExitCode != nil {
 				return cl, p
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("no claim with the outcome of update %s in %s", update, NotifiedKey(scn))
-	return Claim{}, nil
+	t.Fatalf("no claim with the outcome of update %s in %s", update, consulkv.ClaimKey(scn))
+	return consulkv.Claim{}, nil
 }
 
 func applied(update string, gen int64, notify events.NotifyTarget, policies, updated, removed []events.Policy) *events.ComponentApplied {
@@ -102,7 +103,7 @@ func TestNotifierStage(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
 	rec := newRecorder(t)
-	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka, consulCfg))
+	stagetest.Run(t, stageOn(t, consulCfg), stagetest.Env(c.Kafka))
 	script := events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}
 	vm, x := vmMemory(), other()
 
@@ -190,7 +191,7 @@ func TestNotifierStage(t *testing.T) {
 	if n := len(rec.calls(t)); n != 3 {
 		t.Fatalf("%d script calls, want 3 (u1, u2, u8)", n)
 	}
-	if p, _, _ := consul.KV().Get(NotifiedKey("dcae-vm"), nil); p == nil || p.ModifyIndex <= before.ModifyIndex || !bytes.Contains(p.Value, []byte(`"generation":8`)) {
+	if p, _, _ := consul.KV().Get(consulkv.ClaimKey("dcae-vm"), nil); p == nil || p.ModifyIndex <= before.ModifyIndex || !bytes.Contains(p.Value, []byte(`"generation":8`)) {
 		t.Fatalf("claim after u8: %v", p)
 	}
 }

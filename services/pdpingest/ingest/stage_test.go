@@ -38,7 +38,7 @@ func run(t *testing.T, c *stagetest.Cluster, url string) func() {
 	cfg := DefaultConfig()
 	cfg.PDPURL = url
 	cfg.PDPTimeout = 5 * time.Second
-	return stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka, runtime.Consul{}))
+	return stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka))
 }
 
 // catalog is the catalog as a reader rebuilding it sees it: the last
@@ -325,7 +325,7 @@ func TestRewoundInputIsDecidedAgain(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PDPURL = srv.URL
 	ctx := context.Background()
-	g, err := newIngester(ctx, cfg, stagetest.Env(c.Kafka, runtime.Consul{}))
+	g, err := newIngester(ctx, cfg, stagetest.Env(c.Kafka))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 	}}}
 	match := func(m *events.PolicyMatch) *kgo.Record { return c.Record(t, topology.PolicyMatches, m.DeploymentID, m) }
 	c.ProduceRecords(t, match(small), match(big), match(tooBig))
-	stop := stagetest.Run(t, StageWith(Config{MaxSegmentBytes: limit}), stagetest.Env(c.Kafka, runtime.Consul{}))
+	stop := stagetest.Run(t, StageWith(Config{MaxSegmentBytes: limit}), stagetest.Env(c.Kafka))
 
 	byDep := func(recs []*kgo.Record) map[string][]events.PolicySegment {
 		out := map[string][]events.PolicySegment{}

@@ -1,0 +1,58 @@
+package consulkv
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// DefaultAddr is the Consul agent of the embedded stack (`make run`).
+const DefaultAddr = "127.0.0.1:8500"
+
+// Config is how a process reaches the Consul agent.
+type Config struct {
+	Addr  string
+	Token string
+}
+
+// FromEnv is the configuration the environment gives: the address in
+// PF_CONSUL_ADDR, else CONSUL_HTTP_ADDR, else DefaultAddr; the ACL token
+// in PF_CONSUL_TOKEN, else CONSUL_HTTP_TOKEN.
+func FromEnv() Config {
+	return Config{
+		Addr:  runtime.EnvOr("PF_CONSUL_ADDR", runtime.EnvOr("CONSUL_HTTP_ADDR", DefaultAddr)),
+		Token: runtime.EnvOr("PF_CONSUL_TOKEN", runtime.EnvOr("CONSUL_HTTP_TOKEN", "")),
+	}
+}
+
+// RegisterFlags adds --consul-addr and --consul-token to fs, each
+// defaulting to what FromEnv says.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := FromEnv()
+	fs.StringVar(&c.Addr, "consul-addr", d.Addr, "Consul HTTP address (env PF_CONSUL_ADDR or CONSUL_HTTP_ADDR)")
+	fs.StringVar(&c.Token, "consul-token", d.Token, "Consul ACL token (env PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)")
+}
+
+// Client returns a Consul API client for the configured agent. It keeps
+// its connections open (stages send many requests, several at once) and
+// takes responses uncompressed (gzip of every folder read cost the agent
+// more than the read on a busy host).
+func (c Config) Client() (*api.Client, error) {
+	cfg := api.DefaultConfig()
+	cfg.Transport.MaxIdleConnsPerHost = 32
+	cfg.Transport.DisableCompression = true
+	if c.Addr != "" {
+		cfg.Address = c.Addr
+	}
+	if c.Token != "" {
+		cfg.Token = c.Token
+	}
+	cl, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
+	}
+	return cl, nil
+}

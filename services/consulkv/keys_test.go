@@ -1,0 +1,43 @@
+package consulkv_test
+
+import (
+	"testing"
+
+	"github.com/policyflow/policyflow/services/consulkv"
+)
+
+// The layout is the seed's: these are the keys components and operators
+// read.
+func TestKeysOfAComponent(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{consulkv.ConfigKey("dcae-vm"), "dcae-vm"},
+		{consulkv.Prefix("dcae-vm"), "dcae-vm:"},
+		{consulkv.Folder("dcae-vm"), "dcae-vm:policies/"},
+		{consulkv.ItemsPrefix("dcae-vm"), "dcae-vm:policies/items/"},
+		{consulkv.ItemKey("dcae-vm", "DCAE.Config_VM_MEMORY"), "dcae-vm:policies/items/DCAE.Config_VM_MEMORY"},
+		{consulkv.EventKey("dcae-vm"), "dcae-vm:policies/event"},
+		{consulkv.ClaimKey("dcae-vm"), "dcae-vm:policies/notified"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("key %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+func TestItemPolicyIDReadsBackItemKeysOnly(t *testing.T) {
+	if id, ok := consulkv.ItemPolicyID("dcae-vm", consulkv.ItemKey("dcae-vm", "DCAE.Config_A")); !ok || id != "DCAE.Config_A" {
+		t.Fatalf("ItemPolicyID of an item key = %q, %v; want DCAE.Config_A, true", id, ok)
+	}
+	for _, key := range []string{
+		consulkv.EventKey("dcae-vm"),
+		consulkv.ClaimKey("dcae-vm"),
+		consulkv.ItemsPrefix("dcae-vm"),
+		consulkv.ItemsPrefix("dcae-vm") + "sub/",
+		consulkv.ItemKey("dcae-vmx", "DCAE.Config_A"), // another component
+		"dcae-vm",
+	} {
+		if id, ok := consulkv.ItemPolicyID("dcae-vm", key); ok {
+			t.Errorf("ItemPolicyID(%q) = %q, true; want no item", key, id)
+		}
+	}
+}
