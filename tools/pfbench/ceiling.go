@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -320,10 +321,12 @@ func fillTopic(ctx context.Context, cl *kgo.Client, topic string, samples []*kgo
 	return written, nil
 }
 
-// ConsulCeiling is Consul's measured write rate from one client.
+// ConsulCeiling is Consul's measured write rate for one way of writing:
+// Clients concurrent writers of OpsPerTxn-operation transactions.
 type ConsulCeiling struct {
 	Keys       int     `json:"keys"`
 	OpsPerTxn  int     `json:"ops_per_txn"`
+	Clients    int     `json:"clients"`
 	ValueBytes int     `json:"value_bytes"`
 	Txns       int     `json:"txns"`
 	Seconds    float64 `json:"seconds"`
@@ -331,9 +334,10 @@ type ConsulCeiling struct {
 }
 
 // consulCeiling writes keys keys of valueBytes each under prefix with KVSet ops, opsPerTxn per
-// Txn, one transaction after another from one client (github.com/hashicorp/consul/api v1.34.5),
-// and measures the whole. It deletes the prefix afterwards (not timed).
-func consulCeiling(ctx context.Context, cl *api.Client, prefix string, keys, opsPerTxn, valueBytes int) (res ConsulCeiling, err error) {
+// Txn, from clients concurrent writers sharing one client's connection pool
+// (github.com/hashicorp/consul/api v1.34.5, as the consul-writer does), and measures the whole.
+// It deletes the prefix afterwards (not timed).
+func consulCeiling(ctx context.Context, cl *api.Client, prefix string, keys, opsPerTxn, clients, valueBytes int) (res ConsulCeiling, err error) {
 	prefix = consulDir(prefix)
 	defer func() {
 		// Also after a failed write, so no partial run is left behind.
@@ -343,14 +347,43 @@ func consulCeiling(ctx context.Context, cl *api.Client, prefix string, keys, ops
 			err = errors.Join(err, fmt.Errorf("consul ceiling: delete %s: %w", prefix, derr))
 		}
 	}()
-	return writeConsulKeys(ctx, cl, prefix, keys, opsPerTxn, valueBytes)
+	return writeConsulKeys(ctx, cl, prefix, keys, opsPerTxn, clients, valueBytes)
+}
+
+// bestConsulCeiling measures every way of writing the consul-writer may use (each count of
+// concurrent writers with each transaction size) once, then the fastest of them runs more times,
+// and returns the fastest run of all with every run of the sweep.
+func bestConsulCeiling(ctx context.Context, cl *api.Client, prefix string, keys, valueBytes int, clients, opsPerTxn []int, again int) (best ConsulCeiling, sweep []ConsulCeiling, err error) {
+	for _, c := range clients {
+		for _, ops := range opsPerTxn {
+			r, err := consulCeiling(ctx, cl, prefix, keys, ops, c, valueBytes)
+			if err != nil {
+				return best, sweep, err
+			}
+			sweep = append(sweep, r)
+			if r.KeysPerSec > best.KeysPerSec {
+				best = r
+			}
+		}
+	}
+	for range again {
+		r, err := consulCeiling(ctx, cl, prefix, keys, best.OpsPerTxn, best.Clients, valueBytes)
+		if err != nil {
+			return best, sweep, err
+		}
+		sweep = append(sweep, r)
+		if r.KeysPerSec > best.KeysPerSec {
+			best = r
+		}
+	}
+	return best, sweep, nil
 }
 
 // writeConsulKeys is the timed part of consulCeiling; the keys stay.
-func writeConsulKeys(ctx context.Context, cl *api.Client, prefix string, keys, opsPerTxn, valueBytes int) (ConsulCeiling, error) {
-	res := ConsulCeiling{Keys: keys, OpsPerTxn: opsPerTxn, ValueBytes: valueBytes}
-	if keys <= 0 || opsPerTxn <= 0 || valueBytes < 0 {
-		return res, fmt.Errorf("consul ceiling: need keys > 0, ops per transaction > 0 and value bytes >= 0 (got %d, %d, %d)", keys, opsPerTxn, valueBytes)
+func writeConsulKeys(ctx context.Context, cl *api.Client, prefix string, keys, opsPerTxn, clients, valueBytes int) (ConsulCeiling, error) {
+	res := ConsulCeiling{Keys: keys, OpsPerTxn: opsPerTxn, Clients: clients, ValueBytes: valueBytes}
+	if keys <= 0 || opsPerTxn <= 0 || clients <= 0 || valueBytes < 0 {
+		return res, fmt.Errorf("consul ceiling: need keys > 0, ops per transaction > 0, clients > 0 and value bytes >= 0 (got %d, %d, %d, %d)", keys, opsPerTxn, clients, valueBytes)
 	}
 	prefix = consulDir(prefix)
 	value := make([]byte, valueBytes)
@@ -367,24 +400,22 @@ func writeConsulKeys(ctx context.Context, cl *api.Client, prefix string, keys, o
 		txns = append(txns, ops)
 	}
 	q := (&api.QueryOptions{}).WithContext(ctx)
+	errs := make([]error, len(txns))
 	began := time.Now()
-	for _, ops := range txns {
-		ok, resp, _, err := cl.Txn().Txn(ops, q)
-		if err != nil {
-			return res, fmt.Errorf("consul ceiling: transaction %d of %d: %w", res.Txns+1, len(txns), err)
+	runtime.Each(len(txns), clients, func(k int) {
+		ok, resp, _, err := cl.Txn().Txn(txns[k], q)
+		switch {
+		case err != nil:
+			errs[k] = fmt.Errorf("consul ceiling: transaction %d of %d: %w", k+1, len(txns), err)
+		case !ok:
+			errs[k] = fmt.Errorf("consul ceiling: transaction %d of %d rolled back: %s", k+1, len(txns), consulkv.TxnReasons(resp))
 		}
-		if !ok {
-			var why []string
-			if resp != nil {
-				for _, e := range resp.Errors {
-					why = append(why, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
-				}
-			}
-			return res, fmt.Errorf("consul ceiling: transaction %d of %d rolled back: %s", res.Txns+1, len(txns), strings.Join(why, "; "))
-		}
-		res.Txns++
-	}
+	})
 	res.Seconds = time.Since(began).Seconds()
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	res.Txns = len(txns)
 	if res.Seconds > 0 {
 		res.KeysPerSec = float64(keys) / res.Seconds
 	}

@@ -335,7 +335,7 @@ func TestConsulCeilingWritesThenRemovesKeys(t *testing.T) {
 	wantTxns := (keys + opsPerTxn - 1) / opsPerTxn
 
 	// The timed part leaves every key in place.
-	w, err := writeConsulKeys(ctx, cl, "pfbench-test/written", keys, opsPerTxn, valueBytes)
+	w, err := writeConsulKeys(ctx, cl, "pfbench-test/written", keys, opsPerTxn, 4, valueBytes)
 	if err != nil {
 		t.Fatalf("writeConsulKeys: %v", err)
 	}
@@ -354,7 +354,7 @@ func TestConsulCeilingWritesThenRemovesKeys(t *testing.T) {
 		t.Fatalf("delete keys: %v", err)
 	}
 
-	res, err := consulCeiling(ctx, cl, "pfbench-test/ceiling", keys, opsPerTxn, valueBytes)
+	res, err := consulCeiling(ctx, cl, "pfbench-test/ceiling", keys, opsPerTxn, 1, valueBytes)
 	if err != nil {
 		t.Fatalf("consulCeiling: %v", err)
 	}
@@ -365,6 +365,21 @@ func TestConsulCeilingWritesThenRemovesKeys(t *testing.T) {
 	}
 	if res.Seconds <= 0 || res.KeysPerSec <= 0 {
 		t.Errorf("result = %+v, want positive time and rate", res)
+	}
+	best, sweep, err := bestConsulCeiling(ctx, cl, "pfbench-test/sweep", keys, valueBytes, []int{1, 3}, []int{64, 128}, 1)
+	if err != nil {
+		t.Fatalf("bestConsulCeiling: %v", err)
+	}
+	if len(sweep) != 5 {
+		t.Errorf("sweep has %d runs, want 2 writer counts x 2 sizes + 1 again", len(sweep))
+	}
+	for _, r := range sweep {
+		if r.KeysPerSec > best.KeysPerSec || r.Keys != keys {
+			t.Errorf("sweep run %+v: beats the best %+v or wrote another count", r, best)
+		}
+	}
+	if last := sweep[len(sweep)-1]; last.Clients != best.Clients || last.OpsPerTxn != best.OpsPerTxn {
+		t.Errorf("the run again %+v is not of the fastest way %+v", last, best)
 	}
 	left, _, err := kv.Keys("pfbench-test/", "", nil)
 	if err != nil {

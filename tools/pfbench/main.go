@@ -19,6 +19,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +45,8 @@ type options struct {
 	ceilingRecords  int
 	ceilingMiB      int
 	consulKeys      int
-	consulOpsPerTxn int
+	consulOpsPerTxn intList
+	consulClients   intList
 	timeout         time.Duration
 	skipAlone       bool
 	skipEndToEnd    bool
@@ -66,7 +69,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.ceilingRecords, "ceiling-records", 200_000, "records per pass-through ceiling (the stage's input records, cycled)")
 	fs.IntVar(&o.ceilingMiB, "ceiling-mib", 256, "cap on the bytes of one pass-through ceiling")
 	fs.IntVar(&o.consulKeys, "consul-keys", 30_000, "keys written by the Consul ceiling")
-	fs.IntVar(&o.consulOpsPerTxn, "consul-ops", 64, "operations per transaction of the Consul ceiling")
+	o.consulOpsPerTxn = intList{64, consulkv.MaxTxnOps}
+	o.consulClients = intList{1, 2, 4, 8, 16}
+	fs.Var(&o.consulOpsPerTxn, "consul-ops", "operations per transaction the Consul ceiling tries, comma-separated (the best way of writing is the ceiling)")
+	fs.Var(&o.consulClients, "consul-clients", "concurrent writers the Consul ceiling tries, comma-separated (the best way of writing is the ceiling)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for one measured step")
 	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs and their ceilings")
 	fs.BoolVar(&o.skipEndToEnd, "skip-e2e", false, "skip the end-to-end runs")
@@ -89,8 +95,10 @@ func (o *options) validate() error {
 		return errors.New("--reps and --fleet must be at least 1")
 	case o.until != "" && !slices.ContainsFunc(aloneStages, func(s aloneStage) bool { return s.name == o.until }):
 		return fmt.Errorf("--until %q: want matcher, segmenter, executor or consul-writer", o.until)
-	case o.consulOpsPerTxn < 1 || o.consulOpsPerTxn > 128:
-		return fmt.Errorf("--consul-ops %d: Consul takes 1 to 128 operations per transaction", o.consulOpsPerTxn)
+	case len(o.consulOpsPerTxn) == 0 || slices.Min(o.consulOpsPerTxn) < 1 || slices.Max(o.consulOpsPerTxn) > consulkv.MaxTxnOps:
+		return fmt.Errorf("--consul-ops %v: Consul takes 1 to %d operations per transaction", o.consulOpsPerTxn, consulkv.MaxTxnOps)
+	case len(o.consulClients) == 0 || slices.Min(o.consulClients) < 1 || slices.Max(o.consulClients) > 64:
+		return fmt.Errorf("--consul-clients %v: want 1 to 64 concurrent writers", o.consulClients)
 	}
 	return nil
 }
@@ -264,18 +272,12 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 			}
 		}
 		if st.name == topology.StageConsulWriter {
-			progress("consul ceiling: %d keys of %d bytes, %d per transaction", o.consulKeys, o.work.BodyBytes, o.consulOpsPerTxn)
-			var c ConsulCeiling
-			for i := 0; i < ceilingRuns; i++ {
-				ci, err := consulCeiling(ctx, b.consul, "pfbench-ceiling/", o.consulKeys, o.consulOpsPerTxn, o.work.BodyBytes)
-				if err != nil {
-					return fmt.Errorf("consul ceiling: %w", err)
-				}
-				if ci.KeysPerSec > c.KeysPerSec {
-					c = ci
-				}
+			progress("consul ceiling: %d keys of %d bytes, %v writers x %v per transaction", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn)
+			c, sweep, err := bestConsulCeiling(ctx, b.consul, "pfbench-ceiling/", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn, ceilingRuns-1)
+			if err != nil {
+				return fmt.Errorf("consul ceiling: %w", err)
 			}
-			rep.Ceilings.Consul = &c
+			rep.Ceilings.Consul, rep.Ceilings.ConsulSweep = &c, sweep
 		}
 		progress("%s alone on %s", st.name, st.input)
 		run, in, err := b.runAlone(ctx, st.name, st.input)
@@ -290,7 +292,7 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 		if isWriter {
 			run.KeysPerSec = float64(run.KeysWritten) / run.Seconds
 			run.Ratio = run.KeysPerSec / rep.Ceilings.Consul.KeysPerSec
-			run.RatioTo = "Consul transactions from one client"
+			run.RatioTo = "Consul transactions, the best of the ceiling's ways of writing"
 		} else {
 			progress("%s ceilings: pass-through of %d-byte records", st.name, in.meanBytes())
 			if err := b.ceilings(ctx, &run, in); err != nil {
@@ -303,5 +305,29 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 			break
 		}
 	}
+	return nil
+}
+
+// intList is a flag of comma-separated whole numbers.
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, n := range *l {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var out intList
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", f)
+		}
+		out = append(out, n)
+	}
+	*l = out
 	return nil
 }
