@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/hamba/avro/v2"
 )
@@ -257,14 +258,13 @@ func TestEveryTruncationIsRefused(t *testing.T) {
 			if _, err := c.Decode(context.Background(), rec.data); err != nil {
 				t.Fatalf("the whole record: %v", err)
 			}
-			for n := range len(rec.data) {
-				_, err := c.Decode(context.Background(), rec.data[:n])
-				switch {
-				case n < headerSize && !errors.Is(err, ErrNotEvent):
+			for n := range headerSize {
+				if _, err := c.Decode(context.Background(), rec.data[:n]); !errors.Is(err, ErrNotEvent) {
 					t.Errorf("first %d of %d bytes: %v, want ErrNotEvent", n, len(rec.data), err)
-				case n >= headerSize && (!errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "truncated")):
-					t.Errorf("first %d of %d bytes: %v, want truncated", n, len(rec.data), err)
 				}
+			}
+			for n := headerSize; n < len(rec.data); n++ {
+				decodeFails(t, c, rec.data[:n], 64<<10, "truncated", fmt.Sprintf(" of %d: ", n))
 			}
 		})
 	}
@@ -392,8 +392,33 @@ func TestStringsUpToTheRecordLimitDecode(t *testing.T) {
 	}
 	ev := &PolicyCatalogEntry{PolicyID: "p", Body: strings.Repeat("x", 3<<20), Status: StatusValid}
 	checkRoundTrip(t, c, ev)
-	if maxRecordBytes != 64<<20 {
-		t.Fatalf("maxRecordBytes %d, want topology.MaxMessageBytes (64 MiB)", maxRecordBytes)
+}
+
+// panicking is a decoder with a bug.
+type panicking struct{}
+
+func (panicking) Decode(unsafe.Pointer, *avro.Reader) { panic("index out of range [3] with length 3") }
+
+// TestDecoderPanicIsAnError: should the Avro decoder still panic on some
+// record, the stage gets an error naming the schema, not a crash.
+func TestDecoderPanicIsAnError(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := c.Encode(&CatchupRequest{RequestID: "r", Scope: ScopeAll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.writers[c.currFP[SchemaCatchupRequest]].decoder = panicking{}
+	_, err = c.Decode(context.Background(), data)
+	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "record of schema policyflow.CatchupRequest") ||
+		!strings.Contains(err.Error(), "decoder panicked: index out of range [3] with length 3") {
+		t.Fatalf("decode with a panicking decoder: %v", err)
+	}
+	// The codec goes on decoding.
+	if _, err := c.Decode(context.Background(), reportedRecord); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("next decode: %v", err)
 	}
 }
 

@@ -78,7 +78,7 @@ const headerSize = 10
 var maxRecordBytes = func() int {
 	n, err := strconv.Atoi(topology.MaxMessageBytes)
 	if err != nil || n <= 0 {
-		// A constant of package topology; covered by tests.
+		// A constant of package topology: a bad one fails every test here.
 		panic(fmt.Sprintf("events: topology.MaxMessageBytes %q is not a size", topology.MaxMessageBytes))
 	}
 	return n
