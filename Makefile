@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul build run test bench bench-go lint images clean
+.PHONY: help consul build run test bench bench-go fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -104,6 +104,24 @@ bench: build consul ## measure every stage and the pipeline end to end against c
 bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB
 	cd events && $(GO) test -run '^$$' -bench . -benchmem ./...
 	cd services && $(GO) test -run '^$$' -bench . -benchmem ./...
+
+# `make fuzz` runs every Go fuzz target of the repository, one after another
+# (`go test -fuzz` takes one target per run), each for FUZZTIME. The packages
+# are those with a `func Fuzz` in a test file; `go test -list` names their
+# targets. A failing input is saved under the package's testdata/fuzz/<target>/
+# and fails the run: commit it with its fix, it is a regression test from then on.
+FUZZTIME ?= 60s
+
+fuzz: ## run every Go fuzz target for FUZZTIME each (default 60s); failures land in testdata/fuzz/
+	@dirs=$$({ grep -rl --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' $(MODULES) || true; } | xargs -r -n1 dirname | sort -u); \
+	if [ -z "$$dirs" ]; then echo 'fuzz: no fuzz targets found' >&2; exit 1; fi; \
+	for d in $$dirs; do \
+		list=$$(cd $$d && $(GO) test -list '^Fuzz' .); \
+		for t in $$(grep '^Fuzz' <<<"$$list"); do \
+			echo "==> fuzz: $$d $$t for $(FUZZTIME)"; \
+			(cd $$d && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) .); \
+		done; \
+	done
 
 lint: ## fail on files gofmt would change, then go vet every module
 	@unformatted=$$(gofmt -l $(MODULES)); \

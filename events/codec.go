@@ -5,15 +5,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/hamba/avro/v2"
 	"github.com/hamba/avro/v2/soe"
+	"github.com/modern-go/reflect2"
 
 	"github.com/policyflow/policyflow/schemas"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // ErrUnknownSchema is returned (wrapped) when a record names a writer
@@ -50,23 +54,56 @@ type SchemaSource interface {
 	Lookup(ctx context.Context, fp Fingerprint) (string, error)
 }
 
+// writerSchema is a version of an event's schema that records name by
+// its fingerprint, with what decoding them takes.
 type writerSchema struct {
 	name   string
 	schema avro.Schema
 	json   string
+	wire   *wire // the layout of its records, checked before decoding
+	// resolved is the schema resolved into the current schema of the
+	// same name; newValue returns a new value of the event's Go type and
+	// decoder reads the resolved schema into it.
+	resolved avro.Schema
+	newValue func() Event
+	decoder  avro.ValDecoder
+}
+
+// headerSize is the length of the single-object encoding header: the two
+// magic bytes and the fingerprint.
+const headerSize = 10
+
+// maxRecordBytes is the largest record a topic accepts. No string, bytes or
+// array of a record can be larger, whatever its length prefix claims.
+var maxRecordBytes = func() int {
+	n, err := strconv.Atoi(topology.MaxMessageBytes)
+	if err != nil || n <= 0 {
+		// A constant of package topology: a bad one fails every test here.
+		panic(fmt.Sprintf("events: topology.MaxMessageBytes %q is not a size", topology.MaxMessageBytes))
+	}
+	return n
+}()
+
+// newAPI is the Avro configuration of a codec, its own rather than the
+// package default that any importer could change: strings, bytes and
+// arrays no larger than a record can be.
+func newAPI() avro.API {
+	return avro.Config{
+		MaxByteSliceSize:  maxRecordBytes,
+		MaxSliceAllocSize: maxRecordBytes,
+	}.Freeze()
 }
 
 // Codec encodes events in Avro single-object encoding with their current
 // schema and decodes records written with any known version of it.
 type Codec struct {
+	api     avro.API
+	readers sync.Pool              // *avro.Reader of api
 	current map[string]avro.Schema // full name -> current schema
 	currFP  map[string]Fingerprint // full name -> fingerprint of current
-	mu      sync.RWMutex           // guards writers and resolved
-	writers map[Fingerprint]writerSchema
-	// resolved holds, per writer fingerprint, the writer schema resolved
-	// into the current reader schema of the same name.
-	resolved map[Fingerprint]avro.Schema
-	source   SchemaSource
+	mu      sync.RWMutex           // guards writers and source
+	writers map[Fingerprint]*writerSchema
+	source  SchemaSource
 }
 
 var (
@@ -88,28 +125,31 @@ func Default() *Codec {
 
 // NewCodec loads the current and every historic schema from package schemas.
 func NewCodec() (*Codec, error) {
+	api := newAPI()
 	c := &Codec{
-		current:  map[string]avro.Schema{},
-		currFP:   map[string]Fingerprint{},
-		writers:  map[Fingerprint]writerSchema{},
-		resolved: map[Fingerprint]avro.Schema{},
+		api:     api,
+		readers: sync.Pool{New: func() any { return avro.NewReader(nil, 0, avro.WithReaderConfig(api)) }},
+		current: map[string]avro.Schema{},
+		currFP:  map[string]Fingerprint{},
+		writers: map[Fingerprint]*writerSchema{},
 	}
 	cur, err := loadDir(schemas.Current, ".")
 	if err != nil {
 		return nil, err
 	}
 	for _, w := range cur {
-		if _, ok := newEvent[w.name]; !ok {
+		if w.newValue = newEvent[w.name]; w.newValue == nil {
 			return nil, fmt.Errorf("events: schema %s has no Go type", w.name)
 		}
 		fp, err := fingerprint(w.schema)
 		if err != nil {
 			return nil, err
 		}
+		w.resolved = w.schema
+		w.decoder = c.api.DecoderOf(w.resolved, reflect2.TypeOf(w.newValue()))
 		c.current[w.name] = w.schema
 		c.currFP[w.name] = fp
 		c.writers[fp] = w
-		c.resolved[fp] = w.schema
 	}
 	for name := range newEvent {
 		if _, ok := c.current[name]; !ok {
@@ -131,12 +171,12 @@ func NewCodec() (*Codec, error) {
 // SetSource sets where schemas the codec does not embed are looked up.
 func (c *Codec) SetSource(s SchemaSource) { c.mu.Lock(); c.source = s; c.mu.Unlock() }
 
-func loadDir(fsys fs.FS, dir string) ([]writerSchema, error) {
+func loadDir(fsys fs.FS, dir string) ([]*writerSchema, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("events: list schemas in %s: %w", dir, err)
 	}
-	var out []writerSchema
+	var out []*writerSchema
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".avsc") {
 			continue
@@ -155,18 +195,22 @@ func loadDir(fsys fs.FS, dir string) ([]writerSchema, error) {
 	return out, nil
 }
 
-func parseWriter(js string) (writerSchema, error) {
+func parseWriter(js string) (*writerSchema, error) {
 	// Every file defines its own nested types (Policy, NotifyTarget, ...),
 	// so each is parsed with a cache of its own.
 	s, err := avro.ParseWithCache(js, "", &avro.SchemaCache{})
 	if err != nil {
-		return writerSchema{}, fmt.Errorf("parse: %w", err)
+		return nil, fmt.Errorf("parse: %w", err)
 	}
 	n, ok := s.(avro.NamedSchema)
 	if !ok || s.Type() != avro.Record {
-		return writerSchema{}, errors.New("top level must be a named record")
+		return nil, errors.New("top level must be a named record")
 	}
-	return writerSchema{name: n.FullName(), schema: s, json: js}, nil
+	w, err := compileWire(s)
+	if err != nil {
+		return nil, err
+	}
+	return &writerSchema{name: n.FullName(), schema: s, json: js, wire: w}, nil
 }
 
 func fingerprint(s avro.Schema) (Fingerprint, error) {
@@ -181,7 +225,7 @@ func fingerprint(s avro.Schema) (Fingerprint, error) {
 
 // addWriter registers a writer schema and resolves it into the current
 // reader schema of the same name.
-func (c *Codec) addWriter(w writerSchema) error {
+func (c *Codec) addWriter(w *writerSchema) error {
 	fp, err := fingerprint(w.schema)
 	if err != nil {
 		return err
@@ -202,9 +246,10 @@ func (c *Codec) addWriter(w writerSchema) error {
 	if err != nil {
 		return fmt.Errorf("events: writer schema %s (%s) cannot be read with the current schema: %w", w.name, fp, err)
 	}
+	w.resolved, w.newValue = res, newEvent[w.name]
+	w.decoder = c.api.DecoderOf(w.resolved, reflect2.TypeOf(w.newValue()))
 	c.mu.Lock()
 	c.writers[fp] = w
-	c.resolved[fp] = res
 	c.mu.Unlock()
 	return nil
 }
@@ -249,11 +294,11 @@ func (c *Codec) Encode(v Event) ([]byte, error) {
 		return nil, fmt.Errorf("events: encode %s: no schema", name)
 	}
 	fp := c.currFP[name]
-	body, err := avro.Marshal(s, v)
+	body, err := c.api.Marshal(s, v)
 	if err != nil {
 		return nil, fmt.Errorf("events: encode %s: %w", name, err)
 	}
-	out := make([]byte, 0, 10+len(body))
+	out := make([]byte, 0, headerSize+len(body))
 	out = append(out, soe.Magic...)
 	out = append(out, fp[:]...)
 	return append(out, body...), nil
@@ -262,11 +307,10 @@ func (c *Codec) Encode(v Event) ([]byte, error) {
 // Peek returns the writer fingerprint and the event name of an encoded
 // record, when the schema is known.
 func (c *Codec) Peek(data []byte) (Fingerprint, string, error) {
-	var fp Fingerprint
-	if len(data) < 10 || data[0] != soe.Magic[0] || data[1] != soe.Magic[1] {
-		return fp, "", fmt.Errorf("events: %d bytes: %w", len(data), ErrNotEvent)
+	fp, err := header(data)
+	if err != nil {
+		return fp, "", err
 	}
-	copy(fp[:], data[2:10])
 	c.mu.RLock()
 	w, ok := c.writers[fp]
 	c.mu.RUnlock()
@@ -276,71 +320,125 @@ func (c *Codec) Peek(data []byte) (Fingerprint, string, error) {
 	return fp, w.name, nil
 }
 
-func (c *Codec) readerFor(ctx context.Context, fp Fingerprint) (string, avro.Schema, error) {
+// writer returns the writer schema of a fingerprint, asking the schema
+// source when the codec does not know it yet.
+func (c *Codec) writer(ctx context.Context, fp Fingerprint) (*writerSchema, error) {
 	c.mu.RLock()
 	w, ok := c.writers[fp]
-	res := c.resolved[fp]
 	src := c.source
 	c.mu.RUnlock()
 	if ok {
-		return w.name, res, nil
+		return w, nil
 	}
 	if src == nil {
-		return "", nil, fmt.Errorf("events: fingerprint %s: %w", fp, ErrUnknownSchema)
+		return nil, fmt.Errorf("events: fingerprint %s: %w", fp, ErrUnknownSchema)
 	}
 	js, err := src.Lookup(ctx, fp)
 	if err != nil {
-		return "", nil, fmt.Errorf("events: look up fingerprint %s: %w", fp, err)
+		return nil, fmt.Errorf("events: look up fingerprint %s: %w", fp, err)
 	}
 	got, err := c.Register(js)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	if got != fp {
-		return "", nil, fmt.Errorf("events: schema source returned %s for fingerprint %s: %w", got, fp, ErrUnknownSchema)
+		return nil, fmt.Errorf("events: schema source returned %s for fingerprint %s: %w", got, fp, ErrUnknownSchema)
 	}
 	c.mu.RLock()
-	w, res = c.writers[fp], c.resolved[fp]
+	w = c.writers[fp]
 	c.mu.RUnlock()
-	return w.name, res, nil
+	return w, nil
+}
+
+// header returns the writer fingerprint of a record.
+func header(data []byte) (Fingerprint, error) {
+	var fp Fingerprint
+	if len(data) < headerSize || data[0] != soe.Magic[0] || data[1] != soe.Magic[1] {
+		return fp, fmt.Errorf("events: %d bytes: %w", len(data), ErrNotEvent)
+	}
+	copy(fp[:], data[2:headerSize])
+	return fp, nil
 }
 
 // Decode reads a record written with any known version of its schema into
-// a new value of its Go type.
+// a new value of its Go type. The record must be exactly one encoding:
+// truncated records, trailing bytes and lengths that claim more than the
+// record holds are errors wrapping ErrMalformed, and nothing is allocated
+// for them beyond a small multiple of the record's size.
 func (c *Codec) Decode(ctx context.Context, data []byte) (Event, error) {
-	if len(data) < 10 || data[0] != soe.Magic[0] || data[1] != soe.Magic[1] {
-		return nil, fmt.Errorf("events: %d bytes: %w", len(data), ErrNotEvent)
-	}
-	var fp Fingerprint
-	copy(fp[:], data[2:10])
-	name, s, err := c.readerFor(ctx, fp)
+	fp, err := header(data)
 	if err != nil {
 		return nil, err
 	}
-	v := newEvent[name]()
-	if err := avro.Unmarshal(s, data[10:], v); err != nil {
-		return nil, fmt.Errorf("events: decode %s (writer %s): %w", name, fp, err)
+	w, err := c.writer(ctx, fp)
+	if err != nil {
+		return nil, err
+	}
+	v := w.newValue()
+	if err := c.decode(fp, w, data, v, w.decoder); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
 
 // DecodeInto reads a record into v, which must be the Go type of the
-// record's schema.
+// record's schema. It checks the record as Decode does.
 func (c *Codec) DecodeInto(ctx context.Context, data []byte, v Event) error {
-	if len(data) < 10 || data[0] != soe.Magic[0] || data[1] != soe.Magic[1] {
-		return fmt.Errorf("events: %d bytes: %w", len(data), ErrNotEvent)
-	}
-	var fp Fingerprint
-	copy(fp[:], data[2:10])
-	name, s, err := c.readerFor(ctx, fp)
+	fp, err := header(data)
 	if err != nil {
 		return err
 	}
-	if name != v.SchemaName() {
-		return fmt.Errorf("events: record is a %s, not a %s", name, v.SchemaName())
+	w, err := c.writer(ctx, fp)
+	if err != nil {
+		return err
 	}
-	if err := avro.Unmarshal(s, data[10:], v); err != nil {
-		return fmt.Errorf("events: decode %s (writer %s): %w", name, fp, err)
+	if w.name != v.SchemaName() {
+		return fmt.Errorf("events: record is a %s, not a %s", w.name, v.SchemaName())
+	}
+	return c.decode(fp, w, data, v, nil)
+}
+
+// decode checks the body of a record against its writer's layout, then
+// reads it with the writer schema resolved into the reader's, into v: with
+// dec, the writer's decoder, when v is a value of its newValue, else
+// looked up by v's type.
+func (c *Codec) decode(fp Fingerprint, w *writerSchema, data []byte, v Event, dec avro.ValDecoder) (err error) {
+	defer func() {
+		// The body is checked before it is read, so a panic is a bug of
+		// the decoder; it still must not take the stage down with it.
+		if p := recover(); p != nil {
+			err = fmt.Errorf("decoder panicked: %v: %w", p, ErrMalformed)
+		}
+		if err != nil {
+			err = fmt.Errorf("events: decode record of schema %s (writer %s): %w", w.name, fp, err)
+		}
+	}()
+	body := data[headerSize:]
+	if err := checkBody(w.wire, body, headerSize); err != nil {
+		return err
+	}
+	r := c.readers.Get().(*avro.Reader)
+	defer func() {
+		r.Reset(nil) // a pooled reader must not keep the record alive
+		r.Error = nil
+		c.readers.Put(r)
+	}()
+	r.Reset(body)
+	r.Error = nil
+	if dec != nil {
+		dec.Decode(reflect2.PtrOf(v), r)
+	} else {
+		r.ReadVal(w.resolved, v)
+	}
+	switch {
+	case errors.Is(r.Error, io.EOF) || errors.Is(r.Error, io.ErrUnexpectedEOF):
+		return fmt.Errorf("truncated: the decoder ran past byte %d: %w", len(data), ErrMalformed)
+	case r.Error != nil:
+		return r.Error
+	}
+	// Peek at the end of the bytes sets io.EOF.
+	if r.Peek(); r.Error == nil {
+		return fmt.Errorf("trailing bytes after the decoder's end: %w", ErrMalformed)
 	}
 	return nil
 }
