@@ -55,10 +55,9 @@ func (h *Health) Status() map[string]string {
 	return out
 }
 
-// Handler serves /healthz (the process answers), /readyz (every stage is
-// ready; 503 with the reasons otherwise), /metrics and the Go profiles
-// under /debug/pprof/ (for `go tool pprof` when a stage is slow). extra
-// adds routes.
+// Handler is the ops listener's mux: /healthz (the process answers),
+// /readyz (every stage is ready; 503 with the reasons otherwise) and
+// /metrics. extra adds routes, such as PprofRoutes.
 func (env Env) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -81,15 +80,24 @@ func (env Env) Handler(extra map[string]http.Handler) http.Handler {
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(env.Metrics.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	for p, h := range extra {
 		mux.Handle(p, h)
 	}
 	return mux
+}
+
+// PprofRoutes are the Go profiles under /debug/pprof/ (for `go tool pprof`
+// when a stage is slow), for Handler's extra routes. They are served only
+// when asked for (--pprof): /debug/pprof/cmdline shows the command line,
+// secrets given as flags included.
+func PprofRoutes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
 }
 
 // Serve runs the health and metrics server on addr until ctx is done.

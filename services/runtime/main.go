@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,6 +17,8 @@ import (
 type Options struct {
 	Kafka    Kafka
 	HTTPAddr string
+	// Pprof adds the Go profiles to the ops listener of HTTPAddr.
+	Pprof    bool
 	LogLevel string
 	LogText  bool
 }
@@ -23,9 +26,19 @@ type Options struct {
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	o.Kafka.RegisterFlags(fs)
-	fs.StringVar(&o.HTTPAddr, "http-addr", EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "address of /healthz, /readyz and /metrics (env PF_HTTP_ADDR)")
+	fs.StringVar(&o.HTTPAddr, "http-addr", EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "address of the ops listener: /healthz, /readyz, /metrics and, with --pprof, /debug/pprof/ (env PF_HTTP_ADDR)")
+	fs.BoolVar(&o.Pprof, "pprof", envBool("PF_PPROF", false), "serve the Go profiles under /debug/pprof/ on --http-addr; off by default, since /debug/pprof/cmdline shows secrets given as flags (env PF_PPROF)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	fs.BoolVar(&o.LogText, "log-text", envBool("PF_LOG_TEXT", false), "human-readable logs instead of JSON (env PF_LOG_TEXT)")
+}
+
+// OpsRoutes are the routes the options add to the ops listener: the Go
+// profiles with --pprof, else none.
+func (o Options) OpsRoutes() map[string]http.Handler {
+	if o.Pprof {
+		return PprofRoutes()
+	}
+	return nil
 }
 
 // SignalContext returns a context cancelled by the first SIGINT/SIGTERM
@@ -91,7 +104,7 @@ func Main(s Stage) {
 	defer cancel()
 	env := NewEnv(o.Kafka, log)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, nil) })
+	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()) })
 	g.Go(func() error {
 		defer cancel()
 		if err := PublishSchemas(gctx, env); err != nil {
