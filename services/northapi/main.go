@@ -1,8 +1,10 @@
 // Command northapi runs policyflow's North API: the HTTP service that
 // registers components, takes PDP notifications and pushed policies,
 // requests catch-ups, and serves the latest policies, a component's Consul
-// folder and its delivery status. It also serves /healthz, /readyz and
-// /metrics on the same address.
+// folder and its delivery status. Every caller but /healthcheck needs a
+// bearer token of the tokens file (--tokens-file). /healthz, /readyz,
+// /metrics and, with --pprof, the Go profiles are on a separate ops
+// listener (--http-addr), never on the API's address (--api-addr).
 package main
 
 import (
@@ -12,10 +14,17 @@ import (
 	"fmt"
 	"os"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
+
+// defaultOpsAddr is the ops listener's default: not a stage's 9090, so the
+// North API and a stage run on one host with their defaults.
+const defaultOpsAddr = "127.0.0.1:9091"
 
 func main() {
 	fs := flag.NewFlagSet("northapi", flag.ContinueOnError)
@@ -23,13 +32,11 @@ func main() {
 	o.RegisterFlags(fs)
 	var consul consulkv.Config
 	consul.RegisterFlags(fs)
-	// The API listens on its own address; the stages' PF_HTTP_ADDR is for
-	// their health servers and would clash when both run on one host.
-	o.HTTPAddr = runtime.EnvOr("PF_API_ADDR", api.DefaultAddr)
-	if f := fs.Lookup("http-addr"); f != nil {
-		f.DefValue = o.HTTPAddr
-		f.Usage = "address of the North API, with /healthz, /readyz and /metrics (env PF_API_ADDR)"
+	if f := fs.Lookup("http-addr"); f != nil && os.Getenv("PF_HTTP_ADDR") == "" {
+		o.HTTPAddr, f.DefValue = defaultOpsAddr, defaultOpsAddr
 	}
+	var c api.Config
+	c.RegisterFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -45,15 +52,57 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
+	if err := c.Check(); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	opts := api.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit()}
+	var tokens *auth.Store
+	if c.TokensFile != "" {
+		var err error
+		if tokens, err = auth.Open(c.TokensFile); err != nil {
+			log.Error().Err(err).Msg("cannot load the bearer tokens")
+			os.Exit(2)
+		}
+		if tokens.Len() == 0 {
+			log.Warn().Str("file", c.TokensFile).Msg("the tokens file holds no token: every request but /healthcheck is refused until one is added")
+		}
+		log.Info().Str("file", c.TokensFile).Int("tokens", tokens.Len()).Msg("bearer tokens loaded; the file is reloaded when it changes")
+		opts.Tokens = tokens
+	}
+	var err error
+	if opts.TLS, err = c.TLSConfig(); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+
 	ctx, cancel := runtime.SignalContext(context.Background())
 	defer cancel()
 	env := runtime.NewEnv(o.Kafka, log)
-	go func() {
-		if err := runtime.PublishSchemas(ctx, env); err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := runtime.Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()); err != nil {
+			return fmt.Errorf("ops listener (--http-addr): %w", err)
+		}
+		return nil
+	})
+	if tokens != nil {
+		g.Go(func() error {
+			tokens.Watch(gctx, auth.DefaultReloadInterval, log)
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if err := runtime.PublishSchemas(gctx, env); err != nil {
 			log.Warn().Err(err).Msg("publish schemas")
 		}
-	}()
-	if err := api.Serve(ctx, env, o.HTTPAddr, api.Options{Consul: consul}); err != nil {
+		return nil
+	})
+	g.Go(func() error {
+		defer cancel()
+		return api.Serve(gctx, env, c.Addr, opts)
+	})
+	if err := g.Wait(); err != nil {
 		log.Error().Err(err).Msg("exiting")
 		os.Exit(1)
 	}

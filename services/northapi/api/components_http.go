@@ -37,10 +37,20 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	caller := principalOf(r.Context())
+	existing, _ := s.components.get(id)
+	if e := mayWriteComponent(caller, id, existing, &req.Tenant); e != nil {
+		return e
+	}
 	gen := s.components.generation(id) + 1
 	c, err := BuildComponent(id, req, gen, time.Now())
 	if err != nil {
 		return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+	}
+	unlockFolder := s.locks.lock("folder " + c.ServiceComponentName)
+	defer unlockFolder()
+	if e := s.claimFolder(id, c.ServiceComponentName); e != nil {
+		return e
 	}
 	value, err := s.env.Codec.Encode(c)
 	if err != nil {
@@ -51,7 +61,7 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 		return s.produceFailed(err)
 	}
 	s.waitOwnWrite(r.Context(), rec)
-	s.log.Info().Str("component_id", id).Int64("generation", gen).Str("deployment_id", c.DeploymentID).Msg("component registered")
+	s.log.Info().Str("component_id", id).Int64("generation", gen).Str("deployment_id", c.DeploymentID).Str("by", describeCaller(caller)).Msg("component registered")
 	writeJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: gen})
 	return nil
 }
@@ -71,12 +81,16 @@ func (s *Server) deleteComponent(w http.ResponseWriter, r *http.Request) *httpEr
 		return errorf(http.StatusNotFound, "component %s is not registered (it is not in %s); check the id with GET /v1/components/%s/status, or it was deleted already",
 			id, s.env.Kafka.Topic(topology.DeployComponents), id)
 	}
+	caller := principalOf(r.Context())
+	if e := mayWriteComponent(caller, id, c, nil); e != nil {
+		return e
+	}
 	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployComponents), Key: []byte(id)}
 	if err := s.produce(r.Context(), rec); err != nil {
 		return s.produceFailed(err)
 	}
 	s.waitOwnWrite(r.Context(), rec)
-	s.log.Info().Str("component_id", id).Msg("component deleted")
+	s.log.Info().Str("component_id", id).Str("by", describeCaller(caller)).Msg("component deleted")
 	writeJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: c.Generation, Deleted: true})
 	return nil
 }
@@ -152,6 +166,9 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 	if !registered && !applied {
 		return errorf(http.StatusNotFound, "component %s is unknown: neither %s nor %s has it; register it with PUT /v1/components/%s",
 			id, s.env.Kafka.Topic(topology.DeployComponents), s.env.Kafka.Topic(topology.ComponentApplied), id)
+	}
+	if e := mayReadComponent(principalOf(r.Context()), id, c, registered); e != nil {
+		return e
 	}
 	st := ComponentStatus{ComponentID: id, Registered: registered, Policies: []PolicyStatus{}, Notification: json.RawMessage("null")}
 	if registered {

@@ -16,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -28,19 +30,65 @@ func TestMain(m *testing.M) {
 	os.Exit(stagetest.Main(m))
 }
 
-// stack is a North API on an in-process Kafka and the shared Consul.
+// The tokens of the tests' tokens file, one per role (two tenants).
+const (
+	adminToken       = "test-token-admin"
+	operatorToken    = "test-token-operator"
+	readOnlyToken    = "test-token-read-only"
+	tenantToken      = "test-token-tenant-t1"
+	otherTenantToken = "test-token-tenant-t2"
+	agentToken       = "test-token-agent"
+	participantToken = "test-token-participant"
+)
+
+// testTokens is the tokens file of the tests.
+func testTokens() auth.File {
+	return auth.File{Tokens: []auth.Entry{
+		{Name: "admin", Role: auth.RoleAdmin, SHA256: auth.Hash(adminToken)},
+		{Name: "operator", Role: auth.RoleOperator, SHA256: auth.Hash(operatorToken)},
+		{Name: "auditor", Role: auth.RoleReadOnly, SHA256: auth.Hash(readOnlyToken)},
+		{Name: "deployer-t1", Role: auth.RoleTenant, Tenant: "t1", SHA256: auth.Hash(tenantToken)},
+		{Name: "deployer-t2", Role: auth.RoleTenant, Tenant: "t2", SHA256: auth.Hash(otherTenantToken)},
+		{Name: "edge-1", Role: auth.RoleAgent, SHA256: auth.Hash(agentToken)},
+		{Name: "participant-1", Role: auth.RoleParticipant, SHA256: auth.Hash(participantToken)},
+	}}
+}
+
+func testTokenSet(t *testing.T) *auth.Set {
+	t.Helper()
+	set, err := testTokens().Set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// stack is a North API on an in-process Kafka and the shared Consul, with
+// its ops listener (health, readiness, metrics) on a server of its own.
 type stack struct {
 	*stagetest.Cluster
 	consul *capi.Client
+	env    runtime.Env
 	server *Server
 	url    string
+	ops    string
 }
 
 // newStack starts a kfake cluster with the topics but skipTopics,
 // optionally seeds it (before the server starts reading), then starts the
-// North API.
+// North API with the tests' tokens.
 func newStack(t *testing.T, seed func(s *stack), skipTopics ...string) *stack {
 	t.Helper()
+	return newStackWith(t, Options{}, seed, skipTopics...)
+}
+
+// newStackWith is newStack with options; without Tokens (and not
+// InsecureNoAuth) the server gets the tests' tokens.
+func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ...string) *stack {
+	t.Helper()
+	if opts.Tokens == nil && !opts.InsecureNoAuth {
+		opts.Tokens = testTokenSet(t)
+	}
 	var topics []string
 	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied} {
 		if !slices.Contains(skipTopics, base) {
@@ -53,7 +101,9 @@ func newStack(t *testing.T, seed func(s *stack), skipTopics ...string) *stack {
 	if seed != nil {
 		seed(s)
 	}
-	srv, err := New(stagetest.Env(c.Kafka), Options{Consul: consulCfg})
+	env := stagetest.Env(c.Kafka)
+	opts.Consul = consulCfg
+	srv, err := New(env, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,15 +111,17 @@ func newStack(t *testing.T, seed func(s *stack), skipTopics ...string) *stack {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
 	ts := httptest.NewServer(srv.Handler())
+	ops := httptest.NewServer(env.Handler(nil))
 	t.Cleanup(func() {
 		ts.Close()
+		ops.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("view reader: %v", err)
 		}
 		srv.Close()
 	})
-	s.server, s.url = srv, ts.URL
+	s.env, s.server, s.url, s.ops = env, srv, ts.URL, ops.URL
 	if len(skipTopics) == 0 {
 		s.waitReady(t)
 	}
@@ -80,7 +132,7 @@ func (s *stack) waitReady(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(s.url + "/readyz")
+		resp, err := http.Get(s.ops + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -99,9 +151,17 @@ func (s *stack) records(t *testing.T, base string, want int) []*kgo.Record {
 	return s.Read(t, base, want, 30*time.Second)
 }
 
-// call sends a request with a JSON (or raw string) body and returns the
-// status and the decoded JSON answer.
+// call sends a request as admin with a JSON (or raw string) body and
+// returns the status and the decoded JSON answer.
 func (s *stack) call(t *testing.T, method, path string, body any) (int, map[string]any, []byte) {
+	t.Helper()
+	code, out, raw, _ := s.callAs(t, adminToken, method, path, body)
+	return code, out, raw
+}
+
+// callAs is call with a token ("" for none) that also returns the
+// answer's headers.
+func (s *stack) callAs(t *testing.T, token, method, path string, body any) (int, map[string]any, []byte, http.Header) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -120,6 +180,9 @@ func (s *stack) call(t *testing.T, method, path string, body any) (int, map[stri
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		auth.SetBearer(req, token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -133,6 +196,20 @@ func (s *stack) call(t *testing.T, method, path string, body any) (int, map[stri
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatalf("%s %s: answer is not a JSON object: %v\n%s", method, path, err, raw)
 	}
+	return resp.StatusCode, out, raw, resp.Header
+}
+
+// opsGet reads a path of the ops listener.
+func (s *stack) opsGet(t *testing.T, path string) (int, map[string]any, []byte) {
+	t.Helper()
+	resp, err := http.Get(s.ops + path)
+	if err != nil {
+		t.Fatalf("GET %s on the ops listener: %v", path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	_ = json.Unmarshal(raw, &out)
 	return resp.StatusCode, out, raw
 }
 

@@ -373,6 +373,9 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	if err := CheckID("service_component_name", scn); err != nil {
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
+	if e := s.mayReadFolder(principalOf(r.Context()), scn); e != nil {
+		return e
+	}
 	q := (&capi.QueryOptions{}).WithContext(r.Context())
 	kv := s.consul.KV()
 	cfgPair, _, err := kv.Get(consulkv.ConfigKey(scn), q)

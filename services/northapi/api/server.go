@@ -3,12 +3,15 @@
 // announce and push policies and ask for catch-ups (each written to its
 // Kafka topic), and through which components and operators read the latest
 // policies, a component's Consul folder and its delivery status, in the
-// ONAP DCAE policy-handler and config-binding-service shapes.
+// ONAP DCAE policy-handler and config-binding-service shapes. Every route
+// but /healthcheck needs a bearer token with a role the route table
+// (routes.go) allows; tenants are scoped to their own components.
 package api
 
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -39,11 +42,24 @@ const (
 	MaxPoliciesRequestBytes = 64 << 20
 )
 
-// Options tune a Server; the zero value is fine.
+// Options tune a Server. Tokens is required unless InsecureNoAuth; the
+// other zero values take the defaults.
 type Options struct {
 	// Consul is the agent whose folders the API reads (zero: as the
 	// environment says, consulkv.FromEnv).
 	Consul consulkv.Config
+	// Tokens names the caller of each bearer token (an *auth.Store of the
+	// tokens file). Every route but /healthcheck needs a token.
+	Tokens Authenticator
+	// InsecureNoAuth serves every caller as admin, without a token.
+	InsecureNoAuth bool
+	// HTTP bounds the connections ServeListener accepts.
+	HTTP HTTPLimits
+	// RateLimit bounds each client's requests.
+	RateLimit RateLimit
+	// TLS, when set, makes ServeListener serve HTTPS with it (LoadTLS).
+	TLS *tls.Config
+
 	// ViewWait bounds how long a component write waits for the service's
 	// own deploy.components view to show it, so that the next write sees
 	// its generation (default 15s). The write is accepted either way.
@@ -67,7 +83,8 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 
-	locks keyedMutex
+	locks   keyedMutex
+	limiter *limiter
 
 	requests *prometheus.CounterVec
 	produced *prometheus.CounterVec
@@ -88,6 +105,9 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	if opts.Consul == (consulkv.Config{}) {
 		opts.Consul = consulkv.FromEnv()
 	}
+	if opts.Tokens == nil && !opts.InsecureNoAuth {
+		return nil, errors.New("north api: no tokens: every caller but /healthcheck needs a bearer token; give a tokens file (--tokens-file), or --insecure-no-auth on a network where every client is trusted")
+	}
 	s := &Server{
 		env:        env,
 		log:        env.Log.With().Str("service", "north-api").Logger(),
@@ -95,6 +115,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		catalog:    newCatalogView(env.Codec),
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
+		limiter:    newLimiter(opts.RateLimit),
+	}
+	if opts.InsecureNoAuth {
+		s.log.Warn().Msg("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who reaches the North API may register components, choose the scripts they run and read every policy and Consul folder")
 	}
 	kopts, err := env.Kafka.ClientOpts()
 	if err != nil {
@@ -169,11 +193,10 @@ func (s *Server) Ready() bool {
 	return true
 }
 
-// Handler serves the API plus /healthz, /readyz (every view caught up)
-// and /metrics.
-func (s *Server) Handler() http.Handler {
-	return s.env.Handler(map[string]http.Handler{"/": s.routes()})
-}
+// Handler serves the API's routes, each behind its token check. Health,
+// readiness (every view caught up) and metrics are not among them: they
+// are on the ops listener (runtime.Serve with the same Env).
+func (s *Server) Handler() http.Handler { return s.routes() }
 
 // Serve runs a Server on env at addr until ctx is done: views, producer
 // and HTTP server.
@@ -197,10 +220,15 @@ func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts O
 	defer cancel()
 	errs := make(chan error, 2)
 	go func() { errs <- s.Run(ctx) }()
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := opts.HTTP.server(s.Handler(), opts.TLS, s.log)
 	go func() {
-		s.log.Info().Str("addr", ln.Addr().String()).Msg("north api listening")
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve, scheme := srv.Serve, "http"
+		if opts.TLS != nil {
+			// The certificates are in srv.TLSConfig.
+			serve, scheme = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }, "https"
+		}
+		s.log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Bool("client_certificates", opts.TLS != nil && opts.TLS.ClientCAs != nil).Msg("north api listening")
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("north api: serve HTTP on %s: %w", ln.Addr(), err)
 			return
 		}

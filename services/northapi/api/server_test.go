@@ -584,32 +584,22 @@ func TestHealthEndpoints(t *testing.T) {
 	if code != http.StatusOK || body["status"] != "ok" {
 		t.Errorf("healthcheck: %d %s", code, raw)
 	}
-	code, body, raw = s.call(t, http.MethodGet, "/readyz", nil)
+	code, body, raw = s.opsGet(t, "/readyz")
 	if code != http.StatusOK || body["status"] != "ready" {
-		t.Errorf("readyz: %d %s", code, raw)
+		t.Errorf("readyz on the ops listener: %d %s", code, raw)
 	}
 	if code, _, raw := s.call(t, http.MethodPut, "/v1/components/m", componentBody()); code != http.StatusAccepted {
 		t.Fatalf("PUT: %d %s", code, raw)
 	}
-	resp, err := http.Get(s.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		sb.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	code, _, metrics := s.opsGet(t, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("metrics on the ops listener: %d", code)
 	}
 	for _, want := range []string{
 		`policyflow_north_api_requests_total{code="202",route="PUT /v1/components/{component_id}"} 1`,
 		`policyflow_north_api_records_produced_total{topic="` + s.Kafka.Topic(topology.DeployComponents) + `"} 1`,
 	} {
-		if !strings.Contains(sb.String(), want) {
+		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -622,7 +612,7 @@ func TestNotReadyUntilEveryViewTopicExists(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var code int
-		code, body, _ = s.call(t, http.MethodGet, "/readyz", nil)
+		code, body, _ = s.opsGet(t, "/readyz")
 		stages, _ := body["stages"].(map[string]any)
 		why, _ := stages["north-api view component.applied"].(string)
 		if code == http.StatusServiceUnavailable && strings.Contains(why, applied+" does not exist") {
