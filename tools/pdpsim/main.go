@@ -1,7 +1,8 @@
 // Command pdpsim runs a simulated ONAP policy engine (PDP): POST /getConfig
 // over policy versions loaded through its admin API (PUT /sim/policies,
 // DELETE /sim/policies/{policyName}, GET /sim/policies), sending a PDP
-// notification to --notify-url after every change. It prints
+// notification to --notify-url (with the bearer token of --notify-token)
+// after every change. It prints
 // `pdpsim listening on <addr>` once it accepts connections.
 package main
 
@@ -18,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
 )
@@ -42,8 +44,10 @@ type config struct {
 	listen    string
 	seed      bool
 	notifyURL string
-	logLevel  string
-	logPretty bool
+	// notifyToken is the bearer token sent with each notification.
+	notifyToken string
+	logLevel    string
+	logPretty   bool
 }
 
 func parseFlags(args []string) (config, error) {
@@ -63,6 +67,8 @@ func parseFlags(args []string) (config, error) {
 		"load the sample policies DCAE.Config_VM_MEMORY (version 5) and DCAE.Config_VM_STORAGE (version 1) at start, without notifying (env PF_PDPSIM_SEED)")
 	fs.StringVar(&c.notifyURL, "notify-url", runtime.EnvOr("PF_PDPSIM_NOTIFY_URL", ""),
 		"URL that receives a PDP notification (POST, JSON) after every change, e.g. http://127.0.0.1:8080/v1/pdp/notifications (env PF_PDPSIM_NOTIFY_URL)")
+	fs.StringVar(&c.notifyToken, "notify-token", runtime.EnvOr("PF_PDPSIM_NOTIFY_TOKEN", ""),
+		"bearer token sent with each notification; the North API needs one of role operator or admin (env PF_PDPSIM_NOTIFY_TOKEN)")
 	fs.StringVar(&c.logLevel, "log-level", runtime.EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	fs.BoolVar(&c.logPretty, "log-pretty", false, "human-readable logs instead of JSON")
 	if err := fs.Parse(args); err != nil {
@@ -88,6 +94,9 @@ func run(args []string) error {
 	opts := []pdp.Option{pdp.WithLogger(log)}
 	if c.notifyURL != "" {
 		opts = append(opts, pdp.WithNotifyURL(c.notifyURL))
+	}
+	if c.notifyToken != "" {
+		opts = append(opts, pdp.WithHTTPClient(auth.Client(c.notifyToken)))
 	}
 	sim := pdp.NewServer(opts...)
 	if c.seed {

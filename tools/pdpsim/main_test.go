@@ -9,11 +9,12 @@ func TestParseFlags(t *testing.T) {
 	t.Setenv("PF_PDPSIM_LISTEN", "")
 	t.Setenv("PF_PDPSIM_SEED", "")
 	t.Setenv("PF_PDPSIM_NOTIFY_URL", "")
+	t.Setenv("PF_PDPSIM_NOTIFY_TOKEN", "")
 	c, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.listen != "127.0.0.1:8181" || c.seed || c.notifyURL != "" {
+	if c.listen != "127.0.0.1:8181" || c.seed || c.notifyURL != "" || c.notifyToken != "" {
 		t.Fatalf("defaults = %+v", c)
 	}
 
@@ -27,7 +28,8 @@ func TestParseFlags(t *testing.T) {
 
 	t.Setenv("PF_PDPSIM_SEED", "true")
 	t.Setenv("PF_PDPSIM_NOTIFY_URL", "http://north/v1/pdp/notifications")
-	if c, err = parseFlags(nil); err != nil || !c.seed || c.notifyURL != "http://north/v1/pdp/notifications" {
+	t.Setenv("PF_PDPSIM_NOTIFY_TOKEN", "tok")
+	if c, err = parseFlags(nil); err != nil || !c.seed || c.notifyURL != "http://north/v1/pdp/notifications" || c.notifyToken != "tok" {
 		t.Fatalf("env: %+v, %v", c, err)
 	}
 

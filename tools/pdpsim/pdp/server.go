@@ -287,10 +287,14 @@ func sortBodies(bs []policy.Body) {
 	})
 }
 
-// Notify sends a PDP notification to url by HTTP POST as JSON and fails
-// unless the receiver answers 2xx.
-func Notify(ctx context.Context, url string, n policy.Notification) error {
-	return notify(ctx, http.DefaultClient, url, n)
+// Notify sends a PDP notification to url by HTTP POST as JSON with client
+// (nil: http.DefaultClient; the North API needs one that sends a bearer
+// token, such as auth.Client) and fails unless the receiver answers 2xx.
+func Notify(ctx context.Context, client *http.Client, url string, n policy.Notification) error {
+	if client == nil {
+		client = http.DefaultClient
+	}
+	return notify(ctx, client, url, n)
 }
 
 func notify(ctx context.Context, client *http.Client, url string, n policy.Notification) error {

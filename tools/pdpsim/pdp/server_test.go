@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -231,6 +233,7 @@ func TestAdminAPI(t *testing.T) {
 type receiver struct {
 	mu     sync.Mutex
 	got    []policy.Notification
+	auth   []string // the Authorization header of each notification
 	status int
 }
 
@@ -247,6 +250,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rc.got = append(rc.got, n)
+	rc.auth = append(rc.auth, r.Header.Get("Authorization"))
 	if rc.status != 0 {
 		http.Error(w, "north api is down", rc.status)
 	}
@@ -313,20 +317,29 @@ func TestNotify(t *testing.T) {
 	north := httptest.NewServer(rc)
 	defer north.Close()
 	n := policy.Notification{LoadedPolicies: []policy.LoadedPolicy{{PolicyName: "DCAE.Config_a.1.xml", VersionNo: "1"}}}
-	if err := Notify(context.Background(), north.URL, n); err != nil {
+	if err := Notify(context.Background(), nil, north.URL, n); err != nil {
 		t.Fatalf("Notify: %v", err)
 	}
 	got := rc.take()
 	if len(got) != 1 || got[0].LoadedPolicies[0].PolicyName != "DCAE.Config_a.1.xml" {
 		t.Fatalf("received %+v", got)
 	}
+	// With a client that sends a token, the receiver gets it.
+	if err := Notify(context.Background(), auth.Client("tok"), north.URL, n); err != nil {
+		t.Fatalf("Notify with a token: %v", err)
+	}
+	rc.mu.Lock()
+	if fmt.Sprint(rc.auth) != "[ Bearer tok]" {
+		t.Errorf("Authorization headers received %q, want none, then Bearer tok", rc.auth)
+	}
+	rc.mu.Unlock()
 	rc.fail(http.StatusInternalServerError)
-	err := Notify(context.Background(), north.URL, n)
+	err := Notify(context.Background(), nil, north.URL, n)
 	if err == nil || !strings.Contains(err.Error(), "500") || !strings.Contains(err.Error(), "north api is down") {
 		t.Fatalf("Notify to a failing receiver: %v", err)
 	}
 	north.Close()
-	if err := Notify(context.Background(), north.URL, n); err == nil {
+	if err := Notify(context.Background(), nil, north.URL, n); err == nil {
 		t.Fatalf("Notify to a closed receiver succeeded")
 	}
 }
