@@ -3,4 +3,5 @@
 // directory, and a real Consul agent started from a local binary. The
 // `policyctl dev` command, the `devbroker` command, the integration tests'
 // embedded backend and the benchmarks all start their backend through it.
+// It also keeps the dev stack's North API admin token (EnsureDevToken).
 package devstack

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -112,14 +113,19 @@ func jsonErrorAt(data []byte, err error) string {
 
 // apiClient is a thin HTTP client of the North API.
 type apiClient struct {
-	base    string
-	timeout time.Duration
+	base      string
+	timeout   time.Duration
+	token     string
+	tokenFile string
 }
 
-// registerAPIFlags adds --api and --timeout to fs.
+// registerAPIFlags adds --api, --token, --token-file and --timeout to fs.
 func registerAPIFlags(fs *flag.FlagSet) *apiClient {
 	c := &apiClient{}
 	fs.StringVar(&c.base, "api", runtime.EnvOr("PF_API", defaultAPI), "URL of the North API (env PF_API)")
+	fs.StringVar(&c.token, "token", runtime.EnvOr("PF_TOKEN", ""), "bearer token of the North API; PF_TOKEN keeps it out of the process list (env PF_TOKEN)")
+	fs.StringVar(&c.tokenFile, "token-file", runtime.EnvOr("PF_TOKEN_FILE", ""),
+		"file holding the bearer token, when no --token (env PF_TOKEN_FILE; default: policyctl.token of `policyctl dev`'s data dir, .data/ or PF_DEV_DATA_DIR, when it exists)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up when the North API has not answered within this time")
 	return c
 }
@@ -140,6 +146,10 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, usageErrorf("--api %q is not an http(s) URL such as %s", c.base, defaultAPI)
 	}
+	token, from, err := c.bearer()
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	var rd io.Reader
@@ -154,6 +164,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		auth.SetBearer(req, token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach the North API at %s: %w\nStart it (the northapi service) or point --api / PF_API at it", base, err)
@@ -176,8 +189,12 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 	if reason == "" {
 		reason = "no reason given"
 	}
+	advice := whatToDo(resp.StatusCode)
+	if resp.StatusCode == http.StatusUnauthorized {
+		advice = tokenAdvice(from)
+	}
 	return nil, &apiError{status: resp.StatusCode, reason: fmt.Sprintf("the North API refused %s %s (%s): %s\n%s",
-		method, path, resp.Status, reason, whatToDo(resp.StatusCode))}
+		method, path, resp.Status, reason, advice)}
 }
 
 // whatToDo is the advice for a refused request.
@@ -187,6 +204,10 @@ func whatToDo(status int) string {
 		return "Check the id; nothing by that name is known to policyflow."
 	case status == http.StatusRequestEntityTooLarge:
 		return "Send less in one request."
+	case status == http.StatusForbidden:
+		return "The token's role or tenant does not allow this; use a token that does."
+	case status == http.StatusTooManyRequests:
+		return "The North API limits each client's rate; wait a moment and run the command again."
 	case status >= 400 && status < 500:
 		return "Fix the input as the reason says and run the command again."
 	case status == http.StatusServiceUnavailable:

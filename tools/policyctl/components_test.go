@@ -11,22 +11,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
 
 // northAPI runs a North API on an in-process broker and returns its URL
-// and the broker settings, for reading what it produced.
+// and the broker settings, for reading what it produced. Its tokens are
+// those of a dev stack whose data dir is PF_DEV_DATA_DIR: the admin token
+// in policyctl.token, where policyctl finds it, and the tokens file
+// api-tokens.json, reloaded every 20ms.
 func northAPI(t *testing.T) (string, runtime.Kafka) {
 	t.Helper()
 	hermeticEnv(t)
 	t.Setenv("PF_API", "")
+	tok, err := devstack.EnsureDevToken(os.Getenv("PF_DEV_DATA_DIR"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.Open(tok.TokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := kfake.NewCluster(kfake.NumBrokers(1))
 	if err != nil {
 		t.Fatalf("start kfake: %v", err)
@@ -38,13 +52,14 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 		t.Fatalf("topology apply: exit %d %s", r.code, r.errOut)
 	}
 	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
-	srv, err := api.New(env, api.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}})
+	srv, err := api.New(env, api.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: tokens})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	go tokens.Watch(ctx, 20*time.Millisecond, zerolog.Nop())
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		ts.Close()
@@ -125,6 +140,7 @@ func TestComponentCommandsTalkToTheNorthAPI(t *testing.T) {
 	// From stdin, with --id, and PF_API instead of --api.
 	t.Setenv("PF_API", url)
 	noID := strings.Replace(componentFile, `"component_id": "comp-ctl",`, "", 1)
+	noID = strings.Replace(noID, `"scn-ctl"`, `"scn-stdin"`, 1) // a folder belongs to one component
 	r = policyctlIn(t, noID, "component", "put", "--id", "comp-stdin", "-")
 	if r.code != 0 || stdoutJSON(t, r)["component_id"] != "comp-stdin" {
 		t.Fatalf("component put - --id: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
@@ -245,5 +261,75 @@ func TestAPICommandsExplainAnUnreachableOrFailingAPI(t *testing.T) {
 	}
 	if r := policyctl(t, "component", "delete"); r.code != 2 {
 		t.Errorf("delete without id: exit %d", r.code)
+	}
+}
+
+func TestAPICommandsSendTheTokenTheyAreGiven(t *testing.T) {
+	url, _ := northAPI(t)
+	t.Setenv("PF_API", url)
+	devDir := os.Getenv("PF_DEV_DATA_DIR")
+	admin, err := os.ReadFile(filepath.Join(devDir, devstack.TokenFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A read-only token, added to the tokens file the API reads.
+	tokensFile := filepath.Join(devDir, devstack.TokensFileName)
+	r := policyctl(t, "token", "add", "--file", tokensFile, "--name", "auditor", "--role", "read-only")
+	readOnly := strings.TrimSpace(r.out)
+	if r.code != 0 || !strings.HasPrefix(readOnly, "pf_") || !strings.Contains(r.errOut, "token auditor (role read-only) added") {
+		t.Fatalf("token add: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	if st, err := os.Stat(tokensFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("tokens file after token add: %v %v, want mode 0600", st, err)
+	}
+	if r := policyctl(t, "token", "add", "--file", tokensFile, "--name", "auditor", "--role", "read-only"); r.code != 2 || !strings.Contains(r.errOut, "--replace") {
+		t.Errorf("token add of an existing name: exit %d stderr %q", r.code, r.errOut)
+	}
+	if r := policyctl(t, "token", "add", "--file", tokensFile, "--name", "t", "--role", "tenant"); r.code != 2 || !strings.Contains(r.errOut, "needs the tenant") {
+		t.Errorf("token add of a tenant token without a tenant: exit %d stderr %q", r.code, r.errOut)
+	}
+	// The API reloads the file: the new token reads, and may not write.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r = policyctl(t, "component", "status", "--token", readOnly, "nobody")
+		if strings.Contains(r.errOut, "404 Not Found") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the added token was not accepted within 30s: exit %d stderr %q", r.code, r.errOut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Setenv("PF_TOKEN", readOnly)
+	r = policyctl(t, "catchup")
+	if r.code != 1 || !strings.Contains(r.errOut, "403 Forbidden") || !strings.Contains(r.errOut, "has role read-only") || !strings.Contains(r.errOut, "role or tenant does not allow") {
+		t.Errorf("catchup with a read-only token: exit %d stderr %q", r.code, r.errOut)
+	}
+	t.Setenv("PF_TOKEN", "")
+
+	// --token-file names a file; the dev stack's file is the default.
+	r = policyctl(t, "catchup", "--token-file", writeFile(t, "tok", string(admin)))
+	if r.code != 0 {
+		t.Errorf("catchup with --token-file: exit %d stderr %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "catchup", "--token-file", filepath.Join(t.TempDir(), "missing"))
+	if r.code != 1 || !strings.Contains(r.errOut, "read the North API token from --token-file") {
+		t.Errorf("catchup with a missing --token-file: exit %d stderr %q", r.code, r.errOut)
+	}
+	if r := policyctl(t, "catchup"); r.code != 0 {
+		t.Errorf("catchup with the dev stack's token: exit %d stderr %q", r.code, r.errOut)
+	}
+
+	// No token anywhere: the API's 401, and where policyctl looks.
+	t.Setenv("PF_DEV_DATA_DIR", t.TempDir())
+	r = policyctl(t, "catchup")
+	if r.code != 1 || !strings.Contains(r.errOut, "401 Unauthorized") || !strings.Contains(r.errOut, "policyctl sent no token") ||
+		!strings.Contains(r.errOut, devstack.TokenFileName) {
+		t.Errorf("catchup without a token: exit %d stderr %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "catchup", "--token", "pf_wrong")
+	if r.code != 1 || !strings.Contains(r.errOut, "401 Unauthorized") || !strings.Contains(r.errOut, "is not one the North API knows") {
+		t.Errorf("catchup with an unknown token: exit %d stderr %q", r.code, r.errOut)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -35,6 +36,12 @@ var (
 	// real addresses (ports may be 0 = free).
 	devAPIListener net.Listener
 	devPDPListener net.Listener
+	// The North API's admin token and its tokens file, set in prepare.
+	devAPIToken  devstack.DevToken
+	devAPITokens *auth.Store
+	// devTokenDir holds the token files of an --ephemeral stack; removed
+	// when the API stops.
+	devTokenDir string
 )
 
 func init() {
@@ -57,16 +64,47 @@ func init() {
 	})
 }
 
+// prepareDevAPI binds the North API's address and gives it its tokens:
+// the admin token kept in the data dir (made on first start) and the
+// hashed tokens file next to it, which the API reloads when it changes.
 func prepareDevAPI(_ context.Context, s *devStack) error {
 	if devAPIAddr == "" {
 		return nil
+	}
+	dir := s.DataDir
+	if dir == "" {
+		var err error
+		if devTokenDir, err = os.MkdirTemp("", "policyflow-dev-"); err != nil {
+			return fmt.Errorf("make a directory for the API token: %w", err)
+		}
+		dir = devTokenDir
+	}
+	tok, err := devstack.EnsureDevToken(dir)
+	if err != nil {
+		return err
+	}
+	store, err := auth.Open(tok.TokensFile)
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", devAPIAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (pick another with --api-addr)", devAPIAddr, err)
 	}
-	devAPIListener = ln
+	devAPIListener, devAPIToken, devAPITokens = ln, tok, store
 	s.AddBannerLine("North API", fmt.Sprintf("http://%s   (policyctl --api http://%s)", ln.Addr(), ln.Addr()))
+	where := "in " + tok.TokenFile + ", where policyctl finds it"
+	switch {
+	case s.DataDir == "":
+		where = "this run only: export PF_TOKEN=" + tok.Token + " for policyctl"
+	case tok.TokenFile != defaultTokenFile():
+		where = "in " + tok.TokenFile + "; export PF_TOKEN_FILE=" + tok.TokenFile + " for policyctl"
+	}
+	made := ""
+	if tok.Created {
+		made = "new, "
+	}
+	s.AddBannerLine("API token", fmt.Sprintf("%s   (%sadmin; %s; tokens file %s)", tok.Token, made, where, tok.TokensFile))
 	return nil
 }
 
@@ -74,7 +112,11 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 	if devAPIListener == nil {
 		return nil
 	}
-	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul})
+	if devTokenDir != "" {
+		defer os.RemoveAll(devTokenDir)
+	}
+	go devAPITokens.Watch(ctx, auth.DefaultReloadInterval, s.Env.Log)
+	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul, Tokens: devAPITokens})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {
@@ -139,8 +181,9 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	}
 	base := "http://" + devAPIListener.Addr().String()
 	notifyURL := base + "/v1/pdp/notifications"
-	if err := devstack.WaitHTTP(ctx, base+"/readyz", 2*time.Minute); err != nil {
-		return fmt.Errorf("North API not ready: %w", err)
+	client := auth.Client(devAPIToken.Token)
+	if err := devstack.WaitHTTP(ctx, "http://"+s.OpsAddr+"/readyz", 2*time.Minute); err != nil {
+		return fmt.Errorf("the stages and the North API are not ready: %w", err)
 	}
 	components := map[string]any{
 		"demo-vm-memory": map[string]any{
@@ -156,7 +199,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		},
 	}
 	for id, c := range components {
-		if err := putJSON(ctx, base+"/v1/components/"+id, c); err != nil {
+		if err := putJSON(ctx, client, base+"/v1/components/"+id, c); err != nil {
 			return fmt.Errorf("register component %s: %w", id, err)
 		}
 	}
@@ -166,7 +209,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		if err != nil {
 			return err
 		}
-		if err := pdp.Notify(ctx, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+		if err := pdp.Notify(ctx, client, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
 			return err
 		}
 	}
@@ -189,7 +232,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		return err
 	}
 	start := time.Now()
-	if err := pdp.Notify(ctx, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+	if err := pdp.Notify(ctx, client, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
 		return err
 	}
 	if err := waitConsul(ctx, kv, key, "8GB"); err != nil {
@@ -207,7 +250,8 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		if b, err := os.ReadFile(log); err == nil && bytes.Contains(b, []byte("8GB")) {
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 			fmt.Fprintf(s.Out, "demo: the component's script was run as `%s policies <json>`; its last call:\n  %s\n", script, lines[len(lines)-1])
-			fmt.Fprintf(s.Out, "demo: try  curl -s %s/service_component_all/demo-vm-memory  and  curl -s %s/v1/components/demo-vm-memory/status\n", base, base)
+			fmt.Fprintf(s.Out, "demo: try  policyctl component status --api %s demo-vm-memory  and  curl -s -H \"Authorization: Bearer $(cat %s)\" %s/service_component_all/demo-vm-memory\n",
+				base, devAPIToken.TokenFile, base)
 			return nil
 		}
 		select {
@@ -229,14 +273,14 @@ func compact(b []byte) string {
 	return out.String()
 }
 
-func putJSON(ctx context.Context, url string, v any) error {
+func putJSON(ctx context.Context, client *http.Client, url string, v any) error {
 	b, _ := json.Marshal(v)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, bytes.NewReader(b))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

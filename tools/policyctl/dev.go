@@ -40,6 +40,11 @@ type devStack struct {
 	Topology topology.Options
 	// Env is the environment the stages run with (logs, metrics, health).
 	Env runtime.Env
+	// DataDir holds the stack's state; "" with --ephemeral.
+	DataDir string
+	// OpsAddr is the host:port of the ops listener: /healthz, /readyz
+	// (every stage and the North API's views) and /metrics.
+	OpsAddr string
 	// StageConfig is what the stages are built with; prepare hooks may
 	// change it (e.g. point pdp-ingest at a PDP simulator they started).
 	// An empty PDPURL means the user gave no --pdp-url.
@@ -102,6 +107,7 @@ type devFlags struct {
 	logLevel       string
 	logJSON        bool
 	brokerLogLevel string
+	pprof          bool
 }
 
 func (f *devFlags) register(fs *flag.FlagSet) {
@@ -109,7 +115,8 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and `consul agent -dev`; --data-dir is ignored")
 	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port the embedded Kafka broker listens on; port 0 picks a free one (env PF_DEV_BROKER_ADDR)")
 	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
-	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages (env PF_HTTP_ADDR)")
+	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages and the North API (env PF_HTTP_ADDR)")
+	fs.BoolVar(&f.pprof, "pprof", false, "also serve the Go profiles under /debug/pprof/ on --http-addr")
 	fs.StringVar(&f.prefix, "topic-prefix", runtime.EnvOr("PF_TOPIC_PREFIX", ""), "prefix for every topic name (env PF_TOPIC_PREFIX)")
 	fs.IntVar(&f.partitions, "partitions", 0, "give every topic this many partitions; 0 keeps the topology's counts")
 	fs.StringVar(&f.pdpURL, "pdp-url", runtime.EnvOr("PF_PDP_URL", ""), "PDP API base URL pdp-ingest fetches policy bodies from (env PF_PDP_URL; default pdp-ingest's own)")
@@ -273,7 +280,10 @@ func runDev(ctx context.Context, args []string) error {
 
 	env := runtime.NewEnv(kafka, log)
 	stack := &devStack{Kafka: kafka, Consul: consul, Topology: topo, Env: env, Out: stdout(ctx),
-		StageConfig: stages.Config{PDPURL: f.pdpURL, Consul: consul}}
+		DataDir: f.dataDir, OpsAddr: ln.Addr().String(), StageConfig: stages.Config{PDPURL: f.pdpURL, Consul: consul}}
+	if f.ephemeral {
+		stack.DataDir = ""
+	}
 	for _, h := range devHooks {
 		if h.prepare == nil {
 			continue
@@ -296,7 +306,7 @@ func runDev(ctx context.Context, args []string) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := runtime.ServeListener(gctx, ln, env, nil); err != nil {
+		if err := runtime.ServeListener(gctx, ln, env, runtime.Options{Pprof: f.pprof}.OpsRoutes()); err != nil {
 			return fmt.Errorf("serve health and metrics on %s: %w", ln.Addr(), err)
 		}
 		return nil
@@ -377,20 +387,24 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 	}
 	state := "in memory only (--ephemeral): everything is gone when this stops"
 	if !f.ephemeral {
-		state = f.dataDir + " (kafka/, consul/); delete it or run `make clean` to start over"
+		state = f.dataDir + " (kafka/, consul/, the API token); delete it or run `make clean` to start over"
 	}
 	prefix := ""
 	if s.Kafka.Prefix != "" {
 		prefix = fmt.Sprintf(" (prefix %q)", s.Kafka.Prefix)
 	}
+	profiles := ""
+	if f.pprof {
+		profiles = "  /debug/pprof/"
+	}
 	fmt.Fprintf(w, `policyflow dev stack is running
   Kafka broker     %s
   Consul           http://%s/ui   (HTTP API %s, log %s)
-  health, metrics  http://%s/healthz  /readyz  /metrics
+  health, metrics  http://%s/healthz  /readyz  /metrics%s
   topics           %s%s
   stages           %s
   state            %s
-`, strings.Join(b.Addrs, ","), a.Addr, a.Addr, a.LogFile, httpAddr, report.String(), prefix, stageLine, state)
+`, strings.Join(b.Addrs, ","), a.Addr, a.Addr, a.LogFile, httpAddr, profiles, report.String(), prefix, stageLine, state)
 	for _, l := range s.banner {
 		fmt.Fprintln(w, l)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -52,6 +54,8 @@ var (
 	bannerBroker = regexp.MustCompile(`(?m)^  Kafka broker +(\S+)$`)
 	bannerConsul = regexp.MustCompile(`(?m)^  Consul +http://(\S+)/ui `)
 	bannerHTTP   = regexp.MustCompile(`(?m)^  health, metrics +http://(\S+)/healthz `)
+	bannerAPI    = regexp.MustCompile(`(?m)^  North API +http://(\S+) `)
+	bannerToken  = regexp.MustCompile(`(?m)^  API token +(\S+) +\((new, )?admin; in (\S+), where policyctl finds it`)
 )
 
 // startDev runs `policyctl dev` on dataDir with free ports and waits for its
@@ -118,6 +122,22 @@ func httpDo(t *testing.T, method, url, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+func httpDoAs(t *testing.T, token, method, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth.SetBearer(req, token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	if _, err := devstack.ConsulBinary(); err != nil {
 		if os.Getenv("CI") != "" {
@@ -134,6 +154,7 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	dataDir := t.TempDir()
+	t.Setenv("PF_DEV_DATA_DIR", dataDir)          // where policyctl looks for the dev token
 	marker := topology.DLQ(topology.StageMatcher) // a topic no stage reads
 
 	d := startDev(t, dataDir)
@@ -168,6 +189,23 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 		t.Errorf("consul UI answered %d", code)
 	}
 
+	// The North API wants the admin token the banner printed and kept,
+	// mode 0600, where policyctl finds it.
+	api, tok := bannerAPI.FindStringSubmatch(d.banner), bannerToken.FindStringSubmatch(d.banner)
+	if api == nil || tok == nil || tok[2] == "" || tok[3] != filepath.Join(dataDir, "policyctl.token") {
+		t.Fatalf("first start: banner does not name the North API and a new admin token in %s:\n%s", filepath.Join(dataDir, "policyctl.token"), d.banner)
+	}
+	token := tok[1]
+	for _, f := range []string{"policyctl.token", "api-tokens.json"} {
+		st, err := os.Stat(filepath.Join(dataDir, f))
+		if err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want mode 0600", f, st, err)
+		}
+	}
+	if kept, err := os.ReadFile(filepath.Join(dataDir, "policyctl.token")); err != nil || strings.TrimSpace(string(kept)) != token {
+		t.Errorf("policyctl.token holds %q (%v), want the token of the banner", kept, err)
+	}
+
 	// Health, readiness and metrics of the stages.
 	if code, body := httpDo(t, http.MethodGet, "http://"+d.http+"/healthz", ""); code != 200 {
 		t.Errorf("/healthz: %d %s", code, body)
@@ -184,6 +222,15 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 			t.Fatalf("/readyz never answered 200; last %d %s\nstderr:\n%s", code, body, d.errOut)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	if code, body := httpDo(t, http.MethodGet, "http://"+api[1]+"/v1/components/nobody/status", ""); code != http.StatusUnauthorized {
+		t.Errorf("North API without a token: %d %s, want 401", code, body)
+	}
+	if code, body := httpDoAs(t, token, http.MethodGet, "http://"+api[1]+"/v1/components/nobody/status"); code != http.StatusNotFound {
+		t.Errorf("North API with the dev token: %d %s, want 404 (no such component)", code, body)
+	}
+	if code, _ := httpDoAs(t, token, http.MethodGet, "http://"+api[1]+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics on the North API's port: %d, want 404 (it is on the ops listener)", code)
 	}
 
 	if code := d.shutdown(t); code != 0 {
@@ -202,6 +249,9 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	}
 	if !strings.Contains(d.banner, "nothing changed") {
 		t.Errorf("restart: banner does not say the topology was already in place:\n%s", d.banner)
+	}
+	if tok := bannerToken.FindStringSubmatch(d.banner); tok == nil || tok[1] != token || tok[2] != "" {
+		t.Errorf("restart: banner does not show the same admin token, not new:\n%s", d.banner)
 	}
 	if code, body := httpDo(t, http.MethodGet, "http://"+d.consul+"/v1/kv/dev-test/marker?raw", ""); code != 200 || body != "kept" {
 		t.Errorf("restart: consul key dev-test/marker = %d %q, want 200 \"kept\"", code, body)

@@ -30,11 +30,14 @@ func policyctl(t *testing.T, args ...string) result {
 	return result{code: code, out: out.String(), errOut: errOut.String()}
 }
 
-// hermeticEnv keeps PF_* variables of the machine out of the flags.
+// hermeticEnv keeps PF_* variables of the machine out of the flags, and a
+// dev stack's token in the checkout out of the API commands.
 func hermeticEnv(t *testing.T) {
-	for _, k := range []string{"PF_BROKERS", "PF_TOPIC_PREFIX", "PF_SASL_MECHANISM", "PF_SASL_USER", "PF_SASL_PASSWORD", "PF_TLS", "PF_TLS_CA", "PF_TLS_INSECURE_SKIP_VERIFY"} {
+	for _, k := range []string{"PF_BROKERS", "PF_TOPIC_PREFIX", "PF_SASL_MECHANISM", "PF_SASL_USER", "PF_SASL_PASSWORD", "PF_TLS", "PF_TLS_CA", "PF_TLS_INSECURE_SKIP_VERIFY",
+		"PF_TOKEN", "PF_TOKEN_FILE", "PF_TOKENS_FILE"} {
 		t.Setenv(k, "")
 	}
+	t.Setenv("PF_DEV_DATA_DIR", t.TempDir())
 }
 
 // startCluster starts an in-process broker and returns its address and an
