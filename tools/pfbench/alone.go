@@ -124,6 +124,9 @@ func (b *bench) runAlone(ctx context.Context, name, input string, extra ...strin
 		return run, in, fmt.Errorf("%s: prepared input %s is empty; the stage before it produced nothing (see the logs in %s)", name, input, b.logDir)
 	}
 	group := b.kafka.Prefix + "policyflow-" + name
+	if b.profile > 0 {
+		extra = append(extra, "--pprof")
+	}
 	p, err := startStage(ctx, b.binDir, b.logDir, binaryOf(name), b.kafka, b.consulAddr, extra...)
 	if err != nil {
 		return run, in, err

@@ -25,6 +25,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -232,13 +233,29 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	if err != nil {
 		return res, err
 	}
+	opsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return res, err
+	}
+	token, err := auth.NewToken()
+	if err != nil {
+		return res, err
+	}
+	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "pfbench", Role: auth.RoleOperator, SHA256: auth.Hash(token)}}}.Set()
+	if err != nil {
+		return res, err
+	}
 	actx, stopAPI := context.WithCancel(ctx)
 	defer stopAPI()
 	env := runtime.NewEnv(b.kafka, b.log)
+	// The rate limit is off: the run times the pipeline, and one update
+	// after another is faster than a client's default rate.
 	go func() {
-		_ = api.ServeListener(actx, env, apiLn, api.Options{Consul: consulkv.Config{Addr: b.consulAddr}})
+		_ = api.ServeListener(actx, env, apiLn, api.Options{Consul: consulkv.Config{Addr: b.consulAddr}, Tokens: tokens, RateLimit: api.RateLimit{Off: true}})
 	}()
+	go func() { _ = runtime.ServeListener(actx, opsLn, env, nil) }()
 	notifyURL := "http://" + apiLn.Addr().String() + "/v1/pdp/notifications"
+	client := auth.Client(token)
 
 	// Components: one by script, the fleet by webhook.
 	cl := b.prod
@@ -297,7 +314,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 		return nil
 	}
-	if err := devstack.WaitHTTP(ctx, "http://"+apiLn.Addr().String()+"/readyz", time.Minute); err != nil {
+	if err := devstack.WaitHTTP(ctx, "http://"+opsLn.Addr().String()+"/readyz", time.Minute); err != nil {
 		return res, fmt.Errorf("North API not ready: %w", err)
 	}
 	publish := func(id, version, marker string) error {
@@ -309,7 +326,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		if err != nil {
 			return err
 		}
-		return pdp.Notify(ctx, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}})
+		return pdp.Notify(ctx, client, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}})
 	}
 
 	// First gather of the fleet and of the script component.
