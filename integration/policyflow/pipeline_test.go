@@ -26,6 +26,7 @@ import (
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/northapi/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/stages"
@@ -41,6 +42,8 @@ type pipeline struct {
 	kafka  runtime.Kafka
 	consul *consulapi.Client
 	api    string
+	ops    string // health, readiness and metrics of the stages and the API
+	token  string // an admin token of the API
 	pdp    *pdp.Server
 	pdpURL string
 	stop   func()
@@ -77,6 +80,15 @@ func (p *pipeline) run() {
 		p.t.Fatal(err)
 	}
 	p.api = "http://" + ln.Addr().String()
+	if p.token, err = auth.NewToken(); err != nil {
+		p.t.Fatal(err)
+	}
+	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "integration", Role: auth.RoleAdmin, SHA256: auth.Hash(p.token)}}}.Set()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	ops := httptest.NewServer(env.Handler(nil))
+	p.ops = ops.URL
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
@@ -86,7 +98,7 @@ func (p *pipeline) run() {
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul()}); err != nil && ctx.Err() == nil {
+		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul(), Tokens: tokens}); err != nil && ctx.Err() == nil {
 			p.t.Errorf("north api: %v", err)
 		}
 	}()
@@ -94,11 +106,17 @@ func (p *pipeline) run() {
 		cancel()
 		<-done
 		<-done
+		ops.Close()
 	}
-	p.eventually("North API ready", 2*time.Minute, func() error {
-		code, body := p.do(http.MethodGet, "/readyz", nil)
-		if code != http.StatusOK {
-			return fmt.Errorf("%d %s", code, body)
+	p.eventually("stages and North API ready", 2*time.Minute, func() error {
+		resp, err := http.Get(p.ops + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%d %s", resp.StatusCode, body)
 		}
 		return nil
 	})
@@ -128,6 +146,7 @@ func (p *pipeline) do(method, path string, body any) (int, string) {
 	}
 	req, _ := http.NewRequest(method, p.api+path, r)
 	req.Header.Set("Content-Type", "application/json")
+	auth.SetBearer(req, p.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Fatalf("%s %s: %v", method, path, err)
@@ -156,7 +175,7 @@ func (p *pipeline) publish(name, version, config string, matching map[string]any
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if err := pdp.Notify(context.Background(), p.api+"/v1/pdp/notifications", policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+	if err := pdp.Notify(context.Background(), auth.Client(p.token), p.api+"/v1/pdp/notifications", policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -165,7 +184,7 @@ func (p *pipeline) publish(name, version, config string, matching map[string]any
 func (p *pipeline) unpublish(policyName string) {
 	p.t.Helper()
 	removed := p.pdp.Remove(policyName)
-	if err := pdp.Notify(context.Background(), p.api+"/v1/pdp/notifications", policy.Notification{RemovedPolicies: removed}); err != nil {
+	if err := pdp.Notify(context.Background(), auth.Client(p.token), p.api+"/v1/pdp/notifications", policy.Notification{RemovedPolicies: removed}); err != nil {
 		p.t.Fatal(err)
 	}
 }
