@@ -12,9 +12,12 @@
 #   deploy/compose.yaml       the block between the GENERATED markers
 #   deploy/k8s/stages.yaml    one Deployment per service (whole file)
 #
-# A service's HTTP endpoint (/healthz, /readyz, /metrics) defaults to port
+# A service's ops endpoint (/healthz, /readyz, /metrics) defaults to port
 # 9090 set through PF_HTTP_ADDR; deploy/services.conf lists the services that
-# differ (the North API serves them on its API port, set by PF_API_ADDR).
+# differ, and the API services (the North API), which serve their API on a
+# port of their own (8080, PF_API_ADDR) beside the ops endpoint on 9090 and
+# read their bearer tokens from the Secret policyflow-api-tokens (compose:
+# the secret api-tokens).
 set -eu
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,23 +48,41 @@ port_of() { setting "$1" 2 9090; }
 addr_env_of() { setting "$1" 3 PF_HTTP_ADDR; }
 kind_of() { setting "$1" 4 stage; }
 
+# ops_of sets ops_port and ops_addr (the ops endpoint) and, for an api
+# service, api_port and api_addr, of service $1.
+ops_of() {
+	if [ "$(kind_of "$1")" = api ]; then
+		ops_port=9090 ops_addr=PF_HTTP_ADDR api_port=$(port_of "$1") api_addr=$(addr_env_of "$1")
+	else
+		ops_port=$(port_of "$1") ops_addr=$(addr_env_of "$1") api_port= api_addr=
+	fi
+}
+
+# Where an api service finds its tokens file.
+tokens_dir=/etc/policyflow/api-tokens
+tokens_file=$tokens_dir/tokens.json
+
 compose_block() {
 	printf '%s\n' "$begin"
 	for s in $(services); do
-		port=$(port_of "$s") addr=$(addr_env_of "$s")
+		ops_of "$s"
 		cat <<EOF
   $s:
     <<: *service
     image: \${PF_IMAGE_REPO:-policyflow}/$s:\${PF_IMAGE_TAG:-dev}
     environment:
       <<: *service-env
-      $addr: 0.0.0.0:$port
+      $ops_addr: 0.0.0.0:$ops_port
 EOF
 		if [ "$(kind_of "$s")" = api ]; then
 			var=PF_$(printf '%s' "$s" | tr 'a-z-' 'A-Z_')_PORT
 			cat <<EOF
+      $api_addr: 0.0.0.0:$api_port
+      PF_TOKENS_FILE: /run/secrets/api-tokens
+    secrets:
+      - api-tokens
     ports:
-      - "127.0.0.1:\${$var:-$port}:$port"
+      - "127.0.0.1:\${$var:-$api_port}:$api_port"
 EOF
 		fi
 	done
@@ -77,7 +98,8 @@ k8s_file() {
 # group.
 EOF
 	for s in $(services); do
-		port=$(port_of "$s") addr=$(addr_env_of "$s") kind=$(kind_of "$s")
+		ops_of "$s"
+		kind=$(kind_of "$s")
 		cat <<EOF
 ---
 apiVersion: apps/v1
@@ -103,7 +125,7 @@ spec:
         app.kubernetes.io/part-of: policyflow
       annotations:
         prometheus.io/scrape: "true"
-        prometheus.io/port: "$port"
+        prometheus.io/port: "$ops_port"
         prometheus.io/path: /metrics
     spec:
       # A stage drains on SIGTERM: it finishes the records in hand, commits
@@ -130,8 +152,18 @@ spec:
             - name: PF_LOG_LEVEL
               valueFrom:
                 configMapKeyRef: {name: policyflow-config, key: PF_LOG_LEVEL}
-            - name: $addr
-              value: 0.0.0.0:$port
+            - name: $ops_addr
+              value: 0.0.0.0:$ops_port
+EOF
+		if [ "$kind" = api ]; then
+			cat <<EOF
+            - name: $api_addr
+              value: 0.0.0.0:$api_port
+            - name: PF_TOKENS_FILE
+              value: $tokens_file
+EOF
+		fi
+		cat <<EOF
           # Every other key of the ConfigMap (a service's own settings,
           # e.g. PF_PDP_URL) and of the optional Secret reaches the
           # container as an environment variable too.
@@ -143,7 +175,15 @@ spec:
                 optional: true
           ports:
             - name: http
-              containerPort: $port
+              containerPort: $ops_port
+EOF
+		if [ "$kind" = api ]; then
+			cat <<EOF
+            - name: api
+              containerPort: $api_port
+EOF
+		fi
+		cat <<EOF
           startupProbe:
             httpGet: {path: /healthz, port: http}
             periodSeconds: 2
@@ -168,10 +208,31 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+EOF
+		if [ "$kind" = api ]; then
+			cat <<EOF
+            - name: api-tokens
+              mountPath: $tokens_dir
+              readOnly: true
+EOF
+		fi
+		cat <<EOF
       volumes:
         - name: tmp
           emptyDir: {}
 EOF
+		if [ "$kind" = api ]; then
+			cat <<EOF
+        # The bearer tokens file (hashes only; see deploy/README.md). The
+        # pod does not start without it; a change reaches the running
+        # service within a minute or two, without a restart.
+        - name: api-tokens
+          secret:
+            secretName: policyflow-api-tokens
+            items:
+              - {key: tokens.json, path: tokens.json}
+EOF
+		fi
 		if [ "$kind" = api ]; then
 			cat <<EOF
 ---
@@ -188,9 +249,9 @@ spec:
     app.kubernetes.io/name: $s
     app.kubernetes.io/part-of: policyflow
   ports:
-    - name: http
-      port: $port
-      targetPort: http
+    - name: api
+      port: $api_port
+      targetPort: api
 EOF
 		fi
 	done
