@@ -98,9 +98,10 @@ func TestNotifierManyComponents(t *testing.T) {
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
 	hooks := newHookServer(t, nil)
 	const nHooks, nScripts = 200, 3
+	dir := t.TempDir()
 	scripts := make([]*recorder, nScripts)
 	for i := range scripts {
-		scripts[i] = newRecorder(t)
+		scripts[i] = newRecorder(t, dir)
 	}
 
 	hookID := func(i int) string { return fmt.Sprintf("many-hook-%03d", i) }
@@ -123,7 +124,7 @@ func TestNotifierManyComponents(t *testing.T) {
 
 	env := stagetest.Env(c.Kafka, consulCfg)
 	env.PollRecords = 1000
-	stage := Stage()
+	stage := StageWith(testConfig(t, dir))
 	stagetest.Run(t, stage, env)
 	waitCommitted(t, c, stage.GroupIn(c.Kafka), topology.ComponentApplied)
 
@@ -225,7 +226,7 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 	c.ProduceRecords(t, recs...)
 	env := stagetest.Env(c.Kafka, consulCfg)
 	env.PollRecords = 1000
-	stagetest.Run(t, Stage(), env)
+	stagetest.Run(t, StageWith(testConfig(t)), env)
 	for i := range n {
 		id := fmt.Sprintf("overlap-%d", i)
 		if cl, _ := waitClaim(t, consul, id, id+"-u1"); *cl.ExitCode != 0 {
@@ -258,7 +259,7 @@ func input(a *events.ComponentApplied) runtime.Input {
 func TestNotifierBatchOutcomes(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	hooks := newHookServer(t, nil)
-	h := batchHandler(t, consulCfg, DefaultConfig())
+	h := batchHandler(t, consulCfg, testConfig(t))
 
 	noSCN := update("no-scn", 1, webhook(hooks.URL+"/no-scn"))
 	noSCN.ServiceComponentName = ""
@@ -315,7 +316,7 @@ func TestNotifierBatchOutcomes(t *testing.T) {
 // it), records before it keep their outcome.
 func TestNotifierConsulDown(t *testing.T) {
 	hooks := newHookServer(t, nil)
-	h := batchHandler(t, runtime.Consul{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, DefaultConfig())
+	h := batchHandler(t, runtime.Consul{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, testConfig(t))
 	bad := update("down-bad", 1, events.NotifyTarget{Kind: "pigeon"})
 	out := h(context.Background(), []runtime.Input{
 		input(bad),
@@ -360,7 +361,7 @@ func BenchmarkNotifyBatch(b *testing.B) {
 		// every component is notified every time.
 		gen := int64(0)
 		b.Run(mode, func(b *testing.B) {
-			h := batchHandler(b, consulCfg, DefaultConfig())
+			h := batchHandler(b, consulCfg, testConfig(b))
 			calls.Store(0)
 			runs := int64(0)
 			for b.Loop() {
@@ -399,7 +400,7 @@ func BenchmarkNotifyBatch(b *testing.B) {
 // changed one fails, transiently, to be read again.
 func TestClaimConflict(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
-	n := &notifier{cfg: DefaultConfig()}
+	n := &notifier{cfg: testConfig(t)}
 	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}, consulCfg))
 	if err != nil {
 		t.Fatal(err)

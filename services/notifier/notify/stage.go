@@ -1,7 +1,8 @@
 // Package notify is the agent-notifier stage: it tells each component that
 // its policies changed, by running its reconfigure script or calling its
 // webhook, at most once per update, claiming each notification in Consul
-// first.
+// first. Scripts run and webhooks are called only as the operator's
+// notifytarget rules allow.
 package notify
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -39,12 +41,17 @@ type Config struct {
 	// components run at once; one component's notifications still run
 	// one after another, in order.
 	Concurrency int
+	// Targets is where notifications may go: the allowed script
+	// directories and webhook hosts (none: no script runs, no webhook
+	// is called; such notifications are recorded as failed).
+	Targets notifytarget.Config
 }
 
 // DefaultConfig reads PF_NOTIFY_TIMEOUT and PF_NOTIFY_CONCURRENCY, falling
-// back to DefaultTimeout and DefaultConcurrency.
+// back to DefaultTimeout and DefaultConcurrency, and PF_SCRIPT_DIRS and
+// PF_WEBHOOK_ALLOW (none by default).
 func DefaultConfig() Config {
-	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency}
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Targets: notifytarget.ConfigFromEnv()}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_TIMEOUT", "")); err == nil {
 		c.Timeout = d
 	}
@@ -60,6 +67,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a reconfigure script or webhook may take when the component does not say (env PF_NOTIFY_TIMEOUT)")
 	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency,
 		"how many components' scripts or webhooks run at once (env PF_NOTIFY_CONCURRENCY)")
+	c.Targets.RegisterFlags(fs)
 }
 
 // Validate says what is wrong with the configuration.
@@ -69,6 +77,9 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		return fmt.Errorf("--notify-concurrency %d: want at least 1", c.Concurrency)
+	}
+	if _, err := c.Targets.Rules(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -93,6 +104,7 @@ func StageWith(cfg Config) runtime.Stage {
 
 type notifier struct {
 	cfg   Config
+	rules notifytarget.Rules
 	txn   *api.Txn
 	http  *http.Client
 	log   zerolog.Logger
@@ -107,15 +119,17 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandl
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}
+	if n.rules, err = n.cfg.Targets.Rules(); err != nil {
+		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
+	}
 	n.txn = cl.Txn()
 	// As many kept connections per host as webhooks in flight: many
 	// components often share one webhook host.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = n.cfg.Concurrency
-	n.http = &http.Client{Transport: tr}
+	n.http = n.rules.Client(n.cfg.Concurrency)
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
+	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
-	return n.handle, tr.CloseIdleConnections, nil
+	return n.handle, n.http.CloseIdleConnections, nil
 }
 
 // handle notifies the components of a poll's records: it sets aside the
