@@ -2,17 +2,66 @@ package notify
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
+
+// TestSlowWebhookDoesNotHoldUpAnotherComponent: while one component's
+// webhook has not answered, the next record, another component's, is
+// claimed, its script run and its outcome recorded.
+func TestSlowWebhookDoesNotHoldUpAnotherComponent(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
+	scripts := t.TempDir()
+	rec := newRecorder(t, scripts)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var arrivedOnce, releaseOnce sync.Once
+	hook := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		arrivedOnce.Do(func() { close(arrived) })
+		<-release // held until the test has seen the script's outcome
+	}))
+	t.Cleanup(hook.Close)
+	stagetest.Run(t, StageWith(testConfig(t, scripts)), stagetest.Env(c.Kafka, consulCfg))
+	// Cleanups run last first: the webhook answers, then the stage
+	// (which finishes its notifications) stops, then the server.
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+
+	// Its timeout is longer than the wait for the script's outcome: the
+	// script must not wait for it.
+	slow := webhook(hook.URL + "/slow")
+	slow.TimeoutMs = 300_000
+	c.Produce(t, topology.ComponentApplied, "slow-hook", update("slow-hook", 1, slow))
+	select {
+	case <-arrived:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the webhook was not called within 60s")
+	}
+	c.Produce(t, topology.ComponentApplied, "fast-script", update("fast-script", 1,
+		events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}))
+	if cl, _ := waitClaim(t, consul, "fast-script", "fast-script-u1"); *cl.ExitCode != 0 {
+		t.Fatalf("claim of the script component %+v", cl)
+	}
+	if calls := rec.calls(t); len(calls) != 1 || calls[0][1] != wantPayload("fast-script", 1) {
+		t.Fatalf("script calls %q, want one with %s", calls, wantPayload("fast-script", 1))
+	}
+	releaseOnce.Do(func() { close(release) })
+	if cl, _ := waitClaim(t, consul, "slow-hook", "slow-hook-u1"); *cl.ExitCode != 0 || cl.HTTPStatus != 200 {
+		t.Fatalf("claim of the webhook component %+v", cl)
+	}
+}
 
 // TestNotifierRecordsWhatTheRulesRefuse: a notification the operator's
 // rules refuse, or that cannot be delivered as asked, is claimed and

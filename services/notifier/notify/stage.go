@@ -2,7 +2,8 @@
 // its policies changed, by running its reconfigure script or calling its
 // webhook, at most once per update, claiming each notification in Consul
 // first. Scripts run and webhooks are called only as the operator's
-// notifytarget rules allow.
+// notifytarget rules allow; one component's slow or failing target does not
+// hold up the others.
 package notify
 
 import (
@@ -89,8 +90,10 @@ func (c Config) Validate() error {
 func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 
 // StageWith is the agent-notifier with the given configuration. It reads
-// component.applied at least once, a poll's records at a time, and
-// notifies their components, several at once.
+// component.applied at least once, a poll's records at a time, claims
+// them and notifies their components, several at once, in order per
+// component, without waiting for a whole poll's notifications; before its
+// partitions are given away it finishes the notifications in flight.
 func StageWith(cfg Config) runtime.Stage {
 	n := &notifier{cfg: cfg}
 	return runtime.Stage{
@@ -99,16 +102,18 @@ func StageWith(cfg Config) runtime.Stage {
 		Inputs:     []string{topology.ComponentApplied},
 		Flags:      n.cfg.RegisterFlags,
 		SetupBatch: n.setup,
+		Revoked:    func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
 	}
 }
 
 type notifier struct {
-	cfg   Config
-	rules notifytarget.Rules
-	txn   *api.Txn
-	http  *http.Client
-	log   zerolog.Logger
-	retry runtime.Backoff
+	cfg    Config
+	rules  notifytarget.Rules
+	txn    *api.Txn
+	http   *http.Client
+	log    zerolog.Logger
+	retry  runtime.Backoff
+	chains *chains
 }
 
 func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
@@ -129,12 +134,23 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandl
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
-	return n.handle, n.http.CloseIdleConnections, nil
+	n.chains = newChains(n)
+	return n.handle, func() {
+		n.chains.close()
+		n.http.CloseIdleConnections()
+	}, nil
+}
+
+// drain waits for the notifications in flight (none before setup).
+func (n *notifier) drain() {
+	if n.chains != nil {
+		n.chains.drain()
+	}
 }
 
 // handle notifies the components of a poll's records: it sets aside the
-// records that need nothing or can never be notified, then claims,
-// notifies and records the rest together.
+// records that need nothing or can never be notified, then claims the
+// rest and leaves their notifications running (notifyAll).
 func (n *notifier) handle(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
 	out := make([]runtime.Outcome, len(ins))
 	var jobs []*job
