@@ -20,6 +20,8 @@ func main() {
 	fs := flag.NewFlagSet("northapi", flag.ContinueOnError)
 	var o runtime.Options
 	o.RegisterFlags(fs)
+	reg := api.RegistrationFromEnv()
+	reg.RegisterFlags(fs)
 	// The API listens on its own address; the stages' PF_HTTP_ADDR is for
 	// their health servers and would clash when both run on one host.
 	o.HTTPAddr = runtime.EnvOr("PF_API_ADDR", api.DefaultAddr)
@@ -42,6 +44,10 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
+	if _, err := reg.Rules(); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
 	ctx, cancel := runtime.SignalContext(context.Background())
 	defer cancel()
 	env := runtime.NewEnv(o.Kafka, o.Consul, log)
@@ -50,7 +56,7 @@ func main() {
 			log.Warn().Err(err).Msg("publish schemas")
 		}
 	}()
-	if err := api.Serve(ctx, env, o.HTTPAddr, api.Options{}); err != nil {
+	if err := api.Serve(ctx, env, o.HTTPAddr, api.Options{Registration: reg}); err != nil {
 		log.Error().Err(err).Msg("exiting")
 		os.Exit(1)
 	}

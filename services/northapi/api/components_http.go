@@ -10,6 +10,7 @@ import (
 	capi "github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -37,9 +38,17 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	unlock := s.locks.lock(id)
 	defer unlock()
 	gen := s.components.generation(id) + 1
-	c, err := BuildComponent(id, req, gen, time.Now())
+	c, err := BuildComponent(id, req, gen, time.Now(), s.rules)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+	}
+	if c.Notify.Kind == events.NotifyScript {
+		if e := s.needViews(topology.PolicyCatalog); e != nil {
+			return e
+		}
+		if err := s.checkScriptNotification(c); err != nil {
+			return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+		}
 	}
 	value, err := s.env.Codec.Encode(c)
 	if err != nil {

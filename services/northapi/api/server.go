@@ -47,6 +47,9 @@ type Options struct {
 	// ProduceTimeout bounds how long a request waits for Kafka to
 	// acknowledge its records (default 30s).
 	ProduceTimeout time.Duration
+	// Registration is what a component registration may ask for; the
+	// zero value allows no script and no webhook.
+	Registration Registration
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -63,6 +66,7 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 
+	rules ComponentRules
 	locks keyedMutex
 
 	requests *prometheus.CounterVec
@@ -81,6 +85,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	if opts.ProduceTimeout <= 0 {
 		opts.ProduceTimeout = 30 * time.Second
 	}
+	rules, err := opts.Registration.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("north api: %w", err)
+	}
 	s := &Server{
 		env:        env,
 		log:        env.Log.With().Str("service", "north-api").Logger(),
@@ -88,7 +96,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		catalog:    newCatalogView(env.Codec),
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
+		rules:      rules,
 	}
+	s.log.Info().Strs("script_dirs", rules.Targets.ScriptDirs()).Strs("webhook_allow", rules.Targets.WebhookAllow()).
+		Msg("notification targets components may register")
 	kopts, err := env.Kafka.ClientOpts()
 	if err != nil {
 		return nil, fmt.Errorf("north api: %w", err)
