@@ -1,13 +1,16 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -94,6 +97,68 @@ func TestScriptRegistrationKnowsTheArgumentLimit(t *testing.T) {
 	if code, _, raw := reg([]string{"DCAE.Config_BIG_A", "DCAE.Config_BIG_B"}, nil,
 		map[string]any{"kind": "webhook", "webhook_url": "http://127.0.0.1:9/policies"}); code != http.StatusAccepted {
 		t.Fatalf("two 70 KB policies by webhook: %d %s", code, raw)
+	}
+}
+
+// TestStatusShowsAFailedNotificationAsNotNotified: a claim that recorded a
+// failure is not "notified", and the status masks URLs in the claim
+// (also one written before the notifier masked them).
+func TestStatusShowsAFailedNotificationAsNotNotified(t *testing.T) {
+	s := newStack(t, nil)
+	scn := "scn-failed-" + fmt.Sprint(time.Now().UnixNano())
+	reg := componentBody()
+	reg["service_component_name"] = scn
+	if code, _, raw := s.call(t, http.MethodPut, "/v1/components/c-failed", reg); code != http.StatusAccepted {
+		t.Fatalf("PUT: %d %s", code, raw)
+	}
+	s.Produce(t, topology.ComponentApplied, "c-failed", &events.ComponentApplied{
+		ComponentID: "c-failed", ServiceComponentName: scn, UpdateID: "u-1", Action: "gathered", ConsulIndex: 100, PoliciesCount: 1, Generation: 1,
+		Policies:        []events.Policy{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1", Body: "{}"}},
+		UpdatedPolicies: []events.Policy{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1", Body: "{}"}},
+		Notify:          events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, AppliedAt: time.Now().UTC(),
+	})
+	status := func() ComponentStatus {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, _, raw := s.call(t, http.MethodGet, "/v1/components/c-failed/status", nil)
+			var st ComponentStatus
+			if err := json.Unmarshal(raw, &st); err != nil || code != http.StatusOK {
+				t.Fatalf("status: %d %s", code, raw)
+			}
+			if st.Applied != nil {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never showed the applied update: %s", raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, tc := range []struct {
+		claim    string
+		notified bool
+	}{
+		{`{"update_id":"u-1","generation":1,"exit_code":null,"stderr":"","at":"2024-05-01T10:00:00Z"}`, false},
+		{`{"update_id":"u-1","generation":1,"exit_code":-1,"stderr":"cannot run /x: argument list too long","at":"2024-05-01T10:00:00Z"}`, false},
+		{`{"update_id":"u-1","generation":1,"exit_code":1,"stderr":"POST http://u:hunter2@h/p?token=s3cret\u0026x=1: 500","at":"2024-05-01T10:00:00Z","http_status":500}`, false},
+		{`{"update_id":"u-1","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:00Z","http_status":200}`, true},
+	} {
+		putKV(t, s.consul, scn+":policies/notified", tc.claim)
+		st := status()
+		if st.Notified != tc.notified || len(st.Policies) != 1 || st.Policies[0].Notified != tc.notified {
+			t.Errorf("claim %s: notified %v, policies %+v; want %v", tc.claim, st.Notified, st.Policies, tc.notified)
+		}
+		if strings.Contains(string(st.Notification), "hunter2") || strings.Contains(string(st.Notification), "s3cret") {
+			t.Errorf("claim %s is shown with its secrets: %s", tc.claim, st.Notification)
+		}
+		var claim map[string]any
+		if err := json.Unmarshal(st.Notification, &claim); err != nil || claim["update_id"] != "u-1" {
+			t.Errorf("notification %s (%v)", st.Notification, err)
+		}
+		if strings.Contains(tc.claim, "hunter2") && claim["stderr"] != "POST http://***@h/p?token=***&x=1: 500" {
+			t.Errorf("masked stderr %q", claim["stderr"])
+		}
 	}
 }
 
