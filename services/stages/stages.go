@@ -7,6 +7,7 @@ import (
 	"github.com/policyflow/policyflow/services/executor/execute"
 	"github.com/policyflow/policyflow/services/matcher/matching"
 	"github.com/policyflow/policyflow/services/notifier/notify"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/pdpingest/ingest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/segmenter/segment"
@@ -18,6 +19,11 @@ type Config struct {
 	PDPURL string
 	// MaxSegmentBytes bounds the segmenter's pieces (0 = its default).
 	MaxSegmentBytes int
+	// NotifyTargets, when it names a script directory or a webhook
+	// host, is where the agent-notifier may send notifications;
+	// otherwise PF_SCRIPT_DIRS and PF_WEBHOOK_ALLOW say (none by
+	// default).
+	NotifyTargets notifytarget.Config
 }
 
 // All returns every stage with its default settings, in pipeline order.
@@ -35,12 +41,16 @@ func With(cfg Config) []runtime.Stage {
 	if cfg.MaxSegmentBytes > 0 {
 		sc.MaxSegmentBytes = cfg.MaxSegmentBytes
 	}
+	nc := notify.DefaultConfig()
+	if len(cfg.NotifyTargets.ScriptDirs) > 0 || len(cfg.NotifyTargets.WebhookAllow) > 0 {
+		nc.Targets = cfg.NotifyTargets
+	}
 	return []runtime.Stage{
 		ingest.StageWith(ic),
 		matching.Stage(),
 		segment.StageWith(sc),
 		execute.Stage(),
 		consulwrite.Stage(),
-		notify.Stage(),
+		notify.StageWith(nc),
 	}
 }

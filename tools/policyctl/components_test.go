@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/northapi/api"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -37,7 +38,7 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 		t.Fatalf("topology apply: exit %d %s", r.code, r.errOut)
 	}
 	env := runtime.NewEnv(k, runtime.Consul{Addr: "127.0.0.1:1"}, runtime.NewLogger(io.Discard, "error", false))
-	srv, err := api.New(env, api.Options{})
+	srv, err := api.New(env, api.Options{Registration: api.Registration{Targets: notifytarget.Config{WebhookAllow: []string{"127.0.0.1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
