@@ -31,9 +31,10 @@ type chains struct {
 	n     *notifier
 	slots chan struct{}
 
-	mu    sync.Mutex
-	tails map[string]chan struct{} // per key: closed when its last job is finished
-	jobs  sync.WaitGroup
+	mu      sync.Mutex
+	tails   map[string]chan struct{} // per key: closed when its last job is finished
+	running int                      // jobs handed in and not finished
+	idle    *sync.Cond               // on mu: running fell to 0
 
 	claims  chan claimReq
 	records chan recordReq
@@ -63,6 +64,7 @@ func newChains(n *notifier) *chains {
 		claims:  make(chan claimReq, 4*maxTxnOps),
 		records: make(chan recordReq, 4*maxTxnOps),
 	}
+	c.idle = sync.NewCond(&c.mu)
 	for range consulParallel {
 		c.lanes.Go(c.claimLane)
 		c.lanes.Go(c.recordLane)
@@ -73,8 +75,15 @@ func newChains(n *notifier) *chains {
 // drain waits until every job handed in is finished: notified and its
 // outcome recorded. Partitions are given away only once drained, so no
 // other member claims a component's next update while this one still
-// notifies it.
-func (c *chains) drain() { c.jobs.Wait() }
+// notifies it. It may be called at any time, also while jobs are handed
+// in.
+func (c *chains) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.running > 0 {
+		c.idle.Wait()
+	}
+}
 
 // close drains and stops the lanes; no job may be handed in after.
 func (c *chains) close() {
@@ -102,7 +111,7 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 		c.mu.Lock()
 		prev, mine := c.tails[j.key], make(chan struct{})
 		c.tails[j.key] = mine
-		c.jobs.Add(1)
+		c.running++
 		c.mu.Unlock()
 		go func() {
 			defer c.finish(j.key, mine)
@@ -142,12 +151,14 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 // finish ends a job: the next job of its key may start.
 func (c *chains) finish(key string, mine chan struct{}) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.tails[key] == mine {
 		delete(c.tails, key)
 	}
-	c.mu.Unlock()
 	close(mine)
-	c.jobs.Done()
+	if c.running--; c.running == 0 {
+		c.idle.Broadcast()
+	}
 }
 
 // claim reads j's claim and, when j is still to be notified, claims it.
