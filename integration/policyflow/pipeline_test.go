@@ -27,6 +27,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/northapi/api"
 	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/stages"
@@ -46,7 +47,11 @@ type pipeline struct {
 	token  string // an admin token of the API
 	pdp    *pdp.Server
 	pdpURL string
-	stop   func()
+	// scripts is the directory component scripts run from, and
+	// targets where notifications may go (scripts and 127.0.0.1).
+	scripts string
+	targets notifytarget.Config
+	stop    func()
 }
 
 func start(t *testing.T) *pipeline {
@@ -61,7 +66,9 @@ func start(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pipeline{t: t, b: b, kafka: b.Kafka(prefix), consul: c, pdp: sim, pdpURL: srv.URL}
+	scripts := t.TempDir()
+	p := &pipeline{t: t, b: b, kafka: b.Kafka(prefix), consul: c, pdp: sim, pdpURL: srv.URL,
+		scripts: scripts, targets: notifytarget.Config{ScriptDirs: []string{scripts}, WebhookAllow: []string{"127.0.0.1"}}}
 	p.run()
 	t.Cleanup(func() { p.stop() })
 	return p
@@ -92,13 +99,13 @@ func (p *pipeline) run() {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul()})...); err != nil && ctx.Err() == nil {
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul(), NotifyTargets: p.targets})...); err != nil && ctx.Err() == nil {
 			p.t.Errorf("stages: %v", err)
 		}
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul(), Tokens: tokens}); err != nil && ctx.Err() == nil {
+		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul(), Tokens: tokens, Registration: api.Registration{Targets: p.targets}}); err != nil && ctx.Err() == nil {
 			p.t.Errorf("north api: %v", err)
 		}
 	}()
@@ -247,8 +254,13 @@ type recorder struct {
 	path string
 }
 
-func newRecorder(t *testing.T) *recorder {
-	dir := t.TempDir()
+// newRecorder puts a recorder in the pipeline's script directory.
+func (p *pipeline) newRecorder() *recorder {
+	t := p.t
+	dir, err := os.MkdirTemp(p.scripts, "recorder")
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(dir, "reconfigure.sh")
 	script := "#!/bin/sh\nn=$(ls " + dir + "/call.* 2>/dev/null | wc -l)\nn=$((n+1))\nprintf '%s' \"$#\" > " + dir + "/argc.$n\nprintf '%s' \"$1\" > " + dir + "/arg1.$n\nprintf '%s' \"$2\" > " + dir + "/call.$n\n"
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
@@ -293,7 +305,7 @@ func (p *pipeline) register(id string, c map[string]any) {
 
 func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 	p := start(t)
-	rec := newRecorder(t)
+	rec := p.newRecorder()
 	scn := "vm-memory-" + strings.ToLower(strings.TrimSuffix(p.kafka.Prefix, "."))
 	p.register("comp-1", map[string]any{
 		"deployment_id": "dep-1", "service_component_name": scn,

@@ -32,6 +32,8 @@ func main() {
 	o.RegisterFlags(fs)
 	var consul consulkv.Config
 	consul.RegisterFlags(fs)
+	reg := api.RegistrationFromEnv()
+	reg.RegisterFlags(fs)
 	if f := fs.Lookup("http-addr"); f != nil && os.Getenv("PF_HTTP_ADDR") == "" {
 		o.HTTPAddr, f.DefValue = defaultOpsAddr, defaultOpsAddr
 	}
@@ -56,7 +58,11 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
-	opts := api.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit()}
+	if _, err := reg.Rules(); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	opts := api.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -102,18 +102,8 @@ func CheckName(name string) (id string, version int64, err error) {
 	if len(name) > MaxNameBytes {
 		return "", 0, fail("it is %d bytes, over the limit of %d", len(name), MaxNameBytes)
 	}
-	for i := 0; i < len(name); i++ {
-		if nameByte(name[i]) {
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(name[i:])
-		if r == utf8.RuneError && size <= 1 {
-			return "", 0, fail("byte %d (0x%02x) is not UTF-8; use only %s", i, name[i], NameChars)
-		}
-		return "", 0, fail("character %q at byte %d is not allowed; use only %s", r, i, NameChars)
-	}
-	if strings.Contains(name, "..") {
-		return "", 0, fail(`".." is not allowed`)
+	if err := CheckChars(name); err != nil {
+		return "", 0, fail("%v", err)
 	}
 	id = stripVersionSuffix(name)
 	switch {
@@ -130,6 +120,28 @@ func CheckName(name string) (id string, version int64, err error) {
 		return "", 0, fail("version %s is too large for an integer", digits)
 	}
 	return id, version, nil
+}
+
+// CheckChars says what is wrong with a name that becomes one Kafka key or
+// Consul key segment (a policyName, a component_id, a
+// service_component_name): a byte that is not UTF-8, a character outside
+// NameChars (so no '/', space or control character), or "..". It does not
+// bound the length; each caller has its own limit.
+func CheckChars(s string) error {
+	for i := 0; i < len(s); i++ {
+		if nameByte(s[i]) {
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return fmt.Errorf("byte %d (0x%02x) is not UTF-8; use only %s", i, s[i], NameChars)
+		}
+		return fmt.Errorf("character %q at byte %d is not allowed; use only %s", r, i, NameChars)
+	}
+	if strings.Contains(s, "..") {
+		return errors.New(`".." is not allowed`)
+	}
+	return nil
 }
 
 func nameByte(c byte) bool {

@@ -104,10 +104,12 @@ type Index struct {
 
 // bucketKey says what a body's matchingConditions must hold for the
 // filters of a bucket to have a chance: ONAPName, ConfigName and one
-// configAttributes entry (attrKey == "" when the filter has none that is
-// a scalar).
+// configAttributes entry when hasAttr (the filter has one whose value is
+// a scalar). The empty string is a key like any other, so whether there
+// is an entry is said apart from which.
 type bucketKey struct {
 	onap, config string
+	hasAttr      bool
 	attrKey      string
 	attrVal      string // scalarKey of the value
 }
@@ -142,7 +144,7 @@ func filterBucket(f *CompiledFilter) bucketKey {
 	k := bucketKey{onap: f.filter.OnapName, config: f.filter.ConfigName}
 	for _, a := range f.attrKeys {
 		if sk, ok := scalarKey(f.attrs[a]); ok {
-			k.attrKey, k.attrVal = a, sk
+			k.hasAttr, k.attrKey, k.attrVal = true, a, sk
 			break
 		}
 	}
@@ -154,7 +156,7 @@ type rnode struct {
 	parent   *rnode
 	children []*rnode // sorted by label[0]
 	buckets  map[bucketKey][]*ientry
-	attrKeys map[string]int // attrKey of the buckets -> filters using it
+	attrKeys map[string]int // attrKey of the buckets with hasAttr -> filters using it
 	size     int            // entries in buckets
 }
 
@@ -208,7 +210,7 @@ func (ix *Index) Add(key string, f *CompiledFilter) {
 	if n.buckets == nil {
 		n.buckets = make(map[bucketKey][]*ientry)
 	}
-	if e.bkey.attrKey != "" {
+	if e.bkey.hasAttr {
 		if n.attrKeys == nil {
 			n.attrKeys = make(map[string]int)
 		}
@@ -258,7 +260,7 @@ func (ix *Index) remove(key string) {
 	} else {
 		n.buckets[e.bkey] = b[:last]
 	}
-	if e.bkey.attrKey != "" {
+	if e.bkey.hasAttr {
 		if n.attrKeys[e.bkey.attrKey]--; n.attrKeys[e.bkey.attrKey] == 0 {
 			delete(n.attrKeys, e.bkey.attrKey)
 		}
@@ -372,24 +374,27 @@ func (ix *Index) Matches(b Body) []string {
 	defer ix.mu.RUnlock()
 
 	var out []string
-	type attr struct{ key, val string }
+	type attr struct {
+		has      bool
+		key, val string
+	}
 	attrs := make([]attr, 0, 8)
 	visit := func(n *rnode) {
 		if n.size == 0 {
 			return
 		}
-		attrs = append(attrs[:0], attr{})
+		attrs = append(attrs[:0], attr{}) // the filters without a scalar entry
 		for k := range n.attrKeys {
 			if have, ok := v.mc[k]; ok {
 				if sk, ok := scalarKey(have); ok {
-					attrs = append(attrs, attr{k, sk})
+					attrs = append(attrs, attr{true, k, sk})
 				}
 			}
 		}
 		for i := 0; i < no; i++ {
 			for j := 0; j < nc; j++ {
 				for _, a := range attrs {
-					key := bucketKey{onap: onaps[i], config: configs[j], attrKey: a.key, attrVal: a.val}
+					key := bucketKey{onap: onaps[i], config: configs[j], hasAttr: a.has, attrKey: a.key, attrVal: a.val}
 					for _, e := range n.buckets[key] {
 						if (e.f.exact || e.f.nameMatches(&v)) && e.f.restMatches(&v) {
 							out = append(out, e.key)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -31,7 +32,11 @@ var (
 		"(?i)x", "(?i:dcae)", "a+", "x{2}", "a{0,2}", `\.`, "^", "$", `\b`, "(?s).", "()", `\Q.+\E`, "é", `\n`,
 		"(?m)^", "a?", "(DCAE)", `\pL`, "[[:alpha:]]", "k",
 	}
-	values = []any{"DCAE", "X", "v", "1", 1, 1.0, json.Number("1.0"), json.Number("1e0"), 2.5, true, false, nil, map[string]any{"a": "b"}, []any{"v"}}
+	values = []any{"DCAE", "X", "v", "1", "", 0, 1, 1.0, json.Number("1.0"), json.Number("1e0"), 2.5, true, false, nil,
+		map[string]any{"a": "b"}, map[string]any{"": []any{0, map[string]any{"x": nil}}}, []any{"v"}, []any{}}
+	// attrKeys are the matchingConditions keys filters and bodies use; ""
+	// is a key like any other.
+	attrKeys = []string{"k", "m", "ONAPName", ""}
 )
 
 func randomName(r *rand.Rand) string {
@@ -84,7 +89,10 @@ func randomFilter(r *rand.Rand, names []string) Filter {
 	f.OnapName = pick("", "", "DCAE", "X")
 	f.ConfigName = pick("", "", "c1", "c2")
 	if r.IntN(3) == 0 {
-		f.ConfigAttributes = map[string]any{pick("k", "m", "ONAPName"): values[r.IntN(len(values))]}
+		f.ConfigAttributes = map[string]any{}
+		for n := r.IntN(3); n >= 0; n-- {
+			f.ConfigAttributes[attrKeys[r.IntN(len(attrKeys))]] = values[r.IntN(len(values))]
+		}
 	}
 	f.Unique = r.IntN(2) == 0
 	return f
@@ -100,7 +108,7 @@ func randomBody(r *rand.Rand, names []string) Body {
 		b["matchingConditions"] = map[string]string{"ONAPName": "DCAE", "ConfigName": "c1", "k": "v"}
 	default:
 		mc := map[string]any{}
-		for _, k := range []string{"ONAPName", "ConfigName", "k", "m"} {
+		for _, k := range append([]string{"ConfigName"}, attrKeys...) {
 			if r.IntN(3) > 0 {
 				switch k {
 				case "ONAPName":
@@ -394,5 +402,63 @@ func TestIndexConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if got := len(ix.Matches(body)); got != ix.Len()-50 {
 		t.Fatalf("%d matches; want %d", got, ix.Len()-50)
+	}
+}
+
+// TestIndexAgreesWithMatchOnAttributeEdges runs Match and the Index over
+// the same filters and bodies where configAttributes use the empty key,
+// scalars that look alike and nested values.
+func TestIndexAgreesWithMatchOnAttributeEdges(t *testing.T) {
+	attrs := []map[string]any{
+		{"": 0},
+		{"": ""},
+		{"": nil},
+		{"": json.Number("0.0")},
+		{"": 0, "k": "v"},
+		{"k": "v", "": map[string]any{"a": []any{1, map[string]any{"": nil}}}},
+		{"k": map[string]any{"": "x"}},
+		{"k": []any{}},
+		{"k": ""},
+	}
+	conditions := []any{
+		nil, // no matchingConditions
+		map[string]any{},
+		map[string]any{"": 0},
+		map[string]any{"": 0.0, "k": "v"},
+		map[string]any{"": "0"},
+		map[string]any{"": ""},
+		map[string]any{"": nil},
+		map[string]any{"": false},
+		map[string]any{"k": "v", "": map[string]any{"a": []any{1, map[string]any{"": nil}}}},
+		map[string]any{"k": "v", "": map[string]any{"a": []any{1, map[string]any{"": 0}}}},
+		map[string]any{"k": map[string]any{"": "x"}},
+		map[string]any{"k": []any{}},
+		map[string]any{"k": ""},
+	}
+	ix := NewIndex()
+	filters := map[string]*CompiledFilter{}
+	for i, a := range attrs {
+		c, err := CompileFilter(Filter{PolicyName: "DCAE.Config_.*", ConfigAttributes: a})
+		if err != nil {
+			t.Fatalf("filter %d %v: %v", i, a, err)
+		}
+		key := fmt.Sprintf("c/f%d", i)
+		ix.Add(key, c)
+		filters[key] = c
+	}
+	for _, mc := range conditions {
+		b := Body{"policyName": "DCAE.Config_A.1.xml", "policyVersion": "1"}
+		if mc != nil {
+			b["matchingConditions"] = mc
+		}
+		got, want := ix.Matches(b), bruteForce(filters, b)
+		if !reflect.DeepEqual(got, want) && (len(got) > 0 || len(want) > 0) {
+			t.Errorf("matchingConditions %v: Index %v, Match %v", mc, got, want)
+		}
+	}
+	// The case as registered: {"": 0} matches a body that has it.
+	b := Body{"policyName": "DCAE.Config_A.1.xml", "matchingConditions": map[string]any{"": json.Number("0")}}
+	if got := ix.Matches(b); !slices.Contains(got, "c/f0") {
+		t.Errorf(`configAttributes {"": 0} on matchingConditions {"": 0}: Index gives %v, want c/f0 among them`, got)
 	}
 }

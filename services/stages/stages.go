@@ -8,6 +8,7 @@ import (
 	"github.com/policyflow/policyflow/services/executor/execute"
 	"github.com/policyflow/policyflow/services/matcher/matching"
 	"github.com/policyflow/policyflow/services/notifier/notify"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/pdpingest/ingest"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/segmenter/segment"
@@ -22,6 +23,11 @@ type Config struct {
 	// Consul is the agent the consul-writer and the agent-notifier reach
 	// (zero: as the environment says, consulkv.FromEnv).
 	Consul consulkv.Config
+	// NotifyTargets, when it names a script directory or a webhook
+	// host, is where the agent-notifier may send notifications;
+	// otherwise PF_SCRIPT_DIRS and PF_WEBHOOK_ALLOW say (none by
+	// default).
+	NotifyTargets notifytarget.Config
 }
 
 // All returns every stage with its default settings, in pipeline order.
@@ -42,6 +48,9 @@ func With(cfg Config) []runtime.Stage {
 	wc, nc := consulwrite.DefaultConfig(), notify.DefaultConfig()
 	if cfg.Consul != (consulkv.Config{}) {
 		wc.Consul, nc.Consul = cfg.Consul, cfg.Consul
+	}
+	if len(cfg.NotifyTargets.ScriptDirs) > 0 || len(cfg.NotifyTargets.WebhookAllow) > 0 {
+		nc.Targets = cfg.NotifyTargets
 	}
 	return []runtime.Stage{
 		ingest.StageWith(ic),

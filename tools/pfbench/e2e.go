@@ -296,8 +296,12 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	}()
 	for _, name := range e2eStages {
 		var extra []string
-		if name == topology.StagePDPIngest {
+		switch name {
+		case topology.StagePDPIngest:
 			extra = []string{"--pdp-url", base}
+		case topology.StageAgentNotifier:
+			// The script and the webhook receiver are this process's.
+			extra = []string{"--script-dir", dir, "--webhook-allow", "127.0.0.1"}
 		}
 		p, err := startStage(ctx, b.binDir, b.logDir, binaryOf(name), b.kafka, b.consulAddr, extra...)
 		if err != nil {

@@ -116,10 +116,21 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 		defer os.RemoveAll(devTokenDir)
 	}
 	go devAPITokens.Watch(ctx, auth.DefaultReloadInterval, s.Env.Log)
-	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul, Tokens: devAPITokens})
+	reg := api.RegistrationFromEnv()
+	reg.Targets = s.Targets
+	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {
+	if devDemo {
+		// The demo's script runs from its own directory, which the
+		// agent-notifier and the North API must allow.
+		dir := demoDir()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("make the demo's directory: %w", err)
+		}
+		s.Targets.ScriptDirs = append(s.Targets.ScriptDirs, dir)
+	}
 	if devPDPAddr == "" {
 		return nil
 	}
@@ -163,13 +174,19 @@ func runDevPDP(ctx context.Context, s *devStack) error {
 	return nil
 }
 
+// demoDir is where the demo's script and its log live: demo/ in the data
+// directory's default place (also with --ephemeral).
+func demoDir() string {
+	if root, err := defaultDataDir(); err == nil {
+		return filepath.Join(root, "demo")
+	}
+	return filepath.Join(os.TempDir(), "policyflow-demo")
+}
+
 // runDemo registers two components, publishes DCAE.Config_VM_MEMORY v5
 // and then v222, and shows what landed in Consul and what the script got.
 func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
-	dir := filepath.Join(os.TempDir(), "policyflow-demo")
-	if root, err := defaultDataDir(); err == nil {
-		dir = filepath.Join(root, "demo")
-	}
+	dir := demoDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/stages"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -49,6 +50,10 @@ type devStack struct {
 	// change it (e.g. point pdp-ingest at a PDP simulator they started).
 	// An empty PDPURL means the user gave no --pdp-url.
 	StageConfig stages.Config
+	// Targets is where notifications may go, for the agent-notifier and
+	// the North API alike; prepare hooks may add to it (the demo adds
+	// its script directory).
+	Targets notifytarget.Config
 	// Stages are the stages running in the process; set once the
 	// prepare hooks have run.
 	Stages []runtime.Stage
@@ -108,6 +113,7 @@ type devFlags struct {
 	logJSON        bool
 	brokerLogLevel string
 	pprof          bool
+	targets        notifytarget.Config
 }
 
 func (f *devFlags) register(fs *flag.FlagSet) {
@@ -124,6 +130,13 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", runtime.EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	fs.BoolVar(&f.logJSON, "log-json", false, "JSON logs instead of human-readable ones")
 	fs.StringVar(&f.brokerLogLevel, "broker-log-level", "warn", "log level of the embedded broker: none, error, warn, info or debug")
+	// On one machine, webhooks to this machine are what a developer
+	// tries first; --webhook-allow (or PF_WEBHOOK_ALLOW) replaces it.
+	f.targets = notifytarget.ConfigFromEnv()
+	if len(f.targets.WebhookAllow) == 0 {
+		f.targets.WebhookAllow = []string{"127.0.0.1", "::1"}
+	}
+	f.targets.RegisterFlags(fs)
 }
 
 // selectStages picks the stages --stages names from every stage there is;
@@ -187,6 +200,9 @@ func runDev(ctx context.Context, args []string) error {
 	brokerLevel, err := devstack.ParseLogLevel(f.brokerLogLevel)
 	if err != nil {
 		return usageErrorf("--broker-log-level: %v", err)
+	}
+	if _, err := f.targets.Rules(); err != nil {
+		return usageErrorf("%v", err)
 	}
 	// Check --stages now; the stages are built after the prepare hooks.
 	if _, err := selectStages(stages.All(), f.only); err != nil {
@@ -280,7 +296,7 @@ func runDev(ctx context.Context, args []string) error {
 
 	env := runtime.NewEnv(kafka, log)
 	stack := &devStack{Kafka: kafka, Consul: consul, Topology: topo, Env: env, Out: stdout(ctx),
-		DataDir: f.dataDir, OpsAddr: ln.Addr().String(), StageConfig: stages.Config{PDPURL: f.pdpURL, Consul: consul}}
+		DataDir: f.dataDir, OpsAddr: ln.Addr().String(), StageConfig: stages.Config{PDPURL: f.pdpURL, Consul: consul}, Targets: f.targets}
 	if f.ephemeral {
 		stack.DataDir = ""
 	}
@@ -296,6 +312,11 @@ func runDev(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s: %w", h.name, err)
 		}
 	}
+	if _, err := stack.Targets.Rules(); err != nil {
+		ln.Close()
+		return usageErrorf("%v", err)
+	}
+	stack.StageConfig.NotifyTargets = stack.Targets
 	run, err := selectStages(stages.With(stack.StageConfig), f.only)
 	if err != nil {
 		ln.Close()
@@ -404,7 +425,10 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
   topics           %s%s
   stages           %s
   state            %s
-`, strings.Join(b.Addrs, ","), a.Addr, a.Addr, a.LogFile, httpAddr, profiles, report.String(), prefix, stageLine, state)
+  scripts from     %s
+  webhooks to      %s
+`, strings.Join(b.Addrs, ","), a.Addr, a.Addr, a.LogFile, httpAddr, profiles, report.String(), prefix, stageLine, state,
+		listOr(s.Targets.ScriptDirs, "nowhere (--script-dir)"), listOr(s.Targets.WebhookAllow, "nowhere (--webhook-allow)"))
 	for _, l := range s.banner {
 		fmt.Fprintln(w, l)
 	}
@@ -412,4 +436,12 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 with those that reach Consul (consulwriter, notifier, northapi).
 Stop with Ctrl-C: stages drain and leave their groups; a second Ctrl-C exits at once.
 `, strings.Join(b.Addrs, ","), a.Addr)
+}
+
+// listOr joins a list for the banner, or says what an empty one means.
+func listOr(l []string, empty string) string {
+	if len(l) == 0 {
+		return empty
+	}
+	return strings.Join(l, ", ")
 }

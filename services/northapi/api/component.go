@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -57,28 +55,30 @@ const MaxNotifyTimeout = 10 * time.Minute
 // names: they become Kafka keys and Consul key prefixes.
 const maxIDLen = 255
 
-// CheckID says what is wrong with an id used as a Kafka key or in a URL
-// path: empty, too long, or holding whitespace, control characters or '/'.
+// CheckID says what is wrong with an id used as a Kafka key, a Consul key
+// segment or in a URL path (component_id, deployment_id,
+// service_component_name): it must be 1 to 255 bytes of ASCII letters,
+// digits, '.', '_', '-' and ':' (so UTF-8, with no '/', whitespace or
+// control character) without "..", the rule of policy names
+// (policy.CheckChars).
 func CheckID(what, id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%s is missing", what)
 	case len(id) > maxIDLen:
 		return fmt.Errorf("%s is %d bytes long; the limit is %d", what, len(id), maxIDLen)
-	case strings.Contains(id, "/"):
-		return fmt.Errorf("%s %q contains '/'; use letters, digits, '.', '_', '-' or ':'", what, id)
 	}
-	for _, r := range id {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
-			return fmt.Errorf("%s %q contains whitespace or a control character", what, id)
-		}
+	if err := policy.CheckChars(id); err != nil {
+		return fmt.Errorf("%s %q: %w", what, id, err)
 	}
 	return nil
 }
 
-// BuildComponent checks a component registration and turns it into the
-// deploy.components event. Every error says what is wrong and what to fix.
-func BuildComponent(componentID string, req ComponentRequest, generation int64, now time.Time) (*events.Component, error) {
+// BuildComponent checks a component registration against the shape of
+// the request and the operator's rules, and turns it into the
+// deploy.components event. Every error says what is wrong and what to
+// fix.
+func BuildComponent(componentID string, req ComponentRequest, generation int64, now time.Time, rules ComponentRules) (*events.Component, error) {
 	if err := CheckID("component_id", componentID); err != nil {
 		return nil, err
 	}
@@ -124,6 +124,9 @@ func BuildComponent(componentID string, req ComponentRequest, generation int64, 
 		c.PolicyIDs = append(c.PolicyIDs, id)
 	}
 
+	if err := rules.checkFilterSizes(req.PolicyFilters); err != nil {
+		return nil, err
+	}
 	seenFilters := map[string]int{}
 	for i, f := range req.PolicyFilters {
 		pf, err := buildFilter(i, f)
@@ -138,7 +141,7 @@ func BuildComponent(componentID string, req ComponentRequest, generation int64, 
 		c.PolicyFilters = append(c.PolicyFilters, pf)
 	}
 
-	notify, err := buildNotify(req.Notify)
+	notify, err := buildNotify(req.Notify, rules.Targets)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +201,7 @@ func buildFilter(i int, f FilterRequest) (events.PolicyFilter, error) {
 	}, nil
 }
 
-func buildNotify(n NotifyRequest) (events.NotifyTarget, error) {
+func buildNotify(n NotifyRequest, targets notifytarget.Rules) (events.NotifyTarget, error) {
 	t := events.NotifyTarget{ScriptPath: n.ScriptPath, WebhookURL: n.WebhookURL, TimeoutMs: n.TimeoutMs}
 	if n.TimeoutMs < 0 || time.Duration(n.TimeoutMs)*time.Millisecond > MaxNotifyTimeout {
 		return t, fmt.Errorf("notify.timeout_ms %d is out of range; give 0 (the notifier's default) up to %d",
@@ -218,23 +221,22 @@ func buildNotify(n NotifyRequest) (events.NotifyTarget, error) {
 		if n.ScriptPath == "" {
 			return t, fmt.Errorf("notify.kind is script but script_path is missing; give the absolute path of the executable run as <script_path> policies <json>")
 		}
-		if !filepath.IsAbs(n.ScriptPath) {
-			return t, fmt.Errorf("notify.script_path %q is not an absolute path; the notifier runs it from its own directory, so give an absolute path", n.ScriptPath)
-		}
 		if n.WebhookURL != "" {
 			return t, fmt.Errorf("notify.kind is script but webhook_url is set too; a component has one notify target: drop webhook_url or set kind to webhook")
+		}
+		if _, err := targets.CheckScript(n.ScriptPath); err != nil {
+			return t, fmt.Errorf("notify: %w", err)
 		}
 	case "webhook":
 		t.Kind = events.NotifyWebhook
 		if n.WebhookURL == "" {
 			return t, fmt.Errorf("notify.kind is webhook but webhook_url is missing; give the http(s) URL that receives the JSON by POST")
 		}
-		u, err := url.Parse(n.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return t, fmt.Errorf("notify.webhook_url %q is not an absolute http or https URL, e.g. http://host:8080/policies", n.WebhookURL)
-		}
 		if n.ScriptPath != "" {
 			return t, fmt.Errorf("notify.kind is webhook but script_path is set too; a component has one notify target: drop script_path or set kind to script")
+		}
+		if _, err := targets.CheckWebhook(n.WebhookURL); err != nil {
+			return t, fmt.Errorf("notify: %w", err)
 		}
 	default:
 		return t, fmt.Errorf("notify.kind %q is unknown; use \"script\", \"webhook\" or \"none\"", n.Kind)

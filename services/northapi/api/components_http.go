@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -10,7 +11,9 @@ import (
 	capi "github.com/hashicorp/consul/api"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -43,7 +46,7 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 		return e
 	}
 	gen := s.components.generation(id) + 1
-	c, err := BuildComponent(id, req, gen, time.Now())
+	c, err := BuildComponent(id, req, gen, time.Now(), s.rules)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "component %s: %v", id, err)
 	}
@@ -51,6 +54,14 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	defer unlockFolder()
 	if e := s.claimFolder(id, c.ServiceComponentName); e != nil {
 		return e
+	}
+	if c.Notify.Kind == events.NotifyScript {
+		if e := s.needViews(topology.PolicyCatalog); e != nil {
+			return e
+		}
+		if err := s.checkScriptNotification(c); err != nil {
+			return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+		}
 	}
 	value, err := s.env.Codec.Encode(c)
 	if err != nil {
@@ -124,9 +135,12 @@ type ComponentStatus struct {
 	// first write.
 	Applied *AppliedStatus `json:"applied"`
 	// Notification is the agent-notifier's claim in Consul
-	// (<scn>:policies/notified); nil when nothing was notified.
+	// (<scn>:policies/notified), URLs in it masked; nil when nothing was
+	// notified.
 	Notification json.RawMessage `json:"notification"`
-	// Notified is true when the last applied update was notified.
+	// Notified is true when the component was told of the last applied
+	// update: its claim covers it and records success (exit code 0). A
+	// notification that failed, or is still under way, is not notified.
 	Notified bool           `json:"notified"`
 	Policies []PolicyStatus `json:"policies"`
 }
@@ -143,7 +157,9 @@ type AppliedStatus struct {
 }
 
 // PolicyStatus is one policy of a component: the version in Consul, the
-// update that brought it and whether the component was notified of it.
+// update that brought it and whether the component was notified of it (as
+// far as the claim shows: the last notification covers the policy's
+// update and succeeded).
 type PolicyStatus struct {
 	PolicyID      string `json:"policy_id"`
 	PolicyVersion string `json:"policy_version"`
@@ -151,6 +167,31 @@ type PolicyStatus struct {
 	Generation    int64  `json:"generation"`
 	ConsulIndex   int64  `json:"consul_index"`
 	Notified      bool   `json:"notified"`
+}
+
+// covers reports whether a claim records that the component was told of
+// the update (updateID, generation): it covers the update and the script
+// or webhook succeeded (exit code 0).
+func covers(c *consulkv.Claim, updateID string, generation int64) bool {
+	return c != nil && c.ExitCode != nil && *c.ExitCode == 0 && (c.UpdateID == updateID || c.Generation >= generation)
+}
+
+// maskedClaim is the claim as the status shows it: every URL in its
+// string fields masked (a claim written before URLs were masked may hold
+// credentials).
+func maskedClaim(raw []byte) (json.RawMessage, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		if s, ok := v.(string); ok {
+			m[k] = notifytarget.MaskText(s)
+		}
+	}
+	return json.Marshal(m)
 }
 
 func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpError {
@@ -212,9 +253,13 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 			return errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
 		}
 		claim = &cl
-		st.Notification = json.RawMessage(pair.Value)
+		masked, err := maskedClaim(pair.Value)
+		if err != nil {
+			return errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
+		}
+		st.Notification = masked
 	}
-	st.Notified = claim != nil && (claim.UpdateID == a.UpdateID || claim.Generation >= a.Generation)
+	st.Notified = covers(claim, a.UpdateID, a.Generation)
 	for pid, p := range a.Policies {
 		st.Policies = append(st.Policies, PolicyStatus{
 			PolicyID:      pid,
@@ -222,7 +267,7 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 			UpdateID:      p.UpdateID,
 			Generation:    p.Generation,
 			ConsulIndex:   p.ConsulIndex,
-			Notified:      claim != nil && (claim.UpdateID == p.UpdateID || claim.Generation >= p.Generation),
+			Notified:      covers(claim, p.UpdateID, p.Generation),
 		})
 	}
 	sort.Slice(st.Policies, func(i, j int) bool { return st.Policies[i].PolicyID < st.Policies[j].PolicyID })

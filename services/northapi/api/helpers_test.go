@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -24,10 +26,41 @@ import (
 // testPartitions is the partition count of every topic in these tests.
 const testPartitions = 3
 
-// TestMain stops the Consul agent the package's tests share; each test
-// uses its own service component names.
+// TestMain makes the reconfigure script components register with, runs
+// the tests and stops the Consul agent they share; each test uses its own
+// service component names.
 func TestMain(m *testing.M) {
-	os.Exit(stagetest.Main(m))
+	dir, err := os.MkdirTemp("", "northapi-scripts")
+	if err != nil {
+		panic(err)
+	}
+	testScriptDir, testScript = dir, filepath.Join(dir, "reconfigure.sh")
+	if err := os.WriteFile(testScript, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		panic(err)
+	}
+	code := stagetest.Main(m)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testScriptDir is the script directory the tests' rules allow, and
+// testScript an executable script in it.
+var testScriptDir, testScript string
+
+// testRegistration allows scripts from testScriptDir and webhooks to
+// 127.0.0.1 and app.example.
+func testRegistration() Registration {
+	return Registration{Targets: notifytarget.Config{ScriptDirs: []string{testScriptDir}, WebhookAllow: []string{"127.0.0.1", "app.example"}}}
+}
+
+// testRules are testRegistration checked.
+func testRules(t testing.TB) ComponentRules {
+	t.Helper()
+	r, err := testRegistration().Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // The tokens of the tests' tokens file, one per role (two tenants).
@@ -103,6 +136,9 @@ func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ..
 	}
 	env := stagetest.Env(c.Kafka)
 	opts.Consul = consulCfg
+	if opts.Registration.Targets.ScriptDirs == nil && opts.Registration.Targets.WebhookAllow == nil {
+		opts.Registration = testRegistration()
+	}
 	srv, err := New(env, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,9 @@ type Options struct {
 	// ProduceTimeout bounds how long a request waits for Kafka to
 	// acknowledge its records (default 30s).
 	ProduceTimeout time.Duration
+	// Registration is what a component registration may ask for; the
+	// zero value allows no script and no webhook.
+	Registration Registration
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -83,6 +86,7 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 
+	rules   ComponentRules
 	locks   keyedMutex
 	limiter *limiter
 
@@ -108,6 +112,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	if opts.Tokens == nil && !opts.InsecureNoAuth {
 		return nil, errors.New("north api: no tokens: every caller but /healthcheck needs a bearer token; give a tokens file (--tokens-file), or --insecure-no-auth on a network where every client is trusted")
 	}
+	rules, err := opts.Registration.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("north api: %w", err)
+	}
 	s := &Server{
 		env:        env,
 		log:        env.Log.With().Str("service", "north-api").Logger(),
@@ -116,10 +124,13 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
+		rules:      rules,
 	}
 	if opts.InsecureNoAuth {
 		s.log.Warn().Msg("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who reaches the North API may register components, choose the scripts they run and read every policy and Consul folder")
 	}
+	s.log.Info().Strs("script_dirs", rules.Targets.ScriptDirs()).Strs("webhook_allow", rules.Targets.WebhookAllow()).
+		Msg("notification targets components may register")
 	kopts, err := env.Kafka.ClientOpts()
 	if err != nil {
 		return nil, fmt.Errorf("north api: %w", err)

@@ -25,7 +25,7 @@ func componentBody() map[string]any {
 			"filter_id": "f1", "policyName": "DCAE.Config_.*", "onapName": "DCAE",
 			"configAttributes": map[string]any{"key1": "value1"},
 		}},
-		"notify": map[string]any{"kind": "script", "script_path": "/opt/app/reconfigure.sh", "timeout_ms": 5000},
+		"notify": map[string]any{"kind": "script", "script_path": testScript, "timeout_ms": 5000},
 		"config": map[string]any{"threshold": 7},
 	}
 }
@@ -61,7 +61,7 @@ func TestComponentPutAndDeleteProduceToDeployComponents(t *testing.T) {
 			c.PolicyFilters[0].OnapName != "DCAE" || c.PolicyFilters[0].ConfigAttributes != `{"key1":"value1"}` {
 			t.Errorf("policy_filters %+v", c.PolicyFilters)
 		}
-		if c.Notify != (events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/opt/app/reconfigure.sh", TimeoutMs: 5000}) {
+		if c.Notify != (events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: testScript, TimeoutMs: 5000}) {
 			t.Errorf("notify %+v", c.Notify)
 		}
 		if c.Config != `{"threshold":7}` {

@@ -74,6 +74,16 @@ func (v *catalogView) get(id string) (*catalogEntry, bool) {
 	return e, ok
 }
 
+// each calls f on every entry, in no order, with the view locked for
+// reading: f must not call back into the view.
+func (v *catalogView) each(f func(*catalogEntry)) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	for _, e := range v.byID {
+		f(e)
+	}
+}
+
 // matching returns the entries whose body matches f, sorted by policy_id.
 func (v *catalogView) matching(f *policy.CompiledFilter) []*catalogEntry {
 	v.mu.RLock()

@@ -3,17 +3,15 @@ package notify
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/runtime"
 )
 
-// consulParallel is how many Consul transactions of a batch are in flight
-// at once.
+// consulParallel is how many claim transactions, and as many outcome
+// record transactions, are in flight at once.
 const consulParallel = 8
 
 // maxTxnOps is the most operations Consul accepts in one transaction.
@@ -23,112 +21,6 @@ const maxTxnOps = consulkv.MaxTxnOps
 // JSON make them about a third bigger on the wire, still well under
 // Consul's request limit.
 const maxTxnBytes = consulkv.MaxTxnBytes / 2
-
-// notifyAll claims, notifies and records the jobs of a batch (in input
-// order) and sets the Outcome of each job that failed. It works in waves
-// in which each claim key appears once, so a component named twice in a
-// batch is notified of its updates in order. A transient failure at
-// input i fails that input; later waves then only take inputs before i,
-// as the runtime hands i and everything after it in again.
-func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Outcome) {
-	stop := len(out)
-	for _, w := range runtime.Waves(jobs, func(j *job) string { return j.key }) {
-		var todo []*job
-		for _, j := range w {
-			if j.i < stop {
-				todo = append(todo, j)
-			}
-		}
-		if len(todo) > 0 {
-			stop = min(stop, n.wave(ctx, todo, out))
-		}
-	}
-}
-
-// wave reads the claims of jobs (each key once), claims those still to be
-// notified, notifies them and records the outcomes, as a pipeline: the
-// transactions of different parts of the wave run at the same time
-// (consulParallel at most), a part's components are notified as soon as
-// it is claimed (cfg.Concurrency at once), and outcomes are recorded as
-// soon as a transaction's worth is in. It returns the first input that
-// failed transiently, or len(out).
-func (n *notifier) wave(ctx context.Context, jobs []*job, out []runtime.Outcome) int {
-	type part struct {
-		jobs   []*job
-		failed []*job
-		errs   []error
-	}
-	parts := make([]part, 0, (len(jobs)+maxTxnOps-1)/maxTxnOps)
-	for start := 0; start < len(jobs); start += maxTxnOps {
-		parts = append(parts, part{jobs: jobs[start:min(start+maxTxnOps, len(jobs))]})
-	}
-	// Buffered for every job, so no stage of the pipeline waits on a
-	// slower one to take its work.
-	claimed, notified := make(chan *job, len(jobs)), make(chan *job, len(jobs))
-	var claimers, notifiers sync.WaitGroup
-	claimers.Go(func() {
-		defer close(claimed)
-		runtime.Each(len(parts), consulParallel, func(k int) {
-			p := &parts[k]
-			fail := func(j *job, err error) { p.failed, p.errs = append(p.failed, j), append(p.errs, err) }
-			for _, j := range n.claimAll(ctx, n.read(ctx, p.jobs, fail), fail) {
-				claimed <- j
-			}
-		})
-	})
-	for range min(n.cfg.Concurrency, len(jobs)) {
-		notifiers.Go(func() {
-			for j := range claimed {
-				n.notify(ctx, j)
-				notified <- j
-			}
-		})
-	}
-	go func() {
-		notifiers.Wait()
-		close(notified)
-	}()
-	n.recordAll(ctx, notified)
-	claimers.Wait()
-
-	stop := len(out)
-	for _, p := range parts {
-		for k, j := range p.failed {
-			out[j.i].Err = p.errs[k]
-			stop = min(stop, j.i)
-		}
-	}
-	return stop
-}
-
-// recordAll records the outcomes of the jobs that come in, a full
-// transaction at a time (the rest when in is closed), consulParallel
-// transactions at most at once, and returns when all are recorded.
-func (n *notifier) recordAll(ctx context.Context, in <-chan *job) {
-	slots := make(chan struct{}, consulParallel)
-	var wg sync.WaitGroup
-	flush := func(g []*job) {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			n.record(ctx, g)
-		})
-	}
-	var g []*job
-	size := 0
-	for j := range in {
-		s := txnSize(j)
-		if len(g) > 0 && (len(g) == maxTxnOps || size+s > maxTxnBytes) {
-			flush(g)
-			g, size = nil, 0
-		}
-		g, size = append(g, j), size+s
-	}
-	if len(g) > 0 {
-		flush(g)
-	}
-	wg.Wait()
-}
 
 // read reads the claims of jobs (at most maxTxnOps) in one consistent
 // read-only transaction and returns the jobs still to be notified, each

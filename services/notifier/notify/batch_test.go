@@ -100,9 +100,10 @@ func TestNotifierManyComponents(t *testing.T) {
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
 	hooks := newHookServer(t, nil)
 	const nHooks, nScripts = 200, 3
+	dir := t.TempDir()
 	scripts := make([]*recorder, nScripts)
 	for i := range scripts {
-		scripts[i] = newRecorder(t)
+		scripts[i] = newRecorder(t, dir)
 	}
 
 	hookID := func(i int) string { return fmt.Sprintf("many-hook-%03d", i) }
@@ -125,9 +126,12 @@ func TestNotifierManyComponents(t *testing.T) {
 
 	env := stagetest.Env(c.Kafka)
 	env.PollRecords = 1000
-	stage := stageOn(t, consulCfg)
+	stage := stageOn(t, consulCfg, dir)
 	stagetest.Run(t, stage, env)
 	waitCommitted(t, c, stage.GroupIn(c.Kafka), topology.ComponentApplied)
+	// Committed once claimed; the last notifications may still be under
+	// way.
+	waitOutcomes(t, consul, "many-", nHooks+nScripts+1)
 
 	check := func(when string) {
 		t.Helper()
@@ -239,11 +243,37 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 	}
 }
 
-// stageOn is the agent-notifier told by its flags, as runtime.Main tells
-// it, to reach the Consul agent at consulCfg.
-func stageOn(t testing.TB, consulCfg consulkv.Config) runtime.Stage {
+// waitOutcomes waits until n claims under prefix record an outcome.
+func waitOutcomes(t *testing.T, consul *api.Client, prefix string, n int) {
 	t.Helper()
-	s := Stage()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		pairs, _, err := consul.KV().List(prefix, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, p := range pairs {
+			if cl, err := consulkv.ParseClaim(p.Value); err == nil && cl.ExitCode != nil {
+				done++
+			}
+		}
+		if done >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d claims under %s record an outcome after 60s", done, n, prefix)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stageOn is the agent-notifier with testConfig's targets (scripts from
+// scriptDirs), told by its flags, as runtime.Main tells it, to reach the
+// Consul agent at consulCfg.
+func stageOn(t testing.TB, consulCfg consulkv.Config, scriptDirs ...string) runtime.Stage {
+	t.Helper()
+	s := StageWith(testConfig(t, scriptDirs...))
 	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
 	s.Flags(fs)
 	if err := fs.Parse([]string{"--consul-addr", consulCfg.Addr}); err != nil {
@@ -275,7 +305,7 @@ func input(a *events.ComponentApplied) runtime.Input {
 func TestNotifierBatchOutcomes(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	hooks := newHookServer(t, nil)
-	h := batchHandler(t, consulCfg, DefaultConfig())
+	h := batchHandler(t, consulCfg, testConfig(t))
 
 	noSCN := update("no-scn", 1, webhook(hooks.URL+"/no-scn"))
 	noSCN.ServiceComponentName = ""
@@ -305,6 +335,14 @@ func TestNotifierBatchOutcomes(t *testing.T) {
 			t.Errorf("input %d: outcome %+v, want dead-lettered: %v", i, oc, dead)
 		}
 	}
+	// The handler returned once everything was claimed; the outcomes
+	// come in as the webhooks answer.
+	if cl, _ := waitClaim(t, consul, "batch-a", "batch-a-u2"); cl.Generation != 2 || *cl.ExitCode != 0 || cl.HTTPStatus != 200 {
+		t.Fatalf("claim of batch-a %+v", cl)
+	}
+	if cl, _ := waitClaim(t, consul, "batch-d", "batch-d-u1"); *cl.ExitCode != 0 {
+		t.Fatalf("claim of batch-d %+v", cl)
+	}
 	if got, want := hooks.calls("/batch-a"), []string{wantPayload("batch-a", 1), wantPayload("batch-a", 2)}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("batch-a got %q, want %q", got, want)
 	}
@@ -313,9 +351,6 @@ func TestNotifierBatchOutcomes(t *testing.T) {
 	}
 	if n := hooks.total(); n != 3 {
 		t.Fatalf("%d webhook calls, want 3", n)
-	}
-	if cl, _ := waitClaim(t, consul, "batch-a", "batch-a-u2"); cl.Generation != 2 || *cl.ExitCode != 0 || cl.HTTPStatus != 200 {
-		t.Fatalf("claim of batch-a %+v", cl)
 	}
 
 	// Again: nobody is notified.
@@ -332,7 +367,7 @@ func TestNotifierBatchOutcomes(t *testing.T) {
 // it), records before it keep their outcome.
 func TestNotifierConsulDown(t *testing.T) {
 	hooks := newHookServer(t, nil)
-	h := batchHandler(t, consulkv.Config{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, DefaultConfig())
+	h := batchHandler(t, consulkv.Config{Addr: fmt.Sprintf("127.0.0.1:%d", stagetest.FreePort(t))}, testConfig(t))
 	bad := update("down-bad", 1, events.NotifyTarget{Kind: "pigeon"})
 	out := h(context.Background(), []runtime.Input{
 		input(bad),
@@ -377,7 +412,7 @@ func BenchmarkNotifyBatch(b *testing.B) {
 		// every component is notified every time.
 		gen := int64(0)
 		b.Run(mode, func(b *testing.B) {
-			h := batchHandler(b, consulCfg, DefaultConfig())
+			h := batchHandler(b, consulCfg, testConfig(b))
 			calls.Store(0)
 			runs := int64(0)
 			for b.Loop() {
@@ -402,6 +437,10 @@ func BenchmarkNotifyBatch(b *testing.B) {
 					}
 				}
 			}
+			// The last notifications may still be under way.
+			for deadline := time.Now().Add(time.Minute); calls.Load() < n*runs && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 			if got := calls.Load(); got != n*runs {
 				b.Fatalf("%d webhook calls, want %d", got, n*runs)
 			}
@@ -416,7 +455,7 @@ func BenchmarkNotifyBatch(b *testing.B) {
 // changed one fails, transiently, to be read again.
 func TestClaimConflict(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
-	n := &notifier{cfg: DefaultConfig()}
+	n := &notifier{cfg: testConfig(t)}
 	n.cfg.Consul = consulCfg
 	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}))
 	if err != nil {

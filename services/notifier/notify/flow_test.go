@@ -72,7 +72,8 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.DeployComponents, topology.PolicySegments, topology.ComponentPolicies, topology.ComponentApplied,
 		topology.DLQ(topology.StageExecutor), topology.DLQ(topology.StageConsulWriter), topology.DLQ(topology.StageAgentNotifier))
-	rec := newRecorder(t)
+	scripts := t.TempDir()
+	rec := newRecorder(t, scripts)
 	env := stagetest.Env(c.Kafka)
 
 	c.Produce(t, topology.DeployComponents, "vm-1", &events.Component{
@@ -80,7 +81,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}, Config: "{}", UpdatedAt: time.UnixMilli(1).UTC(),
 	})
 	stagetest.Run(t, execute.Stage(), env)
-	writer, notifier := consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg)
+	writer, notifier := consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg, scripts)
 	stopWriter := stagetest.Run(t, writer, env)
 	stopNotifier := stagetest.Run(t, notifier, env)
 
@@ -164,7 +165,7 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	stopWriter()
 	stopNotifier()
 	before := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm"))
-	writer, notifier = consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg)
+	writer, notifier = consulwrite.StageWith(consulwrite.Config{Consul: consulCfg}), stageOn(t, consulCfg, scripts)
 	writer.Group, notifier.Group = "replayed-consul-writer", "replayed-agent-notifier"
 	stagetest.Run(t, writer, env)
 	stagetest.Run(t, notifier, env)

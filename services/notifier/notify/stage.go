@@ -1,7 +1,9 @@
 // Package notify is the agent-notifier stage: it tells each component that
 // its policies changed, by running its reconfigure script or calling its
 // webhook, at most once per update, claiming each notification in Consul
-// first.
+// first. Scripts run and webhooks are called only as the operator's
+// notifytarget rules allow; one component's slow or failing target does not
+// hold up the others.
 package notify
 
 import (
@@ -17,6 +19,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -43,13 +46,18 @@ type Config struct {
 	Concurrency int
 	// Consul is the agent that holds the claims.
 	Consul consulkv.Config
+	// Targets is where notifications may go: the allowed script
+	// directories and webhook hosts (none: no script runs, no webhook
+	// is called; such notifications are recorded as failed).
+	Targets notifytarget.Config
 }
 
 // DefaultConfig reads PF_NOTIFY_TIMEOUT and PF_NOTIFY_CONCURRENCY, falling
-// back to DefaultTimeout and DefaultConcurrency, and reaches Consul as the
+// back to DefaultTimeout and DefaultConcurrency, PF_SCRIPT_DIRS and
+// PF_WEBHOOK_ALLOW (none by default), and reaches Consul as the
 // environment says (consulkv.FromEnv).
 func DefaultConfig() Config {
-	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Consul: consulkv.FromEnv()}
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Consul: consulkv.FromEnv(), Targets: notifytarget.ConfigFromEnv()}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_TIMEOUT", "")); err == nil {
 		c.Timeout = d
 	}
@@ -67,6 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a reconfigure script or webhook may take when the component does not say (env PF_NOTIFY_TIMEOUT)")
 	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency,
 		"how many components' scripts or webhooks run at once (env PF_NOTIFY_CONCURRENCY)")
+	c.Targets.RegisterFlags(fs)
 }
 
 // Validate says what is wrong with the configuration.
@@ -77,6 +86,9 @@ func (c Config) Validate() error {
 	if c.Concurrency < 1 {
 		return fmt.Errorf("--notify-concurrency %d: want at least 1", c.Concurrency)
 	}
+	if _, err := c.Targets.Rules(); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -85,8 +97,10 @@ func (c Config) Validate() error {
 func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 
 // StageWith is the agent-notifier with the given configuration. It reads
-// component.applied at least once, a poll's records at a time, and
-// notifies their components, several at once.
+// component.applied at least once, a poll's records at a time, claims
+// them and notifies their components, several at once, in order per
+// component, without waiting for a whole poll's notifications; before its
+// partitions are given away it finishes the notifications in flight.
 func StageWith(cfg Config) runtime.Stage {
 	n := &notifier{cfg: cfg}
 	return runtime.Stage{
@@ -95,15 +109,18 @@ func StageWith(cfg Config) runtime.Stage {
 		Inputs:     []string{topology.ComponentApplied},
 		Flags:      n.cfg.RegisterFlags,
 		SetupBatch: n.setup,
+		Revoked:    func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
 	}
 }
 
 type notifier struct {
-	cfg   Config
-	txn   *api.Txn
-	http  *http.Client
-	log   zerolog.Logger
-	retry runtime.Backoff
+	cfg    Config
+	rules  notifytarget.Rules
+	txn    *api.Txn
+	http   *http.Client
+	log    zerolog.Logger
+	retry  runtime.Backoff
+	chains *chains
 }
 
 func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
@@ -114,20 +131,33 @@ func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandl
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}
+	if n.rules, err = n.cfg.Targets.Rules(); err != nil {
+		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
+	}
 	n.txn = cl.Txn()
 	// As many kept connections per host as webhooks in flight: many
 	// components often share one webhook host.
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = n.cfg.Concurrency
-	n.http = &http.Client{Transport: tr}
+	n.http = n.rules.Client(n.cfg.Concurrency)
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
+	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
-	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), tr.CloseIdleConnections, nil
+	n.chains = newChains(n)
+	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
+		n.chains.close()
+		n.http.CloseIdleConnections()
+	}, nil
+}
+
+// drain waits for the notifications in flight (none before setup).
+func (n *notifier) drain() {
+	if n.chains != nil {
+		n.chains.drain()
+	}
 }
 
 // handle notifies the components of a poll's records: it sets aside the
-// records that need nothing or can never be notified, then claims,
-// notifies and records the rest together.
+// records that need nothing or can never be notified, then claims the
+// rest and leaves their notifications running (notifyAll).
 func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.ComponentApplied]) []runtime.Outcome {
 	out := make([]runtime.Outcome, len(ins))
 	var jobs []*job

@@ -19,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -31,6 +32,18 @@ func newCluster(t *testing.T, topics ...string) *stagetest.Cluster {
 	return c
 }
 
+// testConfig is the default configuration with scripts allowed from
+// scriptDirs and webhooks to 127.0.0.1 (where the tests' servers listen).
+func testConfig(t testing.TB, scriptDirs ...string) Config {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Targets = notifytarget.Config{ScriptDirs: scriptDirs, WebhookAllow: []string{"127.0.0.1"}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // recorder is a reconfigure script that writes its arguments, NUL
 // separated, to a new file per call.
 type recorder struct {
@@ -38,9 +51,14 @@ type recorder struct {
 	script string
 }
 
-func newRecorder(t *testing.T) *recorder {
+// newRecorder puts a recorder in a new directory under parent (a script
+// directory the notifier allows).
+func newRecorder(t *testing.T, parent string) *recorder {
 	t.Helper()
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp(parent, "recorder")
+	if err != nil {
+		t.Fatal(err)
+	}
 	calls := filepath.Join(dir, "calls")
 	if err := os.Mkdir(calls, 0o755); err != nil {
 		t.Fatal(err)
@@ -102,8 +120,9 @@ func applied(update string, gen int64, notify events.NotifyTarget, policies, upd
 func TestNotifierStage(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
-	rec := newRecorder(t)
-	stagetest.Run(t, stageOn(t, consulCfg), stagetest.Env(c.Kafka))
+	scripts := t.TempDir()
+	rec := newRecorder(t, scripts)
+	stagetest.Run(t, stageOn(t, consulCfg, scripts), stagetest.Env(c.Kafka))
 	script := events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}
 	vm, x := vmMemory(), other()
 
@@ -144,7 +163,7 @@ func TestNotifierStage(t *testing.T) {
 	}
 
 	// A failing script is recorded, not retried; the next record goes on.
-	fail := writeScript(t, t.TempDir(), "fail.sh", "echo boom >&2\nexit 3\n")
+	fail := writeScript(t, scripts, "fail.sh", "echo boom >&2\nexit 3\n")
 	c.Produce(t, topology.ComponentApplied, "c1", applied("u3", 3, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: fail}, []events.Policy{x}, nil, nil))
 	if claim, _ = waitClaim(t, consul, "dcae-vm", "u3"); *claim.ExitCode != 3 || claim.Stderr != "boom\n" {
 		t.Fatalf("claim of the failing script %+v", claim)
