@@ -75,6 +75,9 @@ const (
 // Partition counts of the starting topology: busy topics get
 // DefaultPartitions so a stage can spread over several members; topics that
 // see a handful of records a day get one, which also keeps them in order.
+// The co-partitioned topics (policy.changes, deploy.components,
+// catchup.requests, component.policies; pdp.notifications and
+// policy.catalog) must keep equal partition counts.
 const (
 	DefaultPartitions   int32 = 6
 	ACMPartitions       int32 = 3
@@ -110,13 +113,15 @@ func compactConfigs() map[string]string {
 	}
 }
 
-// MaxMessageBytes is every topic's max.message.bytes (64 MiB): a
-// component's full policy collection, and a delta before the segmenter
-// splits it, can be several MiB. It matches runtime.DefaultMaxRecordBytes.
-// The co-partitioned topics (policy.changes, deploy.components,
-// catchup.requests, component.policies; pdp.notifications and
-// policy.catalog) must keep equal partition counts.
-const MaxMessageBytes = "67108864"
+// MaxRecordBytes is the largest record policyflow writes (64 MiB), the one
+// record limit: every topic is created with it as max.message.bytes, every
+// producer takes batches up to it, and the segmenter cuts deltas under it.
+// A component's full policy collection, and a delta before the segmenter
+// cuts it, can be several MiB.
+const MaxRecordBytes = 64 << 20
+
+// MaxMessageBytes is MaxRecordBytes as the max.message.bytes topic config.
+var MaxMessageBytes = strconv.Itoa(MaxRecordBytes)
 
 // Stages returns the names of the built pipeline stages in pipeline order.
 func Stages() []string {

@@ -49,6 +49,11 @@ type pipeline struct {
 	stop   func()
 }
 
+// segmentBytes bounds the segmenter's pieces in these suites, far below
+// its default (the one record limit), so that a delta of a few MB reaches
+// the executor in pieces and is put back together there.
+const segmentBytes = 1 << 20
+
 func start(t *testing.T) *pipeline {
 	t.Helper()
 	b := backend.Get(t)
@@ -92,7 +97,7 @@ func (p *pipeline) run() {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul()})...); err != nil && ctx.Err() == nil {
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul(), MaxSegmentBytes: segmentBytes})...); err != nil && ctx.Err() == nil {
 			p.t.Errorf("stages: %v", err)
 		}
 	}()

@@ -91,7 +91,7 @@ func producer(k runtime.Kafka) (*kgo.Client, error) {
 		return nil, err
 	}
 	return kgo.NewClient(append(opts, kgo.RecordPartitioner(runtime.Partitioner()),
-		kgo.ProducerBatchMaxBytes(16<<20), kgo.MaxBufferedRecords(50_000), kgo.ClientID("pfbench"))...)
+		kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes), kgo.MaxBufferedRecords(50_000), kgo.ClientID("pfbench"))...)
 }
 
 // produceAll writes recs and fails on the first error.

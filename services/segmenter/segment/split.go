@@ -10,12 +10,17 @@ import (
 	"sort"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/topology"
 )
 
-// DefaultMaxBytes is the default limit of one encoded PolicySegment
-// (900 KiB): it stays under the 1 MiB record limit Kafka brokers apply by
-// default, with room for the record's key and headers.
-const DefaultMaxBytes = 900 * 1024
+// RecordOverhead is the room a piece leaves under the record limit for
+// what a record adds to its value: batch and record framing, the key (the
+// deployment_id) and headers.
+const RecordOverhead = 64 << 10
+
+// DefaultMaxBytes is the default limit of one encoded PolicySegment: the
+// one record limit, topology.MaxRecordBytes, less RecordOverhead.
+const DefaultMaxBytes = topology.MaxRecordBytes - RecordOverhead
 
 // MinMaxBytes is the smallest limit Split accepts: a piece must at least
 // hold its own envelope and one removal.

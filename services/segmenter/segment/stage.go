@@ -59,8 +59,9 @@ func StageWith(cfg Config) runtime.Stage {
 			if err := c.Validate(); err != nil {
 				return nil, nil, err
 			}
-			if env.MaxRecordBytes > 0 && c.MaxSegmentBytes > int(env.MaxRecordBytes) {
-				return nil, nil, fmt.Errorf("--max-segment-bytes %d is above the largest record the stage may produce (%d)", c.MaxSegmentBytes, env.MaxRecordBytes)
+			if limit := int(env.MaxRecordBytes) - RecordOverhead; env.MaxRecordBytes > 0 && c.MaxSegmentBytes > limit {
+				return nil, nil, fmt.Errorf("--max-segment-bytes %d is above %d, the largest record the stage may produce (%d) less %d bytes for the record's framing, key and headers",
+					c.MaxSegmentBytes, limit, env.MaxRecordBytes, RecordOverhead)
 			}
 			log := env.Log.With().Str("stage", topology.StageSegmenter).Logger()
 			max := c.MaxSegmentBytes
