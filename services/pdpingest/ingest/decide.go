@@ -133,8 +133,9 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head 
 		} else {
 			change.Action = events.ActionUpdated
 			change.NewVersion = strPtr(after.PolicyVersion)
+			// The header, not the body: the catalog entry written in
+			// the same transaction holds it.
 			change.PolicyName, change.MatchingConditions, change.BodyHash = head.PolicyName, head.MatchingConditions, head.BodyHash
-			change.Body = strPtr(after.Body)
 		}
 	}
 	d.Change = change
