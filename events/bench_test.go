@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -67,9 +69,13 @@ func benchBody(id, version string, size int) string {
 	return string(b)
 }
 
+// benchPolicy is a policy as segments and collections carry it: the body
+// and its body_hash.
 func benchPolicy(i, size int) Policy {
 	id := fmt.Sprintf("DCAE.Config_tca-hi-lo_%03d", i)
-	return Policy{PolicyID: id, PolicyName: id + ".3.xml", PolicyVersion: "3", Body: benchBody(id, "3", size)}
+	b := benchBody(id, "3", size)
+	sum := sha256.Sum256([]byte(b))
+	return Policy{PolicyID: id, PolicyName: id + ".3.xml", PolicyVersion: "3", Body: b, BodyHash: hex.EncodeToString(sum[:16])}
 }
 
 func benchPolicies(n, size int) []Policy {
@@ -120,12 +126,13 @@ var benchSized = map[string]func() Event{
 	SchemaPolicyCatalogEntry: func() Event {
 		p := benchPolicy(1, 1<<10)
 		return &PolicyCatalogEntry{PolicyID: p.PolicyID, PolicyName: p.PolicyName, PolicyVersion: p.PolicyVersion,
-			Body: p.Body, Status: StatusValid, UpdatedAt: benchAt(1)}
+			Body: p.Body, BodyHash: p.BodyHash, Status: StatusValid, UpdatedAt: benchAt(1)}
 	},
 	SchemaPolicyChange: func() Event {
 		p := benchPolicy(1, 1<<10)
 		return &PolicyChange{ChangeID: "chg-7f3c2a", PolicyID: p.PolicyID, Action: ActionUpdated,
-			OldVersion: benchStr("2"), NewVersion: benchStr(p.PolicyVersion), Body: benchStr(p.Body), ChangedAt: benchAt(2)}
+			OldVersion: benchStr("2"), NewVersion: benchStr(p.PolicyVersion), PolicyName: p.PolicyName,
+			MatchingConditions: `{"ConfigName":"tca","ONAPName":"DCAE"}`, BodyHash: p.BodyHash, ChangedAt: benchAt(2)}
 	},
 	SchemaComponent: func() Event {
 		return &Component{
@@ -146,8 +153,9 @@ var benchSized = map[string]func() Event{
 	},
 	SchemaPolicyMatch: func() Event {
 		// One changed policy reaching 20 components: half want it by id,
-		// half select it by a filter.
+		// half select it by a filter. The matcher names it by reference.
 		p := benchPolicy(1, 1<<10)
+		p.Body = ""
 		m := &PolicyMatch{UpdateID: "upd-5e1b", DeploymentID: "dep-tca-00042", CreatedAt: benchAt(4)}
 		for i := range 20 {
 			d := ComponentDelta{ComponentID: fmt.Sprintf("dcae-tca-analytics-%02d", i),

@@ -34,12 +34,17 @@ const (
 	ScopeDeployment = "DEPLOYMENT"
 )
 
-// Policy is one policy: the versionless id and the policy_body JSON.
+// Policy is one policy: the versionless id, the policy_body JSON and the
+// hash that names the body. On policy.matches the body is empty: the
+// hash names it, and the segmenter fills it in.
 type Policy struct {
 	PolicyID      string `avro:"policy_id" json:"policy_id"`
 	PolicyName    string `avro:"policy_name" json:"policy_name"`
 	PolicyVersion string `avro:"policy_version" json:"policy_version"`
 	Body          string `avro:"body" json:"body"`
+	// BodyHash is policy.BodyHash of Body; empty in records written
+	// before it was added.
+	BodyHash string `avro:"body_hash" json:"body_hash,omitempty"`
 }
 
 // RemovedPolicy names a policy taken away from a component.
@@ -100,21 +105,28 @@ type PolicyCatalogEntry struct {
 	PolicyName    string    `avro:"policy_name"`
 	PolicyVersion string    `avro:"policy_version"`
 	Body          string    `avro:"body"`
+	BodyHash      string    `avro:"body_hash"`
 	Status        string    `avro:"status"`
 	Error         *string   `avro:"error"`
 	UpdatedAt     time.Time `avro:"updated_at"`
 }
 
-// PolicyChange says what changed for one policy_id.
+// PolicyChange says what changed for one policy_id; an update carries the
+// new latest version's header (policy.Header), not its body.
 type PolicyChange struct {
-	ChangeID   string    `avro:"change_id"`
-	PolicyID   string    `avro:"policy_id"`
-	Action     string    `avro:"action"`
-	OldVersion *string   `avro:"old_version"`
-	NewVersion *string   `avro:"new_version"`
-	Body       *string   `avro:"body"`
-	Error      *string   `avro:"error"`
-	ChangedAt  time.Time `avro:"changed_at"`
+	ChangeID           string  `avro:"change_id"`
+	PolicyID           string  `avro:"policy_id"`
+	Action             string  `avro:"action"`
+	OldVersion         *string `avro:"old_version"`
+	NewVersion         *string `avro:"new_version"`
+	PolicyName         string  `avro:"policy_name"`
+	MatchingConditions string  `avro:"matching_conditions"`
+	BodyHash           string  `avro:"body_hash"`
+	// Body is read from records written before the header fields were;
+	// it is no longer written.
+	Body      *string   `avro:"body"`
+	Error     *string   `avro:"error"`
+	ChangedAt time.Time `avro:"changed_at"`
 }
 
 // PolicyFilter is a PDP /getConfig-style filter of a component.

@@ -75,6 +75,9 @@ const (
 // Partition counts of the starting topology: busy topics get
 // DefaultPartitions so a stage can spread over several members; topics that
 // see a handful of records a day get one, which also keeps them in order.
+// The co-partitioned topics (policy.changes, deploy.components,
+// catchup.requests, component.policies; pdp.notifications and
+// policy.catalog) must keep equal partition counts.
 const (
 	DefaultPartitions   int32 = 6
 	ACMPartitions       int32 = 3
@@ -110,13 +113,15 @@ func compactConfigs() map[string]string {
 	}
 }
 
-// MaxMessageBytes is every topic's max.message.bytes (64 MiB): a
-// component's full policy collection, and a delta before the segmenter
-// splits it, can be several MiB. It matches runtime.DefaultMaxRecordBytes.
-// The co-partitioned topics (policy.changes, deploy.components,
-// catchup.requests, component.policies; pdp.notifications and
-// policy.catalog) must keep equal partition counts.
-const MaxMessageBytes = "67108864"
+// MaxRecordBytes is the largest record policyflow writes (64 MiB), the one
+// record limit: every topic is created with it as max.message.bytes, every
+// producer takes batches up to it, and the segmenter cuts deltas under it.
+// A component's full policy collection, and a delta before the segmenter
+// cuts it, can be several MiB.
+const MaxRecordBytes = 64 << 20
+
+// MaxMessageBytes is MaxRecordBytes as the max.message.bytes topic config.
+var MaxMessageBytes = strconv.Itoa(MaxRecordBytes)
 
 // Stages returns the names of the built pipeline stages in pipeline order.
 func Stages() []string {
@@ -158,13 +163,13 @@ func Default() []Topic {
 		}),
 		compact(Topic{
 			Name: PolicyCatalog, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PolicyCatalogEntry",
-			Writers: l(StagePDPIngest), Readers: l(StageMatcher, RoleNorthAPI),
-			Doc: "latest valid policy body per policy_id; tombstone when the policy is removed",
+			Writers: l(StagePDPIngest), Readers: l(StageMatcher, StageSegmenter, RoleNorthAPI),
+			Doc: "latest valid policy body per policy_id and its body_hash; tombstone when the policy is removed",
 		}),
 		del(Topic{
 			Name: PolicyChanges, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PolicyChange",
 			Writers: l(StagePDPIngest), Readers: l(StageMatcher),
-			Doc: "what changed for a policy: updated or removed, old and new version",
+			Doc: "what changed for a policy: updated, removed or errored, old and new version; an update carries the new version's header (name, matching conditions, body_hash), not its body",
 		}),
 		compact(Topic{
 			Name: DeployComponents, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.Component",
@@ -179,12 +184,12 @@ func Default() []Topic {
 		del(Topic{
 			Name: PolicyMatches, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.PolicyMatch",
 			Writers: l(StageMatcher), Readers: l(StageSegmenter),
-			Doc: "per-deployment policy delta: updated, added by filter, removed; catch_up flag and update_id",
+			Doc: "per-deployment policy delta, policies named by reference (policy_id, version, body_hash; no body): updated, added by filter, removed; catch_up flag and update_id",
 		}),
 		del(Topic{
 			Name: PolicySegments, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.PolicySegment",
 			Writers: l(StageSegmenter), Readers: l(StageExecutor),
-			Doc: "size-bounded pieces i/n of one per-deployment delta",
+			Doc: "size-bounded pieces i/n of one per-deployment delta, policy bodies filled in from policy.catalog",
 		}),
 		compact(Topic{
 			Name: ComponentPolicies, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentPolicies",

@@ -54,6 +54,11 @@ type pipeline struct {
 	stop    func()
 }
 
+// segmentBytes bounds the segmenter's pieces in these suites, far below
+// its default (the one record limit), so that a delta of a few MB reaches
+// the executor in pieces and is put back together there.
+const segmentBytes = 1 << 20
+
 func start(t *testing.T) *pipeline {
 	t.Helper()
 	b := backend.Get(t)
@@ -99,7 +104,7 @@ func (p *pipeline) run() {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul(), NotifyTargets: p.targets})...); err != nil && ctx.Err() == nil {
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul(), NotifyTargets: p.targets, MaxSegmentBytes: segmentBytes})...); err != nil && ctx.Err() == nil {
 			p.t.Errorf("stages: %v", err)
 		}
 	}()

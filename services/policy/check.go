@@ -50,6 +50,9 @@ type Checked struct {
 	// as received, no HTML escaping, a config string that holds JSON
 	// carried parsed, policyVersion present. At most MaxBodyBytes.
 	JSON []byte
+	// MatchingConditions is the body's matchingConditions as canonical
+	// JSON, "{}" when it has none (see Header).
+	MatchingConditions string
 }
 
 // Check is the one validation of a policy_body entering policyflow, pushed
@@ -215,11 +218,15 @@ func checkBody(b Body, flaw error) (Checked, Body, error) {
 	if err != nil {
 		return refuse("encode as JSON: %v", err)
 	}
+	mc, err := conditionsJSON(nb)
+	if err != nil {
+		return refuse("%v", err)
+	}
 	if len(data) > MaxBodyBytes {
 		return refuse("%d bytes as JSON is over the limit of %d bytes (512 KiB, the Consul value limit) by %d bytes; split the config over several policies",
 			len(data), MaxBodyBytes, len(data)-MaxBodyBytes)
 	}
-	return Checked{PolicyID: id, PolicyName: name, PolicyVersion: vs, Version: version, JSON: data}, nb, nil
+	return Checked{PolicyID: id, PolicyName: name, PolicyVersion: vs, Version: version, JSON: data, MatchingConditions: mc}, nb, nil
 }
 
 // parseConfig is normalizeConfig under Check's rules: a config string that
@@ -240,9 +247,9 @@ func parseConfig(cfg string) (any, error) {
 	return v, nil
 }
 
-// encodeCanonical writes a body as Checked.JSON: compact, keys sorted,
-// numbers as received, no HTML escaping.
-func encodeCanonical(b Body) ([]byte, error) {
+// encodeCanonical writes a body (or a value in one) as Checked.JSON:
+// compact, keys sorted, numbers as received, no HTML escaping.
+func encodeCanonical(b any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -40,6 +40,9 @@ func rawBody(fields map[string]string) string {
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
+// dcaeConditions are rawBody's matchingConditions as Check carries them.
+const dcaeConditions = `{"ONAPName":"DCAE"}`
+
 func TestCheckAccepts(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -49,25 +52,25 @@ func TestCheckAccepts(t *testing.T) {
 	}{
 		{name: "the seed's example, config given as a JSON string",
 			raw:      rawBody(map[string]string{"policyName": `"DCAE.Config_VM_MEMORY.222.xml"`, "policyVersion": `"222"`, "config": `"{\"min_memory\":\"8GB\"}"`}),
-			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222", Version: 222},
+			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222", Version: 222, MatchingConditions: dcaeConditions},
 			wantJSON: `{"config":{"min_memory":"8GB"},"matchingConditions":{"ONAPName":"DCAE"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222"}`},
 		{name: "no policyVersion: the name's is filled in",
 			raw:      rawBody(map[string]string{"policyVersion": ""}),
-			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5},
+			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions},
 			wantJSON: `{"config":{"min_memory":"2GB"},"matchingConditions":{"ONAPName":"DCAE"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"DCAE.Config_VM_MEMORY.5.xml","policyVersion":"5"}`},
 		{name: "policyVersion equal as an integer",
 			raw:  rawBody(map[string]string{"policyVersion": `"005"`}),
-			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "005", Version: 5}},
+			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "005", Version: 5, MatchingConditions: dcaeConditions}},
 		{name: "no matchingConditions, every allowed character, numbers and HTML kept as given",
 			raw:      rawBody(map[string]string{"policyName": `"onap:DCAE-x_1.Config.7.json"`, "policyVersion": "", "matchingConditions": "", "config": `{"n": 1.50, "s": "<a&b>"}`}),
-			want:     Checked{PolicyID: "onap:DCAE-x_1.Config", PolicyName: "onap:DCAE-x_1.Config.7.json", PolicyVersion: "7", Version: 7},
+			want:     Checked{PolicyID: "onap:DCAE-x_1.Config", PolicyName: "onap:DCAE-x_1.Config.7.json", PolicyVersion: "7", Version: 7, MatchingConditions: "{}"},
 			wantJSON: `{"config":{"n":1.50,"s":"<a&b>"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"onap:DCAE-x_1.Config.7.json","policyVersion":"7"}`},
 		{name: "a config string that is not JSON is kept",
 			raw:  rawBody(map[string]string{"config": `"min_memory=2GB"`}),
-			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5}},
+			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions}},
 		{name: "whitespace costs nothing: the limit is on the canonical JSON",
 			raw:  rawBody(map[string]string{"config": `"{\"pad\": \"x\"` + strings.Repeat(" ", 2*MaxBodyBytes) + `}"`}),
-			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5}},
+			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

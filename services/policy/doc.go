@@ -1,5 +1,6 @@
 // Package policy holds the policy semantics every policyflow stage shares:
-// the one validation of a policy_body entering policyflow (Check),
+// the one validation of a policy_body entering policyflow (Check), the
+// header that stands for a body where only it is needed (Header),
 // policy_id derivation, latest-version selection, PDP notification types,
 // and policy-filter matching (one filter, or many at once through an
 // Index), all pure and without I/O.
@@ -22,7 +23,10 @@
 //
 // A body is checked once, where it enters (the North API's push, and
 // pdp-ingest for pushed bodies and for what the PDP answers), and travels
-// on as the canonical JSON Check returns. Check accepts a body when:
+// on as the canonical JSON Check returns. Its Header (policyName,
+// policyVersion, matchingConditions as canonical JSON, and BodyHash, the
+// SHA-256 name of the canonical bytes) is what stages that only match or
+// compare policies carry instead of the body. Check accepts a body when:
 //
 //   - it is one JSON object in UTF-8, with no key given twice in any
 //     object, nesting at most MaxDepth deep;

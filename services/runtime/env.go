@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kzerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // Env is what every stage of a process shares: connections, the codec,
@@ -34,14 +35,10 @@ type Env struct {
 	SessionTimeout time.Duration
 	// PollRecords caps the records handled per poll (and per transaction).
 	PollRecords int
-	// MaxRecordBytes is the largest record a stage may produce; topics
-	// are created with max.message.bytes to match (a component's full
-	// collection can be several MiB).
+	// MaxRecordBytes is the largest record a stage may produce
+	// (default topology.MaxRecordBytes, which topics are created with).
 	MaxRecordBytes int32
 }
-
-// DefaultMaxRecordBytes is the default Env.MaxRecordBytes (64 MiB).
-const DefaultMaxRecordBytes = 64 << 20
 
 // Backoff is a capped exponential backoff.
 type Backoff struct {
@@ -80,7 +77,7 @@ func NewEnv(k Kafka, log zerolog.Logger) Env {
 		Retry:              Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		TransactionTimeout: 30 * time.Second,
 		PollRecords:        5000,
-		MaxRecordBytes:     DefaultMaxRecordBytes,
+		MaxRecordBytes:     topology.MaxRecordBytes,
 	}
 }
 

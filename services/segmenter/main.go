@@ -1,5 +1,6 @@
-// Command segmenter cuts each deployment's policy delta into size-bounded,
-// ordered pieces on policy.segments.
+// Command segmenter fills in the policy bodies of each deployment's delta
+// from policy.catalog and cuts it into size-bounded, ordered pieces on
+// policy.segments.
 package main
 
 import (

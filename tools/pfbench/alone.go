@@ -241,7 +241,7 @@ func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error
 	if pc, err := runtime.PartitionCount(ctx, b.adm, b.kafka.Topic(run.Input)); err == nil {
 		parts = pc
 	}
-	cfg := map[string]*string{"max.message.bytes": ptr(fmt.Sprint(runtime.DefaultMaxRecordBytes))}
+	cfg := map[string]*string{"max.message.bytes": ptr(topology.MaxMessageBytes)}
 	for _, t := range []string{src, dst} {
 		if _, err := b.adm.CreateTopic(ctx, parts, 1, cfg, t); err != nil {
 			return fmt.Errorf("create %s: %w", t, err)
@@ -254,7 +254,7 @@ func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error
 	if err != nil {
 		return err
 	}
-	opts = append(opts, kgo.ProducerBatchMaxBytes(int32(runtime.DefaultMaxRecordBytes)), kgo.BrokerMaxWriteBytes(2*int32(runtime.DefaultMaxRecordBytes)))
+	opts = append(opts, kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*topology.MaxRecordBytes))
 	fill, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedRecords(50_000))...)
 	if err != nil {
 		return err

@@ -271,6 +271,11 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 				return fmt.Errorf("matcher: skip the registrations: %w", err)
 			}
 		}
+		if st.name == topology.StageSegmenter {
+			if err := w.loadUpdates(ctx, b.kafka, b.codec); err != nil {
+				return fmt.Errorf("segmenter: %w", err)
+			}
+		}
 		if st.name == topology.StageConsulWriter {
 			progress("consul ceiling: %d keys of %d bytes, %v writers x %v per transaction", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn)
 			c, sweep, err := bestConsulCeiling(ctx, b.consul, "pfbench-ceiling/", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn, ceilingRuns-1)

@@ -59,6 +59,18 @@ func body(id, version string, size int, marker string) string {
 	return string(raw)
 }
 
+// version is policy id at version as pdp-ingest takes it in: checked, its
+// catalog entry and its header.
+func (w workload) version(id, version, marker string, now time.Time) (*events.PolicyCatalogEntry, policy.Header, error) {
+	c, err := policy.Check([]byte(body(id, version, w.BodyBytes, marker)))
+	if err != nil {
+		return nil, policy.Header{}, fmt.Errorf("bench policy %s version %s: %w", id, version, err)
+	}
+	h := c.Header()
+	return &events.PolicyCatalogEntry{PolicyID: id, PolicyName: c.PolicyName, PolicyVersion: c.PolicyVersion,
+		Body: string(c.JSON), BodyHash: h.BodyHash, Status: events.StatusValid, UpdatedAt: now}, h, nil
+}
+
 func (w workload) component(i int) *events.Component {
 	d := i / w.PerDeployment
 	id := fmt.Sprintf("c-%06d", i)
@@ -91,7 +103,7 @@ func producer(k runtime.Kafka) (*kgo.Client, error) {
 		return nil, err
 	}
 	return kgo.NewClient(append(opts, kgo.RecordPartitioner(runtime.Partitioner()),
-		kgo.ProducerBatchMaxBytes(16<<20), kgo.MaxBufferedRecords(50_000), kgo.ClientID("pfbench"))...)
+		kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes), kgo.MaxBufferedRecords(50_000), kgo.ClientID("pfbench"))...)
 }
 
 // produceAll writes recs and fails on the first error.
@@ -107,28 +119,36 @@ func produceAll(ctx context.Context, cl *kgo.Client, recs []*kgo.Record) error {
 	return nil
 }
 
-// load writes the catalog (version 1 of every policy), the components and
-// the version-2 changes (each copied to every partition, as pdp-ingest
-// does).
-func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec, partitions int32) error {
-	cl, err := producer(k)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	enc := func(topic, key string, ev events.Event) (*kgo.Record, error) {
+// encoder makes records of events for the topics of k.
+func encoder(k runtime.Kafka, codec *events.Codec) func(topic, key string, ev events.Event) (*kgo.Record, error) {
+	return func(topic, key string, ev events.Event) (*kgo.Record, error) {
 		b, err := codec.Encode(ev)
 		if err != nil {
 			return nil, err
 		}
 		return &kgo.Record{Topic: k.Topic(topic), Key: []byte(key), Value: b}, nil
 	}
+}
+
+// load writes the catalog (version 1 of every policy), the components and
+// the version-2 changes (each copied to every partition, as pdp-ingest
+// does). The catalog entries of version 2 come with loadUpdates.
+func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec, partitions int32) error {
+	cl, err := producer(k)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	enc := encoder(k, codec)
 	now := time.Now().UTC()
 	var recs []*kgo.Record
 	for p := 0; p < w.Policies; p++ {
 		id := policyIDOf(p)
-		r, err := enc(topology.PolicyCatalog, id, &events.PolicyCatalogEntry{PolicyID: id, PolicyName: id + ".1.xml",
-			PolicyVersion: "1", Body: body(id, "1", w.BodyBytes, "v1"), Status: events.StatusValid, UpdatedAt: now})
+		e, _, err := w.version(id, "1", "v1", now)
+		if err != nil {
+			return err
+		}
+		r, err := enc(topology.PolicyCatalog, id, e)
 		if err != nil {
 			return err
 		}
@@ -149,9 +169,13 @@ func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec
 	v1, v2 := "1", "2"
 	for c := 0; c < w.Changes; c++ {
 		id := policyIDOf(c)
-		b := body(id, "2", w.BodyBytes, "v2")
+		_, h, err := w.version(id, "2", "v2", now)
+		if err != nil {
+			return err
+		}
 		ch := &events.PolicyChange{ChangeID: fmt.Sprintf("bench-%d", c), PolicyID: id, Action: events.ActionUpdated,
-			OldVersion: &v1, NewVersion: &v2, Body: &b, ChangedAt: now}
+			OldVersion: &v1, NewVersion: &v2, PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash,
+			ChangedAt: now}
 		for p := int32(0); p < partitions; p++ {
 			r, err := enc(topology.PolicyChanges, id, ch)
 			if err != nil {
@@ -163,6 +187,38 @@ func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec
 	}
 	if err := produceAll(ctx, cl, recs); err != nil {
 		return fmt.Errorf("load policy changes: %w", err)
+	}
+	return nil
+}
+
+// loadUpdates writes the catalog entries of the version-2 changes.
+// pdp-ingest writes each with its change, in one transaction; here they
+// come once the matcher has handled the changes, since the matcher's view
+// of the catalog, read when it starts, would already hold them. The
+// segmenter fills the bodies the matches name in from them.
+func (w workload) loadUpdates(ctx context.Context, k runtime.Kafka, codec *events.Codec) error {
+	cl, err := producer(k)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	enc := encoder(k, codec)
+	now := time.Now().UTC()
+	recs := make([]*kgo.Record, 0, w.Changes)
+	for c := 0; c < w.Changes; c++ {
+		id := policyIDOf(c)
+		e, _, err := w.version(id, "2", "v2", now)
+		if err != nil {
+			return err
+		}
+		r, err := enc(topology.PolicyCatalog, id, e)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, r)
+	}
+	if err := produceAll(ctx, cl, recs); err != nil {
+		return fmt.Errorf("load the catalog entries of the changes: %w", err)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 // the component has a newer version of that policy than the one removed.
 // A version that is not an integer is not compared: the incoming policy
 // wins. Updated and removed are computed against current, so a policy
-// that ends as it started is in neither.
+// that ends as it started is in neither (see same).
 func Apply(current []events.Policy, delta events.ComponentDelta) (collection, updated, removed []events.Policy) {
 	before := make(map[string]events.Policy, len(current))
 	after := make(map[string]events.Policy, len(current))
@@ -55,7 +55,7 @@ func Apply(current []events.Policy, delta events.ComponentDelta) (collection, up
 	collection = make([]events.Policy, 0, len(after))
 	for id, p := range after {
 		collection = append(collection, p)
-		if old, ok := before[id]; !ok || old != p {
+		if old, ok := before[id]; !ok || !same(old, p) {
 			updated = append(updated, p)
 		}
 	}
@@ -68,6 +68,20 @@ func Apply(current []events.Policy, delta events.ComponentDelta) (collection, up
 	sortPolicies(updated)
 	sortPolicies(removed)
 	return collection, updated, removed
+}
+
+// same reports whether two policies are the same version with the same
+// body: bodies compare by body_hash, or as bytes when one of them was
+// written before policies carried their hash. The collection keeps the
+// incoming policy either way, so the next one written carries the hash.
+func same(a, b events.Policy) bool {
+	if a.PolicyID != b.PolicyID || a.PolicyName != b.PolicyName || a.PolicyVersion != b.PolicyVersion {
+		return false
+	}
+	if a.BodyHash != "" && b.BodyHash != "" {
+		return a.BodyHash == b.BodyHash
+	}
+	return a.Body == b.Body
 }
 
 // newer reports whether version have is a greater integer than other.

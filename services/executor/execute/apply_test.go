@@ -5,9 +5,16 @@ import (
 	"testing"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy"
 )
 
 func ver(s string) *string { return &s }
+
+// hashed is p as the segmenter sends it: with its body_hash.
+func hashed(p events.Policy) events.Policy {
+	p.BodyHash = policy.BodyHash(p.Body)
+	return p
+}
 
 func TestApply(t *testing.T) {
 	changed := pol("A", "2")
@@ -45,6 +52,30 @@ func TestApply(t *testing.T) {
 			name:       "same version with another body is taken (catch-up correction)",
 			current:    []events.Policy{pol("A", "2")},
 			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{changed}},
+			collection: []string{"A@2"}, upd: []string{"A@2"}, removedW: []string{},
+		},
+		{
+			name:       "same version and body_hash is no change",
+			current:    []events.Policy{hashed(pol("A", "2"))},
+			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(pol("A", "2"))}},
+			collection: []string{"A@2"}, upd: []string{}, removedW: []string{},
+		},
+		{
+			name:       "same version with another body_hash is taken",
+			current:    []events.Policy{hashed(pol("A", "2"))},
+			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(changed)}},
+			collection: []string{"A@2"}, upd: []string{"A@2"}, removedW: []string{},
+		},
+		{
+			name:       "a collection written before hashes: the same body with its hash is no change",
+			current:    []events.Policy{pol("A", "2")},
+			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(pol("A", "2"))}},
+			collection: []string{"A@2"}, upd: []string{}, removedW: []string{},
+		},
+		{
+			name:       "a collection written before hashes: another body with a hash is taken",
+			current:    []events.Policy{pol("A", "2")},
+			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(changed)}},
 			collection: []string{"A@2"}, upd: []string{"A@2"}, removedW: []string{},
 		},
 		{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // prefix is the topic prefix of every test cluster.
@@ -60,7 +61,7 @@ func producerOpts(k runtime.Kafka) []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SeedBrokers(k.Brokers...),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.ProducerBatchMaxBytes(runtime.DefaultMaxRecordBytes),
+		kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes),
 		kgo.ProducerLinger(0),
 	}
 }

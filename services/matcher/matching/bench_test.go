@@ -75,12 +75,16 @@ func BenchmarkOnChange100k(b *testing.B) {
 			if bc.distinct {
 				mc["instance"] = "none"
 			}
-			// Build the change bodies outside the timed loop.
-			bodies := make([]string, b.N+1)
-			for i := range bodies {
-				bodies[i] = policyBody(id, fmt.Sprint(i+2), mc, nil)
+			// Build the changes, as pdp-ingest writes them, outside the
+			// timed loop.
+			changes := make([]*events.PolicyChange, b.N+1)
+			for i := range changes {
+				v := fmt.Sprint(i + 2)
+				h := headerOf(policyBody(id, v, mc, nil))
+				changes[i] = &events.PolicyChange{ChangeID: "c", PolicyID: id, Action: events.ActionUpdated, NewVersion: &v,
+					PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash}
 			}
-			if _, err := m.OnChange(0, &events.PolicyChange{ChangeID: "warm", PolicyID: id, Action: events.ActionUpdated, Body: &bodies[0]}); err != nil {
+			if _, err := m.OnChange(0, changes[0]); err != nil {
 				b.Fatal(err)
 			}
 			// Collect the registration's garbage now, so the loop measures
@@ -93,7 +97,7 @@ func BenchmarkOnChange100k(b *testing.B) {
 			b.ResetTimer()
 			deltas := 0
 			for i := 0; i < b.N; i++ {
-				ms, err := m.OnChange(0, &events.PolicyChange{ChangeID: "c", PolicyID: id, Action: events.ActionUpdated, Body: &bodies[i+1]})
+				ms, err := m.OnChange(0, changes[i+1])
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -3,8 +3,8 @@ package matching
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"time"
+	"unique"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
@@ -18,53 +18,49 @@ func badInput(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))
 }
 
-// bodySeed keys the hashes of policy bodies. "has" state is rebuilt from
-// Kafka in every process, so the hashes never leave it.
-var bodySeed = maphash.MakeSeed()
-
-func bodyHash(body string) uint64 { return maphash.String(bodySeed, body) }
-
-// entry is the latest valid policy of one policy_id as the matcher sees it.
+// entry is the latest valid policy of one policy_id as the matcher sees it:
+// its header, never its body.
 type entry struct {
 	id      string
 	name    string
 	version string
 	ver     int64
 	verOK   bool
-	raw     string // the policy_body JSON as carried in events
-	hash    uint64 // bodyHash(raw)
+	// hash is the body's policy.BodyHash, interned: every holding of this
+	// version shares it.
+	hash unique.Handle[string]
 	// header holds what filters look at (policyName, policyVersion and
-	// matchingConditions), so configs need not stay decoded in memory.
+	// matchingConditions).
 	header policy.Body
 }
 
-func newEntry(policyID, body string) (*entry, error) {
-	b, err := policy.DecodeBody([]byte(body))
-	if err != nil {
-		return nil, badInput("policy %s: %v", policyID, err)
+// newEntry is the entry of a policy_id from its header.
+func newEntry(policyID string, h policy.Header) (*entry, error) {
+	if h.PolicyName == "" {
+		return nil, badInput("policy %s: no policyName", policyID)
 	}
-	name := b.PolicyName()
-	if name == "" {
-		return nil, badInput("policy %s: policy_body has no policyName", policyID)
-	}
-	id, err := policy.PolicyID(name)
+	id, err := policy.PolicyID(h.PolicyName)
 	if err != nil {
 		return nil, badInput("policy %s: %v", policyID, err)
 	}
 	if id != policyID {
-		return nil, badInput("policy %s: policy_body's policyName %q is policy_id %q, not %q", policyID, name, id, policyID)
+		return nil, badInput("policy %s: policyName %q is policy_id %q, not %q", policyID, h.PolicyName, id, policyID)
 	}
-	version := b.VersionString()
-	ver, ok := policy.ParseVersion(version)
-	header := policy.Body{policy.FieldPolicyName: name, policy.FieldPolicyVersion: version}
-	if mc, present := b[policy.FieldMatchingConditions]; present {
-		header[policy.FieldMatchingConditions] = mc
+	if h.BodyHash == "" {
+		return nil, badInput("policy %s: no body_hash", policyID)
 	}
-	return &entry{id: id, name: name, version: version, ver: ver, verOK: ok, raw: body, hash: bodyHash(body), header: header}, nil
+	header, err := h.Matchable()
+	if err != nil {
+		return nil, badInput("policy %s: %v", policyID, err)
+	}
+	ver, ok := policy.ParseVersion(h.PolicyVersion)
+	return &entry{id: id, name: h.PolicyName, version: h.PolicyVersion, ver: ver, verOK: ok, hash: unique.Make(h.BodyHash), header: header}, nil
 }
 
+// policy is the entry as the matcher's deltas name it: by reference, the
+// body left for the segmenter to fill in.
 func (e *entry) policy() events.Policy {
-	return events.Policy{PolicyID: e.id, PolicyName: e.name, PolicyVersion: e.version, Body: e.raw}
+	return events.Policy{PolicyID: e.id, PolicyName: e.name, PolicyVersion: e.version, BodyHash: e.hash.Value()}
 }
 
 // removal remembers that a policy_id left the catalog, so that an older
@@ -75,10 +71,11 @@ type removal struct {
 	at    time.Time
 }
 
-// Catalog is the matcher's view of policy.catalog: the latest valid policy
-// per policy_id. It is built from the compacted topic in log order and then
-// kept current by every PolicyChange (a change never moves a policy to an
-// older version unless it says it replaces exactly the current one).
+// Catalog is the matcher's view of policy.catalog: the header and body
+// hash of the latest valid policy per policy_id, no body. It is built from
+// the compacted topic in log order and then kept current by every
+// PolicyChange (a change never moves a policy to an older version unless
+// it says it replaces exactly the current one).
 type Catalog struct {
 	entries map[string]*entry
 	removed map[string]removal
@@ -92,7 +89,8 @@ func NewCatalog() *Catalog {
 // Len is the number of policies in the view.
 func (c *Catalog) Len() int { return len(c.entries) }
 
-// Lookup returns the view's latest policy for a policy_id.
+// Lookup returns the view's latest policy for a policy_id, by reference
+// (no body).
 func (c *Catalog) Lookup(policyID string) (events.Policy, bool) {
 	e, ok := c.entries[policyID]
 	if !ok {
@@ -119,7 +117,13 @@ func (c *Catalog) Apply(policyID string, e *events.PolicyCatalogEntry, at time.T
 	if e.Body == "" {
 		return nil
 	}
-	ne, err := newEntry(policyID, e.Body)
+	// The catalog holds the body, not the header the changes carry:
+	// derive the same header from it.
+	h, err := policy.HeaderOf(e.Body)
+	if err != nil {
+		return badInput("policy %s: %v", policyID, err)
+	}
+	ne, err := newEntry(policyID, h)
 	if err != nil {
 		return err
 	}
@@ -144,16 +148,16 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 	id := ch.PolicyID
 	switch ch.Action {
 	case events.ActionUpdated:
-		if ch.Body == nil || *ch.Body == "" {
-			return false, badInput("change %s of policy %s is UPDATED but carries no body", ch.ChangeID, id)
+		h, err := changeHeader(ch)
+		if err != nil {
+			return false, err
 		}
-		if cur := c.entries[id]; cur != nil && cur.raw == *ch.Body {
-			// The body in force: another partition's copy of the change
-			// (pdp-ingest sends one to each) already applied it, so it
-			// need not be parsed again.
+		if cur := c.entries[id]; cur != nil && cur.version == h.PolicyVersion && cur.hash.Value() == h.BodyHash {
+			// The version in force: another partition's copy of the
+			// change (pdp-ingest sends one to each) already applied it.
 			return false, nil
 		}
-		ne, err := newEntry(id, *ch.Body)
+		ne, err := newEntry(id, h)
 		if err != nil {
 			return false, fmt.Errorf("change %s: %w", ch.ChangeID, err)
 		}
@@ -163,8 +167,6 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 			if r, ok := c.removed[id]; ok && (!r.verOK || !ne.verOK || ne.ver <= r.ver) && !ch.ChangedAt.After(r.at) {
 				return false, nil // removed after this change was decided
 			}
-		case cur.version == ne.version && cur.hash == ne.hash:
-			return false, nil
 		case cur.verOK && ne.verOK && ne.ver < cur.ver:
 			// Only a change that names the current version as the one it
 			// replaces may go back (the latest version was withdrawn).
@@ -192,4 +194,25 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 		return false, nil
 	}
 	return false, badInput("change %s of policy %s has unknown action %q", ch.ChangeID, id, ch.Action)
+}
+
+// changeHeader is the header of the new version an UPDATED change carries;
+// a change written before headers travelled carries the body instead, and
+// the header is derived from it.
+func changeHeader(ch *events.PolicyChange) (policy.Header, error) {
+	if ch.BodyHash != "" {
+		if ch.NewVersion == nil {
+			return policy.Header{}, badInput("change %s of policy %s is UPDATED but names no new version", ch.ChangeID, ch.PolicyID)
+		}
+		return policy.Header{PolicyID: ch.PolicyID, PolicyName: ch.PolicyName, PolicyVersion: *ch.NewVersion,
+			MatchingConditions: ch.MatchingConditions, BodyHash: ch.BodyHash}, nil
+	}
+	if ch.Body == nil || *ch.Body == "" {
+		return policy.Header{}, badInput("change %s of policy %s is UPDATED but carries no body_hash", ch.ChangeID, ch.PolicyID)
+	}
+	h, err := policy.HeaderOf(*ch.Body)
+	if err != nil {
+		return policy.Header{}, badInput("change %s of policy %s: %v", ch.ChangeID, ch.PolicyID, err)
+	}
+	return h, nil
 }

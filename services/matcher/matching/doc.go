@@ -2,7 +2,16 @@
 // component of its partitions must have (by policy_id and by policy filter,
 // matched through a policy.Index) and turns policy changes, component
 // registrations and catch-up requests into per-deployment PolicyMatch deltas
-// against what each component already has.
+// against what each component already has: one PolicyMatch per deployment
+// per input, however large.
+//
+// It never holds or sends a policy body. Its view of policy.catalog keeps
+// each policy's header (policy.Header: what filters look at) and
+// body_hash; a change brings the new version's header; what a component
+// has is known by version and body_hash. Deltas name policies by
+// reference (policy_id, policy_name, policy_version, body_hash, an empty
+// body): the segmenter fills the bodies in from policy.catalog and cuts
+// what is too large for one record.
 //
 // The decision logic (Matcher, Catalog, Partition) is pure and does no I/O;
 // Stage wires it to Kafka through services/runtime.
@@ -16,7 +25,7 @@
 //     policy selected by several filters is listed once, under the first of
 //     them in the component's declared order.
 //   - updated_policies lists policies the component already has whose
-//     catalog version is greater, or equal with a different body. A lower
+//     catalog version is greater, or equal with a different body_hash. A lower
 //     catalog version than the component has is never sent (version
 //     fencing): a component keeps the newer version.
 //   - removed_policies lists policies the component has that left the

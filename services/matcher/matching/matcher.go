@@ -17,11 +17,6 @@ import (
 // policies a component wants by policy_id (the Component field's name).
 const ByIDFilterID = "policy_ids"
 
-// DefaultMaxMatchBytes bounds the estimated encoded size of one PolicyMatch.
-// A deployment's delta above it is sent as several PolicyMatch records (each
-// its own update, in order), so that no record exceeds what the topic takes.
-const DefaultMaxMatchBytes = 16 << 20
-
 // smallCatchup is the number of components up to which a deployment's
 // catch-up computes each component's wanted set on its own; above it one
 // pass over the catalog through the partition's index is cheaper.
@@ -40,8 +35,6 @@ type Matcher struct {
 	NewID func() string
 	// Now stamps PolicyMatch.CreatedAt (default time.Now).
 	Now func() time.Time
-	// MaxMatchBytes bounds one PolicyMatch (default DefaultMaxMatchBytes).
-	MaxMatchBytes int
 }
 
 // New returns a matcher with an empty catalog view that owns no partition.
@@ -562,9 +555,10 @@ type outDelta struct {
 	delta      events.ComponentDelta
 }
 
-// emit groups deltas into one PolicyMatch per deployment (several when a
-// deployment's delta is above MaxMatchBytes), deployments in order and
-// components in order within each.
+// emit groups deltas into one PolicyMatch per deployment, deployments in
+// order and components in order within each. The policies in them are
+// references (no body); the segmenter fills the bodies in and cuts what
+// is too large for one record.
 func (m *Matcher) emit(deltas []outDelta, catchUp bool) []events.PolicyMatch {
 	if len(deltas) == 0 {
 		return nil
@@ -575,151 +569,20 @@ func (m *Matcher) emit(deltas []outDelta, catchUp bool) []events.PolicyMatch {
 		}
 		return deltas[i].delta.ComponentID < deltas[j].delta.ComponentID
 	})
-	budget := m.MaxMatchBytes
-	if budget <= 0 {
-		budget = DefaultMaxMatchBytes
-	}
 	now := m.now().UTC().Truncate(time.Millisecond)
-	out := make([]events.PolicyMatch, 0, len(deltas))
+	var out []events.PolicyMatch
 	for start := 0; start < len(deltas); {
 		dep := deltas[start].deployment
-		end, size := start, matchOverhead+len(dep)
-		for ; end < len(deltas) && deltas[end].deployment == dep; end++ {
-			size += deltaSize(deltas[end].delta)
+		end := start
+		for end < len(deltas) && deltas[end].deployment == dep {
+			end++
 		}
 		run := make([]events.ComponentDelta, end-start)
 		for i := range run {
 			run[i] = deltas[start+i].delta
 		}
-		if size <= budget {
-			out = append(out, events.PolicyMatch{UpdateID: m.newID(), DeploymentID: dep, CatchUp: catchUp, Components: run, CreatedAt: now})
-		} else {
-			out = append(out, m.pack(dep, run, catchUp, now, budget)...)
-		}
+		out = append(out, events.PolicyMatch{UpdateID: m.newID(), DeploymentID: dep, CatchUp: catchUp, Components: run, CreatedAt: now})
 		start = end
 	}
 	return out
-}
-
-// Estimated encoded sizes: strings and a little for lengths and counts.
-const (
-	itemOverhead  = 16
-	matchOverhead = 128
-)
-
-func policySize(p events.Policy) int {
-	return len(p.PolicyID) + len(p.PolicyName) + len(p.PolicyVersion) + len(p.Body) + itemOverhead
-}
-
-func removedSize(r events.RemovedPolicy) int {
-	n := len(r.PolicyID) + itemOverhead
-	if r.PolicyVersion != nil {
-		n += len(*r.PolicyVersion)
-	}
-	return n
-}
-
-func deltaSize(d events.ComponentDelta) int {
-	n := len(d.ComponentID) + itemOverhead
-	for _, r := range d.RemovedPolicies {
-		n += removedSize(r)
-	}
-	for _, u := range d.UpdatedPolicies {
-		n += policySize(u)
-	}
-	for _, a := range d.AddedPolicies {
-		n += len(a.FilterID) + itemOverhead
-		for _, pol := range a.Policies {
-			n += policySize(pol)
-		}
-	}
-	return n
-}
-
-// pack puts one deployment's deltas into as few PolicyMatch records as the
-// size bound allows, in order; a component delta above the bound is cut
-// into several (removals first), each then its own update.
-func (m *Matcher) pack(dep string, deltas []events.ComponentDelta, catchUp bool, now time.Time, budget int) []events.PolicyMatch {
-	base := matchOverhead + len(dep)
-	var out []events.PolicyMatch
-	size := 0
-	open := func() {
-		out = append(out, events.PolicyMatch{UpdateID: m.newID(), DeploymentID: dep, CatchUp: catchUp, CreatedAt: now})
-		size = base
-	}
-	put := func(d events.ComponentDelta, ds int) {
-		if len(out) == 0 || (size+ds > budget && len(out[len(out)-1].Components) > 0) {
-			open()
-		}
-		last := &out[len(out)-1]
-		last.Components = append(last.Components, d)
-		size += ds
-	}
-	for _, d := range deltas {
-		if ds := deltaSize(d); base+ds <= budget {
-			put(d, ds)
-			continue
-		}
-		for _, part := range splitDelta(d, budget-base) {
-			put(part, deltaSize(part))
-		}
-	}
-	return out
-}
-
-// splitDelta cuts one component's delta into pieces of at most budget
-// estimated bytes: removals, then updates, then additions, in order. A
-// single policy above the budget is a piece of its own.
-func splitDelta(d events.ComponentDelta, budget int) []events.ComponentDelta {
-	var out []events.ComponentDelta
-	head := len(d.ComponentID) + itemOverhead
-	cur := events.ComponentDelta{ComponentID: d.ComponentID}
-	size := head
-	empty := func() bool {
-		return len(cur.RemovedPolicies) == 0 && len(cur.UpdatedPolicies) == 0 && len(cur.AddedPolicies) == 0
-	}
-	// room makes room for n more bytes, starting a new piece when the
-	// current one is not empty and would go over the budget.
-	room := func(n int) bool {
-		if size+n > budget && !empty() {
-			out = append(out, cur)
-			cur = events.ComponentDelta{ComponentID: d.ComponentID}
-			size = head
-			return true
-		}
-		return false
-	}
-	for _, r := range d.RemovedPolicies {
-		n := removedSize(r)
-		room(n)
-		cur.RemovedPolicies = append(cur.RemovedPolicies, r)
-		size += n
-	}
-	for _, u := range d.UpdatedPolicies {
-		n := policySize(u)
-		room(n)
-		cur.UpdatedPolicies = append(cur.UpdatedPolicies, u)
-		size += n
-	}
-	for _, a := range d.AddedPolicies {
-		group := len(a.FilterID) + itemOverhead
-		for _, pol := range a.Policies {
-			n := policySize(pol)
-			last := len(cur.AddedPolicies) - 1
-			if last < 0 || cur.AddedPolicies[last].FilterID != a.FilterID {
-				n += group
-			}
-			if room(n) {
-				n = policySize(pol) + group // the new piece needs the group too
-			}
-			last = len(cur.AddedPolicies) - 1
-			if last < 0 || cur.AddedPolicies[last].FilterID != a.FilterID {
-				cur.AddedPolicies = append(cur.AddedPolicies, events.FilterMatch{FilterID: a.FilterID})
-				last++
-			}
-			cur.AddedPolicies[last].Policies = append(cur.AddedPolicies[last].Policies, pol)
-			size += n
-		}
-	}
-	return append(out, cur)
 }

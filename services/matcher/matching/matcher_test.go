@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy"
 )
 
 // t0 is when the tests' catalogs were read; changes come after it.
@@ -51,11 +52,23 @@ var changeSeq int
 
 func strp(s string) *string { return &s }
 
+// headerOf is the header pdp-ingest gives a body.
+func headerOf(body string) policy.Header {
+	h, err := policy.HeaderOf(body)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// updated is an UPDATED change as pdp-ingest writes it: the new version's
+// header, no body.
 func updated(id, old, version string, mc map[string]any) *events.PolicyChange {
 	changeSeq++
+	h := headerOf(policyBody(id, version, mc, nil))
 	ch := &events.PolicyChange{
 		ChangeID: fmt.Sprintf("ch-%d", changeSeq), PolicyID: id, Action: events.ActionUpdated,
-		NewVersion: strp(version), Body: strp(policyBody(id, version, mc, nil)),
+		NewVersion: strp(version), PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash,
 		ChangedAt: t0.Add(time.Duration(changeSeq) * time.Second),
 	}
 	if old != "" {
@@ -101,8 +114,10 @@ func collection(id, dep string, policies ...events.Policy) *events.ComponentPoli
 		Notify: events.NotifyTarget{Kind: events.NotifyNone}}
 }
 
+// pol is a policy of a collection as the executor writes it.
 func pol(id, version string, mc map[string]any) events.Policy {
-	return events.Policy{PolicyID: id, PolicyName: id + "." + version + ".xml", PolicyVersion: version, Body: policyBody(id, version, mc, nil)}
+	b := policyBody(id, version, mc, nil)
+	return events.Policy{PolicyID: id, PolicyName: id + "." + version + ".xml", PolicyVersion: version, Body: b, BodyHash: policy.BodyHash(b)}
 }
 
 // render writes matches the way an operator reads them: one line per
@@ -180,10 +195,9 @@ func onCatchup(dep string) func(*Matcher) ([]events.PolicyMatch, error) {
 // setup is the state before a scenario's steps: catalog records, component
 // definitions and collections as restored from Kafka.
 type setup struct {
-	catalog  []*events.PolicyCatalogEntry
-	comps    []*events.Component
-	has      []*events.ComponentPolicies
-	maxBytes int
+	catalog []*events.PolicyCatalogEntry
+	comps   []*events.Component
+	has     []*events.ComponentPolicies
 }
 
 func newMatcher(t *testing.T, s setup) *Matcher {
@@ -192,7 +206,6 @@ func newMatcher(t *testing.T, s setup) *Matcher {
 	n := 0
 	m.NewID = func() string { n++; return fmt.Sprintf("u%d", n) }
 	m.Now = func() time.Time { return t0 }
-	m.MaxMatchBytes = s.maxBytes
 	for _, e := range s.catalog {
 		if err := m.ApplyCatalog(e.PolicyID, e, t0); err != nil {
 			t.Fatalf("apply catalog %s: %v", e.PolicyID, err)
@@ -541,8 +554,14 @@ func TestMatcherScenarios(t *testing.T) {
 			name: "bad inputs are refused",
 			steps: []step{
 				{name: "change without policy_id", do: onChange(&events.PolicyChange{ChangeID: "x", Action: events.ActionUpdated}), wantErr: "no policy_id"},
-				{name: "update without body", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated}), wantErr: "no body"},
-				{name: "body of another policy", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
+				{name: "update without header or body", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated}), wantErr: "no body_hash"},
+				{name: "header of another policy", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
+					NewVersion: strp("1"), PolicyName: storID + ".1.xml", MatchingConditions: "{}", BodyHash: "ab"}), wantErr: `not "DCAE.Config_VM_MEMORY"`},
+				{name: "header without a version", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
+					PolicyName: memID + ".1.xml", MatchingConditions: "{}", BodyHash: "ab"}), wantErr: "names no new version"},
+				{name: "conditions that are no object", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
+					NewVersion: strp("1"), PolicyName: memID + ".1.xml", MatchingConditions: "[1]", BodyHash: "ab"}), wantErr: "not an object"},
+				{name: "body of another policy in a change written before headers", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
 					Body: strp(policyBody(storID, "1", nil, nil))}), wantErr: `not "DCAE.Config_VM_MEMORY"`},
 				{name: "component without deployment", do: onComponent(comp("c1", "", nil)), wantErr: "no deployment_id"},
 				{name: "component keyed by another id", do: func(m *Matcher) ([]events.PolicyMatch, error) {
@@ -574,59 +593,58 @@ func TestMatcherScenarios(t *testing.T) {
 				if got := render(ms); !slices.Equal(got, st.want) {
 					t.Fatalf("%s:\n got  %q\n want %q", st.name, got, st.want)
 				}
-				checkMatches(t, st.name, ms)
+				checkMatches(t, st.name, m, ms)
 			}
 		})
 	}
 }
 
 // checkMatches asserts what every PolicyMatch must hold: a fresh update_id,
-// one deployment, and bodies that are the policies' JSON.
-func checkMatches(t *testing.T, step string, ms []events.PolicyMatch) {
+// one deployment, and policies named by reference: no body, the version
+// and body_hash of the catalog's latest.
+func checkMatches(t *testing.T, step string, m *Matcher, ms []events.PolicyMatch) {
 	t.Helper()
 	seen := map[string]bool{}
-	for _, m := range ms {
-		if m.UpdateID == "" || seen[m.UpdateID] {
-			t.Fatalf("%s: update_id %q empty or reused", step, m.UpdateID)
+	for _, pm := range ms {
+		if pm.UpdateID == "" || seen[pm.UpdateID] {
+			t.Fatalf("%s: update_id %q empty or reused", step, pm.UpdateID)
 		}
-		seen[m.UpdateID] = true
-		if m.DeploymentID == "" || len(m.Components) == 0 || m.CreatedAt.IsZero() {
-			t.Fatalf("%s: incomplete match %+v", step, m)
+		seen[pm.UpdateID] = true
+		if pm.DeploymentID == "" || len(pm.Components) == 0 || pm.CreatedAt.IsZero() {
+			t.Fatalf("%s: incomplete match %+v", step, pm)
 		}
-		for _, d := range m.Components {
+		for _, d := range pm.Components {
 			for _, a := range d.AddedPolicies {
 				for _, p := range a.Policies {
-					checkBody(t, step, p)
+					checkRef(t, step, m, p)
 				}
 			}
 			for _, p := range d.UpdatedPolicies {
-				checkBody(t, step, p)
+				checkRef(t, step, m, p)
 			}
 		}
 	}
 }
 
-func checkBody(t *testing.T, step string, p events.Policy) {
+func checkRef(t *testing.T, step string, m *Matcher, p events.Policy) {
 	t.Helper()
-	var b map[string]any
-	if err := json.Unmarshal([]byte(p.Body), &b); err != nil {
-		t.Fatalf("%s: body of %s is not JSON: %v", step, p.PolicyID, err)
-	}
-	if b["policyName"] != p.PolicyName || b["policyVersion"] != p.PolicyVersion {
-		t.Fatalf("%s: policy %s@%s carries the body of %v@%v", step, p.PolicyID, p.PolicyVersion, b["policyName"], b["policyVersion"])
+	latest, ok := m.Catalog().Lookup(p.PolicyID)
+	if !ok || p != latest || p.Body != "" || p.BodyHash == "" {
+		t.Fatalf("%s: policy %+v, want a reference (no body) to the catalog's %+v", step, p, latest)
 	}
 }
 
-func TestSeedUpdateCarriesTheNewBody(t *testing.T) {
+func TestSeedUpdateNamesTheNewBody(t *testing.T) {
 	m := newMatcher(t, setup{
 		catalog: []*events.PolicyCatalogEntry{catalogEntry(memID, "5", nil)},
 		comps:   []*events.Component{comp("vm_2_9d982", "alex-game_depl", []string{memID})},
 		has: []*events.ComponentPolicies{collection("vm_2_9d982", "alex-game_depl", events.Policy{PolicyID: memID,
 			PolicyName: memID + ".5.xml", PolicyVersion: "5", Body: policyBody(memID, "5", nil, map[string]any{"min_memory": "2GB"})})},
 	})
-	body := policyBody(memID, "222", nil, map[string]any{"min_memory": "8GB"})
+	h := headerOf(policyBody(memID, "222", nil, map[string]any{"min_memory": "8GB"}))
 	ms, err := m.OnChange(0, &events.PolicyChange{ChangeID: "c", PolicyID: memID, Action: events.ActionUpdated,
-		OldVersion: strp("5"), NewVersion: strp("222"), Body: &body, ChangedAt: t0.Add(time.Second)})
+		OldVersion: strp("5"), NewVersion: strp("222"), PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash,
+		ChangedAt: t0.Add(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,12 +652,19 @@ func TestSeedUpdateCarriesTheNewBody(t *testing.T) {
 		t.Fatalf("got %q, want one updated policy", render(ms))
 	}
 	got := ms[0].Components[0].UpdatedPolicies[0]
-	want := events.Policy{PolicyID: memID, PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222", Body: body}
+	want := events.Policy{PolicyID: memID, PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222", BodyHash: h.BodyHash}
 	if got != want {
-		t.Fatalf("updated policy %+v, want %+v", got, want)
+		t.Fatalf("updated policy %+v, want the reference %+v", got, want)
 	}
 	if has := m.Partition(0).Has("vm_2_9d982"); has[memID] != "222" {
 		t.Fatalf("after the update the component has %v, want version 222", has)
+	}
+	// Every partition's copy of the change after the first finds it in
+	// force: nothing more is sent.
+	if ms, err := m.OnChange(0, &events.PolicyChange{ChangeID: "c", PolicyID: memID, Action: events.ActionUpdated,
+		OldVersion: strp("5"), NewVersion: strp("222"), PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash,
+		ChangedAt: t0.Add(time.Second)}); err != nil || len(ms) != 0 {
+		t.Fatalf("the change again: %q, %v; want nothing", render(ms), err)
 	}
 }
 
@@ -684,13 +709,15 @@ func TestPartitionsAreIndependent(t *testing.T) {
 	}
 }
 
-func TestLargeDeltaIsSplitIntoOrderedMatches(t *testing.T) {
+// However big a deployment's delta, it is one PolicyMatch per deployment
+// per cause: references are small, and cutting is the segmenter's.
+func TestLargeDeltaIsOneMatchPerDeployment(t *testing.T) {
 	var catalog []*events.PolicyCatalogEntry
 	var had []events.Policy
 	for i := 0; i < 40; i++ {
 		id := fmt.Sprintf("DCAE.Config_big_%02d", i)
 		catalog = append(catalog, &events.PolicyCatalogEntry{PolicyID: id, PolicyName: id + ".2.xml", PolicyVersion: "2",
-			Body: policyBody(id, "2", kv1, map[string]any{"blob": strings.Repeat("x", 3000)}), Status: events.StatusValid})
+			Body: policyBody(id, "2", kv1, map[string]any{"blob": strings.Repeat("x", 300<<10)}), Status: events.StatusValid})
 		if i < 10 {
 			had = append(had, pol(id, "1", kv1))
 		}
@@ -698,66 +725,35 @@ func TestLargeDeltaIsSplitIntoOrderedMatches(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		had = append(had, pol(fmt.Sprintf("DCAE.Config_gone_%d", i), "1", kv1))
 	}
-	const budget = 20000
 	m := newMatcher(t, setup{
-		catalog:  catalog,
-		comps:    []*events.Component{comp("c1", "d1", nil, filter("f1", "DCAE.Config_big_.*", "")), comp("c2", "d1", nil, filter("f1", "DCAE.Config_big_0.*", ""))},
-		has:      []*events.ComponentPolicies{collection("c1", "d1", had...)},
-		maxBytes: budget,
+		catalog: catalog,
+		comps: []*events.Component{comp("c1", "d1", nil, filter("f1", "DCAE.Config_big_.*", "")), comp("c2", "d1", nil, filter("f1", "DCAE.Config_big_0.*", "")),
+			comp("c3", "d2", nil, filter("f1", "DCAE.Config_big_1.*", ""))},
+		has: []*events.ComponentPolicies{collection("c1", "d1", had...)},
 	})
 	ms, err := m.OnCatchup(0, &events.CatchupRequest{RequestID: "r", Scope: events.ScopeAll})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) < 2 {
-		t.Fatalf("got %d matches, want the delta split", len(ms))
+	if len(ms) != 2 || ms[0].DeploymentID != "d1" || ms[1].DeploymentID != "d2" || len(ms[0].Components) != 2 || len(ms[1].Components) != 1 {
+		t.Fatalf("got %q, want one match for d1 (c1, c2) and one for d2 (c3)", render(ms))
 	}
-	removedSeen, updatedSeen, addedSeen := 0, 0, 0
-	lastKind := 0
-	for i, pm := range ms {
-		if n := estimate(pm); n > budget {
-			t.Fatalf("match %d is about %d bytes, over the bound of %d", i, n, budget)
-		}
-		if !pm.CatchUp || pm.DeploymentID != "d1" {
-			t.Fatalf("match %d lost its catch-up flag or deployment: %+v", i, pm)
-		}
-		for _, d := range pm.Components {
-			if d.ComponentID != "c1" {
-				continue
-			}
-			kind := 0
-			for range d.RemovedPolicies {
-				removedSeen++
-				kind = max(kind, 1)
-			}
-			if len(d.UpdatedPolicies) > 0 {
-				updatedSeen += len(d.UpdatedPolicies)
-				kind = max(kind, 2)
-			}
-			for _, a := range d.AddedPolicies {
-				if a.FilterID != "f1" {
-					t.Fatalf("added under %q, want f1", a.FilterID)
-				}
-				addedSeen += len(a.Policies)
-				kind = max(kind, 3)
-			}
-			if kind < lastKind {
-				t.Fatalf("pieces out of order: removals, then updates, then additions")
-			}
-			lastKind = kind
-		}
+	checkMatches(t, "catch-up", m, ms)
+	c1 := ms[0].Components[0]
+	added := 0
+	for _, a := range c1.AddedPolicies {
+		added += len(a.Policies)
 	}
-	if removedSeen != 5 || updatedSeen != 10 || addedSeen != 30 {
-		t.Fatalf("c1 got %d removed, %d updated, %d added over the pieces; want 5, 10, 30", removedSeen, updatedSeen, addedSeen)
+	if len(c1.RemovedPolicies) != 5 || len(c1.UpdatedPolicies) != 10 || added != 30 {
+		t.Fatalf("c1 got %d removed, %d updated, %d added; want 5, 10, 30", len(c1.RemovedPolicies), len(c1.UpdatedPolicies), added)
 	}
-}
-
-func estimate(pm events.PolicyMatch) int {
-	n := matchOverhead + len(pm.DeploymentID)
-	for _, d := range pm.Components {
-		n += deltaSize(d)
+	b, err := events.Default().Encode(&ms[0])
+	if err != nil {
+		t.Fatal(err)
 	}
-	return n
+	if len(b) > 16<<10 {
+		t.Fatalf("the match of 12 MB of bodies encodes to %d bytes; references should take a few KiB", len(b))
+	}
 }
 
 func TestCatalogApply(t *testing.T) {

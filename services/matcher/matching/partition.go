@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unique"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
@@ -48,10 +49,11 @@ type component struct {
 	frozen bool
 }
 
-// held is one policy a component has.
+// held is one policy a component has: its version and the body's
+// policy.BodyHash.
 type held struct {
 	version string
-	hash    uint64
+	hash    unique.Handle[string]
 }
 
 // holding is what a component has, as last written to component.policies
@@ -138,7 +140,11 @@ func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies)
 	}
 	h := p.holding(componentID, cp.DeploymentID)
 	for _, pol := range cp.Policies {
-		p.setHeld(h, pol.PolicyID, held{version: pol.PolicyVersion, hash: bodyHash(pol.Body)})
+		hash := pol.BodyHash
+		if hash == "" { // written before policies carried their hash
+			hash = policy.BodyHash(pol.Body)
+		}
+		p.setHeld(h, pol.PolicyID, held{version: pol.PolicyVersion, hash: unique.Make(hash)})
 	}
 }
 

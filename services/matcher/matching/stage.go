@@ -53,9 +53,6 @@ func (s *stage) setup(ctx context.Context, env runtime.Env) (runtime.Handler, fu
 	defer s.mu.Unlock()
 	s.log = env.Log.With().Str("stage", topology.StageMatcher).Logger()
 	m := New()
-	if env.MaxRecordBytes > 0 && int(env.MaxRecordBytes)/2 < DefaultMaxMatchBytes {
-		m.MaxMatchBytes = int(env.MaxRecordBytes) / 2
-	}
 	cat, err := readCatalog(ctx, env, s.log)
 	if err != nil {
 		return nil, nil, err

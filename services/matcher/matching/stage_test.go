@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -79,13 +80,16 @@ func start(t *testing.T, c *stagetest.Cluster) (stop func()) {
 	return stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
 }
 
+// change is what pdp-ingest writes for a new version: its catalog entry
+// and the change naming it by header.
 func change(id, changeID, old, version string, mc map[string]any) (*events.PolicyChange, *events.PolicyCatalogEntry) {
 	body := policyBody(id, version, mc, nil)
+	h := headerOf(body)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	return &events.PolicyChange{ChangeID: changeID, PolicyID: id, Action: events.ActionUpdated, OldVersion: &old,
-			NewVersion: &version, Body: &body, ChangedAt: now},
+			NewVersion: &version, PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash, ChangedAt: now},
 		&events.PolicyCatalogEntry{PolicyID: id, PolicyName: id + "." + version + ".xml", PolicyVersion: version, Body: body,
-			Status: events.StatusValid, UpdatedAt: now}
+			BodyHash: h.BodyHash, Status: events.StatusValid, UpdatedAt: now}
 }
 
 // TestStageOnKafka runs the matcher against an in-process Kafka: component
@@ -171,12 +175,30 @@ func TestStageOnKafka(t *testing.T) {
 	if got := sortedLines(decodeMatches(t, wait(matches, len(final), 90*time.Second))); !slices.Equal(got, final) {
 		t.Fatalf("after the restart:\n got  %q\n want %q", got, final)
 	}
+	// Every policy is named by reference: no body, the body_hash of the
+	// catalog entry of its version.
+	hashes := map[string]string{}
+	for _, e := range []*events.PolicyCatalogEntry{catalogEntry(memID, "5", nil), catalogEntry(multiA, "1", kv1), entry222, entry223} {
+		hashes[e.PolicyName] = policy.BodyHash(e.Body)
+	}
 	ids := map[string]bool{}
 	for _, pm := range decodeMatches(t, matches.Records()) {
 		if ids[pm.UpdateID] {
 			t.Fatalf("update_id %s used twice", pm.UpdateID)
 		}
 		ids[pm.UpdateID] = true
+		for _, d := range pm.Components {
+			ps := slices.Clone(d.UpdatedPolicies)
+			for _, a := range d.AddedPolicies {
+				ps = append(ps, a.Policies...)
+			}
+			for _, p := range ps {
+				if p.Body != "" || p.BodyHash == "" || p.BodyHash != hashes[p.PolicyName] {
+					t.Fatalf("match %s names %s with body %d bytes and hash %q, want no body and hash %q",
+						pm.UpdateID, p.PolicyName, len(p.Body), p.BodyHash, hashes[p.PolicyName])
+				}
+			}
+		}
 	}
 }
 

@@ -61,8 +61,9 @@ func randomFilter(r *rand.Rand, i int, ids []string) events.PolicyFilter {
 }
 
 // bruteWanted is what a component wants, decided by matching every filter
-// against every full policy body with CompiledFilter.Match.
-func bruteWanted(t *testing.T, m *Matcher, c *events.Component) map[string]string {
+// against every full policy body (bodies, by policy_id) with
+// CompiledFilter.Match.
+func bruteWanted(t *testing.T, m *Matcher, bodies map[string]string, c *events.Component) map[string]string {
 	t.Helper()
 	w := map[string]string{}
 	for _, id := range c.PolicyIDs {
@@ -82,11 +83,11 @@ func bruteWanted(t *testing.T, m *Matcher, c *events.Component) map[string]strin
 		}
 		cfs = append(cfs, cf)
 	}
-	for id, e := range m.Catalog().entries {
+	for id := range m.Catalog().entries {
 		if _, ok := w[id]; ok {
 			continue
 		}
-		b, err := policy.DecodeBody([]byte(e.raw))
+		b, err := policy.DecodeBody([]byte(bodies[id]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,9 +110,11 @@ func TestWantedSetsAgree(t *testing.T) {
 	for round := 0; round < 10; round++ {
 		m := New()
 		var ids []string
+		bodies := map[string]string{}
 		for i := 0; i < 150; i++ {
 			e := randomPolicy(r, i)
 			ids = append(ids, e.PolicyID)
+			bodies[e.PolicyID] = e.Body
 			if err := m.ApplyCatalog(e.PolicyID, e, t0); err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +143,7 @@ func TestWantedSetsAgree(t *testing.T) {
 		total := 0
 		brute := map[string]map[string]string{}
 		for _, c := range defs {
-			want := bruteWanted(t, m, c)
+			want := bruteWanted(t, m, bodies, c)
 			brute[c.ComponentID] = want
 			total += len(want)
 			one := m.wantedOne(p, p.comps[c.ComponentID])
@@ -159,7 +162,7 @@ func TestWantedSetsAgree(t *testing.T) {
 		for _, id := range ids[:30] {
 			e := m.catalog.entries[id]
 			next := fmt.Sprint(e.ver + 1)
-			body := policyBody(id, next, decodedMC(t, e.raw), nil)
+			h := headerOf(policyBody(id, next, decodedMC(t, bodies[id]), nil))
 			want := map[string]bool{}
 			for _, c := range defs {
 				if _, ok := brute[c.ComponentID][id]; ok {
@@ -167,7 +170,7 @@ func TestWantedSetsAgree(t *testing.T) {
 				}
 			}
 			ms, err := m.OnChange(0, &events.PolicyChange{ChangeID: "x", PolicyID: id, Action: events.ActionUpdated,
-				OldVersion: &e.version, NewVersion: &next, Body: &body})
+				OldVersion: &e.version, NewVersion: &next, PolicyName: h.PolicyName, MatchingConditions: h.MatchingConditions, BodyHash: h.BodyHash})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -61,11 +61,14 @@ func Decide(req Request) (Decision, error) {
 	id := req.Route.PolicyID
 	var d Decision
 	after := req.Current
+	// head is the header of after's body whenever after holds a body
+	// checked here; only such an entry can make an UPDATED change.
+	var head policy.Header
 	erroredOnly := "" // the latest is invalid and there is no valid body to keep
 	if req.Route.AskPDP {
 		sel := policy.SelectLatestRaw(req.PDPBodies)
 		if latest, ok := sel.Checked[id]; ok {
-			after = entry(latest, req.Now)
+			after, head = entry(latest, req.Now)
 		} else if bad, ok := sel.Errored[id]; ok {
 			reason := fmt.Sprintf("latest version %s of %s from the PDP is invalid: %v", bad.VersionString(), id, sel.Reasons[id])
 			if after != nil {
@@ -98,13 +101,15 @@ func Decide(req Request) (Decision, error) {
 				continue
 			}
 		}
-		after, erroredOnly = entry(p, req.Now), ""
+		after, head = entry(p, req.Now)
+		erroredOnly = ""
 	}
-	return diff(d, id, req.Current, after, erroredOnly, req.Now, req.ChangeID), nil
+	return diff(d, id, req.Current, after, head, erroredOnly, req.Now, req.ChangeID), nil
 }
 
-// diff turns the entry before and after into outputs.
-func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, erroredOnly string, now time.Time, changeID string) Decision {
+// diff turns the entry before and after into outputs; head is the header
+// of after's body when it was checked here.
+func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head policy.Header, erroredOnly string, now time.Time, changeID string) Decision {
 	change := &events.PolicyChange{ChangeID: changeID, PolicyID: id, ChangedAt: now}
 	if before != nil {
 		change.OldVersion = strPtr(before.PolicyVersion)
@@ -128,7 +133,9 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, error
 		} else {
 			change.Action = events.ActionUpdated
 			change.NewVersion = strPtr(after.PolicyVersion)
-			change.Body = strPtr(after.Body)
+			// The header, not the body: the catalog entry written in
+			// the same transaction holds it.
+			change.PolicyName, change.MatchingConditions, change.BodyHash = head.PolicyName, head.MatchingConditions, head.BodyHash
 		}
 	}
 	d.Change = change
@@ -137,16 +144,19 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, error
 
 func strPtr(s string) *string { return &s }
 
-// entry is a VALID catalog entry for a checked body.
-func entry(c policy.Checked, now time.Time) *events.PolicyCatalogEntry {
+// entry is a VALID catalog entry for a checked body, and the body's
+// header.
+func entry(c policy.Checked, now time.Time) (*events.PolicyCatalogEntry, policy.Header) {
+	h := c.Header()
 	return &events.PolicyCatalogEntry{
 		PolicyID:      c.PolicyID,
 		PolicyName:    c.PolicyName,
 		PolicyVersion: c.PolicyVersion,
 		Body:          string(c.JSON),
+		BodyHash:      h.BodyHash,
 		Status:        events.StatusValid,
 		UpdatedAt:     now,
-	}
+	}, h
 }
 
 // sameEntry compares what a catalog entry says, not when it was written.

@@ -45,7 +45,8 @@ func catalogEntry(t *testing.T, b policy.Body) *events.PolicyCatalogEntry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return entry(c, time.UnixMilli(1).UTC())
+	e, _ := entry(c, time.UnixMilli(1).UTC())
+	return e
 }
 
 // raws is what a PDP answering bodies sends, one raw body each.
@@ -323,8 +324,18 @@ func TestDecide(t *testing.T) {
 			}
 			switch c.Action {
 			case events.ActionUpdated:
-				if c.Body == nil || *c.Body != d.Catalog.Body {
-					t.Fatalf("UPDATED change carries body %v, want the catalog's", c.Body)
+				// The header of the body the catalog now holds: what
+				// the matcher reads instead of the body.
+				h, err := policy.HeaderOf(d.Catalog.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.PolicyName != h.PolicyName || c.MatchingConditions != h.MatchingConditions || c.BodyHash != h.BodyHash || d.Catalog.BodyHash != h.BodyHash {
+					t.Fatalf("UPDATED change carries name %q conditions %s hash %s, catalog hash %s; want those of the catalog's body %+v",
+						c.PolicyName, c.MatchingConditions, c.BodyHash, d.Catalog.BodyHash, h)
+				}
+				if c.MatchingConditions != `{"ConfigName":"vm_memory","ONAPName":"DCAE"}` {
+					t.Fatalf("UPDATED change carries conditions %s", c.MatchingConditions)
 				}
 			case events.ActionErrored:
 				if c.Error == nil || !strings.Contains(*c.Error, tc.want.errHas) || c.Body != nil {

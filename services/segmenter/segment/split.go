@@ -1,6 +1,11 @@
-// Package segment cuts a deployment's policy delta (PolicyMatch) into
-// ordered, size-bounded PolicySegment pieces that share its update_id, and
-// puts them back together; it also holds the segmenter stage built on it.
+// Package segment is the segmenter: it builds and cuts what the executor
+// applies. The matcher names the policies of a deployment's delta
+// (PolicyMatch) by reference; Fill puts their bodies in place from
+// policy.catalog, Split cuts the delta into ordered PolicySegment pieces
+// that share its update_id, each encoding to at most the limit (by
+// default the one record limit, topology.MaxRecordBytes, less room for the
+// record's framing), and Assemble puts pieces back together. The stage
+// built on them follows policy.catalog as a runtime table.
 package segment
 
 import (
@@ -10,12 +15,17 @@ import (
 	"sort"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/topology"
 )
 
-// DefaultMaxBytes is the default limit of one encoded PolicySegment
-// (900 KiB): it stays under the 1 MiB record limit Kafka brokers apply by
-// default, with room for the record's key and headers.
-const DefaultMaxBytes = 900 * 1024
+// RecordOverhead is the room a piece leaves under the record limit for
+// what a record adds to its value: batch and record framing, the key (the
+// deployment_id) and headers.
+const RecordOverhead = 64 << 10
+
+// DefaultMaxBytes is the default limit of one encoded PolicySegment: the
+// one record limit, topology.MaxRecordBytes, less RecordOverhead.
+const DefaultMaxBytes = topology.MaxRecordBytes - RecordOverhead
 
 // MinMaxBytes is the smallest limit Split accepts: a piece must at least
 // hold its own envelope and one removal.
@@ -206,7 +216,7 @@ func stringSize(s string) int { return varintLen(int64(len(s))) + len(s) }
 
 // policySize is the encoded size of a Policy record.
 func policySize(p events.Policy) int {
-	return stringSize(p.PolicyID) + stringSize(p.PolicyName) + stringSize(p.PolicyVersion) + stringSize(p.Body)
+	return stringSize(p.PolicyID) + stringSize(p.PolicyName) + stringSize(p.PolicyVersion) + stringSize(p.Body) + stringSize(p.BodyHash)
 }
 
 // removedSize is the encoded size of a RemovedPolicy record.

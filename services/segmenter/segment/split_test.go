@@ -14,6 +14,10 @@ import (
 
 func ptr(s string) *string { return &s }
 
+// smallMax is a segment limit under the 1 MiB record limit Kafka brokers
+// apply by default, so that deltas of a few MiB are cut into many pieces.
+const smallMax = 900 << 10
+
 // body returns a policy_body JSON of about size bytes.
 func body(id, version string, size int) string {
 	head := fmt.Sprintf(`{"policyName":"%s.%s.xml","policyVersion":"%s","config":{"blob":"`, id, version, version)
@@ -163,8 +167,8 @@ func TestSplit(t *testing.T) {
 		maxPieces int
 	}{
 		{name: "under the limit is one piece 1/1", match: small, max: DefaultMaxBytes, minPieces: 1, maxPieces: 1},
-		{name: "10 MB delta is cut under 900 KiB", match: bigMatch(8, 10<<20, 64<<10), max: DefaultMaxBytes, minPieces: 12, maxPieces: 14},
-		{name: "bodies at the 512 KiB policy limit", match: bigMatch(2, 4<<20, 512<<10), max: DefaultMaxBytes, minPieces: 6, maxPieces: 8},
+		{name: "10 MB delta is cut under 900 KiB", match: bigMatch(8, 10<<20, 64<<10), max: smallMax, minPieces: 12, maxPieces: 14},
+		{name: "bodies at the 512 KiB policy limit", match: bigMatch(2, 4<<20, 512<<10), max: smallMax, minPieces: 6, maxPieces: 8},
 		{name: "component without policy is kept", match: withBare, max: 256 << 10, minPieces: 12, maxPieces: 20},
 		{name: "thousands of removals across array blocks", match: removals, max: 8 << 10, minPieces: 4, maxPieces: 12},
 		{name: "filter match with no policy is kept", match: emptyFilter, max: 300 << 10, minPieces: 7, maxPieces: 10},
@@ -216,7 +220,7 @@ func TestSplit(t *testing.T) {
 
 func TestSplitUnderLimitKeepsTheMatchAsIs(t *testing.T) {
 	m := bigMatch(3, 200<<10, 10<<10)
-	segs, err := Split(m, DefaultMaxBytes)
+	segs, err := Split(m, smallMax)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +234,7 @@ func TestSplitUnderLimitKeepsTheMatchAsIs(t *testing.T) {
 
 func TestSplitReassemblesInComponentOrderWhenEveryComponentRemoves(t *testing.T) {
 	m := bigMatch(5, 6<<20, 50<<10)
-	segs, err := Split(m, DefaultMaxBytes)
+	segs, err := Split(m, smallMax)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +306,7 @@ func TestSizeEstimateBoundsTheEncoding(t *testing.T) {
 }
 
 func TestAssembleRefusesIncompleteOrMixedPieces(t *testing.T) {
-	segs, err := Split(bigMatch(4, 4<<20, 64<<10), DefaultMaxBytes)
+	segs, err := Split(bigMatch(4, 4<<20, 64<<10), smallMax)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +337,7 @@ func TestAssembleRefusesIncompleteOrMixedPieces(t *testing.T) {
 // original.
 func TestPiecesRoundTripThroughTheCodec(t *testing.T) {
 	m := bigMatch(6, 5<<20, 80<<10)
-	segs, encoded, err := split(events.Default(), m, DefaultMaxBytes)
+	segs, encoded, err := split(events.Default(), m, smallMax)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +380,7 @@ func BenchmarkSplit10MB(b *testing.B) {
 	b.ResetTimer()
 	var pieces int
 	for i := 0; i < b.N; i++ {
-		_, encoded, err := split(codec, m, DefaultMaxBytes)
+		_, encoded, err := split(codec, m, smallMax)
 		if err != nil {
 			b.Fatal(err)
 		}

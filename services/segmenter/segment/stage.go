@@ -46,8 +46,10 @@ func (c Config) Validate() error {
 func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 
 // StageWith is the segmenter with the given configuration: it reads
-// policy.matches and writes each match to policy.segments as one or more
-// pieces keyed by deployment_id, all in the input's transaction.
+// policy.matches, fills in the body of every policy a match names by
+// reference from policy.catalog (followed as a table, see Fill), and
+// writes the match to policy.segments as one or more pieces keyed by
+// deployment_id, all in the input's transaction.
 func StageWith(cfg Config) runtime.Stage {
 	c := &cfg
 	return runtime.Stage{
@@ -55,17 +57,40 @@ func StageWith(cfg Config) runtime.Stage {
 		Mode:   runtime.Transactional,
 		Inputs: []string{topology.PolicyMatches},
 		Flags:  c.RegisterFlags,
-		Setup: func(_ context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			if err := c.Validate(); err != nil {
 				return nil, nil, err
 			}
-			if env.MaxRecordBytes > 0 && c.MaxSegmentBytes > int(env.MaxRecordBytes) {
-				return nil, nil, fmt.Errorf("--max-segment-bytes %d is above the largest record the stage may produce (%d)", c.MaxSegmentBytes, env.MaxRecordBytes)
+			if limit := int(env.MaxRecordBytes) - RecordOverhead; env.MaxRecordBytes > 0 && c.MaxSegmentBytes > limit {
+				return nil, nil, fmt.Errorf("--max-segment-bytes %d is above %d, the largest record the stage may produce (%d) less %d bytes for the record's framing, key and headers",
+					c.MaxSegmentBytes, limit, env.MaxRecordBytes, RecordOverhead)
 			}
 			log := env.Log.With().Str("stage", topology.StageSegmenter).Logger()
+			cat, err := runtime.FollowTable[*events.PolicyCatalogEntry](env, topology.PolicyCatalog, nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("segmenter: %w", err)
+			}
+			if err := cat.WaitCaughtUp(ctx); err != nil {
+				cat.Close()
+				return nil, nil, fmt.Errorf("segmenter: read %s: %w", env.Kafka.Topic(topology.PolicyCatalog), err)
+			}
+			log.Info().Int("policies", cat.Len()).Msg("catalog read")
 			max := c.MaxSegmentBytes
-			return runtime.Typed(runtime.SkipTombstones, func(_ context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
+			return runtime.Typed(runtime.SkipTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
 				m := in.Value
+				notes, err := Fill(ctx, cat, m)
+				if err != nil {
+					return nil, fmt.Errorf("segmenter: %w", err)
+				}
+				for _, n := range notes {
+					e := log.Debug().Str("update_id", m.UpdateID).Str("deployment_id", m.DeploymentID).Str("component_id", n.ComponentID).
+						Str("policy_id", n.PolicyID).Str("version", n.WantVersion).Str("body_hash", n.WantHash)
+					if n.Dropped {
+						e.Msg("policy no longer in the catalog: dropped from the delta, its removal follows")
+					} else {
+						e.Str("catalog_version", n.GotVersion).Str("catalog_body_hash", n.GotHash).Msg("the catalog holds another version: its latest was taken")
+					}
+				}
 				outs, err := Outputs(env.Codec, m, in.Key, max)
 				if err != nil {
 					return nil, err
@@ -75,7 +100,7 @@ func StageWith(cfg Config) runtime.Stage {
 						Int("pieces", len(outs)).Msg("policy match cut into pieces")
 				}
 				return outs, nil
-			}), nil, nil
+			}), cat.Close, nil
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -23,7 +25,7 @@ func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
 	c := stagetest.NewCluster(t, partitions, topology.PolicySegments)
 	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
-		topology.PolicyMatches, topology.DLQ(topology.StageSegmenter))
+		topology.PolicyMatches, topology.PolicyCatalog, topology.DLQ(topology.StageSegmenter))
 	return c
 }
 
@@ -97,5 +99,107 @@ func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 	}
 	if reason := stagetest.Header(dlq[0], runtime.HeaderError); !strings.Contains(reason, "DCAE.Config_huge") || !strings.Contains(reason, ErrTooLarge.Error()) {
 		t.Fatalf("dead letter reason %q does not say which policy does not fit", reason)
+	}
+}
+
+// TestStageFillsReferencesFromTheCatalog runs the segmenter on matches as
+// the matcher writes them, policies named by reference, with
+// policy.catalog as pdp-ingest writes it: every body is filled in from the
+// catalog (the latest when the catalog has moved on, none when the policy
+// is gone) and a large delta is cut under the limit.
+func TestStageFillsReferencesFromTheCatalog(t *testing.T) {
+	c := newCluster(t)
+	const limit = 256 << 10
+	catalog := func(es ...*events.PolicyCatalogEntry) {
+		var recs []*kgo.Record
+		for _, e := range es {
+			recs = append(recs, c.Record(t, topology.PolicyCatalog, e.PolicyID, e))
+		}
+		c.ProduceCommitted(t, recs...)
+	}
+	aE, a := version("DCAE.Config_a", "1", 2000)
+	d1E, d1 := version("DCAE.Config_d", "1", 2000)
+	d2E, _ := version("DCAE.Config_d", "2", 2000)
+	goneE, gone := version("DCAE.Config_gone", "1", 2000)
+	catalog(aE, d1E, goneE)
+	// Then gone is removed, and version 2 of d committed after the
+	// match naming version 1 was written.
+	c.ProduceCommitted(t, c.Record(t, topology.PolicyCatalog, goneE.PolicyID, nil))
+	catalog(d2E)
+	big := refMatch()
+	big.UpdateID, big.DeploymentID = "u-big", "dep-big"
+	bodies := map[string]string{aE.PolicyID: aE.Body, d2E.PolicyID: d2E.Body}
+	var bigEntries []*events.PolicyCatalogEntry
+	for comp := 0; comp < 4; comp++ {
+		d := events.ComponentDelta{ComponentID: fmt.Sprintf("comp-%d", comp)}
+		for i := 0; i < 12; i++ {
+			e, ref := version(fmt.Sprintf("DCAE.Config_big_%d_%d", comp, i), "1", 60<<10)
+			bigEntries = append(bigEntries, e)
+			bodies[e.PolicyID] = e.Body
+			d.UpdatedPolicies = append(d.UpdatedPolicies, ref)
+		}
+		big.Components = append(big.Components, d)
+	}
+	catalog(bigEntries...)
+
+	stop := stagetest.Run(t, StageWith(Config{MaxSegmentBytes: limit}), stagetest.Env(c.Kafka))
+	// A version committed to the catalog while the stage runs, just before
+	// the match naming it: the stage catches up with the catalog to find it.
+	lateE, late := version("DCAE.Config_late", "1", 2000)
+	bodies[lateE.PolicyID] = lateE.Body
+	catalog(lateE)
+	named := refMatch(
+		events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{a, d1}},
+		events.ComponentDelta{ComponentID: "c2", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{gone, late}}}},
+	)
+	match := func(m *events.PolicyMatch) *kgo.Record { return c.Record(t, topology.PolicyMatches, m.DeploymentID, m) }
+	c.ProduceRecords(t, match(named), match(big))
+
+	byDep := map[string][]events.PolicySegment{}
+	c.ReadUntil(t, topology.PolicySegments, 60*time.Second, func(recs []*kgo.Record) bool {
+		byDep = map[string][]events.PolicySegment{}
+		for _, r := range recs {
+			if len(r.Value) > limit {
+				t.Fatalf("a segment of %s is %d bytes, over %d", r.Key, len(r.Value), limit)
+			}
+			s := *stagetest.Decode[*events.PolicySegment](t, r)
+			byDep[s.DeploymentID] = append(byDep[s.DeploymentID], s)
+		}
+		b := byDep["dep-big"]
+		return len(byDep["dep-1"]) == 1 && len(b) > 0 && len(b) == int(b[0].Count)
+	})
+	stop()
+
+	got, err := Assemble(byDep["dep-1"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := refMatch(
+		events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{filled(a, aE),
+			{PolicyID: d2E.PolicyID, PolicyName: d2E.PolicyName, PolicyVersion: "2", Body: d2E.Body, BodyHash: d2E.BodyHash}}},
+		events.ComponentDelta{ComponentID: "c2", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{filled(late, lateE)}}}},
+	)
+	if !reflect.DeepEqual(byComponent(got), byComponent(want)) {
+		t.Fatalf("dep-1 got %+v,\nwant a's body, d's latest (2), no gone, late's body", byComponent(got))
+	}
+	b := byDep["dep-big"]
+	if len(b) < 10 {
+		t.Fatalf("the 3 MB delta came out in %d pieces, want it cut under %d bytes", len(b), limit)
+	}
+	back, err := Assemble(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range back.Components {
+		for _, p := range d.UpdatedPolicies {
+			if p.Body != bodies[p.PolicyID] || p.BodyHash != policy.BodyHash(p.Body) {
+				t.Fatalf("%s came out without the catalog's body", p.PolicyID)
+			}
+			n++
+		}
+	}
+	if n != 48 {
+		t.Fatalf("the pieces carry %d policies, want 48", n)
 	}
 }
