@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,6 +36,12 @@ type stageProc struct {
 // deployment: the stages that write to Consul read it, the others have
 // no Consul flags.
 func startStage(ctx context.Context, binDir, logDir, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
+	return startStageLogged(ctx, binDir, filepath.Join(logDir, name+".log"), name, k, consulAddr, extra...)
+}
+
+// startStageLogged is startStage with the log in logFile: members of one
+// stage running at once each have their own log (and their own ops port).
+func startStageLogged(ctx context.Context, binDir, logFile, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
 	bin := filepath.Join(binDir, name)
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("stage binary %s: %w (build the stages with `make build`, or point --bin-dir at them)", bin, err)
@@ -43,7 +50,6 @@ func startStage(ctx context.Context, binDir, logDir, name string, k runtime.Kafk
 	if err != nil {
 		return nil, err
 	}
-	logFile := filepath.Join(logDir, name+".log")
 	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -96,6 +102,20 @@ func (p *stageProc) stop() {
 	}
 }
 
+// stopAll drains every process at once (SIGTERM) and waits for them all:
+// one by one, each member leaving would hand its partitions to the next.
+func stopAll(procs []*stageProc) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.stop()
+		}()
+	}
+	wg.Wait()
+}
+
 // peakRSS is the process's resident-set high-water mark (VmHWM) in bytes.
 func (p *stageProc) peakRSS() (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
@@ -125,6 +145,19 @@ var scrapeClient = &http.Client{Timeout: 2 * time.Second}
 
 // scrapeSum adds up every sample of one metric in a Prometheus text page.
 func scrapeSum(ctx context.Context, url, metric string) (float64, error) {
+	return scrapeSumWith(ctx, url, metric, "")
+}
+
+// abortedTxns is how many transactions the stage has aborted (a
+// rebalance aborts the transaction in flight; its records are handled
+// again by the partition's next owner).
+func (p *stageProc) abortedTxns(ctx context.Context) (float64, error) {
+	return scrapeSumWith(ctx, "http://"+p.http+"/metrics", "policyflow_transactions_total", `outcome="aborted"`)
+}
+
+// scrapeSumWith adds up the samples of one metric whose labels hold label
+// (name="value"; empty: every sample) in a Prometheus text page.
+func scrapeSumWith(ctx context.Context, url, metric, label string) (float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -145,6 +178,12 @@ func scrapeSum(ctx context.Context, url, metric string) (float64, error) {
 		rest := line[len(metric):]
 		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
 			continue // another metric sharing the prefix
+		}
+		if label != "" {
+			labels, _, _ := strings.Cut(rest, "}")
+			if rest[0] != '{' || !strings.Contains(","+labels[1:]+",", ","+label+",") {
+				continue
+			}
 		}
 		f := strings.Fields(line)
 		v, err := strconv.ParseFloat(f[len(f)-1], 64)
