@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -109,75 +110,133 @@ func skipInputs(ctx context.Context, k runtime.Kafka, group string, topics ...st
 	return resp.Error()
 }
 
-// runAlone runs one stage binary on its prepared input and measures it
-// from its first handled record (records_in > 0) until its group has
-// committed every input record. The time before (joining the group,
-// restoring state) is not counted.
-func (b *bench) runAlone(ctx context.Context, name, input string, extra ...string) (StageRun, inputInfo, error) {
+// runAlone runs members processes of one stage binary, one consumer group,
+// on its prepared input and measures them from the first record any of
+// them handled (records_in > 0) until the group has committed every input
+// record. The time before (starting, joining the group, restoring state)
+// is not counted; Membership reports it. CPU and records handled are
+// summed over the members, peak memory is the largest member's.
+func (b *bench) runAlone(ctx context.Context, name, input string, members int, extra ...string) (StageRun, inputInfo, Membership, error) {
 	run := StageRun{Stage: name, Input: input}
+	gs := Membership{Members: members}
 	in, err := readInput(ctx, b.kafka, input)
 	if err != nil {
-		return run, in, fmt.Errorf("%s: read prepared %s: %w", name, input, err)
+		return run, in, gs, fmt.Errorf("%s: read prepared %s: %w", name, input, err)
 	}
 	run.InputRecords, run.InputRecordBytes = len(in.records), in.meanBytes()
 	if run.InputRecords == 0 {
-		return run, in, fmt.Errorf("%s: prepared input %s is empty; the stage before it produced nothing (see the logs in %s)", name, input, b.logDir)
+		return run, in, gs, fmt.Errorf("%s: prepared input %s is empty; the stage before it produced nothing (see the logs in %s)", name, input, b.logDir)
 	}
 	group := b.kafka.Prefix + "policyflow-" + name
 	if b.profile > 0 {
 		extra = append(extra, "--pprof")
 	}
-	p, err := startStage(ctx, b.binDir, b.logDir, binaryOf(name), b.kafka, b.consulAddr, extra...)
-	if err != nil {
-		return run, in, err
+	// The input is complete before the members start, so none of them
+	// waits for the others: whatever the group's joining and rebalancing
+	// costs is part of what is measured.
+	started := time.Now()
+	procs := make([]*stageProc, 0, members)
+	defer func() { stopAll(procs) }() // runs after the profiles (deferred later) are written
+	for i := 0; i < members; i++ {
+		p, err := startStageLogged(ctx, b.binDir, b.memberLog(binaryOf(name), i, members), binaryOf(name), b.kafka, b.consulAddr, extra...)
+		if err != nil {
+			return run, in, gs, err
+		}
+		procs = append(procs, p)
 	}
-	defer p.stop() // runs after the profile (deferred later) is written
+	alive := func() error {
+		for _, p := range procs {
+			if err := p.exited(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	logs := procs[0].logFile
+	if members > 1 {
+		logs = fmt.Sprintf("the logs of its %d members in %s", members, b.logDir)
+	}
 
+	// first[i] is when member i was last seen with no record handled
+	// before it was seen with one; zero while it has handled none.
 	const every = 5 * time.Millisecond
 	deadline := time.Now().Add(b.timeout)
+	first := make([]time.Time, members)
+	lastZero := make([]time.Time, members)
+	for i := range lastZero {
+		lastZero[i] = started
+	}
+	seen := func() (some, all bool) {
+		all = true
+		for i, p := range procs {
+			if !first[i].IsZero() {
+				some = true
+				continue
+			}
+			if n, err := p.recordsIn(ctx); err == nil && n > 0 {
+				first[i], some = lastZero[i], true
+				continue
+			}
+			lastZero[i], all = time.Now(), false
+		}
+		return some, all
+	}
 	var t0 time.Time
-	var stageCPU0, benchCPU0 float64
-	lastZero := time.Now()
-	for t0.IsZero() {
-		if err := p.exited(); err != nil {
-			return run, in, err
+	stageCPU0 := make([]float64, members)
+	var benchCPU0 float64
+	for {
+		if err := alive(); err != nil {
+			return run, in, gs, err
 		}
 		if time.Now().After(deadline) {
-			return run, in, fmt.Errorf("%s handled no record within %s; see %s", name, b.timeout, p.logFile)
+			return run, in, gs, fmt.Errorf("%s handled no record within %s; see %s", name, b.timeout, logs)
 		}
-		c0, _ := cpuSeconds(p.cmd.Process.Pid)
-		b0, _ := cpuSeconds(os.Getpid())
-		n, err := p.recordsIn(ctx)
-		if err == nil && n > 0 {
-			t0 = lastZero
-			stageCPU0, benchCPU0 = c0, b0
+		for i, p := range procs {
+			stageCPU0[i], _ = cpuSeconds(p.cmd.Process.Pid)
+		}
+		benchCPU0, _ = cpuSeconds(os.Getpid())
+		if some, _ := seen(); some {
+			for _, f := range first {
+				if !f.IsZero() && (t0.IsZero() || f.Before(t0)) {
+					t0 = f
+				}
+			}
 			break
 		}
-		lastZero = time.Now()
 		if err := sleep(ctx, every); err != nil {
-			return run, in, err
+			return run, in, gs, err
 		}
 	}
 	if b.profile > 0 {
 		// Profile from the first record on; the stage is stopped only once
-		// the profile is written.
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
+		// the profiles are written.
+		var wg sync.WaitGroup
+		for i, p := range procs {
 			path := filepath.Join(b.logDir, name+".cpu.pprof")
-			if err := saveProfile(ctx, "http://"+p.http+"/debug/pprof/profile?seconds="+fmt.Sprint(int(b.profile.Seconds())), path); err != nil {
-				b.log.Warn().Err(err).Str("stage", name).Msg("CPU profile not saved")
+			if members > 1 {
+				path = filepath.Join(b.logDir, fmt.Sprintf("%s.member%d.cpu.pprof", name, i+1))
 			}
-		}()
-		defer func() { <-done }()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := saveProfile(ctx, "http://"+p.http+"/debug/pprof/profile?seconds="+fmt.Sprint(int(b.profile.Seconds())), path); err != nil {
+					b.log.Warn().Err(err).Str("stage", name).Msg("CPU profile not saved")
+				}
+			}()
+		}
+		defer wg.Wait()
 	}
 	topic := b.kafka.Topic(input)
+	allSeen := members == 1
 	for {
-		if err := p.exited(); err != nil {
-			return run, in, err
+		if err := alive(); err != nil {
+			return run, in, gs, err
 		}
 		if time.Now().After(deadline) {
-			return run, in, fmt.Errorf("%s did not commit all %d records of %s within %s; see %s", name, run.InputRecords, input, b.timeout, p.logFile)
+			return run, in, gs, fmt.Errorf("%s did not commit all %d records of %s within %s; see %s", name, run.InputRecords, input, b.timeout, logs)
+		}
+		if !allSeen {
+			_, allSeen = seen()
 		}
 		resp, err := b.adm.FetchOffsets(ctx, group)
 		if err == nil && resp.Error() == nil {
@@ -191,30 +250,47 @@ func (b *bench) runAlone(ctx context.Context, name, input string, extra ...strin
 			}
 		}
 		if err := sleep(ctx, every); err != nil {
-			return run, in, err
+			return run, in, gs, err
 		}
 	}
 	t1 := time.Now()
-	if c, err := cpuSeconds(p.cmd.Process.Pid); err == nil {
-		run.StageCPU = c - stageCPU0
+	for i, p := range procs {
+		if c, err := cpuSeconds(p.cmd.Process.Pid); err == nil {
+			run.StageCPU += c - stageCPU0[i]
+		}
+		if rss, err := p.peakRSS(); err == nil {
+			run.PeakRSSMiB = max(run.PeakRSSMiB, float64(rss)/(1<<20))
+		}
+		n, _ := p.recordsIn(ctx)
+		gs.Handled = append(gs.Handled, int(n))
+		if a, err := p.abortedTxns(ctx); err == nil {
+			gs.AbortedTxns += int(a)
+		}
 	}
 	if c, err := cpuSeconds(os.Getpid()); err == nil {
 		run.BenchCPU = c - benchCPU0
 	}
 	run.Seconds = t1.Sub(t0).Seconds()
 	run.RecordsPerSec = float64(run.InputRecords) / run.Seconds
-	if rss, err := p.peakRSS(); err == nil {
-		run.PeakRSSMiB = float64(rss) / (1 << 20)
+	gs.StartToFirstRecord = t0.Sub(started).Seconds()
+	if allSeen {
+		var last time.Time
+		for _, f := range first {
+			if f.After(last) {
+				last = f
+			}
+		}
+		gs.StartToEveryMember = last.Sub(started).Seconds()
 	}
-	return run, in, nil
+	return run, in, gs, nil
 }
 
-// countOutputs counts the records of a topic (read committed); with
-// applied set it also sums component.applied's keys_written.
-func (b *bench) countOutputs(ctx context.Context, base string, applied bool) (n, keys int, err error) {
+// countApplied counts the records of component.applied (read committed)
+// and sums their keys_written.
+func (b *bench) countApplied(ctx context.Context, base string) (n, keys int, err error) {
 	err = runtime.ReadPartitions(ctx, b.kafka, base, nil, func(r *kgo.Record) error {
 		n++
-		if applied && r.Value != nil {
+		if r.Value != nil {
 			v, err := b.codec.Decode(ctx, r.Value)
 			if err != nil {
 				return err
@@ -313,6 +389,10 @@ type aloneStage struct {
 	name, input, output string
 	target              float64
 }
+
+// kafkaToKafka tells the stages that read and write only Kafka (in
+// transactions) from the consul-writer.
+func (s aloneStage) kafkaToKafka() bool { return s.name != topology.StageConsulWriter }
 
 // aloneStages are the stage-alone runs in pipeline order: each stage's
 // input is what the one before it produced in this run.

@@ -2,10 +2,12 @@
 // in-process kfake broker and a real Consul agent) and reports every speed
 // as a ratio against a ceiling measured in the same run: franz-go
 // pass-through copies of the records each stage carries (plain and
-// transactional) and Consul's transaction rate from one client. It runs
+// transactional) and Consul's best transaction rate. It runs
 // each Kafka-to-Kafka stage and the consul-writer alone on a prepared
-// topic, then the whole pipeline end to end, prints a table and writes a
-// JSON report under .bench/ (one file per run). See README.md next to it.
+// topic, the Kafka-to-Kafka stages again with more consumer-group members
+// on the same workload, then the whole pipeline end to end, prints a table
+// and writes a JSON report under .bench/ (one file per run). See README.md
+// next to it.
 package main
 
 import (
@@ -47,6 +49,7 @@ type options struct {
 	consulKeys      int
 	consulOpsPerTxn intList
 	consulClients   intList
+	members         intList
 	timeout         time.Duration
 	skipAlone       bool
 	skipEndToEnd    bool
@@ -73,8 +76,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	o.consulClients = intList{1, 2, 4, 8, 16}
 	fs.Var(&o.consulOpsPerTxn, "consul-ops", "operations per transaction the Consul ceiling tries, comma-separated (the best way of writing is the ceiling)")
 	fs.Var(&o.consulClients, "consul-clients", "concurrent writers the Consul ceiling tries, comma-separated (the best way of writing is the ceiling)")
+	o.members = intList{1, 2}
+	fs.Var(&o.members, "members", "member processes of each Kafka-to-Kafka stage, comma-separated: the first is the stage-alone run (with its ceilings); each further one repeats the matcher, segmenter and executor on a fresh stack with that many members, to compare with the first")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for one measured step")
-	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs and their ceilings")
+	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs, their ceilings and the scaling runs")
 	fs.BoolVar(&o.skipEndToEnd, "skip-e2e", false, "skip the end-to-end runs")
 	fs.StringVar(&o.until, "until", "", "stop the stage-alone runs after this stage (matcher, segmenter, executor or consul-writer); each needs the ones before it")
 	fs.DurationVar(&o.profile, "cpu-profile", 0, "save a CPU profile of this long of each stage-alone run, from its first record, as <stage>.cpu.pprof next to the logs (0: none)")
@@ -99,6 +104,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--consul-ops %v: Consul takes 1 to %d operations per transaction", o.consulOpsPerTxn, consulkv.MaxTxnOps)
 	case len(o.consulClients) == 0 || slices.Min(o.consulClients) < 1 || slices.Max(o.consulClients) > 64:
 		return fmt.Errorf("--consul-clients %v: want 1 to 64 concurrent writers", o.consulClients)
+	case len(o.members) == 0 || slices.Min(o.members) < 1 || slices.Max(o.members) > o.partitions:
+		return fmt.Errorf("--members %v: want 1 to --partitions (%d) members per stage; a member beyond the partition count gets none", o.members, o.partitions)
 	}
 	return nil
 }
@@ -119,6 +126,9 @@ type bench struct {
 	bodyBytes      int
 	log            zerolog.Logger
 	profile        time.Duration
+	// runTag tells the stages' logs of a repeated stage-alone run apart
+	// from the first run's ("" in the first run).
+	runTag string
 }
 
 func main() {
@@ -184,6 +194,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}); err != nil {
 			return err
 		}
+		for i, n := range o.members[1:] {
+			if err := withStack(ctx, o, logDir, log, func(b *bench) error {
+				progress("scaling: stage-alone runs again with %d members per stage, on the same workload", n)
+				b.runTag, b.profile = fmt.Sprintf(".run%d", i+2), 0
+				return b.scaleOut(ctx, o, n, &rep, progress)
+			}); err != nil {
+				return err
+			}
+		}
+		rep.scalingRatios()
 	}
 	if !o.skipEndToEnd {
 		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
@@ -263,18 +283,8 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 	}
 	rep.Settings.Workload = w
 	for _, st := range aloneStages {
-		if st.name == topology.StageMatcher {
-			// The registrations are history: the matcher restores them
-			// from deploy.components when assigned and handles changes.
-			if err := skipInputs(ctx, b.kafka, b.kafka.Prefix+"policyflow-"+st.name,
-				b.kafka.Topic(topology.DeployComponents), b.kafka.Topic(topology.CatchupRequests)); err != nil {
-				return fmt.Errorf("matcher: skip the registrations: %w", err)
-			}
-		}
-		if st.name == topology.StageSegmenter {
-			if err := w.loadUpdates(ctx, b.kafka, b.codec); err != nil {
-				return fmt.Errorf("segmenter: %w", err)
-			}
+		if err := b.prepare(ctx, st, w); err != nil {
+			return err
 		}
 		if st.name == topology.StageConsulWriter {
 			progress("consul ceiling: %d keys of %d bytes, %v writers x %v per transaction", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn)
@@ -284,30 +294,57 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 			}
 			rep.Ceilings.Consul, rep.Ceilings.ConsulSweep = &c, sweep
 		}
+		members := 1
+		if st.kafkaToKafka() {
+			members = o.members[0]
+		}
 		progress("%s alone on %s", st.name, st.input)
-		run, in, err := b.runAlone(ctx, st.name, st.input)
+		run, in, m, err := b.runAlone(ctx, st.name, st.input, members)
 		run.Stage, run.Target = st.name, st.target
 		if err != nil {
 			return err
 		}
-		isWriter := st.name == topology.StageConsulWriter
-		if run.OutputRecords, run.KeysWritten, err = b.countOutputs(ctx, st.output, isWriter); err != nil {
-			return fmt.Errorf("%s: count outputs on %s: %w", st.name, st.output, err)
-		}
-		if isWriter {
-			run.KeysPerSec = float64(run.KeysWritten) / run.Seconds
-			run.Ratio = run.KeysPerSec / rep.Ceilings.Consul.KeysPerSec
-			run.RatioTo = "Consul transactions, the best of the ceiling's ways of writing"
-		} else {
+		if st.kafkaToKafka() {
+			digest, err := b.digestOutput(ctx, st.output)
+			if err != nil {
+				return fmt.Errorf("%s: digest of %s: %w", st.name, st.output, err)
+			}
+			run.OutputRecords = digest.records
 			progress("%s ceilings: pass-through of %d-byte records", st.name, in.meanBytes())
 			if err := b.ceilings(ctx, &run, in); err != nil {
 				return fmt.Errorf("%s: %w", st.name, err)
 			}
+			rep.Scaling = append(rep.Scaling, newScaleRun(run, m, digest, nil))
+		} else {
+			if run.OutputRecords, run.KeysWritten, err = b.countApplied(ctx, st.output); err != nil {
+				return fmt.Errorf("%s: count outputs on %s: %w", st.name, st.output, err)
+			}
+			run.KeysPerSec = float64(run.KeysWritten) / run.Seconds
+			run.Ratio = run.KeysPerSec / rep.Ceilings.Consul.KeysPerSec
+			run.RatioTo = "Consul transactions, the best of the ceiling's ways of writing"
 		}
 		rep.Stages = append(rep.Stages, run)
 		progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
 		if st.name == o.until {
 			break
+		}
+	}
+	return nil
+}
+
+// prepare readies a stage's input before it runs alone.
+func (b *bench) prepare(ctx context.Context, st aloneStage, w workload) error {
+	switch st.name {
+	case topology.StageMatcher:
+		// The registrations are history: the matcher restores them
+		// from deploy.components when assigned and handles changes.
+		if err := skipInputs(ctx, b.kafka, b.kafka.Prefix+"policyflow-"+st.name,
+			b.kafka.Topic(topology.DeployComponents), b.kafka.Topic(topology.CatchupRequests)); err != nil {
+			return fmt.Errorf("matcher: skip the registrations: %w", err)
+		}
+	case topology.StageSegmenter:
+		if err := w.loadUpdates(ctx, b.kafka, b.codec); err != nil {
+			return fmt.Errorf("segmenter: %w", err)
 		}
 	}
 	return nil

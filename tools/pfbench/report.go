@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,8 +23,11 @@ type Report struct {
 	Settings   Settings   `json:"settings"`
 	Ceilings   Ceilings   `json:"ceilings"`
 	Stages     []StageRun `json:"stages"`
-	EndToEnd   *EndToEnd  `json:"end_to_end,omitempty"`
-	Logs       string     `json:"logs"`
+	// Scaling is each Kafka-to-Kafka stage run alone with every member
+	// count of --members, the first run of each stage first.
+	Scaling  []ScaleRun `json:"scaling,omitempty"`
+	EndToEnd *EndToEnd  `json:"end_to_end,omitempty"`
+	Logs     string     `json:"logs"`
 }
 
 // Ceilings are the raw rates the stages are compared with. The Kafka
@@ -37,6 +42,7 @@ type Ceilings struct {
 type Settings struct {
 	Workload   workload          `json:"workload"`
 	Partitions int               `json:"partitions"`
+	Members    []int             `json:"members"`
 	Reps       int               `json:"e2e_reps"`
 	Fleet      int               `json:"e2e_fleet"`
 	Backend    string            `json:"backend"`
@@ -52,7 +58,7 @@ type Settings struct {
 
 func settings(o options, root string) Settings {
 	s := Settings{
-		Workload: o.work, Partitions: o.partitions, Reps: o.reps, Fleet: o.fleet,
+		Workload: o.work, Partitions: o.partitions, Members: o.members, Reps: o.reps, Fleet: o.fleet,
 		Backend:    "embedded: kfake in this process (in memory), Consul agent -dev; every stage its own process",
 		Go:         goruntime.Version(),
 		OSArch:     goruntime.GOOS + "/" + goruntime.GOARCH,
@@ -103,6 +109,9 @@ func (r Report) table(w io.Writer) {
 	fmt.Fprintf(w, "workload: %d components (%d per deployment), %d policies of %d B, %d changes x %d partitions\n\n",
 		s.Workload.Components, s.Workload.PerDeployment, s.Workload.Policies, s.Workload.BodyBytes, s.Workload.Changes, s.Partitions)
 	if len(r.Stages) > 0 {
+		if len(s.Members) > 0 && s.Members[0] > 1 {
+			fmt.Fprintf(w, "Kafka-to-Kafka stages alone with %d members each\n", s.Members[0])
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "stage alone\tinput\trec bytes\trate/s\tceiling/s\tratio\ttarget\tpeak RSS MiB\tCPU s stage/broker\t")
 		for _, st := range r.Stages {
@@ -121,6 +130,10 @@ func (r Report) table(w io.Writer) {
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
+		if len(r.Scaling) > 0 {
+			r.scalingTable(w)
+			fmt.Fprintln(w)
+		}
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "ceiling\trecords\trec bytes\tplain rec/s\ttransactional rec/s\t")
 		for _, st := range r.Stages {
@@ -150,6 +163,59 @@ func (r Report) table(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  peak RSS MiB during end to end: %s\n", strings.Join(parts, ", "))
 	}
+}
+
+// scalingTable prints each Kafka-to-Kafka stage's runs by member count,
+// and says loudly which wrote other records than the stage's first run.
+func (r Report) scalingTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scaling\tmembers\trate/s\tx 1 member\tCPU s/1k rec\tpeak RSS MiB\tstart->first rec s\trecords handled\taborted txns\tsame output\t")
+	// The runs of a stage together, stages in pipeline order.
+	rows := slices.Clone(r.Scaling)
+	slices.SortStableFunc(rows, func(a, b ScaleRun) int { return stageOrder(a.Stage) - stageOrder(b.Stage) })
+	var differ []ScaleRun
+	for _, sr := range rows {
+		ratio := "-"
+		if sr.RatioToOne > 0 {
+			ratio = fmt.Sprintf("%.2f", sr.RatioToOne)
+		}
+		first := fmt.Sprintf("%.2f", sr.StartToFirstRecord)
+		handled := strconv.Itoa(sr.handled())
+		if sr.Members > 1 {
+			if sr.StartToEveryMember > 0 {
+				first += fmt.Sprintf(" (all %.2f)", sr.StartToEveryMember)
+			} else {
+				first += fmt.Sprintf(" (%d of %d handled any)", sr.membersThatHandled(), sr.Members)
+			}
+			parts := make([]string, len(sr.Handled))
+			for i, n := range sr.Handled {
+				parts[i] = strconv.Itoa(n)
+			}
+			handled += " = " + strings.Join(parts, "+")
+		}
+		same := "yes"
+		switch {
+		case sr.Reference:
+			same = "reference"
+		case !sr.SameOutput:
+			same = "NO !"
+			differ = append(differ, sr)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.3f\t%.0f\t%s\t%s\t%d\t%s\t\n", sr.Stage, sr.Members, sr.RecordsPerSec, ratio,
+			sr.CPUPer1k, sr.PeakRSSMiB, first, handled, sr.AbortedTxns, same)
+	}
+	tw.Flush()
+	for _, sr := range differ {
+		if ref := r.reference(sr.Stage); ref != nil {
+			fmt.Fprintf(w, "! %s with %d members wrote other records than its first run: %d records, digest %s; first run %d records, digest %s\n",
+				sr.Stage, sr.Members, sr.OutputRecords, sr.OutputDigest, ref.OutputRecords, ref.OutputDigest)
+		}
+	}
+}
+
+// stageOrder is a stage's place in the pipeline.
+func stageOrder(stage string) int {
+	return slices.IndexFunc(aloneStages, func(s aloneStage) bool { return s.name == stage })
 }
 
 // miss marks a figure that misses its target.
