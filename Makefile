@@ -98,7 +98,7 @@ test: consul ## unit tests of every module, then integration on the embedded bac
 # of the hot pure code.
 BENCH_ARGS ?=
 
-bench: build consul ## measure every stage and the pipeline end to end against ceilings of the same run (report in .bench/; flags in BENCH_ARGS="...")
+bench: build consul ## measure every stage against ceilings of the same run, its scaling over 1 and 2 group members, and the pipeline end to end (report in .bench/; flags in BENCH_ARGS="...")
 	bin/pfbench $(BENCH_ARGS)
 
 bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB
