@@ -116,7 +116,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	}
 }
 
-// waitBrokers blocks until the brokers answer, so readiness means it. A
+// waitBrokers blocks until the brokers answer cl, so readiness means it. A
 // failure is logged, and is the stage's reason not to be ready, with what
 // to check (Kafka.Explain): an error the first time, then a warning per
 // retry. It keeps trying: brokers that are down may come back, and SASL
