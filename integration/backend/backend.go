@@ -21,7 +21,6 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
-	"github.com/policyflow/policyflow/topology"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -322,14 +321,5 @@ func (b *Backend) Admin(t testing.TB) *kadm.Client {
 // match its specification.
 func (b *Backend) ApplyTopology(t testing.TB, prefix string, partitions int32) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	rep, err := topology.Apply(ctx, b.Admin(t), topology.Default(), topology.Options{Prefix: prefix, Partitions: partitions})
-	if err != nil {
-		t.Fatalf("backend: apply the topology under prefix %q: %v", prefix, err)
-	}
-	if len(rep.Left) > 0 {
-		t.Fatalf("backend: the topology under prefix %q differs from its specification after apply: %v", prefix, rep.Left)
-	}
-	t.Logf("topology under %q: %v", prefix, rep)
+	applyTopology(t, b.Admin(t), prefix, partitions)
 }

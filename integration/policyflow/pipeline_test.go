@@ -64,6 +64,13 @@ func start(t *testing.T) *pipeline {
 	b := backend.Get(t)
 	prefix := b.Prefix(t)
 	b.ApplyTopology(t, prefix, 3)
+	return startOn(t, b, b.Kafka(prefix))
+}
+
+// startOn runs the policy flow on the Kafka k says (its topology applied)
+// and the backend's Consul.
+func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka) *pipeline {
+	t.Helper()
 	sim := pdp.NewServer()
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(srv.Close)
@@ -72,7 +79,7 @@ func start(t *testing.T) *pipeline {
 		t.Fatal(err)
 	}
 	scripts := t.TempDir()
-	p := &pipeline{t: t, b: b, kafka: b.Kafka(prefix), consul: c, pdp: sim, pdpURL: srv.URL,
+	p := &pipeline{t: t, b: b, kafka: k, consul: c, pdp: sim, pdpURL: srv.URL,
 		scripts: scripts, targets: notifytarget.Config{ScriptDirs: []string{scripts}, WebhookAllow: []string{"127.0.0.1"}}}
 	p.run()
 	t.Cleanup(func() { p.stop() })
@@ -136,6 +143,13 @@ func (p *pipeline) run() {
 
 func (p *pipeline) eventually(what string, wait time.Duration, check func() error) {
 	p.t.Helper()
+	eventually(p.t, what, wait, check)
+}
+
+// eventually polls check until it succeeds, failing the test with its last
+// error after wait.
+func eventually(t *testing.T, what string, wait time.Duration, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(wait)
 	for {
 		err := check()
@@ -143,7 +157,7 @@ func (p *pipeline) eventually(what string, wait time.Duration, check func() erro
 			return
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("%s: not after %s: %v", what, wait, err)
+			t.Fatalf("%s: not after %s: %v", what, wait, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

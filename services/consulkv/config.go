@@ -1,10 +1,14 @@
 package consulkv
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -53,6 +57,33 @@ func (c Config) Client() (*api.Client, error) {
 	cl, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
+	}
+	return cl, nil
+}
+
+// tokenCheckTimeout bounds the token check at start.
+const tokenCheckTimeout = 10 * time.Second
+
+// Connect is Client for a stage starting: it checks the token once
+// (CheckToken) and fails when Consul refuses it, saying so, as no request
+// with it could succeed. When the agent cannot be reached yet, it logs a
+// warning and returns the client: the stage retries its requests until
+// the agent is up, and a refused token then shows in their errors.
+func (c Config) Connect(ctx context.Context, log zerolog.Logger) (*api.Client, error) {
+	cl, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, tokenCheckTimeout)
+	defer cancel()
+	tok, err := CheckToken(cctx, cl, c.Token)
+	switch {
+	case errors.Is(err, ErrTokenRefused):
+		return nil, fmt.Errorf("Consul at %s: %w", c.Addr, err)
+	case err != nil:
+		log.Warn().Err(err).Str("consul", c.Addr).Msg("Consul not reachable at start; the token is checked by the first request")
+	case tok.ACLs:
+		log.Info().Str("consul", c.Addr).Str("accessor_id", tok.AccessorID).Str("description", tok.Description).Msg("Consul accepted the token")
 	}
 	return cl, nil
 }

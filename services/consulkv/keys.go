@@ -1,7 +1,8 @@
 // Package consulkv is the one place that knows how policyflow lays out
 // Consul KV and talks to Consul: the keys of a component's folder, the
 // event and claim documents stored there, Consul's size limits and
-// transaction helpers, and the connection configuration and client.
+// transaction helpers, the connection configuration and client, and what
+// Consul's ACL refusals mean (an unknown token, a missing right).
 //
 // A component's keys all start with its service_component_name (scn):
 //

@@ -1,16 +1,20 @@
 package runtime
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -155,4 +159,55 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	return opts, nil
+}
+
+// Explain adds to an error of talking to the brokers what to check in this
+// configuration: the SASL credentials when Kafka refused them, the CA when
+// the brokers' certificate was not trusted, --tls when the brokers do not
+// speak TLS, the ACLs when the user was denied, and the brokers and SASL
+// credentials when the connection failed or was closed. A broker that
+// refuses SASL credentials by closing the connection (as kfake does)
+// cannot be told from one that is down, so both are named then. Other
+// errors come back unchanged.
+func (k Kafka) Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	brokers := strings.Join(k.Brokers, ",")
+	var (
+		unknownCA  x509.UnknownAuthorityError
+		badHost    x509.HostnameError
+		invalid    x509.CertificateInvalidError
+		verify     *tls.CertificateVerificationError
+		notTLS     tls.RecordHeaderError
+		netErr     net.Error
+		firstRead  *kgo.ErrFirstReadEOF
+		saslDenied = errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) || errors.Is(err, kerr.IllegalSaslState)
+	)
+	switch {
+	case saslDenied:
+		return fmt.Errorf("Kafka refused the SASL credentials of %s: check --sasl-mechanism, --sasl-user and --sasl-password (PF_SASL_MECHANISM, PF_SASL_USER, PF_SASL_PASSWORD): %w", k.principal(), err)
+	case errors.As(err, &unknownCA), errors.As(err, &badHost), errors.As(err, &invalid), errors.As(err, &verify):
+		return fmt.Errorf("the TLS certificate of brokers %s was not accepted: check --tls-ca (PF_TLS_CA) and that --brokers names hosts the certificate is for: %w", brokers, err)
+	case errors.As(err, &notTLS):
+		return fmt.Errorf("brokers %s do not speak TLS: drop --tls (PF_TLS) or name their TLS listener in --brokers: %w", brokers, err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed),
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return fmt.Errorf("Kafka denied %s: grant it ACLs on the topics, groups and transactional ids under prefix %q: %w", k.principal(), k.Prefix, err)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.As(err, &firstRead), errors.As(err, &netErr),
+		errors.Is(err, context.DeadlineExceeded):
+		if k.SASLMechanism != "" {
+			return fmt.Errorf("brokers not reachable or SASL credentials refused: check --brokers %s and the SASL credentials of %s (--sasl-user, --sasl-password): %w", brokers, k.principal(), err)
+		}
+		return fmt.Errorf("brokers not reachable: check --brokers %s (and --tls, --sasl-mechanism if they require TLS or SASL): %w", brokers, err)
+	}
+	return err
+}
+
+// principal names who the client is to the brokers, for error messages.
+func (k Kafka) principal() string {
+	if k.SASLMechanism == "" {
+		return "the client without SASL"
+	}
+	return fmt.Sprintf("user %q (%s)", k.SASLUser, strings.ToUpper(k.SASLMechanism))
 }

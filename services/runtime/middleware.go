@@ -198,6 +198,24 @@ func counted(out []Outcome, inputs int) []Outcome {
 	return out
 }
 
+// decodeValue decodes a record's value (not a tombstone), saying what is
+// wrong with one that is not an event: an empty value (a record that is
+// neither an event nor a tombstone, which no policyflow writer produces)
+// and bytes that do not hold what their schema says are malformed records.
+func decodeValue(ctx context.Context, codec *events.Codec, raw []byte) (events.Event, error) {
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("%w: the value is empty, so neither an event nor a tombstone (which has no value at all)", events.ErrMalformed)
+	}
+	v, err := codec.Decode(ctx, raw)
+	switch {
+	case err == nil:
+		return v, nil
+	case errors.Is(err, events.ErrMalformed):
+		return nil, fmt.Errorf("malformed record: %w", err)
+	}
+	return nil, fmt.Errorf("decode record: %w", err)
+}
+
 // decoding decodes each input's value before the handler sees it; an
 // input that cannot be decoded fails permanently without reaching it.
 func decoding(codec *events.Codec) Middleware {
@@ -208,9 +226,9 @@ func decoding(codec *events.Codec) Middleware {
 			pass := make([]Input, 0, len(ins))
 			for i, in := range ins {
 				if in.Raw != nil && in.Value == nil {
-					v, err := codec.Decode(ctx, in.Raw)
+					v, err := decodeValue(ctx, codec, in.Raw)
 					if err != nil {
-						out[i].Err = Permanent(fmt.Errorf("decode record: %w", err))
+						out[i].Err = Permanent(err)
 						continue
 					}
 					in.Value = v

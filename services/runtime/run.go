@@ -58,6 +58,12 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	defer env.Health.Forget(s.Name)
 
 	r := &runner{stage: s, env: env, log: log, owned: map[string][]int32{}}
+	// Setup may read state from Kafka: the brokers are waited for first,
+	// so that unreachable brokers or refused credentials are told as such
+	// rather than as the failure of a state read.
+	if err := r.reachBrokers(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
 	var inner BatchHandler
 	var closeFn func()
 	var err error
@@ -74,7 +80,7 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 		})
 	}
 	if err != nil {
-		return fmt.Errorf("stage %s: setup: %w", s.Name, err)
+		return fmt.Errorf("stage %s: setup: %w", s.Name, env.Kafka.Explain(err))
 	}
 	if closeFn != nil {
 		defer closeFn()
@@ -94,8 +100,24 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	} else {
 		err = r.runTransactional(ctx)
 	}
+	err = env.Kafka.Explain(err)
 	log.Info().Err(err).Msg("stage stopped")
 	return err
+}
+
+// reachBrokers waits until the brokers answer a client of the stage's
+// configuration (see waitBrokers).
+func (r *runner) reachBrokers(ctx context.Context) error {
+	opts, err := r.env.Kafka.ClientOpts()
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", r.stage.Name, err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.WithLogger(KgoLogger(r.log)), kgo.ClientID("policyflow-"+r.stage.Name))...)
+	if err != nil {
+		return fmt.Errorf("stage %s: create client: %w", r.stage.Name, err)
+	}
+	defer cl.Close()
+	return r.waitBrokers(ctx, cl)
 }
 
 func randomID() string {

@@ -116,17 +116,32 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	}
 }
 
-// waitBrokers blocks until the brokers answer, so readiness means it.
+// waitBrokers blocks until the brokers answer cl, so readiness means it. A
+// failure is logged, and is the stage's reason not to be ready, with what
+// to check (Kafka.Explain): an error the first time, then a warning per
+// retry. It keeps trying: brokers that are down may come back, and SASL
+// users may be created after the stage started.
 func (r *runner) waitBrokers(ctx context.Context, cl *kgo.Client) error {
 	for attempt := 0; ; attempt++ {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := cl.Ping(pctx)
 		cancel()
 		if err == nil {
+			if attempt > 0 {
+				r.log.Info().Strs("brokers", r.env.Kafka.Brokers).Msg("brokers reachable")
+			}
 			return nil
 		}
-		r.env.Health.NotReady(r.stage.Name, "brokers not reachable: "+err.Error())
-		r.log.Warn().Err(err).Strs("brokers", r.env.Kafka.Brokers).Msg("brokers not reachable; retrying")
+		if ctx.Err() != nil {
+			return nil
+		}
+		err = r.env.Kafka.Explain(err)
+		r.env.Health.NotReady(r.stage.Name, err.Error())
+		ev := r.log.Warn()
+		if attempt == 0 {
+			ev = r.log.Error()
+		}
+		ev.Err(err).Strs("brokers", r.env.Kafka.Brokers).Msg("cannot reach the brokers; retrying")
 		select {
 		case <-ctx.Done():
 			return nil

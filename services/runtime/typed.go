@@ -23,7 +23,9 @@ type Tombstones int
 
 const (
 	// SkipTombstones filters a tombstone: no outputs, the handler never
-	// sees it.
+	// sees it. For inputs where one may come but means nothing to the
+	// stage; where one is never written, refuse it instead, so that it is
+	// not dropped silently.
 	SkipTombstones Tombstones = iota
 	// PassTombstones hands a tombstone to the handler with a nil Value,
 	// for inputs where it means something (a compacted topic's delete).
@@ -42,7 +44,7 @@ func msgOf[T events.Event](in Input, tombstones Tombstones) (m Msg[T], skip bool
 		case PassTombstones:
 			return m, false, nil
 		case RefuseTombstones:
-			return m, false, Permanentf("record at %s[%d]@%d is a tombstone, want %s", in.Topic, in.Partition, in.Offset, schemaOf[T]())
+			return m, false, Permanentf("record at %s[%d]@%d is a tombstone (no value), which %s never carries: want %s", in.Topic, in.Partition, in.Offset, in.Topic, schemaOf[T]())
 		}
 		return m, true, nil
 	}
@@ -142,9 +144,9 @@ func Rows[V events.Event](ctx context.Context, env Env, tombstones Tombstones, f
 func decodeRow[V events.Event](ctx context.Context, codec *events.Codec, k Kafka, tombstones Tombstones, rec *kgo.Record) (Msg[V], bool, error) {
 	in := inputOf(k, rec)
 	if rec.Value != nil {
-		v, err := codec.Decode(ctx, rec.Value)
+		v, err := decodeValue(ctx, codec, rec.Value)
 		if err != nil {
-			return Msg[V]{Input: in}, false, fmt.Errorf("decode record at %s[%d]@%d: %w", in.Topic, in.Partition, in.Offset, err)
+			return Msg[V]{Input: in}, false, fmt.Errorf("record at %s[%d]@%d: %w", in.Topic, in.Partition, in.Offset, err)
 		}
 		in.Value = v
 	}

@@ -2,6 +2,9 @@ package devstack
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // Broker settings the embedded stack uses unless BrokerOptions.BrokerConfigs
@@ -56,6 +61,28 @@ type BrokerOptions struct {
 	// Logger receives the broker's log lines; its level filters them.
 	// The zero value logs nothing.
 	Logger zerolog.Logger
+	// TLS, when set, makes the broker accept TLS connections only, with
+	// this configuration (its certificate).
+	TLS *tls.Config
+	// Users, when not empty, makes the broker require SASL
+	// authentication as one of them.
+	Users []User
+	// ACLs turns Kafka ACL checks on: a superuser may do anything, any
+	// other user only what its ACLs allow. It needs a superuser.
+	ACLs bool
+}
+
+// User is a SASL user of the broker.
+type User struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+	Mechanism string
+	Name      string
+	Password  string
+	// Superuser bypasses the ACLs.
+	Superuser bool
+	// ACLs are the user's rights when BrokerOptions.ACLs is on; the
+	// principal of each is User:<Name> whatever it says.
+	ACLs []kfake.ACL
 }
 
 // Broker is a running in-process Kafka-protocol broker.
@@ -116,6 +143,11 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	if o.Partitions > 0 {
 		opts = append(opts, kfake.DefaultNumPartitions(int(o.Partitions)))
 	}
+	sec, err := o.security()
+	if err != nil {
+		return nil, fmt.Errorf("start broker on %s: %w", listen, err)
+	}
+	opts = append(opts, sec...)
 	if o.DataDir != "" {
 		if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
 			return nil, fmt.Errorf("start broker: create data dir %s: %w", o.DataDir, err)
@@ -133,7 +165,7 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	b := &Broker{Cluster: c, Addrs: c.ListenAddrs()}
 
 	if o.DataDir != "" {
-		if err := b.restartCompaction(cfgs["log.cleaner.backoff.ms"]); err != nil {
+		if err := b.restartCompaction(o.adminOpts(), cfgs["log.cleaner.backoff.ms"]); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("start broker with data dir %s: %w", o.DataDir, err)
 		}
@@ -156,11 +188,11 @@ func (b *Broker) Close() {
 // config is altered, not when topics are loaded from the data dir; a
 // validate-only broker config change (which alters nothing) makes it
 // look at the topics again.
-func (b *Broker) restartCompaction(backoffMs string) error {
+func (b *Broker) restartCompaction(admin []kgo.Opt, backoffMs string) error {
 	if backoffMs == "" {
 		backoffMs = "3600000"
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...))
+	cl, err := kgo.NewClient(append(admin, kgo.SeedBrokers(b.Addrs...))...)
 	if err != nil {
 		return fmt.Errorf("restart compaction: create client: %w", err)
 	}
@@ -189,6 +221,84 @@ func (b *Broker) restartCompaction(backoffMs string) error {
 		}
 	}
 	return nil
+}
+
+// security turns TLS, Users and ACLs into kfake options.
+func (o BrokerOptions) security() ([]kfake.Opt, error) {
+	var opts []kfake.Opt
+	if o.TLS != nil {
+		opts = append(opts, kfake.TLS(o.TLS))
+	}
+	superuser := false
+	for _, u := range o.Users {
+		switch u.Mechanism {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			return nil, fmt.Errorf("SASL user %q: unknown mechanism %q: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Name, u.Mechanism)
+		}
+		if u.Name == "" {
+			return nil, fmt.Errorf("a SASL user (%s) has no name", u.Mechanism)
+		}
+		if u.Superuser {
+			superuser = true
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Name, u.Password))
+		} else {
+			opts = append(opts, kfake.User(u.Mechanism, u.Name, u.Password, u.ACLs...))
+		}
+	}
+	if len(o.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+	}
+	if o.ACLs {
+		if !superuser {
+			return nil, errors.New("ACLs need a superuser among the SASL users: without one nobody could create a topic")
+		}
+		opts = append(opts, kfake.EnableACLs())
+	}
+	return opts, nil
+}
+
+// adminOpts are the options of a client of the broker's own that may do
+// anything: the first superuser (else the first user) and, with TLS, a
+// configuration that trusts the broker's own certificate.
+func (o BrokerOptions) adminOpts() []kgo.Opt {
+	var opts []kgo.Opt
+	var admin *User
+	for i := range o.Users {
+		if u := &o.Users[i]; admin == nil || u.Superuser && !admin.Superuser {
+			admin = u
+		}
+	}
+	if admin != nil {
+		switch admin.Mechanism {
+		case "PLAIN":
+			opts = append(opts, kgo.SASL(plain.Auth{User: admin.Name, Pass: admin.Password}.AsMechanism()))
+		case "SCRAM-SHA-256":
+			opts = append(opts, kgo.SASL(scram.Auth{User: admin.Name, Pass: admin.Password}.AsSha256Mechanism()))
+		case "SCRAM-SHA-512":
+			opts = append(opts, kgo.SASL(scram.Auth{User: admin.Name, Pass: admin.Password}.AsSha512Mechanism()))
+		}
+	}
+	if o.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(trustOwn(o.TLS)))
+	}
+	return opts
+}
+
+// trustOwn is a client configuration that trusts the certificates of a
+// server configuration: each served leaf is a root, so the broker's own
+// client verifies it without knowing the CA that signed it.
+func trustOwn(server *tls.Config) *tls.Config {
+	pool := x509.NewCertPool()
+	for _, c := range server.Certificates {
+		if len(c.Certificate) == 0 {
+			continue
+		}
+		if leaf, err := x509.ParseCertificate(c.Certificate[0]); err == nil {
+			pool.AddCert(leaf)
+		}
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
 }
 
 // advertised resolves BrokerOptions.Advertise; port 0 means "the port the

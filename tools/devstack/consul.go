@@ -46,6 +46,14 @@ type ConsulOptions struct {
 	// Logger receives the agent's lifecycle events (not its own log,
 	// which goes to LogFile).
 	Logger zerolog.Logger
+	// ManagementToken, when not empty, turns Consul's ACLs on with a
+	// default policy of deny and makes it the initial management token
+	// (a UUID): every request then needs a token with the rights to it,
+	// made with this one. The agent uses it for its own requests too. It
+	// is written to acl.hcl next to the agent's log (0600), not passed
+	// on the command line. With a DataDir, Consul takes it only the
+	// first time, when it bootstraps its ACLs.
+	ManagementToken string
 }
 
 // ConsulAgent is a running Consul agent child process.
@@ -58,6 +66,7 @@ type ConsulAgent struct {
 	LogFile string
 
 	cmd     *exec.Cmd
+	token   string // the management token when ACLs are on
 	logF    *os.File
 	tmpDir  string
 	done    chan struct{}
@@ -221,6 +230,15 @@ func startConsulOnce(ctx context.Context, bin string, o ConsulOptions, host stri
 		)
 	}
 
+	if o.ManagementToken != "" {
+		conf := filepath.Join(logDir, "acl.hcl")
+		if err := os.WriteFile(conf, aclConfig(o.ManagementToken), 0o600); err != nil {
+			return fail(fmt.Errorf("start consul: write ACL configuration %s: %w", conf, err))
+		}
+		args = append(args, "-config-file="+conf)
+		a.token = o.ManagementToken
+	}
+
 	a.LogFile = filepath.Join(logDir, "consul.log")
 	// A data dir's log grows with every start; keep one previous file.
 	if fi, err := os.Stat(a.LogFile); err == nil && fi.Size() > maxConsulLog {
@@ -259,8 +277,24 @@ func startConsulOnce(ctx context.Context, bin string, o ConsulOptions, host stri
 	return a, nil
 }
 
+// aclConfig is the agent configuration that turns ACLs on, default deny,
+// with token as the initial management token and the agent's own.
+func aclConfig(token string) []byte {
+	q := strconv.Quote(token)
+	return []byte(`acl {
+  enabled                  = true
+  default_policy           = "deny"
+  enable_token_persistence = false
+  tokens {
+    initial_management = ` + q + `
+    agent              = ` + q + `
+  }
+}
+`)
+}
+
 // waitReady polls until the agent reports a leader and a KV write and
-// delete succeed.
+// delete succeed (with the management token when ACLs are on).
 func (a *ConsulAgent) waitReady(ctx context.Context) error {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	base := "http://" + a.Addr
@@ -280,7 +314,7 @@ func (a *ConsulAgent) waitReady(ctx context.Context) error {
 		case <-tick.C:
 		}
 		last = func() error {
-			body, err := consulDo(ctx, hc, http.MethodGet, base+"/v1/status/leader", nil)
+			body, err := consulDo(ctx, hc, http.MethodGet, base+"/v1/status/leader", nil, "")
 			if err != nil {
 				return err
 			}
@@ -291,10 +325,10 @@ func (a *ConsulAgent) waitReady(ctx context.Context) error {
 			if leader == "" {
 				return errors.New("no leader yet")
 			}
-			if _, err := consulDo(ctx, hc, http.MethodPut, probe, []byte("ok")); err != nil {
+			if _, err := consulDo(ctx, hc, http.MethodPut, probe, []byte("ok"), a.token); err != nil {
 				return err
 			}
-			_, err = consulDo(ctx, hc, http.MethodDelete, probe, nil)
+			_, err = consulDo(ctx, hc, http.MethodDelete, probe, nil, a.token)
 			return err
 		}()
 		if last == nil {
@@ -303,10 +337,13 @@ func (a *ConsulAgent) waitReady(ctx context.Context) error {
 	}
 }
 
-func consulDo(ctx context.Context, hc *http.Client, method, url string, body []byte) ([]byte, error) {
+func consulDo(ctx context.Context, hc *http.Client, method, url string, body []byte, token string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("X-Consul-Token", token)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

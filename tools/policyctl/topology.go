@@ -94,12 +94,14 @@ func newAdmin(k runtime.Kafka) (*kadm.Client, error) {
 	return kadm.NewClient(cl), nil
 }
 
-// withBrokerHint adds which brokers did not answer to a timeout.
+// withBrokerHint says what to check when the brokers could not be talked
+// to (runtime's Kafka.Explain), and adds how long they were waited for to
+// a timeout.
 func withBrokerHint(err error, f *topologyFlags) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w (no complete answer from brokers %s within %s)", err, strings.Join(f.kafka.Brokers, ","), f.timeout)
+		err = fmt.Errorf("%w (no complete answer from brokers %s within %s)", err, strings.Join(f.kafka.Brokers, ","), f.timeout)
 	}
-	return err
+	return f.kafka.Explain(err)
 }
 
 // brokerCommand parses the flags and arguments of a command that talks to

@@ -220,3 +220,33 @@ func TestTopologyVerifyGivesUpOnAnUnreachableBroker(t *testing.T) {
 		t.Errorf("verify against no broker: exit %d, stderr %q; want exit 1 naming the broker", r.code, r.errOut)
 	}
 }
+
+// Wrong SASL credentials make verify fail, saying to check them: the
+// broker closes the connection (as kfake does), which looks like a broker
+// that is down, so both are named.
+func TestTopologyVerifyWithRefusedCredentialsSaysWhatToCheck(t *testing.T) {
+	hermeticEnv(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "ops", "right"))
+	if err != nil {
+		t.Fatalf("start kfake cluster: %v", err)
+	}
+	t.Cleanup(c.Close)
+	addr := c.ListenAddrs()[0]
+	sasl := []string{"--brokers", addr, "--sasl-mechanism", "SCRAM-SHA-512", "--sasl-user", "ops", "--timeout", "5s"}
+
+	r := policyctl(t, append([]string{"topology", "verify"}, append(sasl, "--sasl-password", "wrong")...)...)
+	if r.code != 1 {
+		t.Fatalf("verify with a wrong password: exit %d, want 1\nstdout: %s\nstderr: %s", r.code, r.out, r.errOut)
+	}
+	for _, want := range []string{"brokers not reachable or SASL credentials refused", addr, `user "ops" (SCRAM-SHA-512)`, "--sasl-password"} {
+		if !strings.Contains(r.errOut, want) {
+			t.Errorf("verify with a wrong password says %q, want it to name %q", r.errOut, want)
+		}
+	}
+
+	// The right password gets through to the comparison.
+	r = policyctl(t, append([]string{"topology", "verify"}, append(sasl, "--sasl-password", "right")...)...)
+	if r.code != 1 || !strings.Contains(r.out, ": missing; apply creates it") {
+		t.Fatalf("verify with the right password: exit %d, want 1 with the missing topics\nstdout: %s\nstderr: %s", r.code, r.out, r.errOut)
+	}
+}

@@ -64,13 +64,13 @@ type writer struct {
 	log zerolog.Logger
 }
 
-func (w *writer) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
-	cl, err := w.cfg.Consul.Client()
+func (w *writer) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
+	w.log = env.Log.With().Str("stage", topology.StageConsulWriter).Logger()
+	cl, err := w.cfg.Consul.Connect(ctx, w.log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}
 	w.kv, w.txn = cl.KV(), cl.Txn()
-	w.log = env.Log.With().Str("stage", topology.StageConsulWriter).Logger()
 	return runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), nil, nil
 }
 
@@ -127,11 +127,11 @@ func (w *writer) one(ctx context.Context, j *job) ([]runtime.Output, error) {
 }
 
 func readError(j *job, err error) error {
-	return fmt.Errorf("consul-writer: read %s for component %s: %w", j.folder, j.rec.ComponentID, err)
+	return fmt.Errorf("consul-writer: read %s for component %s: %w", j.folder, j.rec.ComponentID, consulkv.Explain(err))
 }
 
 func writeError(j *job, err error) error {
-	return fmt.Errorf("consul-writer: write update %s of component %s to %s: %w", j.rec.UpdateID, j.rec.ComponentID, j.folder, err)
+	return fmt.Errorf("consul-writer: write update %s of component %s to %s: %w", j.rec.UpdateID, j.rec.ComponentID, j.folder, consulkv.Explain(err))
 }
 
 // planJob plans j's write against its folder as read. done says that the
@@ -173,6 +173,16 @@ func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Outpu
 // write carries out a plan's steps in order and returns the event key's
 // ModifyIndex after the last one (for an uninstall: the index of the
 // deletion, when Consul reports it).
+//
+// A write Consul denies because the token lacks the right to the folder
+// fails permanently (the record is dead-lettered with the right to grant):
+// retrying could not succeed before an operator changes the token's
+// policy, and would hold up every other component of the partition
+// meanwhile; the component's next collection, which carries its full
+// state, writes the folder once the right is granted. A token Consul does
+// not know at all (deleted after the start) fails every write alike, so
+// that is retried until the token is fixed rather than dead-lettering
+// everything.
 func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64, error) {
 	eventKey := consulkv.EventKey(scn)
 	index := plan.EventIndex
@@ -180,6 +190,9 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 	for i, st := range plan.Steps {
 		if st.Put != nil {
 			ok, _, err := w.kv.CAS(st.Put, (&api.WriteOptions{}).WithContext(ctx))
+			if consulkv.Denied(err) {
+				err = runtime.Permanent(consulkv.DeniedError(consulkv.Folder(scn), err.Error()))
+			}
 			if err != nil {
 				return 0, fmt.Errorf("step %d/%d: put %s: %w", i+1, len(plan.Steps), st.Put.Key, err)
 			}
@@ -192,6 +205,9 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 		ok, resp, meta, err := w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
 			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
+		}
+		if !ok && consulkv.TxnDenied(resp) {
+			return 0, runtime.Permanent(fmt.Errorf("step %d/%d: %w", i+1, len(plan.Steps), consulkv.DeniedError(consulkv.Folder(scn), consulkv.TxnReasons(resp))))
 		}
 		if !ok {
 			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), consulkv.TxnReasons(resp), ErrConflict)

@@ -174,7 +174,7 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.polsMu.Unlock()
 	e.log.Info().Int("components", e.comps.Len()).Int("collections", nCols).Dur("took", time.Since(start)).
 		Msg("read deploy.components and component.policies")
-	return runtime.Typed(runtime.SkipTombstones, e.handle), closeFn, nil
+	return runtime.Typed(runtime.RefuseTombstones, e.handle), closeFn, nil
 }
 
 // applyCollection keeps committed current with component.policies.

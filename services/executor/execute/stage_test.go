@@ -3,6 +3,7 @@ package execute
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -230,5 +231,29 @@ func TestDeltaForDeletedComponentUninstalls(t *testing.T) {
 	if cp := decodeCP(t, recs[1]); cp.UpdateID != "u2" || !cp.Uninstalled || cp.Generation != 2 || len(cp.Policies) != 0 ||
 		!reflect.DeepEqual(cp.RemovedPolicies, []events.Policy{vmMemory()}) {
 		t.Fatalf("u2 wrote %+v, want the uninstall of c1", cp)
+	}
+}
+
+// A tombstone on policy.segments means nothing: it is dead-lettered with
+// the reason, not dropped, and the stage goes on.
+func TestTombstoneIsDeadLettered(t *testing.T) {
+	c := newCluster(t)
+	c.Produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
+	stagetest.Run(t, Stage(), testEnv(c))
+	c.ProduceRecords(t, c.Record(t, topology.PolicySegments, "dep-1", nil),
+		c.Record(t, topology.PolicySegments, "dep-1", piece("u1", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{vmMemory()}})))
+
+	dlq := c.Read(t, topology.DLQ(topology.StageExecutor), 1, 60*time.Second)
+	if len(dlq) != 1 || string(dlq[0].Key) != "dep-1" || dlq[0].Value != nil {
+		for _, d := range dlq {
+			t.Logf("dead letter %q: %s", d.Key, stagetest.Header(d, runtime.HeaderError))
+		}
+		t.Fatalf("got %d dead letters, want the tombstone of dep-1", len(dlq))
+	}
+	if reason := stagetest.Header(dlq[0], runtime.HeaderError); !strings.Contains(reason, "is a tombstone (no value), which policy.segments never carries") {
+		t.Errorf("dead letter reason %q does not say the tombstone is refused", reason)
+	}
+	if out := c.Read(t, topology.ComponentPolicies, 1, 60*time.Second); len(out) != 1 || decodeCP(t, out[0]).UpdateID != "u1" {
+		t.Fatalf("got %d collections, want the one of update u1", len(out))
 	}
 }

@@ -123,11 +123,11 @@ type notifier struct {
 	chains *chains
 }
 
-func (n *notifier) setup(_ context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
+func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
 	if err := n.cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
-	cl, err := n.cfg.Consul.Client()
+	cl, err := n.cfg.Consul.Connect(ctx, env.Log.With().Str("stage", topology.StageAgentNotifier).Logger())
 	if err != nil {
 		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}

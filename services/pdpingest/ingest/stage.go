@@ -101,7 +101,7 @@ func StageWith(cfg Config) runtime.Stage {
 				g.close()
 				return nil, nil, err
 			}
-			return runtime.Typed(runtime.SkipTombstones, g.handle), func() { h.set(nil); g.close() }, nil
+			return runtime.Typed(runtime.RefuseTombstones, g.handle), func() { h.set(nil); g.close() }, nil
 		},
 		Assigned: func(ctx context.Context, _ runtime.Env, assigned map[string][]int32) error {
 			g := h.get()

@@ -389,3 +389,43 @@ func decodeChange(t *testing.T, b []byte) *events.PolicyChange {
 	}
 	return ev.(*events.PolicyChange)
 }
+
+// A tombstone and a record with headers but an empty value mean nothing
+// on pdp.notifications: both are dead-lettered with the reason, never
+// taken as an empty notification, and the stage goes on.
+func TestStageDeadLettersTombstoneAndEmptyValue(t *testing.T) {
+	c := newCluster(t)
+	srv := httptest.NewServer(&fakePDP{})
+	defer srv.Close()
+	run(t, c, srv.URL)
+
+	tombstone := c.Record(t, topology.PDPNotifications, "n-tombstone", nil)
+	empty := c.Record(t, topology.PDPNotifications, "n-empty", nil)
+	empty.Value = []byte{}
+	empty.Headers = []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")}}
+	good := c.Record(t, topology.PDPNotifications, memID, &events.PdpNotification{NotificationID: "n-good", Source: "north-api",
+		PushedBodies: []string{jsonOf(t, pdpBody(memID, "8", `{"min_memory":"4GB"}`))}})
+	c.ProduceRecords(t, tombstone, empty, good)
+
+	dlq := c.Read(t, dlqTopic, 2, 60*time.Second)
+	if len(dlq) != 2 {
+		t.Fatalf("got %d dead letters, want 2 (the tombstone and the empty value)", len(dlq))
+	}
+	byKey := map[string]*kgo.Record{}
+	for _, d := range dlq {
+		byKey[string(d.Key)] = d
+	}
+	if d := byKey["n-tombstone"]; d == nil || d.Value != nil ||
+		!strings.Contains(stagetest.Header(d, runtime.HeaderError), "is a tombstone (no value), which pdp.notifications never carries") {
+		t.Errorf("dead letter of the tombstone: %+v", d)
+	}
+	if d := byKey["n-empty"]; d == nil || d.Value == nil || len(d.Value) != 0 ||
+		!strings.HasPrefix(stagetest.Header(d, runtime.HeaderError), "malformed record: the value is empty") ||
+		stagetest.Header(d, "content-type") != "application/json" {
+		t.Errorf("dead letter of the empty value: %+v (reason %q)", d, stagetest.Header(d, runtime.HeaderError))
+	}
+	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 1, 60*time.Second))
+	if e := cat[memID]; e == nil || e.PolicyVersion != "8" {
+		t.Fatalf("catalog holds %+v, want the notification sent with the refused records applied", e)
+	}
+}

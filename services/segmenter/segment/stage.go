@@ -76,7 +76,7 @@ func StageWith(cfg Config) runtime.Stage {
 			}
 			log.Info().Int("policies", cat.Len()).Msg("catalog read")
 			max := c.MaxSegmentBytes
-			return runtime.Typed(runtime.SkipTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
+			return runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
 				m := in.Value
 				notes, err := Fill(ctx, cat, m)
 				if err != nil {

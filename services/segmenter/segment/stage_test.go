@@ -203,3 +203,24 @@ func TestStageFillsReferencesFromTheCatalog(t *testing.T) {
 		t.Fatalf("the pieces carry %d policies, want 48", n)
 	}
 }
+
+// A tombstone on policy.matches means nothing: it is dead-lettered with
+// the reason, not dropped, and the stage goes on.
+func TestStageDeadLettersTombstone(t *testing.T) {
+	c := newCluster(t)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+	next := &events.PolicyMatch{UpdateID: "u-after", DeploymentID: "dep-after", CreatedAt: time.UnixMilli(1700000000000).UTC(),
+		Components: []events.ComponentDelta{{ComponentID: "c", UpdatedPolicies: []events.Policy{pol("DCAE.Config_A", "1", 100)}}}}
+	c.ProduceRecords(t, c.Record(t, topology.PolicyMatches, "dep-gone", nil), c.Record(t, topology.PolicyMatches, next.DeploymentID, next))
+
+	dlq := c.Read(t, topology.DLQ(topology.StageSegmenter), 1, 60*time.Second)
+	if len(dlq) != 1 || string(dlq[0].Key) != "dep-gone" || dlq[0].Value != nil {
+		t.Fatalf("got dead letters %v, want the tombstone of dep-gone", dlq)
+	}
+	if reason := stagetest.Header(dlq[0], runtime.HeaderError); !strings.Contains(reason, "is a tombstone (no value), which policy.matches never carries") {
+		t.Errorf("dead letter reason %q does not say the tombstone is refused", reason)
+	}
+	if out := c.Read(t, topology.PolicySegments, 1, 60*time.Second); len(out) != 1 || string(out[0].Key) != next.DeploymentID {
+		t.Fatalf("got %d segments, want the one of %s", len(out), next.DeploymentID)
+	}
+}

@@ -1,0 +1,206 @@
+package policyflow_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
+	"github.com/policyflow/policyflow/services/notifier/notify"
+	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// uuid returns a random UUID, the form Consul's tokens take.
+func uuid(t *testing.T) string {
+	s := backend.Secret(t) // 32 hex digits
+	return s[0:8] + "-" + s[8:12] + "-4" + s[13:16] + "-a" + s[17:20] + "-" + s[20:32]
+}
+
+// aclToken creates, with the management token, a policy of the given
+// rules and a token holding it, and returns the token's secret.
+func aclToken(t *testing.T, acl *consulapi.ACL, name, rules string) string {
+	t.Helper()
+	p, _, err := acl.PolicyCreate(&consulapi.ACLPolicy{Name: name, Rules: rules}, nil)
+	if err != nil {
+		t.Fatalf("create Consul policy %s: %v", name, err)
+	}
+	tok, _, err := acl.TokenCreate(&consulapi.ACLToken{Description: name, Policies: []*consulapi.ACLTokenPolicyLink{{ID: p.ID}}}, nil)
+	if err != nil {
+		t.Fatalf("create Consul token %s: %v", name, err)
+	}
+	return tok.SecretID
+}
+
+// The consul-writer and the agent-notifier run against a Consul agent with
+// ACLs in default deny, each with a token that may write only its own
+// keys: the writer a component's folder, the notifier its claim key. A
+// write to a folder the writer's token has no right to is dead-lettered
+// with the right to grant; a token Consul does not know stops the stage
+// at start, saying so.
+func TestConsulStagesWithACLTokens(t *testing.T) {
+	b := backend.Get(t)
+	prefix := b.Prefix(t)
+	b.ApplyTopology(t, prefix, 1)
+	k := b.Kafka(prefix)
+
+	bin, err := devstack.ConsulBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mgmt := uuid(t)
+	agent, err := devstack.StartConsul(ctx, devstack.ConsulOptions{Binary: bin, ManagementToken: mgmt})
+	if err != nil {
+		t.Fatalf("start Consul with ACLs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := agent.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	admin, err := consulapi.NewClient(&consulapi.Config{Address: agent.Addr, Token: mgmt})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	granted, refused := "granted-"+strings.TrimSuffix(prefix, "."), "refused-"+strings.TrimSuffix(prefix, ".")
+	writerToken := aclToken(t, admin.ACL(), "consul-writer-"+granted,
+		fmt.Sprintf("key_prefix %q { policy = \"write\" }", consulkv.Folder(granted)))
+	notifierToken := aclToken(t, admin.ACL(), "agent-notifier-"+granted,
+		fmt.Sprintf("key %q { policy = \"write\" }", consulkv.ClaimKey(granted)))
+
+	var hooks atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		hooks.Add(1)
+	}))
+	defer hook.Close()
+
+	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
+	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
+	nc := notify.DefaultConfig()
+	nc.Consul = consulkv.Config{Addr: agent.Addr, Token: notifierToken}
+	nc.Targets = notifytarget.Config{WebhookAllow: []string{"127.0.0.1"}}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runtime.RunStages(sctx, env,
+			consulwrite.StageWith(consulwrite.Config{Consul: consulkv.Config{Addr: agent.Addr, Token: writerToken}}),
+			notify.StageWith(nc))
+	}()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("stages: %v", err)
+		}
+	}()
+
+	opts, err := k.ClientOpts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	collection := func(id, scn string) *kgo.Record {
+		body := `{"policyName":"DCAE.Config_ACL.1.xml","policyVersion":"1","config":{"acl":true}}`
+		ps := []events.Policy{{PolicyID: "DCAE.Config_ACL", PolicyName: "DCAE.Config_ACL.1.xml", PolicyVersion: "1", Body: body}}
+		v, err := events.Default().Encode(&events.ComponentPolicies{
+			ComponentID: id, DeploymentID: "dep-" + id, ServiceComponentName: scn, UpdateID: "u-" + id, Generation: 1,
+			Policies: ps, UpdatedPolicies: ps, Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: hook.URL},
+			UpdatedAt: time.Now().UTC(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &kgo.Record{Topic: k.Topic(topology.ComponentPolicies), Key: []byte(id), Value: v}
+	}
+	if err := cl.ProduceSync(ctx, collection("comp-refused", refused), collection("comp-granted", granted)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The granted folder is written, and the notifier records its claim.
+	eventually(t, "the granted folder written and its claim recorded", time.Minute, func() error {
+		item, _, err := admin.KV().Get(consulkv.ItemKey(granted, "DCAE.Config_ACL"), nil)
+		if err != nil || item == nil {
+			return fmt.Errorf("item: %v %v", item, err)
+		}
+		claimKV, _, err := admin.KV().Get(consulkv.ClaimKey(granted), nil)
+		if err != nil || claimKV == nil {
+			return fmt.Errorf("claim: %v %v", claimKV, err)
+		}
+		claim, err := consulkv.ParseClaim(claimKV.Value)
+		if err != nil || claim.UpdateID != "u-comp-granted" || claim.ExitCode == nil {
+			return fmt.Errorf("claim %s (%v), want update u-comp-granted with its outcome", claimKV.Value, err)
+		}
+		return nil
+	})
+	if n := hooks.Load(); n != 1 {
+		t.Errorf("the granted component's webhook was called %d times, want once", n)
+	}
+
+	// The refused folder is not written; its record is dead-lettered with
+	// the right to grant.
+	var dead *kgo.Record
+	eventually(t, "the refused record dead-lettered", time.Minute, func() error {
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		err := runtime.ReadPartitions(rctx, k, topology.DLQ(topology.StageConsulWriter), nil, func(r *kgo.Record) error {
+			dead = r
+			return nil
+		})
+		if err == nil && dead == nil {
+			err = fmt.Errorf("no dead letter yet")
+		}
+		return err
+	})
+	reason := header(dead, runtime.HeaderError)
+	for _, want := range []string{"Consul denied the token the right to write under " + consulkv.Folder(refused),
+		fmt.Sprintf("key_prefix %q", consulkv.Folder(refused)), "lacks permission 'key:write'"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("dead letter of %s says %q, want it to say %q", dead.Key, reason, want)
+		}
+	}
+	if string(dead.Key) != "comp-refused" {
+		t.Errorf("dead letter keyed %q, want comp-refused", dead.Key)
+	}
+	if pairs, _, err := admin.KV().List(consulkv.Prefix(refused), nil); err != nil || len(pairs) != 0 {
+		t.Errorf("the refused folder holds %d keys (%v), want none", len(pairs), err)
+	}
+
+	// A token Consul does not know stops the consul-writer at start.
+	wrong := consulwrite.StageWith(consulwrite.Config{Consul: consulkv.Config{Addr: agent.Addr, Token: uuid(t)}})
+	wrong.Group = "policyflow-consul-writer-wrong-token"
+	werr := wrong.Run(ctx, env)
+	if werr == nil || !strings.Contains(werr.Error(), "Consul refused the token: ") || !strings.Contains(werr.Error(), "check --consul-token") {
+		t.Errorf("the consul-writer with an unknown token: %v, want it to stop saying Consul refused the token", werr)
+	}
+}
+
+// header returns a record header's value.
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
