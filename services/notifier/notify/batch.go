@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -79,7 +78,7 @@ func readGroups(jobs []*job) [][]*job {
 	var out [][]*job
 	start, keys, bodies := 0, 0, int64(0)
 	for k, j := range jobs {
-		kb, b := len(j.key)+len(consulkv.ItemsPrefix(j.a.ServiceComponentName)), collectionBytes(j.a)
+		kb, b := len(j.key)+len(consulkv.ItemsPrefix(j.a.ServiceComponentName)), j.a.CollectionBytes()
 		if k > start && ((k-start+1)*readOps > maxTxnOps || keys+kb > maxTxnBytes || bodies+b > consulkv.ReadTxnBytes) {
 			out = append(out, jobs[start:k])
 			start, keys, bodies = k, 0, 0
@@ -146,15 +145,6 @@ func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
 		return nil, fmt.Errorf("no answer for %s in the read", jobs[k].key)
 	}
 	return out, nil
-}
-
-// collectionBytes is the size of the bodies of a record's collection.
-func collectionBytes(a *events.ComponentApplied) int64 {
-	var n int64
-	for _, p := range a.Policies {
-		n += int64(len(p.Body))
-	}
-	return n
 }
 
 // claimAll writes the pending claims of jobs with check-and-set, many in

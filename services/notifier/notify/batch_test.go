@@ -90,7 +90,7 @@ func update(id string, gen int64, notify events.NotifyTarget) *events.ComponentA
 	p := policyOf(id, gen)
 	return &events.ComponentApplied{
 		ComponentID: id, ServiceComponentName: id, UpdateID: fmt.Sprintf("%s-u%d", id, gen), Action: "updated", Generation: gen,
-		PoliciesCount: 1, Policies: []events.Policy{p}, UpdatedPolicies: []events.Policy{p},
+		PoliciesCount: 1, PoliciesBytes: int64(len(p.Body)), PolicyRefs: []events.PolicyRef{p.Ref()}, UpdatedRefs: []events.PolicyRef{p.Ref()},
 		Notify: notify, AppliedAt: time.UnixMilli(5000).UTC(),
 	}
 }
@@ -572,7 +572,7 @@ func TestClaimConflict(t *testing.T) {
 func TestReadGroups(t *testing.T) {
 	newJob := func(id string, bodyBytes int) *job {
 		a := update(id, 1, webhook("http://127.0.0.1:1/"))
-		a.Policies[0].Body = `{"pad":"` + strings.Repeat("p", bodyBytes) + `"}`
+		a.PoliciesBytes = int64(bodyBytes)
 		return &job{a: a, key: consulkv.ClaimKey(id)}
 	}
 	var jobs []*job

@@ -66,7 +66,7 @@ func Payload(a *events.ComponentApplied, items api.KVPairs) ([]byte, error) {
 		held[id] = b
 		p.Policies = append(p.Policies, b)
 	}
-	for _, u := range a.UpdatedPolicies {
+	for _, u := range a.Updated() {
 		if b, ok := held[u.PolicyID]; ok {
 			p.UpdatedPolicies = append(p.UpdatedPolicies, b)
 		}

@@ -23,6 +23,8 @@ func other() events.Policy {
 	return events.Policy{PolicyID: "X", PolicyName: "X.3.xml", PolicyVersion: "3", Body: "{ \"policyName\": \"X.3.xml\",\n \"config\": {\"x\": [1, 2]} }"}
 }
 
+func refs(ps ...events.Policy) []events.PolicyRef { return events.Refs(ps) }
+
 // items are the pairs of ps under the items folder of scn, as a read of
 // the folder returns them.
 func items(scn string, ps ...events.Policy) api.KVPairs {
@@ -45,7 +47,7 @@ func TestPayload(t *testing.T) {
 	}{
 		{
 			name:  "first collection",
-			a:     &events.ComponentApplied{ServiceComponentName: "vm", Policies: []events.Policy{vmMemory()}, UpdatedPolicies: []events.Policy{vmMemory()}},
+			a:     &events.ComponentApplied{ServiceComponentName: "vm", PolicyRefs: refs(vmMemory()), UpdatedRefs: refs(vmMemory())},
 			items: items("vm", vmMemory()),
 			want: `{"policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}],` +
 				`"updated_policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}],` +
@@ -53,7 +55,7 @@ func TestPayload(t *testing.T) {
 		},
 		{
 			name:  "removal, bodies compacted",
-			a:     &events.ComponentApplied{ServiceComponentName: "vm", Policies: []events.Policy{vmMemory()}, RemovedPolicies: []events.Policy{other()}},
+			a:     &events.ComponentApplied{ServiceComponentName: "vm", PolicyRefs: refs(vmMemory()), RemovedPolicies: []events.Policy{other()}},
 			items: items("vm", vmMemory()),
 			want: `{"policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}],` +
 				`"updated_policies":[],"removed_policies":[{"policyName":"X.3.xml","config":{"x":[1,2]}}]}`,
@@ -67,7 +69,7 @@ func TestPayload(t *testing.T) {
 			// A later update landed before the notification: the
 			// component is sent what Consul holds, which it reads.
 			name:  "a newer version in Consul",
-			a:     &events.ComponentApplied{ServiceComponentName: "vm", Policies: []events.Policy{vmMemory()}, UpdatedPolicies: []events.Policy{vmMemory()}},
+			a:     &events.ComponentApplied{ServiceComponentName: "vm", PolicyRefs: refs(vmMemory()), UpdatedRefs: refs(vmMemory())},
 			items: items("vm", other(), vm2),
 			want: `{"policies":[{"policyName":"X.3.xml","config":{"x":[1,2]}},` +
 				`{"policyName":"DCAE.Config_VM_MEMORY.223.xml","policyVersion":"223","config":{"min_memory":"16GB"}}],` +
@@ -76,10 +78,19 @@ func TestPayload(t *testing.T) {
 		},
 		{
 			name:  "an updated policy a later update removed",
-			a:     &events.ComponentApplied{ServiceComponentName: "vm", Policies: []events.Policy{vmMemory(), other()}, UpdatedPolicies: []events.Policy{vmMemory(), other()}},
+			a:     &events.ComponentApplied{ServiceComponentName: "vm", PolicyRefs: refs(vmMemory(), other()), UpdatedRefs: refs(vmMemory(), other())},
 			items: items("vm", other()),
 			want: `{"policies":[{"policyName":"X.3.xml","config":{"x":[1,2]}}],"updated_policies":[{"policyName":"X.3.xml","config":{"x":[1,2]}}],` +
 				`"removed_policies":[]}`,
+		},
+		{
+			// component.applied carried the bodies before it carried
+			// references: what was updated is read from them.
+			name:  "a record written before references",
+			a:     &events.ComponentApplied{ServiceComponentName: "vm", LegacyPolicies: []events.Policy{vmMemory(), other()}, LegacyUpdatedPolicies: []events.Policy{other()}},
+			items: items("vm", vmMemory(), other()),
+			want: `{"policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}},{"policyName":"X.3.xml","config":{"x":[1,2]}}],` +
+				`"updated_policies":[{"policyName":"X.3.xml","config":{"x":[1,2]}}],"removed_policies":[]}`,
 		},
 		{
 			name: "keys of the folder that are not policies",

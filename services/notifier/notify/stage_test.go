@@ -130,7 +130,7 @@ func hold(t testing.TB, consul *api.Client, scn string, ps ...events.Policy) {
 func applied(update string, gen int64, notify events.NotifyTarget, policies, updated, removed []events.Policy) *events.ComponentApplied {
 	return &events.ComponentApplied{
 		ComponentID: "c1", ServiceComponentName: "dcae-vm", UpdateID: update, Action: "updated", Generation: gen,
-		PoliciesCount: int32(len(policies)), Policies: policies, UpdatedPolicies: updated, RemovedPolicies: removed,
+		PoliciesCount: int32(len(policies)), PolicyRefs: events.Refs(policies), UpdatedRefs: events.Refs(updated), RemovedPolicies: removed,
 		Notify: notify, AppliedAt: time.UnixMilli(5000).UTC(),
 	}
 }
