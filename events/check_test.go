@@ -54,7 +54,10 @@ func writerRecords(tb testing.TB, c *Codec) []writerRecord {
 			if err := avro.Unmarshal(c.current[w.name], data[headerSize:], &generic); err != nil {
 				tb.Fatalf("read %s generically: %v", w.name, err)
 			}
-			body, err := avro.Marshal(w.schema, generic)
+			// A configuration of its own per writer: hamba/avro caches
+			// encoders by canonical form, in which an array of a named
+			// type reads the same in every version of the schema.
+			body, err := avro.Config{}.Freeze().Marshal(w.schema, generic)
 			if err != nil {
 				tb.Fatalf("write %s with writer %s: %v", w.name, fp, err)
 			}

@@ -198,22 +198,87 @@ type ComponentPolicies struct {
 	UpdatedAt            time.Time    `avro:"updated_at"`
 }
 
-// ComponentApplied records a component's collection written to Consul.
+// PolicyRef names one policy without its body.
+type PolicyRef struct {
+	PolicyID      string `avro:"policy_id" json:"policy_id"`
+	PolicyName    string `avro:"policy_name" json:"policy_name"`
+	PolicyVersion string `avro:"policy_version" json:"policy_version"`
+	BodyHash      string `avro:"body_hash" json:"body_hash,omitempty"`
+}
+
+// Ref is the reference to p.
+func (p Policy) Ref() PolicyRef {
+	return PolicyRef{PolicyID: p.PolicyID, PolicyName: p.PolicyName, PolicyVersion: p.PolicyVersion, BodyHash: p.BodyHash}
+}
+
+// Refs are the references to ps, in their order; never nil.
+func Refs(ps []Policy) []PolicyRef {
+	out := make([]PolicyRef, len(ps))
+	for i, p := range ps {
+		out[i] = p.Ref()
+	}
+	return out
+}
+
+// ComponentApplied records what the consul-writer wrote to a component's
+// Consul folder: the update, the Consul index, and what changed by
+// reference. The bodies of the collection are in Consul; only removed
+// policies, which Consul no longer holds, carry their last bodies.
 type ComponentApplied struct {
-	ComponentID          string       `avro:"component_id"`
-	ServiceComponentName string       `avro:"service_component_name"`
-	UpdateID             string       `avro:"update_id"`
-	Action               string       `avro:"action"`
-	ConsulIndex          int64        `avro:"consul_index"`
-	PoliciesCount        int32        `avro:"policies_count"`
-	KeysWritten          int32        `avro:"keys_written"`
-	Generation           int64        `avro:"generation"`
-	Policies             []Policy     `avro:"policies"`
-	UpdatedPolicies      []Policy     `avro:"updated_policies"`
-	RemovedPolicies      []Policy     `avro:"removed_policies"`
-	Notify               NotifyTarget `avro:"notify"`
-	Uninstalled          bool         `avro:"uninstalled"`
-	AppliedAt            time.Time    `avro:"applied_at"`
+	ComponentID          string `avro:"component_id"`
+	ServiceComponentName string `avro:"service_component_name"`
+	UpdateID             string `avro:"update_id"`
+	Action               string `avro:"action"`
+	CatchUp              bool   `avro:"catch_up"`
+	ConsulIndex          int64  `avro:"consul_index"`
+	PoliciesCount        int32  `avro:"policies_count"`
+	// PoliciesBytes is the size of the collection's bodies; 0 in records
+	// written before it was added.
+	PoliciesBytes   int64        `avro:"policies_bytes"`
+	KeysWritten     int32        `avro:"keys_written"`
+	Generation      int64        `avro:"generation"`
+	PolicyRefs      []PolicyRef  `avro:"policy_refs"`
+	UpdatedRefs     []PolicyRef  `avro:"updated_refs"`
+	RemovedPolicies []Policy     `avro:"removed_policies"`
+	Notify          NotifyTarget `avro:"notify"`
+	Uninstalled     bool         `avro:"uninstalled"`
+	AppliedAt       time.Time    `avro:"applied_at"`
+	// LegacyPolicies and LegacyUpdatedPolicies are read from records
+	// written before policy_refs and updated_refs were, which carried the
+	// bodies; they are no longer written. Collection and Updated read
+	// either form.
+	LegacyPolicies        []Policy `avro:"policies"`
+	LegacyUpdatedPolicies []Policy `avro:"updated_policies"`
+}
+
+// Collection is the component's collection after the write, by reference.
+func (a *ComponentApplied) Collection() []PolicyRef {
+	if len(a.PolicyRefs) == 0 && len(a.LegacyPolicies) > 0 {
+		return Refs(a.LegacyPolicies)
+	}
+	return a.PolicyRefs
+}
+
+// CollectionBytes is the size of the collection's bodies: policies_bytes,
+// or for a record written before it was, the size of the bodies it
+// carried.
+func (a *ComponentApplied) CollectionBytes() int64 {
+	if a.PoliciesBytes > 0 {
+		return a.PoliciesBytes
+	}
+	var n int64
+	for _, p := range a.LegacyPolicies {
+		n += int64(len(p.Body))
+	}
+	return n
+}
+
+// Updated are the policies the update added or changed, by reference.
+func (a *ComponentApplied) Updated() []PolicyRef {
+	if len(a.UpdatedRefs) == 0 && len(a.LegacyUpdatedPolicies) > 0 {
+		return Refs(a.LegacyUpdatedPolicies)
+	}
+	return a.UpdatedRefs
 }
 
 // ParticipantOperation is an operation from the runtime to a participant.

@@ -16,6 +16,12 @@ const (
 	MaxTxnOps     = 128
 )
 
+// ReadTxnBytes budgets the folders read in one transaction, by the size
+// of the bodies they are expected to hold: Consul does not limit a read
+// transaction's response, and one response should stay moderate. A
+// folder expected to hold more is read on its own.
+const ReadTxnBytes = 8 * MaxTxnBytes
+
 // TxnReasons says why Consul rolled a transaction back: each failed
 // operation's index and reason.
 func TxnReasons(resp *api.TxnResponse) string {

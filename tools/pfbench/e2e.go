@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -403,8 +404,17 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	appliedSeen := make(chan time.Time, 1)
 	var count atomic.Int64
 	f, err := runtime.Follow(b.kafka, b.log, map[string]runtime.ApplyFunc{
-		topology.ComponentApplied: func(_ context.Context, rec *kgo.Record) error {
-			if rec.Value == nil || !bytes.Contains(rec.Value, []byte("fleet-00002")) {
+		topology.ComponentApplied: func(ctx context.Context, rec *kgo.Record) error {
+			if rec.Value == nil {
+				return nil
+			}
+			var a events.ComponentApplied
+			if err := b.codec.DecodeInto(ctx, rec.Value, &a); err != nil {
+				return fmt.Errorf("component.applied of %s: %w", rec.Key, err)
+			}
+			if !slices.ContainsFunc(a.Updated(), func(p events.PolicyRef) bool {
+				return p.PolicyID == "E2E.Config_fleet" && p.PolicyVersion == "2"
+			}) {
 				return nil
 			}
 			if count.Add(1) == int64(fleet) {

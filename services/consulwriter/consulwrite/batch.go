@@ -16,13 +16,6 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
-// readTxnBytes budgets the folders read in one transaction by the sizes of
-// their records' collections (a folder mostly holds the previous, similar
-// collection): Consul does not limit a read transaction's response, and
-// one response should stay moderate. A record over consulkv.MaxTxnBytes
-// (a write of several steps) has its folder read alone with List.
-const readTxnBytes = 8 * consulkv.MaxTxnBytes
-
 // A wave is cut into chunks of components, up to parallel of them read
 // and written at once: Consul serves overlapping requests much faster than
 // the same requests one after another (reads run beside writes, and raft
@@ -169,8 +162,11 @@ func (b *batch) chunk(ctx context.Context, jobs []*job) {
 }
 
 // read reads the folders of jobs into their pairs: consistent read-only
-// transactions of one get-tree operation per folder, and List for a
-// folder whose record is too large to share a response.
+// transactions of one get-tree operation per folder, budgeted by
+// consulkv.ReadTxnBytes with the sizes of their records' collections (a
+// folder mostly holds the previous, similar collection), and List for a
+// folder whose record is over consulkv.MaxTxnBytes (a write of several
+// steps).
 func (b *batch) read(ctx context.Context, jobs []*job) {
 	var group []*job
 	bytes := 0
@@ -190,7 +186,7 @@ func (b *batch) read(ctx context.Context, jobs []*job) {
 			j.pairs, j.read = pairs, true
 			continue
 		}
-		if len(group) == consulkv.MaxTxnOps || len(group) > 0 && bytes+size > readTxnBytes {
+		if len(group) == consulkv.MaxTxnOps || len(group) > 0 && bytes+size > consulkv.ReadTxnBytes {
 			b.readTxn(ctx, group)
 			group, bytes = nil, 0
 		}

@@ -176,7 +176,8 @@ func checkApplied(t testing.TB, a *events.ComponentApplied, rec *events.Componen
 	t.Helper()
 	if a.ComponentID != rec.ComponentID || a.ServiceComponentName != rec.ServiceComponentName || a.UpdateID != rec.UpdateID ||
 		a.Generation != rec.Generation || a.Action != action || a.PoliciesCount != int32(len(rec.Policies)) || a.KeysWritten != int32(keys) ||
-		a.ConsulIndex != int64(index) || a.Uninstalled || !reflect.DeepEqual(a.Policies, rec.Policies) {
+		a.ConsulIndex != int64(index) || a.Uninstalled || a.CatchUp != rec.CatchUp ||
+		!reflect.DeepEqual(a.PolicyRefs, events.Refs(rec.Policies)) || !reflect.DeepEqual(a.UpdatedRefs, events.Refs(rec.UpdatedPolicies)) {
 		t.Fatalf("applied of %s %s: component %s, folder %s, generation %d, action %s, %d policies, %d keys written, index %d; want %s, %d keys, index %d",
 			rec.ComponentID, rec.UpdateID, a.ComponentID, a.ServiceComponentName, a.Generation, a.Action, a.PoliciesCount, a.KeysWritten, a.ConsulIndex,
 			action, keys, index)

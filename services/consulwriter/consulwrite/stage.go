@@ -247,19 +247,23 @@ func stepOps(eventKey string, index uint64, st Step) api.TxnOps {
 }
 
 // output is the component.applied record of a written (or replayed)
-// collection.
+// collection: what changed by reference, as Consul now holds the bodies;
+// removed policies with the last bodies the record carries, as Consul no
+// longer does.
 func output(rec *events.ComponentPolicies, plan WritePlan, index uint64, keys int, at time.Time) runtime.Output {
 	a := &events.ComponentApplied{
 		ComponentID:          rec.ComponentID,
 		ServiceComponentName: rec.ServiceComponentName,
 		UpdateID:             rec.UpdateID,
 		Action:               plan.Action,
+		CatchUp:              rec.CatchUp,
 		ConsulIndex:          int64(index),
 		PoliciesCount:        int32(len(rec.Policies)),
+		PoliciesBytes:        int64(collectionBytes(rec)),
 		KeysWritten:          int32(keys),
 		Generation:           rec.Generation,
-		Policies:             orEmpty(rec.Policies),
-		UpdatedPolicies:      orEmpty(rec.UpdatedPolicies),
+		PolicyRefs:           events.Refs(rec.Policies),
+		UpdatedRefs:          events.Refs(rec.UpdatedPolicies),
 		RemovedPolicies:      orEmpty(rec.RemovedPolicies),
 		Notify:               rec.Notify,
 		Uninstalled:          rec.Uninstalled,

@@ -1,6 +1,7 @@
 package consulwrite
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -78,8 +79,10 @@ func TestConsulWriterStage(t *testing.T) {
 	applied := c.Reader(t, topology.ComponentApplied)
 	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
 
-	// First collection.
-	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	// First collection, by a catch-up.
+	first := collection("u1", 1, vmMemory())
+	first.CatchUp = true
+	c.Produce(t, topology.ComponentPolicies, "c1", first)
 	recs := applied.Until(1, 60*time.Second)
 	if len(recs) != 1 {
 		t.Fatalf("got %d component.applied records, want 1", len(recs))
@@ -99,10 +102,15 @@ func TestConsulWriterStage(t *testing.T) {
 	if ts, err := time.Parse(time.RFC3339, ev["timestamp"].(string)); err != nil || time.Since(ts) > time.Hour {
 		t.Fatalf("event timestamp %v: %v", ev["timestamp"], err)
 	}
+	// component.applied names the policies; their bodies are in Consul.
 	a := decodeApplied(t, recs[0])
-	if string(recs[0].Key) != "c1" || a.UpdateID != "u1" || a.Action != "gathered" || a.ConsulIndex != int64(evPair.ModifyIndex) ||
-		a.PoliciesCount != 1 || a.KeysWritten != 2 || a.Generation != 1 || a.Uninstalled || !reflect.DeepEqual(a.Policies, []events.Policy{vmMemory()}) {
+	if string(recs[0].Key) != "c1" || a.UpdateID != "u1" || a.Action != "gathered" || !a.CatchUp || a.ConsulIndex != int64(evPair.ModifyIndex) ||
+		a.PoliciesCount != 1 || a.PoliciesBytes != int64(len(vmMemory().Body)) || a.KeysWritten != 2 || a.Generation != 1 || a.Uninstalled ||
+		!reflect.DeepEqual(a.PolicyRefs, []events.PolicyRef{vmMemory().Ref()}) || !reflect.DeepEqual(a.UpdatedRefs, []events.PolicyRef{vmMemory().Ref()}) {
 		t.Fatalf("applied %+v (event index %d)", a, evPair.ModifyIndex)
+	}
+	if bytes.Contains(recs[0].Value, []byte(`"min_memory"`)) {
+		t.Fatalf("component.applied carries the policy body: %q", recs[0].Value)
 	}
 
 	// An update writes only what changed.
@@ -121,7 +129,8 @@ func TestConsulWriterStage(t *testing.T) {
 	if ev["action"] != "updated" || ev["update_id"] != "u2" || ev["policies_count"] != float64(2) || ev["generation"] != float64(2) {
 		t.Fatalf("event after u2: %s", evPair.Value)
 	}
-	if a = decodeApplied(t, recs[1]); a.Action != "updated" || a.KeysWritten != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || !reflect.DeepEqual(a.UpdatedPolicies, []events.Policy{x}) {
+	if a = decodeApplied(t, recs[1]); a.Action != "updated" || a.CatchUp || a.KeysWritten != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) ||
+		!reflect.DeepEqual(a.PolicyRefs, events.Refs([]events.Policy{vmMemory(), x})) || !reflect.DeepEqual(a.UpdatedRefs, []events.PolicyRef{x.Ref()}) {
 		t.Fatalf("applied after u2: %+v", a)
 	}
 
@@ -166,7 +175,10 @@ func TestConsulWriterStage(t *testing.T) {
 	if left := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm")); len(left) != 0 {
 		t.Fatalf("folder left after uninstall: %v", left)
 	}
-	if a = decodeApplied(t, recs[3]); !a.Uninstalled || a.Action != ActionUninstalled || a.UpdateID != "u4" || a.KeysWritten != 3 {
+	// Removed policies come with their last bodies: Consul no longer
+	// holds them.
+	if a = decodeApplied(t, recs[3]); !a.Uninstalled || a.Action != ActionUninstalled || a.UpdateID != "u4" || a.KeysWritten != 3 ||
+		len(a.PolicyRefs) != 0 || !reflect.DeepEqual(a.RemovedPolicies, []events.Policy{vmMemory(), x}) {
 		t.Fatalf("uninstall applied %+v", a)
 	}
 }

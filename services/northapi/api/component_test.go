@@ -191,14 +191,17 @@ func TestBuildComponentRefusesWithAReason(t *testing.T) {
 }
 
 func TestFoldAppliedKeepsTheUpdateThatBroughtEachVersion(t *testing.T) {
-	pol := func(id, v string) events.Policy { return events.Policy{PolicyID: id, PolicyVersion: v} }
+	pol := func(id, v string) events.PolicyRef { return events.PolicyRef{PolicyID: id, PolicyVersion: v} }
+	// The first record was written before component.applied carried
+	// references: its policies are read from the bodies it carried.
 	first := &events.ComponentApplied{
 		ComponentID: "c", UpdateID: "u1", ConsulIndex: 10, Generation: 1,
-		Policies: []events.Policy{pol("a", "1"), pol("b", "1")}, UpdatedPolicies: []events.Policy{pol("a", "1"), pol("b", "1")},
+		LegacyPolicies:        []events.Policy{{PolicyID: "a", PolicyVersion: "1", Body: "{}"}, {PolicyID: "b", PolicyVersion: "1", Body: "{}"}},
+		LegacyUpdatedPolicies: []events.Policy{{PolicyID: "a", PolicyVersion: "1", Body: "{}"}, {PolicyID: "b", PolicyVersion: "1", Body: "{}"}},
 	}
 	second := &events.ComponentApplied{
 		ComponentID: "c", UpdateID: "u2", ConsulIndex: 20, Generation: 2,
-		Policies: []events.Policy{pol("a", "1"), pol("b", "2"), pol("c", "7")}, UpdatedPolicies: []events.Policy{pol("b", "2"), pol("c", "7")},
+		PolicyRefs: []events.PolicyRef{pol("a", "1"), pol("b", "2"), pol("c", "7")}, UpdatedRefs: []events.PolicyRef{pol("b", "2"), pol("c", "7")},
 	}
 	st := foldApplied(foldApplied(nil, first), second)
 	want := map[string]appliedPolicy{
@@ -219,7 +222,7 @@ func TestFoldAppliedKeepsTheUpdateThatBroughtEachVersion(t *testing.T) {
 	}
 	// A catch-up that re-sends a policy as updated takes the new update.
 	third := &events.ComponentApplied{ComponentID: "c", UpdateID: "u3", ConsulIndex: 30, Generation: 3,
-		Policies: []events.Policy{pol("a", "1")}, UpdatedPolicies: []events.Policy{pol("a", "1")}}
+		PolicyRefs: []events.PolicyRef{pol("a", "1")}, UpdatedRefs: []events.PolicyRef{pol("a", "1")}}
 	st = foldApplied(st, third)
 	if len(st.Policies) != 1 || st.Policies["a"].UpdateID != "u3" {
 		t.Errorf("after u3: %+v", st.Policies)

@@ -113,9 +113,9 @@ func TestStatusShowsAFailedNotificationAsNotNotified(t *testing.T) {
 	}
 	s.Produce(t, topology.ComponentApplied, "c-failed", &events.ComponentApplied{
 		ComponentID: "c-failed", ServiceComponentName: scn, UpdateID: "u-1", Action: "gathered", ConsulIndex: 100, PoliciesCount: 1, Generation: 1,
-		Policies:        []events.Policy{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1", Body: "{}"}},
-		UpdatedPolicies: []events.Policy{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1", Body: "{}"}},
-		Notify:          events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, AppliedAt: time.Now().UTC(),
+		PolicyRefs:  []events.PolicyRef{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1"}},
+		UpdatedRefs: []events.PolicyRef{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1"}},
+		Notify:      events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, AppliedAt: time.Now().UTC(),
 	})
 	status := func() ComponentStatus {
 		t.Helper()

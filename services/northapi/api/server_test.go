@@ -516,17 +516,17 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 		t.Fatalf("status before any write: %d %s", code, raw)
 	}
 
-	pol := func(id, v string) events.Policy {
-		return events.Policy{PolicyID: id, PolicyName: id + "." + v + ".xml", PolicyVersion: v, Body: "{}"}
+	pol := func(id, v string) events.PolicyRef {
+		return events.PolicyRef{PolicyID: id, PolicyName: id + "." + v + ".xml", PolicyVersion: v}
 	}
 	s.Produce(t, topology.ComponentApplied, "c-st", &events.ComponentApplied{
 		ComponentID: "c-st", ServiceComponentName: scn, UpdateID: "u-1", Action: "gathered", ConsulIndex: 100, PoliciesCount: 2, Generation: 1,
-		Policies: []events.Policy{pol("A", "1"), pol("B", "1")}, UpdatedPolicies: []events.Policy{pol("A", "1"), pol("B", "1")},
+		PolicyRefs: []events.PolicyRef{pol("A", "1"), pol("B", "1")}, UpdatedRefs: []events.PolicyRef{pol("A", "1"), pol("B", "1")},
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"}, AppliedAt: time.Now().UTC(),
 	})
 	s.Produce(t, topology.ComponentApplied, "c-st", &events.ComponentApplied{
 		ComponentID: "c-st", ServiceComponentName: scn, UpdateID: "u-2", Action: "updated", ConsulIndex: 200, PoliciesCount: 2, Generation: 2,
-		Policies: []events.Policy{pol("A", "1"), pol("B", "2")}, UpdatedPolicies: []events.Policy{pol("B", "2")},
+		PolicyRefs: []events.PolicyRef{pol("A", "1"), pol("B", "2")}, UpdatedRefs: []events.PolicyRef{pol("B", "2")},
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"}, AppliedAt: time.Now().UTC(),
 	})
 	// The notifier has notified u-1 but not yet u-2.

@@ -250,9 +250,10 @@ func (v *appliedView) apply(ctx context.Context, rec *kgo.Record) error {
 // version unless the new record updated it.
 func foldApplied(prev *appliedState, a *events.ComponentApplied) *appliedState {
 	updated := map[string]bool{}
-	for _, p := range a.UpdatedPolicies {
+	for _, p := range a.Updated() {
 		updated[p.PolicyID] = true
 	}
+	collection := a.Collection()
 	st := &appliedState{
 		ComponentID:          a.ComponentID,
 		ServiceComponentName: a.ServiceComponentName,
@@ -264,9 +265,9 @@ func foldApplied(prev *appliedState, a *events.ComponentApplied) *appliedState {
 		Notify:               a.Notify,
 		Uninstalled:          a.Uninstalled,
 		AppliedAt:            a.AppliedAt,
-		Policies:             make(map[string]appliedPolicy, len(a.Policies)),
+		Policies:             make(map[string]appliedPolicy, len(collection)),
 	}
-	for _, p := range a.Policies {
+	for _, p := range collection {
 		if prev != nil && !updated[p.PolicyID] {
 			if old, ok := prev.Policies[p.PolicyID]; ok && old.Version == p.PolicyVersion {
 				st.Policies[p.PolicyID] = old

@@ -3,11 +3,13 @@ package notify
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // consulParallel is how many claim transactions, and as many outcome
@@ -22,45 +24,92 @@ const maxTxnOps = consulkv.MaxTxnOps
 // Consul's request limit.
 const maxTxnBytes = consulkv.MaxTxnBytes / 2
 
-// read reads the claims of jobs (at most maxTxnOps) in one consistent
-// read-only transaction and returns the jobs still to be notified, each
-// with its claim's ModifyIndex. A Consul error fails the first job; the
-// jobs are left for the runtime to hand in again.
-func (n *notifier) read(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
-	pairs, err := n.get(ctx, jobs)
-	if err != nil {
-		fail(jobs[0], fmt.Errorf("agent-notifier: read claim %s: %w", jobs[0].key, err))
-		return nil
-	}
+// readOps is how many operations a job's read takes: its component's
+// items and its claim.
+const readOps = 2
+
+// read reads, for jobs, each claim and the component's items, in
+// consistent read-only transactions shared by several jobs (readGroups),
+// and returns the jobs still to be notified, each with its claim's
+// ModifyIndex and its notification built from the items as Consul holds
+// them now. A job whose notification cannot be built is handed to bad with
+// a Permanent error and left out. A Consul error is returned: nothing is
+// claimed, and the jobs are left for the runtime to hand in again.
+func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error)) ([]*job, error) {
 	var todo []*job
-	for _, j := range jobs {
-		var prior *consulkv.Claim
-		j.index = 0
-		if p := pairs[j.key]; p != nil && p.ModifyIndex != 0 {
-			j.index = p.ModifyIndex
-			if c, err := consulkv.ParseClaim(p.Value); err == nil {
-				prior = &c
-			} else {
-				j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
+	for _, g := range readGroups(jobs) {
+		folders, err := n.get(ctx, g)
+		if err != nil {
+			return nil, fmt.Errorf("agent-notifier: read claim %s and the policies of %d component(s): %w", g[0].key, len(g), err)
+		}
+		for k, j := range g {
+			var prior *consulkv.Claim
+			j.index = 0
+			if p := folders[k].claim; p.ModifyIndex != 0 {
+				j.index = p.ModifyIndex
+				if c, err := consulkv.ParseClaim(p.Value); err == nil {
+					prior = &c
+				} else {
+					j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
+				}
 			}
+			if ok, why := ShouldNotify(prior, j.a); !ok {
+				j.log.Info().Str("reason", why).Msg("not notified again")
+				continue
+			}
+			body, err := Payload(j.a, folders[k].items)
+			if err != nil {
+				bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
+				continue
+			}
+			j.body = body
+			todo = append(todo, j)
 		}
-		if ok, why := ShouldNotify(prior, j.a); !ok {
-			j.log.Info().Str("reason", why).Msg("not notified again")
-			continue
-		}
-		todo = append(todo, j)
 	}
-	return todo
+	return todo, nil
 }
 
-// get reads the keys of jobs (at most maxTxnOps, each once) in one
-// consistent transaction. A key that does not exist comes back with
-// ModifyIndex 0: get-or-empty, as a plain get of a missing key fails the
-// whole transaction.
-func (n *notifier) get(ctx context.Context, jobs []*job) (map[string]*api.KVPair, error) {
-	ops := make(api.TxnOps, len(jobs))
+// readGroups cuts jobs, keeping their order, into reads of one
+// transaction: at most maxTxnOps operations and maxTxnBytes of
+// keys, and folders expected to hold at most consulkv.ReadTxnBytes of
+// bodies (the size of the record's collection: a later update seldom
+// changes it much); a job expected over it is read on its own.
+func readGroups(jobs []*job) [][]*job {
+	var out [][]*job
+	start, keys, bodies := 0, 0, int64(0)
 	for k, j := range jobs {
-		ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: j.key}}
+		kb, b := len(j.key)+len(consulkv.ItemsPrefix(j.a.ServiceComponentName)), j.a.CollectionBytes()
+		if k > start && ((k-start+1)*readOps > maxTxnOps || keys+kb > maxTxnBytes || bodies+b > consulkv.ReadTxnBytes) {
+			out = append(out, jobs[start:k])
+			start, keys, bodies = k, 0, 0
+		}
+		keys += kb
+		bodies += b
+	}
+	if start < len(jobs) {
+		out = append(out, jobs[start:])
+	}
+	return out
+}
+
+// folderRead is what a read transaction returned for one job: its claim
+// (ModifyIndex 0 when there is none) and its component's item keys.
+type folderRead struct {
+	claim *api.KVPair
+	items api.KVPairs
+}
+
+// get reads, for each of jobs (at most maxTxnOps/readOps, each
+// of its own key), the component's items and the claim, in one consistent
+// transaction. A claim that does not exist comes back with ModifyIndex 0:
+// get-or-empty, as a plain get of a missing key fails the whole
+// transaction.
+func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
+	ops := make(api.TxnOps, 0, readOps*len(jobs))
+	for _, j := range jobs {
+		ops = append(ops,
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: consulkv.ItemsPrefix(j.a.ServiceComponentName)}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: j.key}})
 	}
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
@@ -71,18 +120,31 @@ func (n *notifier) get(ctx context.Context, jobs []*job) (map[string]*api.KVPair
 	if !ok {
 		return nil, fmt.Errorf("the read was refused: %s", consulkv.TxnReasons(resp))
 	}
-	pairs := make(map[string]*api.KVPair, len(jobs))
+	// Results come operation after operation: a job's items (none when
+	// the folder is empty), then its claim, which is always answered
+	// and whose key is no item key.
+	out := make([]folderRead, len(jobs))
+	k := 0
 	for _, r := range resp.Results {
-		if r != nil && r.KV != nil {
-			pairs[r.KV.Key] = r.KV
+		if r == nil || r.KV == nil {
+			continue
+		}
+		switch {
+		case k == len(jobs):
+			return nil, fmt.Errorf("the read returned %s after the last claim", r.KV.Key)
+		case r.KV.Key == jobs[k].key:
+			out[k].claim = r.KV
+			k++
+		case strings.HasPrefix(r.KV.Key, consulkv.ItemsPrefix(jobs[k].a.ServiceComponentName)):
+			out[k].items = append(out[k].items, r.KV)
+		default:
+			return nil, fmt.Errorf("the read returned %s where the policies of %s or its claim were expected", r.KV.Key, jobs[k].key)
 		}
 	}
-	for _, j := range jobs {
-		if _, ok := pairs[j.key]; !ok {
-			return nil, fmt.Errorf("no answer for %s in the read", j.key)
-		}
+	if k < len(jobs) {
+		return nil, fmt.Errorf("no answer for %s in the read", jobs[k].key)
 	}
-	return pairs, nil
+	return out, nil
 }
 
 // claimAll writes the pending claims of jobs with check-and-set, many in

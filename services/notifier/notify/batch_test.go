@@ -34,14 +34,14 @@ type hookServer struct {
 }
 
 // newHookServer starts the endpoint; wait, when not nil, runs inside
-// every request.
-func newHookServer(t testing.TB, wait func()) *hookServer {
+// every request, given its path.
+func newHookServer(t testing.TB, wait func(path string)) *hookServer {
 	t.Helper()
 	h := &hookServer{got: map[string][]string{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if wait != nil {
-			wait()
+			wait(r.URL.Path)
 		}
 		h.mu.Lock()
 		h.got[r.URL.Path] = append(h.got[r.URL.Path], string(b))
@@ -69,14 +69,28 @@ func (h *hookServer) total() int {
 	return n
 }
 
-// update is generation gen of component id (also its
-// service_component_name), with one policy naming both.
-func update(id string, gen int64, notify events.NotifyTarget) *events.ComponentApplied {
-	p := events.Policy{PolicyID: "P", PolicyName: "P.1.xml", PolicyVersion: "1",
+// policyOf is the one policy of generation gen of component id, its body
+// naming both.
+func policyOf(id string, gen int64) events.Policy {
+	return events.Policy{PolicyID: "P", PolicyName: fmt.Sprintf("P.%d.xml", gen), PolicyVersion: fmt.Sprint(gen),
 		Body: fmt.Sprintf(`{"config":{"component":%q,"generation":%d}}`, id, gen)}
+}
+
+// holdGeneration makes Consul hold generation gen of each component.
+func holdGeneration(t testing.TB, consul *api.Client, gen int64, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		hold(t, consul, id, policyOf(id, gen))
+	}
+}
+
+// update is generation gen of component id (also its
+// service_component_name), which updated its one policy (policyOf).
+func update(id string, gen int64, notify events.NotifyTarget) *events.ComponentApplied {
+	p := policyOf(id, gen)
 	return &events.ComponentApplied{
 		ComponentID: id, ServiceComponentName: id, UpdateID: fmt.Sprintf("%s-u%d", id, gen), Action: "updated", Generation: gen,
-		PoliciesCount: 1, Policies: []events.Policy{p}, UpdatedPolicies: []events.Policy{p},
+		PoliciesCount: 1, PoliciesBytes: int64(len(p.Body)), PolicyRefs: []events.PolicyRef{p.Ref()}, UpdatedRefs: []events.PolicyRef{p.Ref()},
 		Notify: notify, AppliedAt: time.UnixMilli(5000).UTC(),
 	}
 }
@@ -98,7 +112,15 @@ func webhook(url string) events.NotifyTarget {
 func TestNotifierManyComponents(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
-	hooks := newHookServer(t, nil)
+	const twice = "many-twice"
+	// Generation 2 of the component updated twice lands in Consul while
+	// the component is told of generation 1, and the notification of
+	// generation 2 carries it.
+	hooks := newHookServer(t, func(path string) {
+		if path == "/"+twice {
+			holdGeneration(t, consul, 2, twice)
+		}
+	})
 	const nHooks, nScripts = 200, 3
 	dir := t.TempDir()
 	scripts := make([]*recorder, nScripts)
@@ -108,7 +130,13 @@ func TestNotifierManyComponents(t *testing.T) {
 
 	hookID := func(i int) string { return fmt.Sprintf("many-hook-%03d", i) }
 	scriptID := func(i int) string { return fmt.Sprintf("many-script-%d", i) }
-	const twice = "many-twice"
+	holdGeneration(t, consul, 1, twice)
+	for i := range nHooks {
+		holdGeneration(t, consul, 1, hookID(i))
+	}
+	for i := range scripts {
+		holdGeneration(t, consul, 1, scriptID(i))
+	}
 	records := func() []*kgo.Record {
 		recs := []*kgo.Record{c.Record(t, topology.ComponentApplied, twice, update(twice, 1, webhook(hooks.URL+"/"+twice)))}
 		for i := range nHooks {
@@ -163,6 +191,9 @@ func TestNotifierManyComponents(t *testing.T) {
 		}
 		out := map[string]consulkv.Claim{}
 		for _, p := range pairs {
+			if !strings.HasSuffix(p.Key, consulkv.ClaimKey("")) {
+				continue // a policy
+			}
 			cl, err := consulkv.ParseClaim(p.Value)
 			if err != nil {
 				t.Fatalf("claim %s: %v", p.Key, err)
@@ -209,7 +240,7 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 	var once sync.Once
 	// Each request waits for a second one to come while it is in flight;
 	// one at a time, each gives up after a while and most stays 1.
-	hooks := newHookServer(t, func() {
+	hooks := newHookServer(t, func(string) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -226,6 +257,7 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 	var recs []*kgo.Record
 	for i := range n {
 		id := fmt.Sprintf("overlap-%d", i)
+		holdGeneration(t, consul, 1, id)
 		recs = append(recs, c.Record(t, topology.ComponentApplied, id, update(id, 1, webhook(hooks.URL+"/"+id))))
 	}
 	c.ProduceRecords(t, recs...)
@@ -304,14 +336,22 @@ func input(a *events.ComponentApplied) runtime.Input {
 // component named twice in order.
 func TestNotifierBatchOutcomes(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
-	hooks := newHookServer(t, nil)
+	// Generation 2 of batch-a lands in Consul while it is told of 1.
+	hooks := newHookServer(t, func(path string) {
+		if path == "/batch-a" {
+			holdGeneration(t, consul, 2, "batch-a")
+		}
+	})
 	h := batchHandler(t, consulCfg, testConfig(t))
+	holdGeneration(t, consul, 1, "batch-a", "batch-d")
 
 	noSCN := update("no-scn", 1, webhook(hooks.URL+"/no-scn"))
 	noSCN.ServiceComponentName = ""
 	badKind := update("bad-kind", 1, events.NotifyTarget{Kind: "pigeon"})
+	// Consul holds a body that is not a JSON object (the consul-writer
+	// writes none such): the notification cannot be built.
 	badBody := update("bad-body", 1, webhook(hooks.URL+"/bad-body"))
-	badBody.UpdatedPolicies = []events.Policy{{PolicyID: "B", Body: "[1]"}}
+	hold(t, consul, "bad-body", events.Policy{PolicyID: "P", Body: "[1]"})
 	gone := update("batch-a", 3, webhook(hooks.URL+"/batch-a"))
 	gone.Uninstalled = true
 	ins := []runtime.Input{
@@ -399,7 +439,7 @@ func TestConfigValidate(t *testing.T) {
 // "batch" hands them in together, "one_at_a_time" one per batch (the
 // cost of handling records singly).
 func BenchmarkNotifyBatch(b *testing.B) {
-	consulCfg, _ := stagetest.Consul(b)
+	consulCfg, consul := stagetest.Consul(b)
 	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -408,6 +448,9 @@ func BenchmarkNotifyBatch(b *testing.B) {
 	defer srv.Close()
 	const n = 1000
 	for _, mode := range []string{"batch", "one_at_a_time"} {
+		for i := range n {
+			holdGeneration(b, consul, 1, fmt.Sprintf("bench-%s-%04d", mode, i))
+		}
 		// The generation goes on from run to run (-count) of a mode, so
 		// every component is notified every time.
 		gen := int64(0)
@@ -472,7 +515,10 @@ func TestClaimConflict(t *testing.T) {
 		jobs = append(jobs, j)
 	}
 	ctx := context.Background()
-	todo := n.read(ctx, jobs, func(j *job, err error) { t.Fatalf("read %s: %v", j.key, err) })
+	todo, err := n.read(ctx, jobs, func(j *job, err error) { t.Fatalf("notification of %s: %v", j.key, err) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(todo) != len(jobs) {
 		t.Fatalf("%d of %d components to notify", len(todo), len(jobs))
 	}
@@ -517,5 +563,33 @@ func TestClaimConflict(t *testing.T) {
 		case cl.UpdateID != j.a.UpdateID || cl.ExitCode == nil || *cl.ExitCode != 0:
 			t.Errorf("claim %s %+v, want update %s completed", j.key, cl, j.a.UpdateID)
 		}
+	}
+}
+
+// TestReadGroups: a read transaction holds at most 128 operations, two
+// per component, and folders expected to hold at most
+// consulkv.ReadTxnBytes of bodies; a bigger one is read on its own.
+func TestReadGroups(t *testing.T) {
+	newJob := func(id string, bodyBytes int) *job {
+		a := update(id, 1, webhook("http://127.0.0.1:1/"))
+		a.PoliciesBytes = int64(bodyBytes)
+		return &job{a: a, key: consulkv.ClaimKey(id)}
+	}
+	var jobs []*job
+	for i := range 100 {
+		jobs = append(jobs, newJob(fmt.Sprintf("small-%03d", i), 100))
+	}
+	jobs = append(jobs, newJob("big", consulkv.ReadTxnBytes), newJob("after-big", 100))
+	for i := range 6 {
+		jobs = append(jobs, newJob(fmt.Sprintf("mid-%d", i), consulkv.ReadTxnBytes/4))
+	}
+	var sizes []int
+	for _, g := range readGroups(jobs) {
+		sizes = append(sizes, len(g))
+	}
+	// 100 small: 64 and 36; big alone; after-big with the first three
+	// mid (a quarter each), then the other three.
+	if want := []int{64, 36, 1, 4, 3}; !reflect.DeepEqual(sizes, want) {
+		t.Fatalf("read transactions of %v components, want %v", sizes, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
@@ -41,21 +42,42 @@ type payload struct {
 	RemovedPolicies []json.RawMessage `json:"removed_policies"`
 }
 
-// Payload builds the notification a component receives:
+// Payload builds the notification a component receives,
 // {"policies": [...], "updated_policies": [...], "removed_policies": [...]},
-// each a list of policy_body objects (the parsed bodies, not strings), in
-// the order of the record. A body that is not a JSON object is an error.
-func Payload(a *events.ComponentApplied) ([]byte, error) {
-	var p payload
-	var err error
-	if p.Policies, err = bodies(a.Policies, "policies"); err != nil {
-		return nil, err
+// each a list of policy_body objects (the parsed bodies, not strings), from
+// items, the pairs under the component's consulkv.ItemsPrefix as Consul
+// holds them now: policies are their bodies, in Consul's key order (by
+// policy_id); updated_policies the bodies among them of the policies the
+// record updated, in the record's order, left out when Consul no longer
+// holds the policy; removed_policies the last bodies the record carries.
+// A body that is not a JSON object is an error.
+func Payload(a *events.ComponentApplied, items api.KVPairs) ([]byte, error) {
+	p := payload{Policies: []json.RawMessage{}, UpdatedPolicies: []json.RawMessage{}}
+	held := make(map[string]json.RawMessage, len(items))
+	for _, it := range items {
+		id, ok := consulkv.ItemPolicyID(a.ServiceComponentName, it.Key)
+		if !ok {
+			continue
+		}
+		b, err := object(it.Value, "policies", id)
+		if err != nil {
+			return nil, fmt.Errorf("%w (Consul key %s)", err, it.Key)
+		}
+		held[id] = b
+		p.Policies = append(p.Policies, b)
 	}
-	if p.UpdatedPolicies, err = bodies(a.UpdatedPolicies, "updated_policies"); err != nil {
-		return nil, err
+	for _, u := range a.Updated() {
+		if b, ok := held[u.PolicyID]; ok {
+			p.UpdatedPolicies = append(p.UpdatedPolicies, b)
+		}
 	}
-	if p.RemovedPolicies, err = bodies(a.RemovedPolicies, "removed_policies"); err != nil {
-		return nil, err
+	p.RemovedPolicies = make([]json.RawMessage, 0, len(a.RemovedPolicies))
+	for _, r := range a.RemovedPolicies {
+		b, err := object([]byte(r.Body), "removed_policies", r.PolicyID)
+		if err != nil {
+			return nil, err
+		}
+		p.RemovedPolicies = append(p.RemovedPolicies, b)
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
@@ -64,16 +86,13 @@ func Payload(a *events.ComponentApplied) ([]byte, error) {
 	return b, nil
 }
 
-func bodies(ps []events.Policy, list string) ([]json.RawMessage, error) {
-	out := make([]json.RawMessage, 0, len(ps))
-	for _, p := range ps {
-		b := bytes.TrimSpace([]byte(p.Body))
-		if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
-			return nil, fmt.Errorf("build notification: %s: policy %s body is not a JSON object", list, p.PolicyID)
-		}
-		out = append(out, json.RawMessage(b))
+// object is body as the notification carries it, when it is a JSON object.
+func object(body []byte, list, policyID string) (json.RawMessage, error) {
+	b := bytes.TrimSpace(body)
+	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+		return nil, fmt.Errorf("build notification: %s: policy %s body is not a JSON object", list, policyID)
 	}
-	return out, nil
+	return json.RawMessage(b), nil
 }
 
 // ErrClaimTaken is wrapped by the (transient) error of a record whose
@@ -87,16 +106,16 @@ type job struct {
 	i    int // the record's place in the batch
 	a    *events.ComponentApplied
 	key  string // the component's claim key
-	body []byte // the notification
+	body []byte // the notification, built once its folder is read
 	log  zerolog.Logger
 	// index is the claim key's ModifyIndex: as read, then as claimed.
 	index uint64
 	claim consulkv.Claim
 }
 
-// prepare checks a component.applied record and builds its notification.
-// It returns no job when the record needs no notification whatever the
-// claim says, and a Permanent error when it can never be notified.
+// prepare checks a component.applied record. It returns no job when the
+// record needs no notification whatever the claim says, and a Permanent
+// error when it can never be notified.
 func (n *notifier) prepare(a *events.ComponentApplied) (*job, error) {
 	log := n.log.With().Str("component_id", a.ComponentID).Str("update_id", a.UpdateID).Int64("generation", a.Generation).Logger()
 	if ok, why := ShouldNotify(nil, a); !ok {
@@ -114,9 +133,5 @@ func (n *notifier) prepare(a *events.ComponentApplied) (*job, error) {
 	case a.Notify.Kind != events.NotifyScript && a.Notify.Kind != events.NotifyWebhook:
 		return nil, runtime.Permanentf("agent-notifier: component %s has notify kind %q", a.ComponentID, a.Notify.Kind)
 	}
-	body, err := Payload(a)
-	if err != nil {
-		return nil, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", a.ComponentID, err))
-	}
-	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), body: body, log: log}, nil
+	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), log: log}, nil
 }

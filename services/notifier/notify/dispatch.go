@@ -95,10 +95,11 @@ func (c *chains) close() {
 
 // notifyAll hands the jobs of a batch (in input order) to their chains and
 // returns once each is claimed, or known to need nothing, or failed; it
-// sets the Outcome of each job that failed. A failed job (transient: the
-// runtime hands it and every input after it in again) also fails the
-// jobs after it of the same component, which must not be claimed before
-// it.
+// sets the Outcome of each job that failed. A job that failed
+// transiently (the runtime hands it and every input after it in again)
+// also fails the jobs after it of the same component, which must not be
+// claimed before it; one that can never be notified (Permanent: it is
+// dead-lettered) does not.
 func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Outcome) {
 	ctx = context.WithoutCancel(ctx) // the notifications outlive the call
 	var mu sync.Mutex
@@ -126,7 +127,7 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 				return
 			}
 			r := c.claim(j)
-			if r.err != nil {
+			if r.err != nil && !runtime.IsPermanent(r.err) {
 				mu.Lock()
 				failed[j.key] = true
 				mu.Unlock()
@@ -217,8 +218,9 @@ func (c *chains) recordLane() {
 }
 
 // claimGroup reads the claims of a group of jobs (each of a different
-// key) in one transaction, claims those still to be notified in as few
-// as possible, and answers each job.
+// key), with their components' items, in as few transactions as
+// possible, builds the notifications of those still to be notified,
+// claims them in as few as possible, and answers each job.
 func (c *chains) claimGroup(g []claimReq) {
 	ctx := context.Background()
 	jobs := make([]*job, len(g))
@@ -226,15 +228,15 @@ func (c *chains) claimGroup(g []claimReq) {
 		jobs[k] = r.j
 	}
 	errs := map[*job]error{}
-	var last error
-	fail := func(j *job, err error) { errs[j], last = err, err }
-	todo := c.n.read(ctx, jobs, fail)
-	if last != nil { // the read failed as a whole
+	todo, err := c.n.read(ctx, jobs, func(j *job, err error) { errs[j] = err })
+	if err != nil { // the read failed as a whole
 		for _, r := range g {
-			r.res <- claimRes{err: last}
+			r.res <- claimRes{err: err}
 		}
 		return
 	}
+	var last error
+	fail := func(j *job, err error) { errs[j], last = err, err }
 	pending := map[*job]bool{}
 	for _, j := range todo {
 		pending[j] = true

@@ -49,6 +49,7 @@ func TestSlowWebhookDoesNotHoldUpAnotherComponent(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the webhook was not called within 60s")
 	}
+	holdGeneration(t, consul, 1, "fast-script")
 	c.Produce(t, topology.ComponentApplied, "fast-script", update("fast-script", 1,
 		events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}))
 	if cl, _ := waitClaim(t, consul, "fast-script", "fast-script-u1"); *cl.ExitCode != 0 {
@@ -85,7 +86,7 @@ func TestNotifierRecordsWhatTheRulesRefuse(t *testing.T) {
 	h := batchHandler(t, consulCfg, testConfig(t, scripts))
 
 	big := update("refuse-big", 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: inside})
-	big.Policies = []events.Policy{{PolicyID: "BIG", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("b", 300*1024) + `"}`}}
+	hold(t, consul, "refuse-big", events.Policy{PolicyID: "BIG", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("b", 300*1024) + `"}`})
 	secretURL := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/fail?x=1&token=s3cret"
 	ins := []runtime.Input{
 		input(update("refuse-outside", 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: outside})),

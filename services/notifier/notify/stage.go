@@ -4,6 +4,15 @@
 // first. Scripts run and webhooks are called only as the operator's
 // notifytarget rules allow; one component's slow or failing target does not
 // hold up the others.
+//
+// The notification is built from Consul, as it is when the component is
+// notified: its policies are the bodies in the component's folder, read
+// with its claim, and its updated policies are those of the update, taken
+// from the folder too. When a later update has already landed, the
+// component is sent what Consul holds (a newer version of a policy, and
+// no longer a policy the later update removed), which is what it reads
+// there. Removed policies are no longer in Consul: their last bodies come
+// with the update.
 package notify
 
 import (

@@ -109,10 +109,28 @@ func waitClaim(t *testing.T, c *api.Client, scn, update string) (consulkv.Claim,
 	return consulkv.Claim{}, nil
 }
 
+// hold makes the Consul folder of scn hold exactly ps as its items, as
+// the consul-writer leaves it after writing their collection. It may be
+// called from a webhook's handler: it reports an error without stopping
+// the test.
+func hold(t testing.TB, consul *api.Client, scn string, ps ...events.Policy) {
+	t.Helper()
+	if _, err := consul.KV().DeleteTree(consulkv.ItemsPrefix(scn), nil); err != nil {
+		t.Errorf("empty the items of %s: %v", scn, err)
+		return
+	}
+	for _, p := range ps {
+		if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.ItemKey(scn, p.PolicyID), Value: []byte(p.Body)}, nil); err != nil {
+			t.Errorf("put policy %s of %s: %v", p.PolicyID, scn, err)
+			return
+		}
+	}
+}
+
 func applied(update string, gen int64, notify events.NotifyTarget, policies, updated, removed []events.Policy) *events.ComponentApplied {
 	return &events.ComponentApplied{
 		ComponentID: "c1", ServiceComponentName: "dcae-vm", UpdateID: update, Action: "updated", Generation: gen,
-		PoliciesCount: int32(len(policies)), Policies: policies, UpdatedPolicies: updated, RemovedPolicies: removed,
+		PoliciesCount: int32(len(policies)), PolicyRefs: events.Refs(policies), UpdatedRefs: events.Refs(updated), RemovedPolicies: removed,
 		Notify: notify, AppliedAt: time.UnixMilli(5000).UTC(),
 	}
 }
@@ -127,6 +145,7 @@ func TestNotifierStage(t *testing.T) {
 	vm, x := vmMemory(), other()
 
 	// The first collection: the script gets exactly "policies" and the JSON.
+	hold(t, consul, "dcae-vm", vm)
 	c.Produce(t, topology.ComponentApplied, "c1", applied("u1", 1, script, []events.Policy{vm}, []events.Policy{vm}, nil))
 	claim, claimPair := waitClaim(t, consul, "dcae-vm", "u1")
 	want1 := `{"policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}],` +
@@ -141,6 +160,7 @@ func TestNotifierStage(t *testing.T) {
 	}
 
 	// A replay of u1 notifies nobody; u2 is notified once.
+	hold(t, consul, "dcae-vm", x)
 	c.Produce(t, topology.ComponentApplied, "c1", applied("u1", 1, script, []events.Policy{vm}, []events.Policy{vm}, nil))
 	c.Produce(t, topology.ComponentApplied, "c1", applied("u2", 2, script, []events.Policy{x}, []events.Policy{x}, []events.Policy{vm}))
 	claim, pair2 := waitClaim(t, consul, "dcae-vm", "u2")
@@ -193,6 +213,7 @@ func TestNotifierStage(t *testing.T) {
 	// A notification bigger than one argument may be is recorded as
 	// failed with the reason.
 	big := events.Policy{PolicyID: "BIG", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("b", 200_000) + `"}`}
+	hold(t, consul, "dcae-vm", big)
 	c.Produce(t, topology.ComponentApplied, "c1", applied("u5", 5, script, []events.Policy{big}, []events.Policy{big}, nil))
 	if claim, _ = waitClaim(t, consul, "dcae-vm", "u5"); *claim.ExitCode != -1 || !strings.Contains(claim.Stderr, "128 KiB") {
 		t.Fatalf("claim of the oversized notification %+v", claim)
@@ -201,6 +222,7 @@ func TestNotifierStage(t *testing.T) {
 	// An uninstalled component and one without a notify target are not
 	// notified; the claim stays as it is.
 	_, before := waitClaim(t, consul, "dcae-vm", "u5")
+	hold(t, consul, "dcae-vm", x)
 	un := applied("u6", 6, script, nil, nil, []events.Policy{x})
 	un.Uninstalled = true
 	c.Produce(t, topology.ComponentApplied, "c1", un)
