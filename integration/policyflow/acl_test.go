@@ -48,9 +48,12 @@ func aclToken(t *testing.T, acl *consulapi.ACL, name, rules string) string {
 
 // The consul-writer and the agent-notifier run against a Consul agent with
 // ACLs in default deny, each with a token that may write only its own
-// keys: the writer a component's folder, the notifier its claim key. A
-// write to a folder the writer's token has no right to is dead-lettered
-// with the right to grant; a token Consul does not know stops the stage
+// keys: the writer a component's folder, the notifier its claim key (and
+// read the folder, to build the notification). A write to a folder the
+// writer's token has no right to is dead-lettered with the right to
+// grant, and so is a notification whose folder the notifier may not read
+// (Consul answers such a read with nothing, which would otherwise be sent
+// as an empty notification); a token Consul does not know stops the stage
 // at start, saying so.
 func TestConsulStagesWithACLTokens(t *testing.T) {
 	b := backend.Get(t)
@@ -80,14 +83,18 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	}
 
 	granted, refused := "granted-"+strings.TrimSuffix(prefix, "."), "refused-"+strings.TrimSuffix(prefix, ".")
+	unreadable := "unreadable-" + strings.TrimSuffix(prefix, ".")
 	writerToken := aclToken(t, admin.ACL(), "consul-writer-"+granted,
-		fmt.Sprintf("key_prefix %q { policy = \"write\" }", consulkv.Folder(granted)))
+		fmt.Sprintf("key_prefix %q { policy = \"write\" }\nkey_prefix %q { policy = \"write\" }", consulkv.Folder(granted), consulkv.Folder(unreadable)))
 	notifierToken := aclToken(t, admin.ACL(), "agent-notifier-"+granted,
-		fmt.Sprintf("key %q { policy = \"write\" }", consulkv.ClaimKey(granted)))
+		fmt.Sprintf("key_prefix %q { policy = \"read\" }\nkey %q { policy = \"write\" }\nkey %q { policy = \"write\" }",
+			consulkv.Folder(granted), consulkv.ClaimKey(granted), consulkv.ClaimKey(unreadable)))
 
 	var hooks atomic.Int64
+	var payload atomic.Value // the last notification's body
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		b, _ := io.ReadAll(r.Body)
+		payload.Store(string(b))
 		hooks.Add(1)
 	}))
 	defer hook.Close()
@@ -133,7 +140,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 		}
 		return &kgo.Record{Topic: k.Topic(topology.ComponentPolicies), Key: []byte(id), Value: v}
 	}
-	if err := cl.ProduceSync(ctx, collection("comp-refused", refused), collection("comp-granted", granted)).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, collection("comp-refused", refused), collection("comp-granted", granted), collection("comp-unreadable", unreadable)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -155,6 +162,10 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	})
 	if n := hooks.Load(); n != 1 {
 		t.Errorf("the granted component's webhook was called %d times, want once", n)
+	}
+	// The notification holds the policy the notifier read from the folder.
+	if got, _ := payload.Load().(string); !strings.Contains(got, `"policies":[{`) || !strings.Contains(got, "DCAE.Config_ACL.1.xml") {
+		t.Errorf("the granted component was notified with %s, want its policy DCAE.Config_ACL.1.xml under policies", got)
 	}
 
 	// The refused folder is not written; its record is dead-lettered with
@@ -184,6 +195,29 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	}
 	if pairs, _, err := admin.KV().List(consulkv.Prefix(refused), nil); err != nil || len(pairs) != 0 {
 		t.Errorf("the refused folder holds %d keys (%v), want none", len(pairs), err)
+	}
+
+	// The folder the notifier may not read is written, and its
+	// notification dead-lettered with the right to grant, not sent empty.
+	var undelivered *kgo.Record
+	eventually(t, "the unreadable folder's notification dead-lettered", time.Minute, func() error {
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer rcancel()
+		err := runtime.ReadPartitions(rctx, k, topology.DLQ(topology.StageAgentNotifier), nil, func(r *kgo.Record) error {
+			undelivered = r
+			return nil
+		})
+		if err == nil && undelivered == nil {
+			err = fmt.Errorf("no dead letter yet")
+		}
+		return err
+	})
+	if why := header(undelivered, runtime.HeaderError); string(undelivered.Key) != "comp-unreadable" ||
+		!strings.Contains(why, fmt.Sprintf("grant key_prefix %q { policy = \"read\" }", consulkv.Folder(unreadable))) {
+		t.Errorf("notifier dead letter %s says %q, want comp-unreadable with the read right to grant", undelivered.Key, why)
+	}
+	if n := hooks.Load(); n != 1 {
+		t.Errorf("webhooks were called %d times, want once (the granted component only)", n)
 	}
 
 	// A token Consul does not know stops the consul-writer at start.

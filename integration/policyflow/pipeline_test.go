@@ -137,6 +137,17 @@ func (p *pipeline) run() {
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("%d %s", resp.StatusCode, body)
 		}
+		// The North API's views may register with the health only once
+		// its reader reached the brokers: its own word is the last one.
+		resp, err = http.Get(p.api + "/healthcheck")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var h api.Health
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Status != "ok" {
+			return fmt.Errorf("North API /healthcheck: %+v (%v)", h, err)
+		}
 		return nil
 	})
 }

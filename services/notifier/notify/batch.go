@@ -25,8 +25,8 @@ const maxTxnOps = consulkv.MaxTxnOps
 const maxTxnBytes = consulkv.MaxTxnBytes / 2
 
 // readOps is how many operations a job's read takes: its component's
-// items and its claim.
-const readOps = 2
+// items, its event key and its claim.
+const readOps = 3
 
 // read reads, for jobs, each claim and the component's items, in
 // consistent read-only transactions shared by several jobs (readGroups),
@@ -55,6 +55,16 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 			}
 			if ok, why := ShouldNotify(prior, j.a); !ok {
 				j.log.Info().Str("reason", why).Msg("not notified again")
+				continue
+			}
+			if f := folders[k]; !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
+				// Consul answers a read the token may not make with nothing
+				// rather than an error: an empty notification would be sent
+				// for a component that holds policies.
+				scn := j.a.ServiceComponentName
+				bad(j, runtime.Permanentf("agent-notifier: component %s update %s: Consul shows no %s, so its policies cannot be read: "+
+					"the folder was deleted since (the component was uninstalled), or the agent-notifier's Consul token may not read it "+
+					"(grant key_prefix %q { policy = \"read\" })", j.a.ComponentID, j.a.UpdateID, consulkv.EventKey(scn), consulkv.Folder(scn)))
 				continue
 			}
 			body, err := Payload(j.a, folders[k].items)
@@ -93,9 +103,11 @@ func readGroups(jobs []*job) [][]*job {
 }
 
 // folderRead is what a read transaction returned for one job: its claim
-// (ModifyIndex 0 when there is none) and its component's item keys.
+// (ModifyIndex 0 when there is none), its component's event key (nil or
+// ModifyIndex 0 when Consul shows none) and its item keys.
 type folderRead struct {
 	claim *api.KVPair
+	event *api.KVPair
 	items api.KVPairs
 }
 
@@ -109,6 +121,7 @@ func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
 	for _, j := range jobs {
 		ops = append(ops,
 			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: consulkv.ItemsPrefix(j.a.ServiceComponentName)}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: consulkv.EventKey(j.a.ServiceComponentName)}},
 			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: j.key}})
 	}
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
@@ -121,8 +134,9 @@ func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
 		return nil, fmt.Errorf("the read was refused: %s", consulkv.TxnReasons(resp))
 	}
 	// Results come operation after operation: a job's items (none when
-	// the folder is empty), then its claim, which is always answered
-	// and whose key is no item key.
+	// the folder is empty), its event key (left out when the token may
+	// not read it), then its claim, which is always answered and whose
+	// key is no item key.
 	out := make([]folderRead, len(jobs))
 	k := 0
 	for _, r := range resp.Results {
@@ -135,6 +149,8 @@ func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
 		case r.KV.Key == jobs[k].key:
 			out[k].claim = r.KV
 			k++
+		case r.KV.Key == consulkv.EventKey(jobs[k].a.ServiceComponentName):
+			out[k].event = r.KV
 		case strings.HasPrefix(r.KV.Key, consulkv.ItemsPrefix(jobs[k].a.ServiceComponentName)):
 			out[k].items = append(out[k].items, r.KV)
 		default:

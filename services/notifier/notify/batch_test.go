@@ -507,6 +507,7 @@ func TestClaimConflict(t *testing.T) {
 	defer closeFn()
 	var jobs []*job
 	for i := range 5 {
+		holdGeneration(t, consul, 1, fmt.Sprintf("conflict-%d", i))
 		j, err := n.prepare(update(fmt.Sprintf("conflict-%d", i), 1, webhook("http://127.0.0.1:1/")))
 		if err != nil || j == nil {
 			t.Fatalf("prepare: %v %v", j, err)
@@ -587,9 +588,48 @@ func TestReadGroups(t *testing.T) {
 	for _, g := range readGroups(jobs) {
 		sizes = append(sizes, len(g))
 	}
-	// 100 small: 64 and 36; big alone; after-big with the first three
-	// mid (a quarter each), then the other three.
-	if want := []int{64, 36, 1, 4, 3}; !reflect.DeepEqual(sizes, want) {
+	// 100 small: 42, 42 and 16 (three operations each, 128 at most);
+	// big alone; after-big with the first three mid (a quarter each),
+	// then the other three.
+	if want := []int{42, 42, 16, 1, 4, 3}; !reflect.DeepEqual(sizes, want) {
 		t.Fatalf("read transactions of %v components, want %v", sizes, want)
+	}
+}
+
+// TestUnreadableFolderIsNotNotifiedEmpty: Consul answers a read the
+// token may not make with nothing, as it answers for a deleted folder. A
+// component that holds policies but whose folder shows neither items nor
+// an event is not sent an empty notification: it fails permanently,
+// saying which read right to grant; its neighbour in the read is notified.
+func TestUnreadableFolderIsNotNotifiedEmpty(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	n := &notifier{cfg: testConfig(t)}
+	n.cfg.Consul = consulCfg
+	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	holdGeneration(t, consul, 1, "readable")
+	var jobs []*job
+	for i, id := range []string{"unreadable", "readable"} {
+		j, err := n.prepare(update(id, 1, webhook("http://127.0.0.1:1/")))
+		if err != nil || j == nil {
+			t.Fatalf("prepare %s: %v %v", id, j, err)
+		}
+		j.i = i
+		jobs = append(jobs, j)
+	}
+	failed := map[string]error{}
+	todo, err := n.read(context.Background(), jobs, func(j *job, err error) { failed[j.a.ComponentID] = err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(todo) != 1 || todo[0].a.ComponentID != "readable" || !strings.Contains(string(todo[0].body), `"generation":1`) {
+		t.Fatalf("to notify: %d jobs, want the readable component with its policy", len(todo))
+	}
+	why := failed["unreadable"]
+	if why == nil || !runtime.IsPermanent(why) || !strings.Contains(why.Error(), `grant key_prefix "unreadable:policies/" { policy = "read" }`) {
+		t.Errorf("the unreadable component failed with %v, want a permanent error naming the read right to grant", why)
 	}
 }

@@ -43,6 +43,7 @@ func TestSlowWebhookDoesNotHoldUpAnotherComponent(t *testing.T) {
 	// script must not wait for it.
 	slow := webhook(hook.URL + "/slow")
 	slow.TimeoutMs = 300_000
+	holdGeneration(t, consul, 1, "slow-hook")
 	c.Produce(t, topology.ComponentApplied, "slow-hook", update("slow-hook", 1, slow))
 	select {
 	case <-arrived:
@@ -88,6 +89,7 @@ func TestNotifierRecordsWhatTheRulesRefuse(t *testing.T) {
 	big := update("refuse-big", 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: inside})
 	hold(t, consul, "refuse-big", events.Policy{PolicyID: "BIG", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("b", 300*1024) + `"}`})
 	secretURL := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/fail?x=1&token=s3cret"
+	holdGeneration(t, consul, 1, "refuse-outside", "refuse-system", "refuse-host", "refuse-metadata", "refuse-redirect", "refuse-secret")
 	ins := []runtime.Input{
 		input(update("refuse-outside", 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: outside})),
 		input(update("refuse-system", 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/usr/bin/touch"})),

@@ -109,8 +109,8 @@ func waitClaim(t *testing.T, c *api.Client, scn, update string) (consulkv.Claim,
 	return consulkv.Claim{}, nil
 }
 
-// hold makes the Consul folder of scn hold exactly ps as its items, as
-// the consul-writer leaves it after writing their collection. It may be
+// hold makes the Consul folder of scn hold exactly ps as its items, and
+// an event, as the consul-writer leaves it after writing their collection. It may be
 // called from a webhook's handler: it reports an error without stopping
 // the test.
 func hold(t testing.TB, consul *api.Client, scn string, ps ...events.Policy) {
@@ -124,6 +124,10 @@ func hold(t testing.TB, consul *api.Client, scn string, ps ...events.Policy) {
 			t.Errorf("put policy %s of %s: %v", p.PolicyID, scn, err)
 			return
 		}
+	}
+	ev := consulkv.Event{Action: consulkv.ActionUpdated, UpdateID: "held", PoliciesCount: len(ps)}
+	if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.EventKey(scn), Value: ev.JSON()}, nil); err != nil {
+		t.Errorf("put the event of %s: %v", scn, err)
 	}
 }
 
