@@ -16,9 +16,9 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
+	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
-	"github.com/policyflow/policyflow/services/notifier/notify"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -101,15 +101,15 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 
 	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
-	nc := notify.DefaultConfig()
+	nc := agentnotifier.DefaultConfig()
 	nc.Consul = consulkv.Config{Addr: agent.Addr, Token: notifierToken}
 	nc.Targets = notifytarget.Config{WebhookAllow: []string{"127.0.0.1"}}
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- runtime.RunStages(sctx, env,
-			consulwrite.StageWith(consulwrite.Config{Consul: consulkv.Config{Addr: agent.Addr, Token: writerToken}}),
-			notify.StageWith(nc))
+			consulwriter.StageWith(consulwriter.Config{Consul: consulkv.Config{Addr: agent.Addr, Token: writerToken}}),
+			agentnotifier.StageWith(nc))
 	}()
 	defer func() {
 		stop()
@@ -221,7 +221,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	}
 
 	// A token Consul does not know stops the consul-writer at start.
-	wrong := consulwrite.StageWith(consulwrite.Config{Consul: consulkv.Config{Addr: agent.Addr, Token: uuid(t)}})
+	wrong := consulwriter.StageWith(consulwriter.Config{Consul: consulkv.Config{Addr: agent.Addr, Token: uuid(t)}})
 	wrong.Group = "policyflow-consul-writer-wrong-token"
 	werr := wrong.Run(ctx, env)
 	if werr == nil || !strings.Contains(werr.Error(), "Consul refused the token: ") || !strings.Contains(werr.Error(), "check --consul-token") {

@@ -25,8 +25,8 @@ import (
 
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/northapi/api"
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -117,7 +117,7 @@ func (p *pipeline) run() {
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := api.ServeListener(ctx, env, ln, api.Options{Consul: p.b.Consul(), Tokens: tokens, Registration: api.Registration{Targets: p.targets}}); err != nil && ctx.Err() == nil {
+		if err := northapi.ServeListener(ctx, env, ln, northapi.Options{Consul: p.b.Consul(), Tokens: tokens, Registration: northapi.Registration{Targets: p.targets}}); err != nil && ctx.Err() == nil {
 			p.t.Errorf("north api: %v", err)
 		}
 	}()
@@ -144,7 +144,7 @@ func (p *pipeline) run() {
 			return err
 		}
 		defer resp.Body.Close()
-		var h api.Health
+		var h northapi.Health
 		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Status != "ok" {
 			return fmt.Errorf("North API /healthcheck: %+v (%v)", h, err)
 		}

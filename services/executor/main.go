@@ -4,8 +4,8 @@
 package main
 
 import (
-	"github.com/policyflow/policyflow/services/executor/execute"
+	"github.com/policyflow/policyflow/services/executor/executor"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
-func main() { runtime.Main(execute.Stage()) }
+func main() { runtime.Main(executor.Stage()) }

@@ -4,8 +4,8 @@
 package main
 
 import (
-	"github.com/policyflow/policyflow/services/matcher/matching"
+	"github.com/policyflow/policyflow/services/matcher/matcher"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
-func main() { runtime.Main(matching.Stage()) }
+func main() { runtime.Main(matcher.Stage()) }

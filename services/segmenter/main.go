@@ -5,7 +5,7 @@ package main
 
 import (
 	"github.com/policyflow/policyflow/services/runtime"
-	"github.com/policyflow/policyflow/services/segmenter/segment"
+	"github.com/policyflow/policyflow/services/segmenter/segmenter"
 )
 
-func main() { runtime.Main(segment.Stage()) }
+func main() { runtime.Main(segmenter.Stage()) }

@@ -3,15 +3,15 @@
 package stages
 
 import (
+	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
+	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/consulwriter/consulwrite"
-	"github.com/policyflow/policyflow/services/executor/execute"
-	"github.com/policyflow/policyflow/services/matcher/matching"
-	"github.com/policyflow/policyflow/services/notifier/notify"
+	"github.com/policyflow/policyflow/services/executor/executor"
+	"github.com/policyflow/policyflow/services/matcher/matcher"
 	"github.com/policyflow/policyflow/services/notifytarget"
-	"github.com/policyflow/policyflow/services/pdpingest/ingest"
+	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
 	"github.com/policyflow/policyflow/services/runtime"
-	"github.com/policyflow/policyflow/services/segmenter/segment"
+	"github.com/policyflow/policyflow/services/segmenter/segmenter"
 )
 
 // Config carries the settings a process running every stage may change.
@@ -37,15 +37,15 @@ func All() []runtime.Stage { return With(Config{}) }
 // call builds fresh stage values, so two processes' worth can run side by
 // side in tests.
 func With(cfg Config) []runtime.Stage {
-	ic := ingest.DefaultConfig()
+	ic := pdpingest.DefaultConfig()
 	if cfg.PDPURL != "" {
 		ic.PDPURL = cfg.PDPURL
 	}
-	sc := segment.DefaultConfig()
+	sc := segmenter.DefaultConfig()
 	if cfg.MaxSegmentBytes > 0 {
 		sc.MaxSegmentBytes = cfg.MaxSegmentBytes
 	}
-	wc, nc := consulwrite.DefaultConfig(), notify.DefaultConfig()
+	wc, nc := consulwriter.DefaultConfig(), agentnotifier.DefaultConfig()
 	if cfg.Consul != (consulkv.Config{}) {
 		wc.Consul, nc.Consul = cfg.Consul, cfg.Consul
 	}
@@ -53,11 +53,11 @@ func With(cfg Config) []runtime.Stage {
 		nc.Targets = cfg.NotifyTargets
 	}
 	return []runtime.Stage{
-		ingest.StageWith(ic),
-		matching.Stage(),
-		segment.StageWith(sc),
-		execute.Stage(),
-		consulwrite.StageWith(wc),
-		notify.StageWith(nc),
+		pdpingest.StageWith(ic),
+		matcher.Stage(),
+		segmenter.StageWith(sc),
+		executor.Stage(),
+		consulwriter.StageWith(wc),
+		agentnotifier.StageWith(nc),
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 func TestEnsureDevTokenKeepsOneAdminTokenAcrossStarts(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
 )

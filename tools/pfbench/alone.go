@@ -138,7 +138,7 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 	procs := make([]*stageProc, 0, members)
 	defer func() { stopAll(procs) }() // runs after the profiles (deferred later) are written
 	for i := 0; i < members; i++ {
-		p, err := startStageLogged(ctx, b.binDir, b.memberLog(binaryOf(name), i, members), binaryOf(name), b.kafka, b.consulAddr, extra...)
+		p, err := startStageLogged(ctx, b.binDir, b.memberLog(name, i, members), name, b.kafka, b.consulAddr, extra...)
 		if err != nil {
 			return run, in, gs, err
 		}

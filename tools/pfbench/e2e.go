@@ -25,8 +25,8 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/northapi/api"
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -252,7 +252,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	// The rate limit is off: the run times the pipeline, and one update
 	// after another is faster than a client's default rate.
 	go func() {
-		_ = api.ServeListener(actx, env, apiLn, api.Options{Consul: consulkv.Config{Addr: b.consulAddr}, Tokens: tokens, RateLimit: api.RateLimit{Off: true}})
+		_ = northapi.ServeListener(actx, env, apiLn, northapi.Options{Consul: consulkv.Config{Addr: b.consulAddr}, Tokens: tokens, RateLimit: northapi.RateLimit{Off: true}})
 	}()
 	go func() { _ = runtime.ServeListener(actx, opsLn, env, nil) }()
 	notifyURL := "http://" + apiLn.Addr().String() + "/v1/pdp/notifications"
@@ -304,7 +304,7 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 			// The script and the webhook receiver are this process's.
 			extra = []string{"--script-dir", dir, "--webhook-allow", "127.0.0.1"}
 		}
-		p, err := startStage(ctx, b.binDir, b.logDir, binaryOf(name), b.kafka, b.consulAddr, extra...)
+		p, err := startStage(ctx, b.binDir, b.logDir, name, b.kafka, b.consulAddr, extra...)
 		if err != nil {
 			return res, err
 		}
@@ -468,9 +468,4 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 	}
 	return res, nil
-}
-
-// binaryOf is the name of a stage's binary (its services/ directory).
-func binaryOf(stage string) string {
-	return strings.ReplaceAll(strings.TrimPrefix(stage, "agent-"), "-", "")
 }

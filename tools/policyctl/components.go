@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 

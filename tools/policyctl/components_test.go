@@ -17,8 +17,8 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/northapi/api"
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -53,8 +53,8 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 		t.Fatalf("topology apply: exit %d %s", r.code, r.errOut)
 	}
 	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
-	srv, err := api.New(env, api.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: tokens,
-		Registration: api.Registration{Targets: notifytarget.Config{WebhookAllow: []string{"127.0.0.1"}}}})
+	srv, err := northapi.New(env, northapi.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: tokens,
+		Registration: northapi.Registration{Targets: notifytarget.Config{WebhookAllow: []string{"127.0.0.1"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

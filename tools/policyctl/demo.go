@@ -17,8 +17,8 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/northapi/api"
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -116,9 +116,9 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 		defer os.RemoveAll(devTokenDir)
 	}
 	go devAPITokens.Watch(ctx, auth.DefaultReloadInterval, s.Env.Log)
-	reg := api.RegistrationFromEnv()
+	reg := northapi.RegistrationFromEnv()
 	reg.Targets = s.Targets
-	return api.ServeListener(ctx, s.Env, devAPIListener, api.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg})
+	return northapi.ServeListener(ctx, s.Env, devAPIListener, northapi.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {

@@ -433,7 +433,7 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintf(w, `Use --brokers %s with policyctl and the stage binaries, and --consul-addr %s
-with those that reach Consul (consulwriter, notifier, northapi).
+with those that reach Consul (consul-writer, agent-notifier, north-api).
 Stop with Ctrl-C: stages drain and leave their groups; a second Ctrl-C exits at once.
 `, strings.Join(b.Addrs, ","), a.Addr)
 }

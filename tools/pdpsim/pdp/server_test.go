@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/policyflow/policyflow/services/northapi/auth"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 )
 

@@ -1,0 +1,284 @@
+package agentnotifier
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// consulParallel is how many claim transactions, and as many outcome
+// record transactions, are in flight at once.
+const consulParallel = 8
+
+// maxTxnOps is the most operations Consul accepts in one transaction.
+const maxTxnOps = consulkv.MaxTxnOps
+
+// maxTxnBytes bounds the keys and values of one transaction: base64 and
+// JSON make them about a third bigger on the wire, still well under
+// Consul's request limit.
+const maxTxnBytes = consulkv.MaxTxnBytes / 2
+
+// readOps is how many operations a job's read takes: its component's
+// items, its event key and its claim.
+const readOps = 3
+
+// read reads, for jobs, each claim and the component's items, in
+// consistent read-only transactions shared by several jobs (readGroups),
+// and returns the jobs still to be notified, each with its claim's
+// ModifyIndex and its notification built from the items as Consul holds
+// them now. A job whose notification cannot be built is handed to bad with
+// a Permanent error and left out. A Consul error is returned: nothing is
+// claimed, and the jobs are left for the runtime to hand in again.
+func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error)) ([]*job, error) {
+	var todo []*job
+	for _, g := range readGroups(jobs) {
+		folders, err := n.get(ctx, g)
+		if err != nil {
+			return nil, fmt.Errorf("agent-notifier: read claim %s and the policies of %d component(s): %w", g[0].key, len(g), err)
+		}
+		for k, j := range g {
+			var prior *consulkv.Claim
+			j.index = 0
+			if p := folders[k].claim; p.ModifyIndex != 0 {
+				j.index = p.ModifyIndex
+				if c, err := consulkv.ParseClaim(p.Value); err == nil {
+					prior = &c
+				} else {
+					j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
+				}
+			}
+			if ok, why := ShouldNotify(prior, j.a); !ok {
+				j.log.Info().Str("reason", why).Msg("not notified again")
+				continue
+			}
+			if f := folders[k]; !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
+				// Consul answers a read the token may not make with nothing
+				// rather than an error: an empty notification would be sent
+				// for a component that holds policies.
+				scn := j.a.ServiceComponentName
+				bad(j, runtime.Permanentf("agent-notifier: component %s update %s: Consul shows no %s, so its policies cannot be read: "+
+					"the folder was deleted since (the component was uninstalled), or the agent-notifier's Consul token may not read it "+
+					"(grant key_prefix %q { policy = \"read\" })", j.a.ComponentID, j.a.UpdateID, consulkv.EventKey(scn), consulkv.Folder(scn)))
+				continue
+			}
+			body, err := Payload(j.a, folders[k].items)
+			if err != nil {
+				bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
+				continue
+			}
+			j.body = body
+			todo = append(todo, j)
+		}
+	}
+	return todo, nil
+}
+
+// readGroups cuts jobs, keeping their order, into reads of one
+// transaction: at most maxTxnOps operations and maxTxnBytes of
+// keys, and folders expected to hold at most consulkv.ReadTxnBytes of
+// bodies (the size of the record's collection: a later update seldom
+// changes it much); a job expected over it is read on its own.
+func readGroups(jobs []*job) [][]*job {
+	var out [][]*job
+	start, keys, bodies := 0, 0, int64(0)
+	for k, j := range jobs {
+		kb, b := len(j.key)+len(consulkv.ItemsPrefix(j.a.ServiceComponentName)), j.a.CollectionBytes()
+		if k > start && ((k-start+1)*readOps > maxTxnOps || keys+kb > maxTxnBytes || bodies+b > consulkv.ReadTxnBytes) {
+			out = append(out, jobs[start:k])
+			start, keys, bodies = k, 0, 0
+		}
+		keys += kb
+		bodies += b
+	}
+	if start < len(jobs) {
+		out = append(out, jobs[start:])
+	}
+	return out
+}
+
+// folderRead is what a read transaction returned for one job: its claim
+// (ModifyIndex 0 when there is none), its component's event key (nil or
+// ModifyIndex 0 when Consul shows none) and its item keys.
+type folderRead struct {
+	claim *api.KVPair
+	event *api.KVPair
+	items api.KVPairs
+}
+
+// get reads, for each of jobs (at most maxTxnOps/readOps, each
+// of its own key), the component's items and the claim, in one consistent
+// transaction. A claim that does not exist comes back with ModifyIndex 0:
+// get-or-empty, as a plain get of a missing key fails the whole
+// transaction.
+func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
+	ops := make(api.TxnOps, 0, readOps*len(jobs))
+	for _, j := range jobs {
+		ops = append(ops,
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: consulkv.ItemsPrefix(j.a.ServiceComponentName)}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: consulkv.EventKey(j.a.ServiceComponentName)}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: j.key}})
+	}
+	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+	defer cancel()
+	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("the read was refused: %s", consulkv.TxnReasons(resp))
+	}
+	// Results come operation after operation: a job's items (none when
+	// the folder is empty), its event key (left out when the token may
+	// not read it), then its claim, which is always answered and whose
+	// key is no item key.
+	out := make([]folderRead, len(jobs))
+	k := 0
+	for _, r := range resp.Results {
+		if r == nil || r.KV == nil {
+			continue
+		}
+		switch {
+		case k == len(jobs):
+			return nil, fmt.Errorf("the read returned %s after the last claim", r.KV.Key)
+		case r.KV.Key == jobs[k].key:
+			out[k].claim = r.KV
+			k++
+		case r.KV.Key == consulkv.EventKey(jobs[k].a.ServiceComponentName):
+			out[k].event = r.KV
+		case strings.HasPrefix(r.KV.Key, consulkv.ItemsPrefix(jobs[k].a.ServiceComponentName)):
+			out[k].items = append(out[k].items, r.KV)
+		default:
+			return nil, fmt.Errorf("the read returned %s where the policies of %s or its claim were expected", r.KV.Key, jobs[k].key)
+		}
+	}
+	if k < len(jobs) {
+		return nil, fmt.Errorf("no answer for %s in the read", jobs[k].key)
+	}
+	return out, nil
+}
+
+// claimAll writes the pending claims of jobs with check-and-set, many in
+// one transaction, before anyone is notified, and returns the jobs
+// claimed. A transaction that fails a check is claimed again one job at a
+// time, so a conflict holds up only its own component. A Consul error
+// fails the first job it left unclaimed and ends the claiming.
+func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
+	at := time.Now().UTC().Format(time.RFC3339Nano)
+	for _, j := range jobs {
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at}
+	}
+	var claimed []*job
+	for _, g := range groups(jobs) {
+		ok, err := n.cas(ctx, g)
+		if err == nil && !ok && len(g) > 1 {
+			for _, j := range g {
+				if ok, err = n.cas(ctx, []*job{j}); err != nil {
+					fail(j, fmt.Errorf("agent-notifier: claim %s for update %s: %w", j.key, j.a.UpdateID, err))
+					return claimed
+				}
+				if !ok {
+					fail(j, fmt.Errorf("agent-notifier: claim %s for update %s: %w", j.key, j.a.UpdateID, ErrClaimTaken))
+					continue
+				}
+				claimed = append(claimed, j)
+			}
+			continue
+		}
+		switch {
+		case err != nil:
+			fail(g[0], fmt.Errorf("agent-notifier: claim %s for update %s: %w", g[0].key, g[0].a.UpdateID, err))
+			return claimed
+		case !ok:
+			fail(g[0], fmt.Errorf("agent-notifier: claim %s for update %s: %w", g[0].key, g[0].a.UpdateID, ErrClaimTaken))
+		default:
+			claimed = append(claimed, g...)
+		}
+	}
+	return claimed
+}
+
+// record completes the claims of jobs with their outcomes in one
+// transaction, retrying a while when Consul does not answer; the
+// notifications themselves are never repeated. When a claim changed
+// meanwhile the transaction fails as a whole, and each is recorded alone.
+func (n *notifier) record(ctx context.Context, jobs []*job) {
+	for attempt := 0; attempt < 8; attempt++ {
+		ok, err := n.cas(ctx, jobs)
+		if err == nil {
+			switch {
+			case ok:
+			case len(jobs) == 1:
+				jobs[0].log.Warn().Str("key", jobs[0].key).Msg("claim changed before the outcome was recorded; outcome not recorded")
+			default:
+				for _, j := range jobs {
+					n.record(ctx, []*job{j})
+				}
+			}
+			return
+		}
+		n.log.Warn().Err(err).Str("key", jobs[0].key).Int("claims", len(jobs)).Msg("record the notification outcome; retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.retry.Next(attempt)):
+		}
+	}
+	for _, j := range jobs {
+		j.log.Error().Str("key", j.key).Msg("notification outcome not recorded: Consul did not answer")
+	}
+}
+
+// cas sets the key of each job to its claim if the key's ModifyIndex is
+// still the job's index (0: the key must not exist), all in one
+// transaction, and moves each job's index to the new ModifyIndex. It
+// reports false, writing nothing, when a check failed.
+func (n *notifier) cas(ctx context.Context, jobs []*job) (bool, error) {
+	ops := make(api.TxnOps, len(jobs))
+	for k, j := range jobs {
+		ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: j.key, Value: j.claim.JSON(), Index: j.index}}
+	}
+	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+	defer cancel()
+	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
+	if err != nil || !ok {
+		return false, err
+	}
+	index := consulkv.TxnIndexes(resp)
+	for _, j := range jobs {
+		if _, ok := index[j.key]; !ok {
+			return false, fmt.Errorf("set %s: Consul did not report its index", j.key)
+		}
+	}
+	for _, j := range jobs {
+		j.index = index[j.key]
+	}
+	return true, nil
+}
+
+// groups cuts jobs, keeping their order, into transactions of at most
+// maxTxnOps claims and maxTxnBytes of keys and claims.
+func groups(jobs []*job) [][]*job {
+	var out [][]*job
+	start, size := 0, 0
+	for k, j := range jobs {
+		s := txnSize(j)
+		if k > start && (k-start == maxTxnOps || size+s > maxTxnBytes) {
+			out = append(out, jobs[start:k])
+			start, size = k, 0
+		}
+		size += s
+	}
+	if start < len(jobs) {
+		out = append(out, jobs[start:])
+	}
+	return out
+}
+
+// txnSize is about what a job's claim adds to a transaction.
+func txnSize(j *job) int { return len(j.key) + len(j.claim.JSON()) }

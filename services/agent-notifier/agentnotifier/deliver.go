@@ -1,0 +1,197 @@
+package agentnotifier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/notifytarget"
+)
+
+// MaxStderrBytes is how much of a script's stderr the claim records.
+const MaxStderrBytes = 4096
+
+// scriptWaitDelay is how long the stderr of a script that ended is still
+// read while a process it started holds it open.
+const scriptWaitDelay = 2 * time.Second
+
+// Result is the outcome of one notification.
+type Result struct {
+	ExitCode   int
+	Stderr     string
+	HTTPStatus int
+	Took       time.Duration
+}
+
+// limitedBuffer keeps the first max bytes written to it and counts the
+// rest.
+type limitedBuffer struct {
+	buf     bytes.Buffer
+	max     int
+	dropped int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	room := l.max - l.buf.Len()
+	switch {
+	case room >= len(p):
+		l.buf.Write(p)
+	case room > 0:
+		l.buf.Write(p[:room])
+		l.dropped += len(p) - room
+	default:
+		l.dropped += len(p)
+	}
+	return len(p), nil
+}
+
+func (l *limitedBuffer) String() string {
+	if l.dropped > 0 {
+		return l.buf.String() + fmt.Sprintf("\n[%d more bytes of stderr dropped]", l.dropped)
+	}
+	return l.buf.String()
+}
+
+// RunScript runs `<path> policies <json>` (argv, never through a shell)
+// and reports its exit status and the start of its stderr. It runs
+// nothing, and reports exit code -1 with the reason, when the rules refuse
+// path (checked now, so a file replaced since the component was
+// registered is refused too) or the notification does not fit one
+// argument. The script gets notifytarget.ScriptEnv as its whole
+// environment. At the timeout the script (and its process group, where
+// the system has them) is killed; the result then has exit code -1.
+func RunScript(ctx context.Context, rules notifytarget.Rules, path string, payload []byte, timeout time.Duration) Result {
+	start := time.Now()
+	res := runScript(ctx, rules, path, payload, timeout)
+	res.Took = time.Since(start)
+	return res
+}
+
+func runScript(ctx context.Context, rules notifytarget.Rules, path string, payload []byte, timeout time.Duration) Result {
+	file, err := rules.CheckScript(path)
+	if err == nil {
+		err = notifytarget.CheckArg(len(payload))
+	}
+	if err != nil {
+		return Result{ExitCode: -1, Stderr: "not run: " + err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, file, ReconfigureType, string(payload))
+	cmd.Env = notifytarget.ScriptEnv()
+	stderr := &limitedBuffer{max: MaxStderrBytes}
+	cmd.Stderr = stderr
+	// Without it, a script that ended while a process it started keeps
+	// its stderr open would be waited for until that process ends.
+	cmd.WaitDelay = scriptWaitDelay
+	killProcessGroup(cmd)
+	err = cmd.Run()
+	res := Result{ExitCode: -1, Stderr: stderr.String()}
+	switch st := cmd.ProcessState; {
+	case st != nil && st.Exited():
+		// The script ended by itself: its status stands, also when
+		// its stderr was still held open (exec.ErrWaitDelay).
+		res.ExitCode = st.ExitCode()
+		if errors.Is(err, exec.ErrWaitDelay) {
+			res.Stderr += "\n[the script ended; a process it started kept its stderr open, which was not read further]"
+		}
+	case ctx.Err() == context.DeadlineExceeded:
+		res.Stderr += fmt.Sprintf("\n[killed: the script did not end within its timeout of %s]", timeout)
+	case errors.Is(err, syscall.E2BIG):
+		res.Stderr = fmt.Sprintf("cannot run %s: the notification is %d bytes, more than the system accepts in one argument: %v", file, len(payload), err)
+	case err != nil:
+		res.Stderr = fmt.Sprintf("cannot run %s: %v", file, err)
+	}
+	return res
+}
+
+// PostWebhook POSTs the notification (Content-Type application/json) when
+// the rules allow the URL, with client (notifytarget.Rules.Client: it
+// checks the address it dials and follows no redirect). It reports the
+// answer's status: a 2xx answer is success, any other (a redirect
+// included) a failure; the answer's body is never kept. The URL is shown
+// masked in the result.
+func PostWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, payload []byte, timeout time.Duration) Result {
+	start := time.Now()
+	res := postWebhook(ctx, rules, client, rawURL, payload, timeout)
+	res.Took = time.Since(start)
+	return res
+}
+
+func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, payload []byte, timeout time.Duration) Result {
+	shown := notifytarget.MaskURL(rawURL)
+	if _, err := rules.CheckWebhook(rawURL); err != nil {
+		return Result{ExitCode: -1, Stderr: "not called: " + err.Error()}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(payload))
+	if err != nil {
+		return Result{ExitCode: -1, Stderr: fmt.Sprintf("cannot POST to %s: %s", shown, notifytarget.MaskText(err.Error()))}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		// url.Error repeats the URL unmasked; keep what went wrong.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		msg := fmt.Sprintf("POST %s: %s", shown, notifytarget.MaskText(err.Error()))
+		if ctx.Err() == context.DeadlineExceeded {
+			msg += fmt.Sprintf(" (no answer within its timeout of %s)", timeout)
+		}
+		return Result{ExitCode: -1, Stderr: msg}
+	}
+	defer resp.Body.Close()
+	// Read a little of the body so the connection can serve the next
+	// webhook; it is not kept.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, MaxStderrBytes))
+	res := Result{ExitCode: 1, HTTPStatus: resp.StatusCode}
+	code := resp.StatusCode
+	switch {
+	case code >= 200 && code < 300:
+		res.ExitCode = 0
+	case code >= 300 && code < 400:
+		res.Stderr = fmt.Sprintf("POST %s: %d %s: redirects are not followed; give the final URL as webhook_url", shown, code, http.StatusText(code))
+	default:
+		res.Stderr = fmt.Sprintf("POST %s: %d %s", shown, code, http.StatusText(code))
+	}
+	return res
+}
+
+// notify runs the claimed job's script or webhook and puts the outcome in
+// its claim. The component's own failure is recorded and logged, never
+// retried.
+func (n *notifier) notify(ctx context.Context, j *job) {
+	a := j.a
+	timeout := n.cfg.Timeout
+	if a.Notify.TimeoutMs > 0 {
+		timeout = time.Duration(a.Notify.TimeoutMs) * time.Millisecond
+	}
+	var res Result
+	var target string
+	if a.Notify.Kind == events.NotifyScript {
+		target = a.Notify.ScriptPath
+		res = RunScript(ctx, n.rules, a.Notify.ScriptPath, j.body, timeout)
+	} else {
+		target = notifytarget.MaskURL(a.Notify.WebhookURL)
+		res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, j.body, timeout)
+	}
+	ev, msg := j.log.Info(), "component notified"
+	if res.ExitCode != 0 {
+		ev, msg = j.log.Warn().Str("stderr", res.Stderr), "notification failed"
+	}
+	ev.Str("kind", a.Notify.Kind).Str("target", target).Int("exit_code", res.ExitCode).Int("http_status", res.HTTPStatus).
+		Int("payload_bytes", len(j.body)).Dur("took", res.Took).Msg(msg)
+	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
+	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
+}

@@ -1,0 +1,186 @@
+// Package agentnotifier is the agent-notifier stage: it tells each component that
+// its policies changed, by running its reconfigure script or calling its
+// webhook, at most once per update, claiming each notification in Consul
+// first. Scripts run and webhooks are called only as the operator's
+// notifytarget rules allow; one component's slow or failing target does not
+// hold up the others.
+//
+// The notification is built from Consul, as it is when the component is
+// notified: its policies are the bodies in the component's folder, read
+// with its claim, and its updated policies are those of the update, taken
+// from the folder too. When a later update has already landed, the
+// component is sent what Consul holds (a newer version of a policy, and
+// no longer a policy the later update removed), which is what it reads
+// there. Removed policies are no longer in Consul: their last bodies come
+// with the update.
+package agentnotifier
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// DefaultTimeout bounds a script or webhook whose notify target names no
+// timeout of its own.
+const DefaultTimeout = 30 * time.Second
+
+// DefaultConcurrency is how many components are notified at once unless
+// configured otherwise.
+const DefaultConcurrency = 32
+
+// consulTimeout bounds one Consul request.
+const consulTimeout = time.Minute
+
+// Config is the agent-notifier's own configuration.
+type Config struct {
+	// Timeout is how long a script or webhook may take when the
+	// component's notify target does not say (timeout_ms 0).
+	Timeout time.Duration
+	// Concurrency is how many scripts and webhooks of different
+	// components run at once; one component's notifications still run
+	// one after another, in order.
+	Concurrency int
+	// Consul is the agent that holds the claims.
+	Consul consulkv.Config
+	// Targets is where notifications may go: the allowed script
+	// directories and webhook hosts (none: no script runs, no webhook
+	// is called; such notifications are recorded as failed).
+	Targets notifytarget.Config
+}
+
+// DefaultConfig reads PF_NOTIFY_TIMEOUT and PF_NOTIFY_CONCURRENCY, falling
+// back to DefaultTimeout and DefaultConcurrency, PF_SCRIPT_DIRS and
+// PF_WEBHOOK_ALLOW (none by default), and reaches Consul as the
+// environment says (consulkv.FromEnv).
+func DefaultConfig() Config {
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Consul: consulkv.FromEnv(), Targets: notifytarget.ConfigFromEnv()}
+	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_TIMEOUT", "")); err == nil {
+		c.Timeout = d
+	}
+	if n, err := strconv.Atoi(runtime.EnvOr("PF_NOTIFY_CONCURRENCY", "")); err == nil {
+		c.Concurrency = n
+	}
+	return c
+}
+
+// RegisterFlags adds the agent-notifier's flags to fs, Consul's among
+// them.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.Consul.RegisterFlags(fs)
+	fs.DurationVar(&c.Timeout, "notify-timeout", c.Timeout,
+		"how long a reconfigure script or webhook may take when the component does not say (env PF_NOTIFY_TIMEOUT)")
+	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency,
+		"how many components' scripts or webhooks run at once (env PF_NOTIFY_CONCURRENCY)")
+	c.Targets.RegisterFlags(fs)
+}
+
+// Validate says what is wrong with the configuration.
+func (c Config) Validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--notify-timeout %s: want a positive duration", c.Timeout)
+	}
+	if c.Concurrency < 1 {
+		return fmt.Errorf("--notify-concurrency %d: want at least 1", c.Concurrency)
+	}
+	if _, err := c.Targets.Rules(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Stage is the agent-notifier configured from the environment (and from
+// flags when run by runtime.Main).
+func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
+
+// StageWith is the agent-notifier with the given configuration. It reads
+// component.applied at least once, a poll's records at a time, claims
+// them and notifies their components, several at once, in order per
+// component, without waiting for a whole poll's notifications; before its
+// partitions are given away it finishes the notifications in flight.
+func StageWith(cfg Config) runtime.Stage {
+	n := &notifier{cfg: cfg}
+	return runtime.Stage{
+		Name:       topology.StageAgentNotifier,
+		Mode:       runtime.AtLeastOnce,
+		Inputs:     []string{topology.ComponentApplied},
+		Flags:      n.cfg.RegisterFlags,
+		SetupBatch: n.setup,
+		Revoked:    func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
+	}
+}
+
+type notifier struct {
+	cfg    Config
+	rules  notifytarget.Rules
+	txn    *api.Txn
+	http   *http.Client
+	log    zerolog.Logger
+	retry  runtime.Backoff
+	chains *chains
+}
+
+func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
+	if err := n.cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	cl, err := n.cfg.Consul.Connect(ctx, env.Log.With().Str("stage", topology.StageAgentNotifier).Logger())
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
+	}
+	if n.rules, err = n.cfg.Targets.Rules(); err != nil {
+		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
+	}
+	n.txn = cl.Txn()
+	// As many kept connections per host as webhooks in flight: many
+	// components often share one webhook host.
+	n.http = n.rules.Client(n.cfg.Concurrency)
+	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
+	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
+	n.retry = env.Retry
+	n.chains = newChains(n)
+	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
+		n.chains.close()
+		n.http.CloseIdleConnections()
+	}, nil
+}
+
+// drain waits for the notifications in flight (none before setup).
+func (n *notifier) drain() {
+	if n.chains != nil {
+		n.chains.drain()
+	}
+}
+
+// handle notifies the components of a poll's records: it sets aside the
+// records that need nothing or can never be notified, then claims the
+// rest and leaves their notifications running (notifyAll).
+func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.ComponentApplied]) []runtime.Outcome {
+	out := make([]runtime.Outcome, len(ins))
+	var jobs []*job
+	for i, in := range ins {
+		j, err := n.prepare(in.Value)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		if j != nil {
+			j.i = i
+			jobs = append(jobs, j)
+		}
+	}
+	n.notifyAll(ctx, jobs, out)
+	return out
+}

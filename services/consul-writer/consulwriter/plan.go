@@ -1,0 +1,347 @@
+// Package consulwriter is the consul-writer stage: it writes each
+// component's policy collection into the component's Consul KV folder with
+// the fewest writes, in check-and-set transactions, and reports each write
+// on component.applied.
+package consulwriter
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
+)
+
+// ActionUninstalled is the ComponentApplied action of a deleted folder;
+// no event key is left to hold it. The other actions are those of the
+// event key (consulkv.ActionGathered, consulkv.ActionUpdated).
+const ActionUninstalled = "uninstalled"
+
+// Step is one write of a plan.
+type Step struct {
+	// Ops are item writes and deletes; the step is one transaction.
+	Ops api.TxnOps
+	// Guard makes the transaction first check that the event key still
+	// has the ModifyIndex the writer saw last (check-index), so that two
+	// writers never interleave.
+	Guard bool
+	// Event, when set, is written to the event key as the transaction's
+	// last operation, check-and-set on the ModifyIndex seen last (0: the
+	// key must not exist).
+	Event *consulkv.Event
+	// Put is one value too large for a transaction body; it is written
+	// alone with check-and-set on its own ModifyIndex (0: new key).
+	Put *api.KVPair
+}
+
+// WritePlan is what to write for one ComponentPolicies record.
+type WritePlan struct {
+	// Skip says Consul already holds this generation or a newer one.
+	Skip bool
+	// Replay says Consul holds exactly this update (a replayed record):
+	// nothing is written, and component.applied is emitted again.
+	Replay bool
+	// Action is gathered, updated or uninstalled.
+	Action string
+	// Event is the final event written (for a replay: the one in Consul).
+	Event consulkv.Event
+	// EventIndex is the event key's ModifyIndex as read; 0 when absent.
+	EventIndex uint64
+	// Steps are the writes in order: one transaction when everything
+	// fits; otherwise an "updating" marker, the items in chunks, and the
+	// final event.
+	Steps []Step
+	// KeysChanged counts the item keys set or deleted (for an uninstall,
+	// every key of the folder).
+	KeysChanged int
+}
+
+// Plan computes the writes that bring a component's folder (current: its
+// pairs under consulkv.Folder(scn), as a recursive read returns them) to
+// the record's collection: only item keys whose value differs are set, items
+// no longer in the collection are deleted, and the event key is written
+// last with check-and-set. Keys of the folder other than items and the
+// event are left alone. A record that Consul already holds (or is older
+// than what it holds) is skipped. An error means the record can never be
+// written (no folder name, a body over 512 KiB, a body that is not a JSON
+// object, a policy_id missing or repeated).
+func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (WritePlan, error) {
+	var plan WritePlan
+	if rec == nil {
+		return plan, errors.New("plan consul write: nil record")
+	}
+	scn := rec.ServiceComponentName
+	if scn == "" {
+		return plan, fmt.Errorf("plan consul write for component %s: no service_component_name, so no Consul folder", rec.ComponentID)
+	}
+	eventKey := consulkv.EventKey(scn)
+	var eventPair *api.KVPair
+	var prior *consulkv.Event
+	for _, p := range current {
+		if p != nil && p.Key == eventKey {
+			eventPair = p
+			plan.EventIndex = p.ModifyIndex
+			if e, err := consulkv.ParseEvent(p.Value); err == nil {
+				prior = &e
+			}
+		}
+	}
+
+	if prior != nil && prior.Generation > rec.Generation {
+		plan.Skip = true // a newer collection is there, or being written
+		return plan, nil
+	}
+	if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation {
+		plan.Skip = true
+		plan.Replay = prior.UpdateID == rec.UpdateID
+		plan.Action = prior.Action
+		plan.Event = *prior
+		return plan, nil
+	}
+
+	if rec.Uninstalled {
+		return planUninstall(plan, current, scn)
+	}
+
+	want, err := items(rec)
+	if err != nil {
+		return plan, err
+	}
+	prefix := consulkv.ItemsPrefix(scn)
+	have := map[string]*api.KVPair{}
+	for _, p := range current {
+		if p != nil && strings.HasPrefix(p.Key, prefix) {
+			have[p.Key] = p
+		}
+	}
+	var sets, deletes []string
+	for k, v := range want {
+		if h, ok := have[k]; !ok || !bytes.Equal(h.Value, v) {
+			sets = append(sets, k)
+		}
+	}
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			deletes = append(deletes, k)
+		}
+	}
+	sort.Strings(sets)
+	sort.Strings(deletes)
+	plan.KeysChanged = len(sets) + len(deletes)
+
+	switch {
+	case rec.CatchUp || prior == nil && eventPair == nil:
+		plan.Action = consulkv.ActionGathered
+	case prior == nil:
+		plan.Action = consulkv.ActionUpdated // an event of unknown form was there
+	case prior.Action == consulkv.ActionUpdating && eventPair.CreateIndex == eventPair.ModifyIndex:
+		// The marker created the key: no collection was complete before.
+		plan.Action = consulkv.ActionGathered
+	default:
+		plan.Action = consulkv.ActionUpdated
+	}
+	ts := now.UTC().Format(consulkv.TimestampFormat)
+	plan.Event = consulkv.Event{Action: plan.Action, Timestamp: ts, UpdateID: rec.UpdateID, PoliciesCount: len(rec.Policies), Generation: rec.Generation}
+
+	var ops api.TxnOps
+	for _, k := range deletes {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+	}
+	for _, k := range sets {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: want[k]}})
+	}
+
+	eventSize := opSize(eventOp(eventKey, plan.Event))
+	sizes := make([]int, len(ops))
+	total := txnBase + eventSize
+	for i, op := range ops {
+		sizes[i] = opSize(op)
+		total += sizes[i] + 1
+	}
+	if len(ops)+1 <= consulkv.MaxTxnOps && total <= consulkv.MaxTxnBytes {
+		plan.Steps = []Step{{Ops: ops, Event: &plan.Event}}
+		return plan, nil
+	}
+
+	// Several transactions: mark the folder as being updated first
+	// (unless this very update's marker is already there: a write that
+	// was cut short goes on where it stopped).
+	resuming := prior != nil && prior.Action == consulkv.ActionUpdating && prior.UpdateID == rec.UpdateID && prior.Generation == rec.Generation
+	if !resuming {
+		marker := plan.Event
+		marker.Action = consulkv.ActionUpdating
+		plan.Steps = append(plan.Steps, Step{Event: &marker})
+	}
+	guardSize := opSize(&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: eventKey, Index: math.MaxUint64}})
+	var chunk api.TxnOps
+	chunkBytes := txnBase + guardSize
+	flush := func() {
+		if len(chunk) > 0 {
+			plan.Steps = append(plan.Steps, Step{Ops: chunk, Guard: true})
+			chunk, chunkBytes = nil, txnBase+guardSize
+		}
+	}
+	for i, op := range ops {
+		if txnBase+guardSize+1+sizes[i] > consulkv.MaxTxnBytes {
+			// Too large for any transaction body: a value over
+			// about 384 KiB grows past 512 KiB in base64.
+			plan.Steps = append(plan.Steps, Step{Put: &api.KVPair{Key: op.KV.Key, Value: op.KV.Value, ModifyIndex: modifyIndex(have[op.KV.Key])}})
+			continue
+		}
+		if len(chunk)+2 > consulkv.MaxTxnOps || chunkBytes+1+sizes[i] > consulkv.MaxTxnBytes {
+			flush()
+		}
+		chunk = append(chunk, op)
+		chunkBytes += 1 + sizes[i]
+	}
+	// The final event joins the last chunk when it fits; its
+	// check-and-set guards that transaction.
+	if len(chunk) > 0 && len(chunk)+1 <= consulkv.MaxTxnOps && chunkBytes-guardSize+1+eventSize <= consulkv.MaxTxnBytes {
+		plan.Steps = append(plan.Steps, Step{Ops: chunk, Event: &plan.Event})
+		return plan, nil
+	}
+	flush()
+	plan.Steps = append(plan.Steps, Step{Event: &plan.Event})
+	return plan, nil
+}
+
+func planUninstall(plan WritePlan, current api.KVPairs, scn string) (WritePlan, error) {
+	plan.Action = ActionUninstalled
+	n := 0
+	for _, p := range current {
+		if p != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		plan.Skip, plan.Replay = true, true // already gone
+		return plan, nil
+	}
+	plan.KeysChanged = n
+	step := Step{Ops: api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: consulkv.Folder(scn)}}}, Guard: plan.EventIndex > 0}
+	plan.Steps = []Step{step}
+	return plan, nil
+}
+
+// items returns the value of every item key of the record's collection.
+func items(rec *events.ComponentPolicies) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(rec.Policies))
+	for _, p := range rec.Policies {
+		if p.PolicyID == "" {
+			return nil, fmt.Errorf("plan consul write for component %s: policy %q has no policy_id", rec.ComponentID, p.PolicyName)
+		}
+		k := consulkv.ItemKey(rec.ServiceComponentName, p.PolicyID)
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("plan consul write for component %s: policy_id %s appears twice in the collection", rec.ComponentID, p.PolicyID)
+		}
+		v := []byte(p.Body)
+		if len(v) > consulkv.MaxValueBytes {
+			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is %d bytes, over Consul's limit of %d bytes (512 KiB) for one value",
+				rec.ComponentID, p.PolicyID, len(v), consulkv.MaxValueBytes)
+		}
+		if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is not a JSON object: %q",
+				rec.ComponentID, p.PolicyID, truncate(v, 100))
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// txnBase is the size of an empty transaction body: "[]" and the newline
+// the client's JSON encoder ends it with.
+const txnBase = 3
+
+// opSize is the size of one operation in a transaction body as the Consul
+// client encodes it, counted rather than encoded (encoding each value once
+// more only to size it costs about as much as sending it): the fields add
+// their lengths to those of an empty operation.
+func opSize(op *api.TxnOp) int {
+	kv := op.KV
+	if kv == nil || op.Node != nil || op.Service != nil || op.Check != nil || kv.Namespace != "" || kv.Partition != "" {
+		b, _ := json.Marshal(op)
+		return len(b)
+	}
+	n := emptyOpSize - 3*len(`""`) - len("null") - 2*len("0")
+	n += jsonStringLen(string(kv.Verb)) + jsonStringLen(kv.Key) + jsonStringLen(kv.Session)
+	if kv.Value == nil {
+		n += len("null")
+	} else {
+		n += len(`""`) + base64.StdEncoding.EncodedLen(len(kv.Value))
+	}
+	return n + digits(kv.Flags) + digits(kv.Index)
+}
+
+// emptyOpSize is the size of a KV operation with every field empty.
+var emptyOpSize = func() int {
+	b, _ := json.Marshal(&api.TxnOp{KV: &api.KVTxnOp{}})
+	return len(b)
+}()
+
+// jsonStringLen is the length of s as encoding/json writes it, quotes
+// included: <, > and & escaped, invalid UTF-8 replaced.
+func jsonStringLen(s string) int {
+	n := len(`""`)
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			switch {
+			case b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&':
+				n++
+			case b == '"' || b == '\\' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
+				n += 2
+			default:
+				n += len(`\u0000`)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			n += len(`\ufffd`)
+		} else {
+			n += size
+		}
+		i += size
+	}
+	return n
+}
+
+// digits is the length of v in decimal.
+func digits(v uint64) int {
+	n := 1
+	for ; v >= 10; v /= 10 {
+		n++
+	}
+	return n
+}
+
+// eventOp is the check-and-set of the event key, sized for the largest
+// index.
+func eventOp(key string, e consulkv.Event) *api.TxnOp {
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: key, Value: e.JSON(), Index: math.MaxUint64}}
+}
+
+func modifyIndex(p *api.KVPair) uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.ModifyIndex
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) <= n {
+		return string(b)
+	}
+	return string(b[:n]) + "..."
+}

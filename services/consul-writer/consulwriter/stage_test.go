@@ -1,0 +1,326 @@
+package consulwriter
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// newCluster is an in-process Kafka with the consul-writer's topics.
+func newCluster(t *testing.T) *stagetest.Cluster {
+	t.Helper()
+	c := stagetest.NewCluster(t, 3)
+	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
+		topology.ComponentPolicies, topology.ComponentApplied, topology.DLQ(topology.StageConsulWriter))
+	return c
+}
+
+func decodeApplied(t *testing.T, rec *kgo.Record) *events.ComponentApplied {
+	t.Helper()
+	return stagetest.Decode[*events.ComponentApplied](t, rec)
+}
+
+func mustGet(t *testing.T, c *api.Client, key string) *api.KVPair {
+	t.Helper()
+	p, _, err := c.KV().Get(key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == nil {
+		t.Fatalf("Consul has no key %s", key)
+	}
+	return p
+}
+
+func vmMemory() events.Policy {
+	return events.Policy{
+		PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222",
+		Body: `{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","policyConfigStatus":"CONFIG_RETRIEVED","config":{"min_memory":"8GB"}}`,
+	}
+}
+
+func collection(update string, gen int64, ps ...events.Policy) *events.ComponentPolicies {
+	return &events.ComponentPolicies{
+		ComponentID: "c1", DeploymentID: "d1", ServiceComponentName: "dcae-vm", UpdateID: update, Generation: gen,
+		Policies: ps, UpdatedPolicies: ps, Notify: events.NotifyTarget{Kind: events.NotifyNone},
+		UpdatedAt: time.UnixMilli(1000).UTC(),
+	}
+}
+
+// eventOf reads and parses the event key of scn.
+func eventOf(t *testing.T, c *api.Client, scn string) (map[string]any, *api.KVPair) {
+	t.Helper()
+	p := mustGet(t, c, consulkv.EventKey(scn))
+	var m map[string]any
+	if err := json.Unmarshal(p.Value, &m); err != nil {
+		t.Fatalf("event %s is not JSON: %v", p.Value, err)
+	}
+	return m, p
+}
+
+func TestConsulWriterStage(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	c := newCluster(t)
+	applied := c.Reader(t, topology.ComponentApplied)
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
+
+	// First collection, by a catch-up.
+	first := collection("u1", 1, vmMemory())
+	first.CatchUp = true
+	c.Produce(t, topology.ComponentPolicies, "c1", first)
+	recs := applied.Until(1, 60*time.Second)
+	if len(recs) != 1 {
+		t.Fatalf("got %d component.applied records, want 1", len(recs))
+	}
+	item := mustGet(t, consul, consulkv.ItemKey("dcae-vm", "DCAE.Config_VM_MEMORY"))
+	var body map[string]any
+	if err := json.Unmarshal(item.Value, &body); err != nil {
+		t.Fatalf("item value %s is not JSON: %v", item.Value, err)
+	}
+	if !reflect.DeepEqual(body["config"], map[string]any{"min_memory": "8GB"}) || body["policyName"] != "DCAE.Config_VM_MEMORY.222.xml" {
+		t.Fatalf("item value %s, want the policy_body with config {\"min_memory\":\"8GB\"}", item.Value)
+	}
+	ev, evPair := eventOf(t, consul, "dcae-vm")
+	if len(ev) != 5 || ev["action"] != "gathered" || ev["update_id"] != "u1" || ev["policies_count"] != float64(1) || ev["generation"] != float64(1) {
+		t.Fatalf("event %s, want gathered u1 with 1 policy, generation 1", evPair.Value)
+	}
+	if ts, err := time.Parse(time.RFC3339, ev["timestamp"].(string)); err != nil || time.Since(ts) > time.Hour {
+		t.Fatalf("event timestamp %v: %v", ev["timestamp"], err)
+	}
+	// component.applied names the policies; their bodies are in Consul.
+	a := decodeApplied(t, recs[0])
+	if string(recs[0].Key) != "c1" || a.UpdateID != "u1" || a.Action != "gathered" || !a.CatchUp || a.ConsulIndex != int64(evPair.ModifyIndex) ||
+		a.PoliciesCount != 1 || a.PoliciesBytes != int64(len(vmMemory().Body)) || a.KeysWritten != 2 || a.Generation != 1 || a.Uninstalled ||
+		!reflect.DeepEqual(a.PolicyRefs, []events.PolicyRef{vmMemory().Ref()}) || !reflect.DeepEqual(a.UpdatedRefs, []events.PolicyRef{vmMemory().Ref()}) {
+		t.Fatalf("applied %+v (event index %d)", a, evPair.ModifyIndex)
+	}
+	if bytes.Contains(recs[0].Value, []byte(`"min_memory"`)) {
+		t.Fatalf("component.applied carries the policy body: %q", recs[0].Value)
+	}
+
+	// An update writes only what changed.
+	x := events.Policy{PolicyID: "X", PolicyName: "X.1.xml", PolicyVersion: "1", Body: `{"policyName":"X.1.xml","config":{"x":true}}`}
+	rec2 := collection("u2", 2, vmMemory(), x)
+	rec2.UpdatedPolicies = []events.Policy{x}
+	c.Produce(t, topology.ComponentPolicies, "c1", rec2)
+	recs = applied.Until(2, 60*time.Second)
+	if len(recs) != 2 {
+		t.Fatalf("got %d applied records after u2, want 2", len(recs))
+	}
+	if again := mustGet(t, consul, item.Key); again.ModifyIndex != item.ModifyIndex {
+		t.Fatalf("unchanged item rewritten: ModifyIndex %d -> %d", item.ModifyIndex, again.ModifyIndex)
+	}
+	ev, evPair = eventOf(t, consul, "dcae-vm")
+	if ev["action"] != "updated" || ev["update_id"] != "u2" || ev["policies_count"] != float64(2) || ev["generation"] != float64(2) {
+		t.Fatalf("event after u2: %s", evPair.Value)
+	}
+	if a = decodeApplied(t, recs[1]); a.Action != "updated" || a.CatchUp || a.KeysWritten != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) ||
+		!reflect.DeepEqual(a.PolicyRefs, events.Refs([]events.Policy{vmMemory(), x})) || !reflect.DeepEqual(a.UpdatedRefs, []events.PolicyRef{x.Ref()}) {
+		t.Fatalf("applied after u2: %+v", a)
+	}
+
+	// Replays change nothing in Consul; the same update is reported again,
+	// an older one is not.
+	before := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm"))
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	c.Produce(t, topology.ComponentPolicies, "c1", rec2)
+	recs = applied.Until(3, 60*time.Second)
+	applied.Poll(time.Second)
+	if len(applied.Records()) != 3 {
+		t.Fatalf("got %d applied records after the replays, want 3", len(applied.Records()))
+	}
+	if after := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm")); !reflect.DeepEqual(before, after) {
+		t.Fatalf("replay changed Consul: ModifyIndex before %v, after %v", before, after)
+	}
+	if a = decodeApplied(t, recs[2]); a.UpdateID != "u2" || a.Generation != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || a.Action != "updated" {
+		t.Fatalf("replayed applied %+v", a)
+	}
+
+	// A policy Consul cannot hold is dead-lettered with the reason.
+	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", consulkv.MaxValueBytes) + `"}`}
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u3", 3, vmMemory(), huge))
+	dlq := c.Reader(t, topology.DLQ(topology.StageConsulWriter)).Until(1, 60*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("got %d dead letters, want 1", len(dlq))
+	}
+	reason := stagetest.Header(dlq[0], runtime.HeaderError)
+	if !strings.Contains(reason, "HUGE") || !strings.Contains(reason, "512 KiB") {
+		t.Fatalf("dead letter reason %q does not name the policy and the limit", reason)
+	}
+
+	// Uninstall deletes the folder.
+	un := collection("u4", 4)
+	un.Uninstalled = true
+	un.RemovedPolicies = []events.Policy{vmMemory(), x}
+	c.Produce(t, topology.ComponentPolicies, "c1", un)
+	recs = applied.Until(4, 60*time.Second)
+	if len(recs) != 4 {
+		t.Fatalf("got %d applied records after uninstall, want 4", len(recs))
+	}
+	if left := stagetest.ModifyIndexes(t, consul, consulkv.Folder("dcae-vm")); len(left) != 0 {
+		t.Fatalf("folder left after uninstall: %v", left)
+	}
+	// Removed policies come with their last bodies: Consul no longer
+	// holds them.
+	if a = decodeApplied(t, recs[3]); !a.Uninstalled || a.Action != ActionUninstalled || a.UpdateID != "u4" || a.KeysWritten != 3 ||
+		len(a.PolicyRefs) != 0 || !reflect.DeepEqual(a.RemovedPolicies, []events.Policy{vmMemory(), x}) {
+		t.Fatalf("uninstall applied %+v", a)
+	}
+}
+
+func TestConsulWriterTenMegabyteCollection(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	c := newCluster(t)
+	applied := c.Reader(t, topology.ComponentApplied)
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
+
+	// A first small collection, so the big one is an update of it.
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	if n := len(applied.Until(1, 60*time.Second)); n != 1 {
+		t.Fatalf("got %d applied records, want 1", n)
+	}
+	const n, size = 100, 100_000
+	var ps []events.Policy
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("DCAE.Config_BIG_%03d", i)
+		ps = append(ps, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
+			Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"i":%d,"blob":"%s"}}`, id, i, strings.Repeat("z", size))})
+	}
+	// A reader of the event key sees the "updating" marker of u-big
+	// before its final event (seen when the reader is fast enough).
+	seen := make(chan []string, 1)
+	go func() {
+		var actions []string
+		var index uint64
+		deadline := time.Now().Add(180 * time.Second)
+		for time.Now().Before(deadline) {
+			p, meta, err := consul.KV().Get(consulkv.EventKey("dcae-vm"), &api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second})
+			if err != nil {
+				break
+			}
+			index = meta.LastIndex
+			if p == nil {
+				continue
+			}
+			e, err := consulkv.ParseEvent(p.Value)
+			if err != nil || e.UpdateID != "u-big" {
+				continue
+			}
+			if len(actions) == 0 || actions[len(actions)-1] != e.Action {
+				actions = append(actions, e.Action)
+			}
+			if e.Action == consulkv.ActionUpdated {
+				break
+			}
+		}
+		seen <- actions
+	}()
+	start := time.Now()
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u-big", 2, ps...))
+	recs := applied.Until(2, 180*time.Second)
+	took := time.Since(start)
+	if len(recs) != 2 {
+		t.Fatalf("got %d applied records after the 10 MB collection, want 2", len(recs))
+	}
+	ev, evPair := eventOf(t, consul, "dcae-vm")
+	if ev["action"] != "updated" || ev["update_id"] != "u-big" || ev["policies_count"] != float64(n) || ev["generation"] != float64(2) {
+		t.Fatalf("event after the 10 MB collection: %s", evPair.Value)
+	}
+	pairs, _, err := consul.KV().List(consulkv.ItemsPrefix("dcae-vm"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pairs) != n {
+		t.Fatalf("%d items in Consul, want %d (the old one deleted)", len(pairs), n)
+	}
+	indexes := map[uint64]bool{}
+	total := 0
+	for _, p := range pairs {
+		i, err := strconv.Atoi(strings.TrimPrefix(p.Key, consulkv.ItemsPrefix("dcae-vm")+"DCAE.Config_BIG_"))
+		if err != nil || string(p.Value) != ps[i].Body {
+			t.Fatalf("item %s holds %d bytes, not its policy_body", p.Key, len(p.Value))
+		}
+		total += len(p.Value)
+		indexes[p.ModifyIndex] = true
+		// Every item was written after the first collection's event and
+		// no later than the final event.
+		if p.ModifyIndex <= evPair.CreateIndex || p.ModifyIndex > evPair.ModifyIndex {
+			t.Fatalf("item %s written at index %d, outside %d .. %d (first event .. final event)", p.Key, p.ModifyIndex, evPair.CreateIndex, evPair.ModifyIndex)
+		}
+	}
+	if len(indexes) < 2 {
+		t.Fatalf("items written in %d transaction(s), want several", len(indexes))
+	}
+	actions := <-seen
+	if len(actions) == 0 || actions[len(actions)-1] != consulkv.ActionUpdated || len(actions) > 2 || len(actions) == 2 && actions[0] != consulkv.ActionUpdating {
+		t.Fatalf("a reader of the event key saw %v for u-big, want [updating updated] (or [updated] when too slow to see the marker)", actions)
+	}
+	t.Logf("a reader of the event key saw %v", actions)
+	a := decodeApplied(t, recs[1])
+	if a.UpdateID != "u-big" || a.PoliciesCount != n || a.KeysWritten != n+2 || a.ConsulIndex != int64(evPair.ModifyIndex) {
+		t.Fatalf("applied %+v", a)
+	}
+	t.Logf("10 MB collection: %d keys (%d bytes) in %d transactions, %.1f s from produce to component.applied, %.0f keys/s, %.1f MB/s",
+		n, total, len(indexes), took.Seconds(), float64(n+2)/took.Seconds(), float64(total)/1e6/took.Seconds())
+
+	// Many small keys: the writer's rate in keys per second.
+	var small []events.Policy
+	for i := 0; i < 2000; i++ {
+		id := fmt.Sprintf("DCAE.Config_SMALL_%04d", i)
+		small = append(small, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
+			Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"i":%d}}`, id, i)})
+	}
+	start = time.Now()
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u-small", 3, small...))
+	if got := len(applied.Until(3, 180*time.Second)); got != 3 {
+		t.Fatalf("got %d applied records after 2000 small policies, want 3", got)
+	}
+	took = time.Since(start)
+	if keys := stagetest.ModifyIndexes(t, consul, consulkv.ItemsPrefix("dcae-vm")); len(keys) != 2000 {
+		t.Fatalf("%d items, want 2000", len(keys))
+	}
+	t.Logf("2000 small policies (+100 deletions): %.1f s from produce to component.applied, %.0f keys/s", took.Seconds(), 2102/took.Seconds())
+}
+
+// TestConsulWriterWaitsForConsul runs the stage configured by its flags,
+// as runtime.Main runs it, on a Consul agent that starts late.
+func TestConsulWriterWaitsForConsul(t *testing.T) {
+	port := stagetest.FreePort(t)
+	c := newCluster(t)
+	applied := c.Reader(t, topology.ComponentApplied)
+	s := Stage()
+	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
+	s.Flags(fs)
+	if err := fs.Parse([]string{"--consul-addr", "127.0.0.1:" + strconv.Itoa(port)}); err != nil {
+		t.Fatal(err)
+	}
+	stagetest.Run(t, s, stagetest.Env(c.Kafka))
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
+	applied.Until(1, 2*time.Second)
+	if len(applied.Records()) != 0 {
+		t.Fatalf("applied emitted while Consul is down: %d records", len(applied.Records()))
+	}
+	_, consul := stagetest.ConsulOn(t, port)
+	if n := len(applied.Until(1, 90*time.Second)); n != 1 {
+		t.Fatalf("got %d applied records once Consul is up, want 1", n)
+	}
+	ev, _ := eventOf(t, consul, "dcae-vm")
+	if ev["update_id"] != "u1" {
+		t.Fatalf("event %v", ev)
+	}
+}

@@ -1,0 +1,296 @@
+package matcher
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"unique"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy"
+)
+
+// filterSpec is what makes two policy filters match alike; components
+// registered from one blueprint share their filters, so a partition
+// compiles and indexes each distinct filter once.
+type filterSpec struct {
+	policyName, configName, onapName, attrs string
+}
+
+// sharedFilter is one distinct compiled filter of a partition and the
+// components using it.
+type sharedFilter struct {
+	key   string // its key in the partition's policy.Index
+	spec  filterSpec
+	cf    *policy.CompiledFilter
+	users map[*component]int // how many of the component's filters it is
+	// re is the anchored policyName expression compiled for the
+	// name pre-check of wantedOne, on first use.
+	re       *regexp.Regexp
+	reFailed bool
+}
+
+// compFilter is one of a component's filters, in declared order.
+type compFilter struct {
+	id string
+	sf *sharedFilter
+}
+
+// component is a registered component: what it wants.
+type component struct {
+	id         string
+	deployment string
+	ids        []string
+	filters    []compFilter
+	// frozen is a component whose only definition on record has a filter
+	// that cannot be compiled: what it wants is unknown, so it is left as
+	// it is (never matched, never stripped) until a valid definition or a
+	// tombstone arrives.
+	frozen bool
+}
+
+// held is one policy a component has: its version and the body's
+// policy.BodyHash.
+type held struct {
+	version string
+	hash    unique.Handle[string]
+}
+
+// holding is what a component has, as last written to component.policies
+// or sent since.
+type holding struct {
+	component  string
+	deployment string
+	policies   map[string]held
+}
+
+// Partition is the matcher's state for one partition: the components keyed
+// to it, what each has, and an index over their filters. Build one with
+// NewPartition and Restore/RestoreHas, then hand it to Matcher.Assign.
+type Partition struct {
+	comps    map[string]*component
+	holdings map[string]*holding
+	byID     map[string]map[*component]struct{} // policy_id -> components wanting it by id
+	holders  map[string]map[*holding]struct{}   // policy_id -> holdings with it
+	index    *policy.Index                      // over sharedFilter keys
+	filters  map[filterSpec]*sharedFilter
+	byKey    map[string]*sharedFilter
+	seq      uint64
+}
+
+// NewPartition returns an empty partition state.
+func NewPartition() *Partition {
+	return &Partition{
+		comps:    map[string]*component{},
+		holdings: map[string]*holding{},
+		byID:     map[string]map[*component]struct{}{},
+		holders:  map[string]map[*holding]struct{}{},
+		index:    policy.NewIndex(),
+		filters:  map[filterSpec]*sharedFilter{},
+		byKey:    map[string]*sharedFilter{},
+	}
+}
+
+// Components is the number of registered components.
+func (p *Partition) Components() int { return len(p.comps) }
+
+// Filters is the number of distinct filters indexed.
+func (p *Partition) Filters() int { return p.index.Len() }
+
+// Has returns the policy versions the partition believes a component has
+// (policy_id -> policyVersion); nil when it knows of no collection.
+func (p *Partition) Has(componentID string) map[string]string {
+	h := p.holdings[componentID]
+	if h == nil {
+		return nil
+	}
+	out := make(map[string]string, len(h.policies))
+	for id, v := range h.policies {
+		out[id] = v.version
+	}
+	return out
+}
+
+// Restore registers a component read from deploy.components without
+// computing any delta; c nil is the tombstone of componentID. A component
+// whose filters cannot be compiled keeps the last valid definition read
+// before it, or is kept frozen (never matched, never stripped) when there
+// is none; the error says why it was refused.
+func (p *Partition) Restore(componentID string, c *events.Component) error {
+	if c == nil {
+		p.unregister(componentID)
+		return nil
+	}
+	if _, err := p.register(componentID, c); err != nil {
+		if p.comps[componentID] == nil {
+			p.comps[componentID] = &component{id: componentID, deployment: c.DeploymentID, frozen: true}
+		}
+		return err
+	}
+	return nil
+}
+
+// RestoreHas records what a component has from its latest
+// component.policies record; cp nil (a tombstone) or an uninstalled
+// collection means it has nothing.
+func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies) {
+	p.dropHolding(componentID)
+	if cp == nil || cp.Uninstalled {
+		return
+	}
+	h := p.holding(componentID, cp.DeploymentID)
+	for _, pol := range cp.Policies {
+		hash := pol.BodyHash
+		if hash == "" { // written before policies carried their hash
+			hash = policy.BodyHash(pol.Body)
+		}
+		p.setHeld(h, pol.PolicyID, held{version: pol.PolicyVersion, hash: unique.Make(hash)})
+	}
+}
+
+// holding returns the component's holding, creating an empty one.
+func (p *Partition) holding(componentID, deployment string) *holding {
+	h := p.holdings[componentID]
+	if h == nil {
+		h = &holding{component: componentID, policies: map[string]held{}}
+		p.holdings[componentID] = h
+	}
+	if deployment != "" {
+		h.deployment = deployment
+	}
+	return h
+}
+
+func (p *Partition) setHeld(h *holding, policyID string, v held) {
+	h.policies[policyID] = v
+	set := p.holders[policyID]
+	if set == nil {
+		set = map[*holding]struct{}{}
+		p.holders[policyID] = set
+	}
+	set[h] = struct{}{}
+}
+
+func (p *Partition) unsetHeld(h *holding, policyID string) {
+	delete(h.policies, policyID)
+	if set := p.holders[policyID]; set != nil {
+		delete(set, h)
+		if len(set) == 0 {
+			delete(p.holders, policyID)
+		}
+	}
+}
+
+func (p *Partition) dropHolding(componentID string) {
+	h := p.holdings[componentID]
+	if h == nil {
+		return
+	}
+	for id := range h.policies {
+		p.unsetHeld(h, id)
+	}
+	delete(p.holdings, componentID)
+}
+
+// prepared is a filter compiled for registration, before it is committed.
+type prepared struct {
+	id   string
+	spec filterSpec
+	cf   *policy.CompiledFilter
+}
+
+// compile checks every filter of c; nothing is changed when one fails.
+func (p *Partition) compile(c *events.Component) ([]prepared, error) {
+	out := make([]prepared, 0, len(c.PolicyFilters))
+	for i, f := range c.PolicyFilters {
+		attrs, err := policy.DecodeConfigAttributes(f.ConfigAttributes)
+		if err != nil {
+			return nil, badInput("component %s: policy_filters[%d] (filter_id %q): %v", c.ComponentID, i, f.FilterID, err)
+		}
+		spec := filterSpec{policyName: f.PolicyName, configName: f.ConfigName, onapName: f.OnapName}
+		if len(attrs) > 0 {
+			spec.attrs = strings.TrimSpace(f.ConfigAttributes)
+		}
+		pr := prepared{id: f.FilterID, spec: spec}
+		if sf, ok := p.filters[spec]; ok {
+			pr.cf = sf.cf
+		} else {
+			cf, err := policy.CompileFilter(policy.Filter{
+				PolicyName: f.PolicyName, ConfigName: f.ConfigName, OnapName: f.OnapName,
+				ConfigAttributes: attrs, Unique: f.Unique,
+			})
+			if err != nil {
+				return nil, badInput("component %s: policy_filters[%d] (filter_id %q): %v", c.ComponentID, i, f.FilterID, err)
+			}
+			pr.cf = cf
+		}
+		out = append(out, pr)
+	}
+	return out, nil
+}
+
+// register replaces the component's definition; on error nothing changes.
+func (p *Partition) register(componentID string, c *events.Component) (*component, error) {
+	prep, err := p.compile(c)
+	if err != nil {
+		return nil, err
+	}
+	p.unregister(componentID)
+	comp := &component{id: componentID, deployment: c.DeploymentID}
+	seen := make(map[string]bool, len(c.PolicyIDs))
+	for _, id := range c.PolicyIDs {
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		comp.ids = append(comp.ids, id)
+		set := p.byID[id]
+		if set == nil {
+			set = map[*component]struct{}{}
+			p.byID[id] = set
+		}
+		set[comp] = struct{}{}
+	}
+	for _, pr := range prep {
+		sf := p.filters[pr.spec]
+		if sf == nil {
+			p.seq++
+			sf = &sharedFilter{key: "f" + strconv.FormatUint(p.seq, 36), spec: pr.spec, cf: pr.cf, users: map[*component]int{}}
+			p.filters[pr.spec] = sf
+			p.byKey[sf.key] = sf
+			p.index.Add(sf.key, sf.cf)
+		}
+		sf.users[comp]++
+		comp.filters = append(comp.filters, compFilter{id: pr.id, sf: sf})
+	}
+	p.comps[componentID] = comp
+	return comp, nil
+}
+
+// unregister forgets a component's definition (not what it has).
+func (p *Partition) unregister(componentID string) {
+	comp := p.comps[componentID]
+	if comp == nil {
+		return
+	}
+	delete(p.comps, componentID)
+	for _, id := range comp.ids {
+		if set := p.byID[id]; set != nil {
+			delete(set, comp)
+			if len(set) == 0 {
+				delete(p.byID, id)
+			}
+		}
+	}
+	for _, f := range comp.filters {
+		sf := f.sf
+		if sf.users[comp]--; sf.users[comp] <= 0 {
+			delete(sf.users, comp)
+		}
+		if len(sf.users) == 0 {
+			delete(p.filters, sf.spec)
+			delete(p.byKey, sf.key)
+			p.index.Remove(sf.key)
+		}
+	}
+}

@@ -1,0 +1,194 @@
+package matcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// Stage returns the matcher stage: transactional, co-partitioned over
+// policy.changes, deploy.components and catchup.requests, writing
+// policy.matches keyed by deployment_id. Each call returns a stage with its
+// own state; run one value at a time.
+//
+// Setup reads policy.catalog. Assigned rebuilds each assigned partition
+// from the deploy.components and component.policies partitions with the
+// same number, and re-reads policy.catalog (the view must not be older than
+// what the partitions' previous owner already processed). Revoked drops the
+// partitions' state. After an aborted transaction the runtime calls Revoked
+// and Assigned again, so what the aborted records changed in memory is
+// rebuilt from Kafka before they are handled again.
+func Stage() runtime.Stage {
+	s := &stage{}
+	return runtime.Stage{
+		Name:          topology.StageMatcher,
+		Mode:          runtime.Transactional,
+		Inputs:        []string{topology.PolicyChanges, topology.DeployComponents, topology.CatchupRequests},
+		CoPartitioned: true,
+		Setup:         s.setup,
+		Assigned:      s.assigned,
+		Revoked:       s.revoked,
+	}
+}
+
+// stage holds the running matcher. The lock is held by the handler and by
+// the partition hooks, which the consumer may call concurrently.
+type stage struct {
+	mu  sync.Mutex
+	m   *Matcher
+	log zerolog.Logger
+}
+
+func (s *stage) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = env.Log.With().Str("stage", topology.StageMatcher).Logger()
+	m := New()
+	cat, err := readCatalog(ctx, env, s.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.SetCatalog(cat)
+	s.m = m
+	s.log.Info().Int("policies", cat.Len()).Msg("catalog view read")
+	return s.handler(), nil, nil
+}
+
+// readCatalog reads policy.catalog (every partition) into a new view.
+func readCatalog(ctx context.Context, env runtime.Env, log zerolog.Logger) (*Catalog, error) {
+	cat := NewCatalog()
+	err := runtime.ReadPartitions(ctx, env.Kafka, topology.PolicyCatalog, nil, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.PolicyCatalogEntry]) error {
+		if err := cat.Apply(string(r.Key), r.Value, r.Timestamp); err != nil {
+			log.Warn().Err(err).Int32("partition", r.Partition).Int64("offset", r.Offset).Msg("skip policy.catalog record")
+		}
+		return nil
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("matcher: read %s: %w", env.Kafka.Topic(topology.PolicyCatalog), err)
+	}
+	return cat, nil
+}
+
+// restorePartition builds one partition's state from deploy.components and
+// component.policies.
+func restorePartition(ctx context.Context, env runtime.Env, log zerolog.Logger, partition int32) (*Partition, error) {
+	p := NewPartition()
+	parts := []int32{partition}
+	err := runtime.ReadPartitions(ctx, env.Kafka, topology.DeployComponents, parts, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.Component]) error {
+		if err := p.Restore(string(r.Key), r.Value); err != nil {
+			log.Warn().Err(err).Str("component_id", string(r.Key)).Int32("partition", partition).Int64("offset", r.Offset).
+				Msg("component definition refused while restoring")
+		}
+		return nil
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(topology.DeployComponents), err)
+	}
+	err = runtime.ReadPartitions(ctx, env.Kafka, topology.ComponentPolicies, parts, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.ComponentPolicies]) error {
+		p.RestoreHas(string(r.Key), r.Value)
+		return nil
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(topology.ComponentPolicies), err)
+	}
+	return p, nil
+}
+
+func union(assigned map[string][]int32) []int32 {
+	var out []int32
+	for _, ps := range assigned {
+		out = append(out, ps...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// assigned restores the assigned partitions. It holds the lock throughout,
+// so no record is handled against a half-refreshed view.
+func (s *stage) assigned(ctx context.Context, env runtime.Env, assigned map[string][]int32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	cat, err := readCatalog(ctx, env, s.log)
+	if err != nil {
+		return err
+	}
+	parts := union(assigned)
+	built := make(map[int32]*Partition, len(parts))
+	for _, p := range parts {
+		ps, err := restorePartition(ctx, env, s.log, p)
+		if err != nil {
+			return err
+		}
+		built[p] = ps
+	}
+	s.m.SetCatalog(cat)
+	comps := 0
+	for p, ps := range built {
+		s.m.Assign(p, ps)
+		comps += ps.Components()
+	}
+	s.log.Info().Ints32("partitions", parts).Int("components", comps).Int("policies", cat.Len()).
+		Dur("took", time.Since(start)).Msg("state of assigned partitions restored")
+	return nil
+}
+
+func (s *stage) revoked(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	parts := union(revoked)
+	s.m.Drop(parts...)
+	s.log.Info().Ints32("partitions", parts).Msg("state of revoked partitions dropped")
+}
+
+// handler hands each input, typed, to the matcher's decision for its
+// topic. A tombstone means something only on deploy.components (an
+// uninstall); on the other inputs it is refused.
+func (s *stage) handler() runtime.Handler {
+	return runtime.Route(map[string]runtime.Handler{
+		topology.PolicyChanges: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.PolicyChange]) ([]runtime.Output, error) {
+			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnChange(in.Partition, in.Value) })
+		}),
+		topology.DeployComponents: runtime.Typed(runtime.PassTombstones, func(_ context.Context, in runtime.Msg[*events.Component]) ([]runtime.Output, error) {
+			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
+		}),
+		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnCatchup(in.Partition, in.Value) })
+		}),
+	})
+}
+
+// decide runs one of the matcher's decisions on an input, under the lock,
+// and turns its matches into policy.matches records.
+func (s *stage) decide(in runtime.Input, decision func() ([]events.PolicyMatch, error)) ([]runtime.Output, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	matches, err := decision()
+	switch {
+	case errors.Is(err, ErrNotOwned):
+		s.log.Warn().Str("topic", in.Topic).Int32("partition", in.Partition).Int64("offset", in.Offset).
+			Msg("record of a partition no longer owned; its new owner handles it")
+		return nil, nil
+	case err != nil:
+		return nil, runtime.Permanent(fmt.Errorf("matcher: %s[%d]@%d: %w", in.Topic, in.Partition, in.Offset, err))
+	}
+	outs := make([]runtime.Output, len(matches))
+	for i := range matches {
+		pm := &matches[i]
+		outs[i] = runtime.Output{Topic: topology.PolicyMatches, Key: []byte(pm.DeploymentID), Value: pm}
+		if e := s.log.Debug(); e.Enabled() {
+			e.Str("update_id", pm.UpdateID).Str("deployment_id", pm.DeploymentID).Bool("catch_up", pm.CatchUp).
+				Int("components", len(pm.Components)).Str("cause", in.Topic).Msg("policy match")
+		}
+	}
+	return outs, nil
+}

@@ -1,0 +1,216 @@
+package northapi
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// Authenticator names the holder of a bearer token; *auth.Store (a tokens
+// file, reloaded) and *auth.Set are ones.
+type Authenticator interface {
+	Lookup(token string) (auth.Principal, bool)
+}
+
+// access is who may call a route: anyone (no token), or the holders of a
+// token with one of the roles.
+type access struct {
+	public bool
+	roles  []auth.Role
+}
+
+// Who may call what. Routes name one of these in the route table.
+var (
+	// anyone needs no token.
+	anyone = access{public: true}
+	// operators change what the pipeline does.
+	operators = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator}}
+	// ownComponents are operators, and tenants for their own components
+	// (the handler checks the component's tenant).
+	ownComponents = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
+	// readers read; tenants only what belongs to their tenant (the
+	// handler checks) or what is not tenant-scoped (policies).
+	readers = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant}}
+	// authenticated is any valid token: unknown paths and methods answer
+	// 404 and 405 only to callers who may know what exists.
+	authenticated = access{roles: auth.Roles}
+)
+
+func (a access) allows(r auth.Role) bool { return a.public || slices.Contains(a.roles, r) }
+
+type principalKey struct{}
+
+// principalOf is the caller of a request that passed guard.
+func principalOf(ctx context.Context) auth.Principal {
+	p, _ := ctx.Value(principalKey{}).(auth.Principal)
+	return p
+}
+
+// anonymous is the caller of every request when authentication is off.
+var anonymous = auth.Principal{Name: "anonymous (--insecure-no-auth)", Role: auth.RoleAdmin}
+
+// authRealm names the API in WWW-Authenticate challenges.
+const authRealm = `Bearer realm="policyflow-north-api"`
+
+// guard authenticates the caller, applies the rate limit (per token name,
+// or per client address before authentication) and checks the caller's
+// role against the route's access, before h reads anything of the request.
+func (s *Server) guard(a access, h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) *httpError {
+		p, known, hadToken := s.authenticate(r)
+		key := "addr " + clientAddr(r)
+		if known {
+			key = "token " + p.Name
+		}
+		if ok, wait := s.limiter.allow(key); !ok {
+			secs := int(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+			return errorf(http.StatusTooManyRequests, "too many requests from %s: the limit is %g per second with bursts of %d; retry after %d s",
+				key, s.limiter.rate, s.limiter.burst, max(secs, 1))
+		}
+		if a.public {
+			return h(w, r)
+		}
+		switch {
+		case !hadToken:
+			w.Header().Set("WWW-Authenticate", authRealm)
+			return errorf(http.StatusUnauthorized, "%s %s needs a bearer token: send Authorization: Bearer <token> (policyctl takes --token, PF_TOKEN or --token-file)", r.Method, r.URL.Path)
+		case !known:
+			w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
+			return errorf(http.StatusUnauthorized, "the bearer token is not one of the North API's tokens (revoked, mistyped, or for another deployment); ask an administrator for a token")
+		case !a.allows(p.Role):
+			return errorf(http.StatusForbidden, "token %s has role %s, which may not call %s %s; it needs one of the roles %s",
+				p.Name, p.Role, r.Method, r.URL.Path, roleNames(a.roles))
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	}
+}
+
+// authenticate returns the caller named by the request's bearer token,
+// whether the token is known and whether the request carried one.
+func (s *Server) authenticate(r *http.Request) (p auth.Principal, known, hadToken bool) {
+	if s.opts.InsecureNoAuth {
+		return anonymous, true, true
+	}
+	token, ok := auth.BearerToken(r)
+	if !ok {
+		return auth.Principal{}, false, false
+	}
+	p, known = s.opts.Tokens.Lookup(token)
+	return p, known, true
+}
+
+// clientAddr is the host of the request's remote address.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+func roleNames(roles []auth.Role) string {
+	s := make([]string, len(roles))
+	for i, r := range roles {
+		s[i] = string(r)
+	}
+	return strings.Join(s, ", ")
+}
+
+// mayWriteComponent refuses a tenant's write of a component that is not
+// its tenant's: the component as registered (existing, nil when new) and
+// the tenant the request gives it (wantTenant; "" for a delete) must both
+// be the token's tenant. Other roles that reached the handler may.
+func mayWriteComponent(p auth.Principal, id string, existing *events.Component, wantTenant *string) *httpError {
+	if p.Role != auth.RoleTenant {
+		return nil
+	}
+	if existing != nil && existing.Tenant != p.Tenant {
+		return errorf(http.StatusForbidden, "component %s belongs to tenant %q; token %s is scoped to tenant %q", id, existing.Tenant, p.Name, p.Tenant)
+	}
+	if wantTenant != nil && *wantTenant != p.Tenant {
+		return errorf(http.StatusForbidden, "token %s is scoped to tenant %q and may only register components with \"tenant\": %q; the body says %q",
+			p.Name, p.Tenant, p.Tenant, *wantTenant)
+	}
+	return nil
+}
+
+// mayReadComponent refuses a tenant's read of a component that is not
+// registered to its tenant (a deleted component's tenant is not known).
+func mayReadComponent(p auth.Principal, id string, c *events.Component, registered bool) *httpError {
+	if p.Role != auth.RoleTenant {
+		return nil
+	}
+	if !registered {
+		return errorf(http.StatusForbidden, "component %s is not registered, so its tenant is unknown; token %s (tenant %q) may only read its tenant's registered components",
+			id, p.Name, p.Tenant)
+	}
+	if c.Tenant != p.Tenant {
+		return errorf(http.StatusForbidden, "component %s belongs to tenant %q; token %s is scoped to tenant %q", id, c.Tenant, p.Name, p.Tenant)
+	}
+	return nil
+}
+
+// mayReadFolder refuses a tenant's read of a service component's Consul
+// folder unless a registered component of its tenant has that
+// service_component_name.
+func (s *Server) mayReadFolder(p auth.Principal, scn string) *httpError {
+	if p.Role != auth.RoleTenant {
+		return nil
+	}
+	if e := s.needViews(topology.DeployComponents); e != nil {
+		return e
+	}
+	for _, c := range s.components.withServiceComponent(scn) {
+		if c.Tenant == p.Tenant {
+			return nil
+		}
+	}
+	return errorf(http.StatusForbidden, "no registered component of tenant %q has service_component_name %s; token %s may only read its tenant's components' folders",
+		p.Tenant, scn, p.Name)
+}
+
+// claimFolder refuses a component registration that names a Consul
+// folder (service_component_name) another registered component has: the
+// folder would be written by both and wiped by either's uninstall.
+func (s *Server) claimFolder(id, scn string) *httpError {
+	for _, c := range s.components.withServiceComponent(scn) {
+		if c.ComponentID != id {
+			return errorf(http.StatusConflict, "service_component_name %s is the Consul folder of component %s; a folder belongs to one component: choose another name, or delete %s first",
+				scn, c.ComponentID, c.ComponentID)
+		}
+	}
+	return nil
+}
+
+// withServiceComponent returns the registered components with the
+// service component name, by component id.
+func (v *componentsView) withServiceComponent(scn string) []*events.Component {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []*events.Component
+	for _, c := range v.byID {
+		if c.ServiceComponentName == scn {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b *events.Component) int { return strings.Compare(a.ComponentID, b.ComponentID) })
+	return out
+}
+
+// describeCaller names the caller for logs.
+func describeCaller(p auth.Principal) string {
+	if p.Tenant != "" {
+		return fmt.Sprintf("%s (%s of %s)", p.Name, p.Role, p.Tenant)
+	}
+	return fmt.Sprintf("%s (%s)", p.Name, p.Role)
+}

@@ -1,0 +1,237 @@
+package northapi
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	stdlog "log"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// HTTPLimits bound the connections of the API's HTTP server, so a client
+// that sends slowly or keeps idle connections open cannot hold the
+// server's resources. Zero fields take the defaults.
+type HTTPLimits struct {
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included
+	// (default 1m; a body of MaxPoliciesRequestBytes needs ~1 MiB/s).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the
+	// end of its answer (default 2m; a component write waits up to
+	// ProduceTimeout plus ViewWait).
+	WriteTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long
+	// (default 2m).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (default 64 KiB).
+	MaxHeaderBytes int
+}
+
+// Defaults of HTTPLimits.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = time.Minute
+	DefaultWriteTimeout      = 2 * time.Minute
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultMaxHeaderBytes    = 64 << 10
+)
+
+func (l HTTPLimits) withDefaults() HTTPLimits {
+	if l.ReadHeaderTimeout <= 0 {
+		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = DefaultReadTimeout
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = DefaultWriteTimeout
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return l
+}
+
+// server is the HTTP server of the API with the limits applied. Its own
+// complaints (a client's failed TLS handshake) go to log at debug level.
+func (l HTTPLimits) server(h http.Handler, tlsConfig *tls.Config, log zerolog.Logger) *http.Server {
+	l = l.withDefaults()
+	return &http.Server{
+		ErrorLog:          stdlog.New(debugWriter{log}, "", 0),
+		Handler:           h,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+		TLSConfig:         tlsConfig,
+	}
+}
+
+// debugWriter writes each line of a standard library logger to a zerolog
+// logger at debug level.
+type debugWriter struct{ log zerolog.Logger }
+
+func (w debugWriter) Write(p []byte) (int, error) {
+	w.log.Debug().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Config is the North API's own command-line configuration (the runtime's
+// flags give Kafka, Consul and the ops listener).
+type Config struct {
+	// Addr is where the API listens.
+	Addr string
+	// TokensFile is the bearer tokens file (auth.File); required unless
+	// InsecureNoAuth.
+	TokensFile string
+	// InsecureNoAuth serves every caller without a token, as admin.
+	InsecureNoAuth bool
+	// TLSCert and TLSKey, when given, make the API serve HTTPS;
+	// TLSClientCA also requires a client certificate signed by that CA.
+	TLSCert, TLSKey, TLSClientCA string
+	HTTP                         HTTPLimits
+	// RatePerSecond (0 turns the limit off) and RateBurst bound each
+	// client's requests.
+	RatePerSecond float64
+	RateBurst     int
+
+	envErr error
+}
+
+// RegisterFlags adds the North API's flags, with PF_* environment
+// fallbacks, to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "api-addr", runtime.EnvOr("PF_API_ADDR", DefaultAddr), "address of the North API (env PF_API_ADDR)")
+	fs.StringVar(&c.TokensFile, "tokens-file", runtime.EnvOr("PF_TOKENS_FILE", ""),
+		"bearer tokens file: JSON {\"tokens\": [{name, role, tenant, sha256}]}, reloaded when it changes; required unless --insecure-no-auth (env PF_TOKENS_FILE)")
+	fs.BoolVar(&c.InsecureNoAuth, "insecure-no-auth", false, "serve every caller as admin, without a token; only on a network where every client is trusted")
+	fs.StringVar(&c.TLSCert, "tls-cert", runtime.EnvOr("PF_API_TLS_CERT", ""), "PEM certificate (chain) the API serves HTTPS with, with --tls-key; not for Kafka, see --tls (env PF_API_TLS_CERT)")
+	fs.StringVar(&c.TLSKey, "tls-key", runtime.EnvOr("PF_API_TLS_KEY", ""), "PEM private key of --tls-cert (env PF_API_TLS_KEY)")
+	fs.StringVar(&c.TLSClientCA, "tls-client-ca", runtime.EnvOr("PF_API_TLS_CLIENT_CA", ""), "PEM CA bundle: require every client to present a certificate signed by it (mTLS; needs --tls-cert) (env PF_API_TLS_CLIENT_CA)")
+	c.duration(fs, &c.HTTP.ReadHeaderTimeout, "read-header-timeout", "PF_API_READ_HEADER_TIMEOUT", DefaultReadHeaderTimeout, "longest time to read a request's headers")
+	c.duration(fs, &c.HTTP.ReadTimeout, "read-timeout", "PF_API_READ_TIMEOUT", DefaultReadTimeout, "longest time to read a whole request, body included")
+	c.duration(fs, &c.HTTP.WriteTimeout, "write-timeout", "PF_API_WRITE_TIMEOUT", DefaultWriteTimeout, "longest time from the end of a request's headers to the end of its answer")
+	c.duration(fs, &c.HTTP.IdleTimeout, "idle-timeout", "PF_API_IDLE_TIMEOUT", DefaultIdleTimeout, "close keep-alive connections idle this long")
+	c.HTTP.MaxHeaderBytes = c.envInt("PF_API_MAX_HEADER_BYTES", DefaultMaxHeaderBytes)
+	fs.IntVar(&c.HTTP.MaxHeaderBytes, "max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request headers, in bytes (env PF_API_MAX_HEADER_BYTES)")
+	c.RatePerSecond = c.envFloat("PF_API_RATE_LIMIT", DefaultRatePerSecond)
+	fs.Float64Var(&c.RatePerSecond, "rate-limit", c.RatePerSecond, "requests per second each client may send (per token, or per address without a valid token); 0 turns the limit off (env PF_API_RATE_LIMIT)")
+	c.RateBurst = c.envInt("PF_API_RATE_BURST", DefaultRateBurst)
+	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
+}
+
+func (c *Config) duration(fs *flag.FlagSet, dst *time.Duration, name, env string, def time.Duration, usage string) {
+	*dst = def
+	if v := os.Getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			c.envErr = fmt.Errorf("%s=%q is not a duration such as 30s: %w", env, v, err)
+		} else {
+			*dst = d
+		}
+	}
+	fs.DurationVar(dst, name, *dst, fmt.Sprintf("%s (env %s)", usage, env))
+}
+
+func (c *Config) envInt(env string, def int) int {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		c.envErr = fmt.Errorf("%s=%q is not a whole number: %w", env, v, err)
+		return def
+	}
+	return n
+}
+
+func (c *Config) envFloat(env string, def float64) float64 {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		c.envErr = fmt.Errorf("%s=%q is not a number: %w", env, v, err)
+		return def
+	}
+	return f
+}
+
+// Check says what to fix in a configuration the API cannot start with.
+func (c Config) Check() error {
+	if c.envErr != nil {
+		return c.envErr
+	}
+	switch {
+	case c.TokensFile == "" && !c.InsecureNoAuth:
+		return errors.New("no --tokens-file (PF_TOKENS_FILE): the North API does not start without bearer tokens; write one with `policyctl token add`, or give --insecure-no-auth on a network where every client is trusted")
+	case c.TokensFile != "" && c.InsecureNoAuth:
+		return errors.New("--tokens-file and --insecure-no-auth contradict each other; give one")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: give both to serve HTTPS, or neither")
+	case c.TLSClientCA != "" && c.TLSCert == "":
+		return errors.New("--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked on HTTPS only")
+	case c.HTTP.ReadHeaderTimeout <= 0 || c.HTTP.ReadTimeout <= 0 || c.HTTP.WriteTimeout <= 0 || c.HTTP.IdleTimeout <= 0:
+		return errors.New("--read-header-timeout, --read-timeout, --write-timeout and --idle-timeout must be positive")
+	case c.HTTP.MaxHeaderBytes <= 0:
+		return errors.New("--max-header-bytes must be positive")
+	case c.RatePerSecond < 0 || c.RateBurst <= 0:
+		return errors.New("--rate-limit must be 0 (off) or positive, and --rate-burst positive")
+	}
+	return nil
+}
+
+// RateLimit is the configured limit.
+func (c Config) RateLimit() RateLimit {
+	return RateLimit{PerSecond: c.RatePerSecond, Burst: c.RateBurst, Off: c.RatePerSecond == 0}
+}
+
+// TLSConfig loads the certificates of --tls-cert, --tls-key and
+// --tls-client-ca; nil when the API serves plain HTTP.
+func (c Config) TLSConfig() (*tls.Config, error) {
+	if c.TLSCert == "" {
+		return nil, nil
+	}
+	return LoadTLS(c.TLSCert, c.TLSKey, c.TLSClientCA)
+}
+
+// LoadTLS builds the API's server TLS configuration from PEM files: its
+// certificate and key, and when clientCA is given, the CAs a client's
+// certificate must be signed by (every client must present one).
+func LoadTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load the API's TLS certificate %s and key %s: %w", certFile, keyFile, err)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if clientCA != "" {
+		pem, err := os.ReadFile(clientCA)
+		if err != nil {
+			return nil, fmt.Errorf("read the client CA bundle: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client CA bundle %s holds no PEM certificate", clientCA)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}

@@ -1,0 +1,458 @@
+package northapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	capi "github.com/hashicorp/consul/api"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// Source names the North API in the events it writes.
+const Source = "north-api"
+
+const (
+	notificationExample = `{"loadedPolicies": [{"policyName": "DCAE.Config_VM_MEMORY.5.xml", "versionNo": "5", "matches": {"ONAPName": "DCAE"}}], "removedPolicies": []}`
+	policiesExample     = `[{"policyName": "DCAE.Config_VM_MEMORY.5.xml", "policyVersion": "5", "policyConfigStatus": "CONFIG_RETRIEVED", "matchingConditions": {"ONAPName": "DCAE"}, "config": {"key": "value"}}]`
+	catchupExample      = `{"deployment_id": "dep-1"} or {} for every deployment`
+	filterExample       = `{"policyName": "DCAE.Config_.*", "onapName": "DCAE", "configAttributes": {"key1": "value1"}}`
+)
+
+// maxPushedBytes bounds the bodies one pushed notification carries, so a
+// record stays under the broker's default message size.
+const maxPushedBytes = 900 << 10
+
+// NotificationAccepted names one record a notification or push produced.
+type NotificationAccepted struct {
+	PolicyID       string   `json:"policy_id"`
+	NotificationID string   `json:"notification_id"`
+	Versions       []string `json:"versions,omitempty"`
+}
+
+// NotificationsAccepted is the answer of POST /v1/pdp/notifications and
+// POST /v1/policies.
+type NotificationsAccepted struct {
+	Notifications []NotificationAccepted `json:"notifications"`
+}
+
+func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpError {
+	var n policy.Notification
+	if e := decodeJSON(w, r, MaxRequestBytes, &n, false, notificationExample); e != nil {
+		return e
+	}
+	if len(n.LoadedPolicies) == 0 && len(n.RemovedPolicies) == 0 {
+		return errorf(http.StatusBadRequest, "the notification names no policy: loadedPolicies and removedPolicies are both empty; send %s", notificationExample)
+	}
+	if err := n.Validate(); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	now := time.Now().UTC()
+	byID := map[string]*events.PdpNotification{}
+	ids := n.PolicyIDs()
+	for _, id := range ids {
+		byID[id] = &events.PdpNotification{
+			NotificationID:  newID(),
+			Source:          Source,
+			ReceivedAt:      now,
+			LoadedPolicies:  []events.LoadedPolicy{},
+			RemovedPolicies: []events.UnloadedPolicy{},
+			PushedBodies:    []string{},
+		}
+	}
+	for _, l := range n.LoadedPolicies {
+		id, _ := policy.PolicyID(l.PolicyName)
+		m := l.Matches
+		if m == nil {
+			m = map[string]string{}
+		}
+		byID[id].LoadedPolicies = append(byID[id].LoadedPolicies, events.LoadedPolicy{PolicyName: l.PolicyName, VersionNo: l.VersionNo, Matches: m})
+	}
+	for _, rp := range n.RemovedPolicies {
+		id, _ := policy.PolicyID(rp.PolicyName)
+		byID[id].RemovedPolicies = append(byID[id].RemovedPolicies, events.UnloadedPolicy{PolicyName: rp.PolicyName, VersionNo: rp.VersionNo})
+	}
+	var recs []*kgo.Record
+	out := NotificationsAccepted{Notifications: []NotificationAccepted{}}
+	for _, id := range ids {
+		ev := byID[id]
+		value, err := s.env.Codec.Encode(ev)
+		if err != nil {
+			return errorf(http.StatusInternalServerError, "encode notification for %s: %v", id, err)
+		}
+		recs = append(recs, &kgo.Record{Topic: s.env.Kafka.Topic(topology.PDPNotifications), Key: []byte(id), Value: value})
+		var versions []string
+		for _, l := range ev.LoadedPolicies {
+			if l.VersionNo != "" {
+				versions = append(versions, l.VersionNo)
+			}
+		}
+		out.Notifications = append(out.Notifications, NotificationAccepted{PolicyID: id, NotificationID: ev.NotificationID, Versions: versions})
+	}
+	if err := s.produce(r.Context(), recs...); err != nil {
+		return s.produceFailed(err)
+	}
+	s.log.Info().Strs("policy_ids", ids).Msg("PDP notification accepted")
+	writeJSON(w, http.StatusAccepted, out)
+	return nil
+}
+
+// pushPolicies publishes policy bodies pushed with no PDP behind them: one
+// policy_body object or an array of them, each checked by policy.Check
+// (the rules are in the policy package doc). One refused body refuses the
+// whole request with 400 and the reason; what is published is each
+// body's canonical JSON, grouped per policy_id.
+func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError {
+	var raw json.RawMessage
+	if e := decodeJSON(w, r, MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
+		return e
+	}
+	bodies := []json.RawMessage{raw}
+	if t := bytes.TrimSpace(raw); t[0] == '[' {
+		var err error
+		if bodies, err = policy.SplitList(t); err != nil {
+			return errorf(http.StatusBadRequest, "%v; send a policy_body object or an array of them, e.g. %s", err, policiesExample)
+		}
+	}
+	if len(bodies) == 0 {
+		return errorf(http.StatusBadRequest, "the array holds no policy; send at least one policy_body, e.g. %s", policiesExample)
+	}
+	type group struct {
+		id       string
+		bodies   []string
+		versions []string
+		size     int
+	}
+	var groups []*group
+	open := map[string]*group{}
+	for i, b := range bodies {
+		c, err := policy.Check(b)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
+		}
+		g := open[c.PolicyID]
+		if g == nil || g.size+len(c.JSON) > maxPushedBytes {
+			g = &group{id: c.PolicyID}
+			open[c.PolicyID] = g
+			groups = append(groups, g)
+		}
+		g.bodies = append(g.bodies, string(c.JSON))
+		g.versions = append(g.versions, c.PolicyVersion)
+		g.size += len(c.JSON)
+	}
+	now := time.Now().UTC()
+	var recs []*kgo.Record
+	out := NotificationsAccepted{Notifications: []NotificationAccepted{}}
+	for _, g := range groups {
+		ev := &events.PdpNotification{
+			NotificationID:  newID(),
+			Source:          Source,
+			ReceivedAt:      now,
+			LoadedPolicies:  []events.LoadedPolicy{},
+			RemovedPolicies: []events.UnloadedPolicy{},
+			PushedBodies:    g.bodies,
+		}
+		value, err := s.env.Codec.Encode(ev)
+		if err != nil {
+			return errorf(http.StatusInternalServerError, "encode pushed policies of %s: %v", g.id, err)
+		}
+		recs = append(recs, &kgo.Record{Topic: s.env.Kafka.Topic(topology.PDPNotifications), Key: []byte(g.id), Value: value})
+		out.Notifications = append(out.Notifications, NotificationAccepted{PolicyID: g.id, NotificationID: ev.NotificationID, Versions: g.versions})
+	}
+	if err := s.produce(r.Context(), recs...); err != nil {
+		return s.produceFailed(err)
+	}
+	s.log.Info().Int("policies", len(bodies)).Msg("policies pushed")
+	writeJSON(w, http.StatusAccepted, out)
+	return nil
+}
+
+// CatchupBody is the body of POST /v1/catchup.
+type CatchupBody struct {
+	// DeploymentID limits the catch-up to one deployment; "" means all.
+	DeploymentID string `json:"deployment_id,omitempty"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// CatchupAccepted is the answer of POST /v1/catchup.
+type CatchupAccepted struct {
+	RequestID    string `json:"request_id"`
+	Scope        string `json:"scope"`
+	DeploymentID string `json:"deployment_id,omitempty"`
+	Partitions   int    `json:"partitions"`
+}
+
+func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
+	var body CatchupBody
+	data, e := readBody(w, r, MaxRequestBytes)
+	if e != nil {
+		return e
+	}
+	if len(bytes.TrimSpace(data)) > 0 {
+		if e := decodeBytes(data, &body, true, catchupExample); e != nil {
+			return e
+		}
+	}
+	req := &events.CatchupRequest{
+		RequestID:   newID(),
+		Scope:       events.ScopeAll,
+		Reason:      body.Reason,
+		RequestedAt: time.Now().UTC(),
+	}
+	if req.Reason == "" {
+		req.Reason = "requested through the North API"
+	}
+	key := events.ScopeAll
+	if body.DeploymentID != "" {
+		if err := CheckID("deployment_id", body.DeploymentID); err != nil {
+			return errorf(http.StatusBadRequest, "%v", err)
+		}
+		if e := s.needViews(topology.DeployComponents); e != nil {
+			return e
+		}
+		if !s.components.hasDeployment(body.DeploymentID) {
+			return errorf(http.StatusNotFound, "no registered component belongs to deployment %s, so there is nothing to catch up; check the deployment_id, or leave it out to catch up every deployment",
+				body.DeploymentID)
+		}
+		req.Scope = events.ScopeDeployment
+		d := body.DeploymentID
+		req.DeploymentID = &d
+		key = d
+	}
+	topic := s.env.Kafka.Topic(topology.CatchupRequests)
+	n, err := runtime.PartitionCount(r.Context(), kadm.NewClient(s.cl), topic)
+	if err != nil {
+		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
+	}
+	value, err := s.env.Codec.Encode(req)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode catch-up request: %v", err)
+	}
+	recs := make([]*kgo.Record, n)
+	for p := range recs {
+		recs[p] = &kgo.Record{Topic: topic, Key: []byte(key), Value: value, Context: r.Context()}
+		runtime.Pin(recs[p], int32(p))
+	}
+	if err := s.produce(r.Context(), recs...); err != nil {
+		return s.produceFailed(err)
+	}
+	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
+	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: int(n)})
+	return nil
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {
+	var raw bytes.Buffer
+	if _, err := raw.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errorf(http.StatusRequestEntityTooLarge, "request body is over the limit of %d bytes", mbe.Limit)
+		}
+		return nil, errorf(http.StatusBadRequest, "read request body: %v", err)
+	}
+	return raw.Bytes(), nil
+}
+
+// LatestPolicy is one policy in the ONAP policy-handler shape.
+type LatestPolicy struct {
+	PolicyID   string          `json:"policy_id"`
+	PolicyBody json.RawMessage `json:"policy_body"`
+}
+
+func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *httpError {
+	id := r.PathValue("policy_id")
+	if id == "" {
+		return errorf(http.StatusBadRequest, "policy_id is missing: GET /policy_latest/{policy_id}")
+	}
+	if e := s.needViews(topology.PolicyCatalog); e != nil {
+		return e
+	}
+	e, ok := s.catalog.get(id)
+	if !ok {
+		hint := "the PDP has not announced it, or it was removed; announce it with POST /v1/pdp/notifications or push it with POST /v1/policies"
+		if derived, err := policy.PolicyID(id); err == nil && derived != id {
+			hint = fmt.Sprintf("%q is a full policyName; ask for its policy_id %q", id, derived)
+		}
+		return errorf(http.StatusNotFound, "no policy %s in the policy catalog: %s", id, hint)
+	}
+	writeJSON(w, http.StatusOK, LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body})
+	return nil
+}
+
+// filterBody is the body of POST /policies_latest: a PDP /getConfig-style
+// policy filter, given as is or under "policy_filter".
+type filterBody struct {
+	PolicyName       string          `json:"policyName"`
+	ConfigName       string          `json:"configName"`
+	OnapName         string          `json:"onapName"`
+	ConfigAttributes json.RawMessage `json:"configAttributes"`
+	Unique           bool            `json:"unique"`
+	// Carried by some callers; ignored.
+	FilterID  string `json:"filter_id"`
+	RequestID string `json:"requestID"`
+}
+
+// compile turns the filter into a compiled policy filter, or says what to
+// fix.
+func (f filterBody) compile() (*policy.CompiledFilter, error) {
+	if f.PolicyName == "" {
+		return nil, errors.New("policyName is missing; a filter without policyName matches nothing: give a regular expression such as \"DCAE.Config_.*\"")
+	}
+	var attrs map[string]any
+	if raw := bytes.TrimSpace(f.ConfigAttributes); len(raw) > 0 {
+		m, err := policy.DecodeConfigAttributes(string(raw))
+		if err != nil {
+			return nil, fmt.Errorf("configAttributes must be a JSON object: %w", err)
+		}
+		attrs = m
+	}
+	cf, err := policy.CompileFilter(policy.Filter{
+		PolicyName: f.PolicyName, ConfigName: f.ConfigName, OnapName: f.OnapName,
+		ConfigAttributes: attrs, Unique: f.Unique,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w; fix the expression (Go RE2 syntax: no lookaround or backreferences)", err)
+	}
+	return cf, nil
+}
+
+func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpError {
+	data, e := readBody(w, r, MaxRequestBytes)
+	if e != nil {
+		return e
+	}
+	var wrapper map[string]json.RawMessage
+	if e := decodeBytes(data, &wrapper, false, filterExample); e != nil {
+		return e
+	}
+	if inner, ok := wrapper["policy_filter"]; ok && len(wrapper) == 1 {
+		data = inner
+	}
+	var f filterBody
+	if e := decodeBytes(data, &f, true, filterExample); e != nil {
+		return e
+	}
+	cf, err := f.compile()
+	if err != nil {
+		return errorf(http.StatusBadRequest, "policy filter: %v", err)
+	}
+	if e := s.needViews(topology.PolicyCatalog); e != nil {
+		return e
+	}
+	out := map[string]LatestPolicy{}
+	for _, e := range s.catalog.matching(cf) {
+		out[e.PolicyID] = LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// consulValue carries a Consul value as JSON when it is JSON, else as a
+// JSON string.
+func consulValue(v []byte) json.RawMessage {
+	if len(bytes.TrimSpace(v)) > 0 && json.Valid(v) {
+		return json.RawMessage(v)
+	}
+	s, _ := json.Marshal(string(v))
+	return s
+}
+
+func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *httpError {
+	scn := r.PathValue("service_component_name")
+	if err := CheckID("service_component_name", scn); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.mayReadFolder(principalOf(r.Context()), scn); e != nil {
+		return e
+	}
+	q := (&capi.QueryOptions{}).WithContext(r.Context())
+	kv := s.consul.KV()
+	cfgPair, _, err := kv.Get(consulkv.ConfigKey(scn), q)
+	if err != nil {
+		return s.consulFailed(consulkv.ConfigKey(scn), err)
+	}
+	prefix := consulkv.Prefix(scn)
+	pairs, _, err := kv.List(prefix, q)
+	if err != nil {
+		return s.consulFailed(prefix, err)
+	}
+	out := map[string]json.RawMessage{}
+	items := []json.RawMessage{}
+	event := json.RawMessage("null")
+	for _, p := range pairs {
+		_, isItem := consulkv.ItemPolicyID(scn, p.Key)
+		switch rest := strings.TrimPrefix(p.Key, prefix); {
+		case isItem:
+			items = append(items, consulValue(p.Value))
+		case p.Key == consulkv.EventKey(scn):
+			event = consulValue(p.Value)
+		case strings.HasPrefix(p.Key, consulkv.Folder(scn)):
+			// Other bookkeeping of the policies folder (the notifier's
+			// claim, folder placeholders).
+		case rest != "" && !strings.Contains(rest, "/") && rest != "config" && rest != "policies":
+			out[rest] = consulValue(p.Value)
+		}
+	}
+	switch {
+	case cfgPair != nil:
+		out["config"] = consulValue(cfgPair.Value)
+	default:
+		if e := s.needViews(topology.DeployComponents); e != nil {
+			return e
+		}
+		c, ok := s.components.byServiceComponent(scn)
+		switch {
+		case ok:
+			out["config"] = json.RawMessage(c.Config)
+		case len(pairs) == 0:
+			return errorf(http.StatusNotFound, "no service component %s: Consul has no key %s or %s* and no registered component has that service_component_name; register it with PUT /v1/components/{component_id}",
+				scn, scn, scn+":")
+		default:
+			out["config"] = json.RawMessage("{}")
+		}
+	}
+	pol, err := json.Marshal(map[string]any{"items": items, "event": event})
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode policies of %s: %v", scn, err)
+	}
+	out["policies"] = pol
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) consulFailed(key string, err error) *httpError {
+	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.opts.Consul.Addr, err)
+}
+
+// Health is the answer of GET /healthcheck.
+type Health struct {
+	Service string            `json:"service"`
+	Status  string            `json:"status"`
+	Views   map[string]string `json:"views"`
+}
+
+func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) *httpError {
+	h := Health{Service: "policyflow-north-api", Status: "ok", Views: map[string]string{}}
+	for _, t := range s.reader.topics() {
+		ok, why := s.reader.ready(t)
+		if ok {
+			h.Views[t] = "caught up"
+			continue
+		}
+		h.Status = "starting"
+		h.Views[t] = why
+	}
+	writeJSON(w, http.StatusOK, h)
+	return nil
+}

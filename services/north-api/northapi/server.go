@@ -1,0 +1,321 @@
+// Package northapi is policyflow's North API: the HTTP service through which
+// deployment systems, policy engines and operators register components,
+// announce and push policies and ask for catch-ups (each written to its
+// Kafka topic), and through which components and operators read the latest
+// policies, a component's Consul folder and its delivery status, in the
+// ONAP DCAE policy-handler and config-binding-service shapes. Every route
+// but /healthcheck needs a bearer token with a role the route table
+// (routes.go) allows; tenants are scoped to their own components.
+package northapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	capi "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// DefaultAddr is where the North API listens unless told otherwise.
+const DefaultAddr = "127.0.0.1:8080"
+
+// Request body limits.
+const (
+	// MaxRequestBytes bounds the body of most requests.
+	MaxRequestBytes = 4 << 20
+	// MaxPoliciesRequestBytes bounds POST /v1/policies, which carries full
+	// policy bodies (each up to policy.MaxBodyBytes).
+	MaxPoliciesRequestBytes = 64 << 20
+)
+
+// Options tune a Server. Tokens is required unless InsecureNoAuth; the
+// other zero values take the defaults.
+type Options struct {
+	// Consul is the agent whose folders the API reads (zero: as the
+	// environment says, consulkv.FromEnv).
+	Consul consulkv.Config
+	// Tokens names the caller of each bearer token (an *auth.Store of the
+	// tokens file). Every route but /healthcheck needs a token.
+	Tokens Authenticator
+	// InsecureNoAuth serves every caller as admin, without a token.
+	InsecureNoAuth bool
+	// HTTP bounds the connections ServeListener accepts.
+	HTTP HTTPLimits
+	// RateLimit bounds each client's requests.
+	RateLimit RateLimit
+	// TLS, when set, makes ServeListener serve HTTPS with it (LoadTLS).
+	TLS *tls.Config
+
+	// ViewWait bounds how long a component write waits for the service's
+	// own deploy.components view to show it, so that the next write sees
+	// its generation (default 15s). The write is accepted either way.
+	ViewWait time.Duration
+	// ProduceTimeout bounds how long a request waits for Kafka to
+	// acknowledge its records (default 30s).
+	ProduceTimeout time.Duration
+	// Registration is what a component registration may ask for; the
+	// zero value allows no script and no webhook.
+	Registration Registration
+}
+
+// Server is the North API: a producer, the read views and the HTTP
+// handlers. Build it with New, start its views with Run, serve Handler.
+type Server struct {
+	env    runtime.Env
+	log    zerolog.Logger
+	opts   Options
+	cl     *kgo.Client
+	consul *capi.Client
+
+	reader     *reader
+	catalog    *catalogView
+	components *componentsView
+	applied    *appliedView
+
+	rules   ComponentRules
+	locks   keyedMutex
+	limiter *limiter
+
+	requests *prometheus.CounterVec
+	produced *prometheus.CounterVec
+}
+
+// New builds a Server on env: the Kafka producer (idempotent), the Consul
+// client and the read views (empty until Run reads them).
+func New(env runtime.Env, opts Options) (*Server, error) {
+	if env.Codec == nil || env.Metrics == nil || env.Health == nil {
+		return nil, errors.New("north api: Env is missing its codec, metrics or health: build it with runtime.NewEnv")
+	}
+	if opts.ViewWait <= 0 {
+		opts.ViewWait = 15 * time.Second
+	}
+	if opts.ProduceTimeout <= 0 {
+		opts.ProduceTimeout = 30 * time.Second
+	}
+	if opts.Consul == (consulkv.Config{}) {
+		opts.Consul = consulkv.FromEnv()
+	}
+	if opts.Tokens == nil && !opts.InsecureNoAuth {
+		return nil, errors.New("north api: no tokens: every caller but /healthcheck needs a bearer token; give a tokens file (--tokens-file), or --insecure-no-auth on a network where every client is trusted")
+	}
+	rules, err := opts.Registration.Rules()
+	if err != nil {
+		return nil, fmt.Errorf("north api: %w", err)
+	}
+	s := &Server{
+		env:        env,
+		log:        env.Log.With().Str("service", "north-api").Logger(),
+		opts:       opts,
+		catalog:    newCatalogView(env.Codec),
+		components: newComponentsView(env.Codec),
+		applied:    newAppliedView(env.Codec),
+		limiter:    newLimiter(opts.RateLimit),
+		rules:      rules,
+	}
+	if opts.InsecureNoAuth {
+		s.log.Warn().Msg("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who reaches the North API may register components, choose the scripts they run and read every policy and Consul folder")
+	}
+	s.log.Info().Strs("script_dirs", rules.Targets.ScriptDirs()).Strs("webhook_allow", rules.Targets.WebhookAllow()).
+		Msg("notification targets components may register")
+	kopts, err := env.Kafka.ClientOpts()
+	if err != nil {
+		return nil, fmt.Errorf("north api: %w", err)
+	}
+	kopts = append(kopts,
+		kgo.WithLogger(runtime.KgoLogger(s.log)),
+		kgo.ClientID("policyflow-north-api"),
+		kgo.RecordPartitioner(runtime.Partitioner()),
+		kgo.RecordDeliveryTimeout(opts.ProduceTimeout),
+		kgo.ProducerLinger(0),
+	)
+	if env.MaxRecordBytes > 0 {
+		kopts = append(kopts, kgo.ProducerBatchMaxBytes(env.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*env.MaxRecordBytes))
+	}
+	s.cl, err = kgo.NewClient(kopts...)
+	if err != nil {
+		return nil, fmt.Errorf("north api: create Kafka producer: %w", err)
+	}
+	s.consul, err = opts.Consul.Client()
+	if err != nil {
+		s.cl.Close()
+		return nil, fmt.Errorf("north api: %w", err)
+	}
+	s.reader = newReader(env.Kafka, env.Health, s.log, map[string]applyFunc{
+		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,
+		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
+		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
+	})
+	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
+	}, []string{"route", "code"})); err == nil {
+		s.produced, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_north_api_records_produced_total", Help: "Records the North API produced, by topic.",
+		}, []string{"topic"}))
+	}
+	if err != nil {
+		s.cl.Close()
+		return nil, fmt.Errorf("north api: register metrics: %w", err)
+	}
+	return s, nil
+}
+
+// registerCounter registers c, or returns the one a Server built on the
+// same registry registered before.
+func registerCounter(r *prometheus.Registry, c *prometheus.CounterVec) (*prometheus.CounterVec, error) {
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing, nil
+			}
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run keeps the read views live until ctx is done.
+func (s *Server) Run(ctx context.Context) error { return s.reader.run(ctx) }
+
+// Close releases the producer. Call it after Run returned.
+func (s *Server) Close() { s.cl.Close() }
+
+// Ready reports whether every read view has caught up.
+func (s *Server) Ready() bool {
+	for _, t := range s.reader.topics() {
+		if ok, _ := s.reader.ready(t); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Handler serves the API's routes, each behind its token check. Health,
+// readiness (every view caught up) and metrics are not among them: they
+// are on the ops listener (runtime.Serve with the same Env).
+func (s *Server) Handler() http.Handler { return s.routes() }
+
+// Serve runs a Server on env at addr until ctx is done: views, producer
+// and HTTP server.
+func Serve(ctx context.Context, env runtime.Env, addr string, opts Options) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("north api: listen on %s: %w", addr, err)
+	}
+	return ServeListener(ctx, env, ln, opts)
+}
+
+// ServeListener is Serve on an open listener.
+func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts Options) error {
+	s, err := New(env, opts)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- s.Run(ctx) }()
+	srv := opts.HTTP.server(s.Handler(), opts.TLS, s.log)
+	go func() {
+		serve, scheme := srv.Serve, "http"
+		if opts.TLS != nil {
+			// The certificates are in srv.TLSConfig.
+			serve, scheme = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }, "https"
+		}
+		s.log.Info().Str("addr", ln.Addr().String()).Str("scheme", scheme).Bool("client_certificates", opts.TLS != nil && opts.TLS.ClientCAs != nil).Msg("north api listening")
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("north api: serve HTTP on %s: %w", ln.Addr(), err)
+			return
+		}
+		errs <- nil
+	}()
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errs:
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	return first
+}
+
+// produce writes records and waits for them to be acknowledged.
+func (s *Server) produce(ctx context.Context, recs ...*kgo.Record) error {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.ProduceTimeout)
+	defer cancel()
+	for _, r := range recs {
+		if r.Context == nil {
+			r.Context = ctx
+		}
+	}
+	results := s.cl.ProduceSync(ctx, recs...)
+	for _, r := range results {
+		if r.Err == nil {
+			s.produced.WithLabelValues(r.Record.Topic).Inc()
+		}
+	}
+	if err := results.FirstErr(); err != nil {
+		return fmt.Errorf("produce to %s: %w", recs[0].Topic, err)
+	}
+	return nil
+}
+
+// newID returns 16 random bytes in hex, for notification and request ids.
+func newID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// keyedMutex serializes work per key (component writes).
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		l.refs--
+		if l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
