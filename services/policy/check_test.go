@@ -43,8 +43,15 @@ func rawBody(fields map[string]string) string {
 // dcaeConditions are rawBody's matchingConditions as Check carries them.
 const dcaeConditions = `{"ONAPName":"DCAE"}`
 
-func TestCheckAccepts(t *testing.T) {
-	tests := []struct {
+// checkAccepted are bodies Check accepts, with what it gives; they also
+// seed FuzzCheck.
+func checkAccepted() []struct {
+	name     string
+	raw      string
+	want     Checked
+	wantJSON string
+} {
+	return []struct {
 		name     string
 		raw      string
 		want     Checked
@@ -72,7 +79,10 @@ func TestCheckAccepts(t *testing.T) {
 			raw:  rawBody(map[string]string{"config": `"{\"pad\": \"x\"` + strings.Repeat(" ", 2*MaxBodyBytes) + `}"`}),
 			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions}},
 	}
-	for _, tt := range tests {
+}
+
+func TestCheckAccepts(t *testing.T) {
+	for _, tt := range checkAccepted() {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Check([]byte(tt.raw))
 			if err != nil {
@@ -98,9 +108,15 @@ func TestCheckAccepts(t *testing.T) {
 	}
 }
 
-func TestCheckRefusesWithAReason(t *testing.T) {
+// checkRefused are bodies Check refuses, with what its error says; they
+// also seed FuzzCheck.
+func checkRefused() []struct {
+	name string
+	raw  string
+	want []string
+} {
 	deep := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
-	tests := []struct {
+	return []struct {
 		name string
 		raw  string
 		want []string
@@ -163,7 +179,10 @@ func TestCheckRefusesWithAReason(t *testing.T) {
 		{"not retrieved", rawBody(map[string]string{"policyConfigStatus": `"CONFIG_NOT_FOUND"`}), []string{`policyConfigStatus is "CONFIG_NOT_FOUND"`}},
 		{"empty config", rawBody(map[string]string{"config": `"{}"`}), []string{"config is empty"}},
 	}
-	for _, tt := range tests {
+}
+
+func TestCheckRefusesWithAReason(t *testing.T) {
+	for _, tt := range checkRefused() {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Check([]byte(tt.raw))
 			if err == nil {
@@ -292,6 +311,20 @@ func TestCheckName(t *testing.T) {
 	}
 }
 
+// splitListRefused are lists SplitList refuses, with what its error says;
+// they also seed FuzzSplitList.
+var splitListRefused = map[string]string{
+	`{}`:         "got object, want a JSON array",
+	`[{}, 1]`:    "element 1 is number, want a JSON object",
+	`[{}] x`:     "",
+	`[{}] []`:    "more data after the JSON array",
+	`[{}`:        "",
+	`["a"]`:      "element 0 is string",
+	`[{"a": }]`:  "element 0",
+	``:           "",
+	`[null, {}]`: "element 0 is null",
+}
+
 func TestSplitList(t *testing.T) {
 	raws, err := SplitList([]byte(` [ {"a": 1} ,{"b": [1, {"c": 2}]} ] `))
 	if err != nil {
@@ -300,17 +333,7 @@ func TestSplitList(t *testing.T) {
 	if len(raws) != 2 || string(raws[0]) != `{"a": 1}` || string(raws[1]) != `{"b": [1, {"c": 2}]}` {
 		t.Fatalf("SplitList = %q", raws)
 	}
-	for bad, want := range map[string]string{
-		`{}`:         "got object, want a JSON array",
-		`[{}, 1]`:    "element 1 is number, want a JSON object",
-		`[{}] x`:     "",
-		`[{}] []`:    "more data after the JSON array",
-		`[{}`:        "",
-		`["a"]`:      "element 0 is string",
-		`[{"a": }]`:  "element 0",
-		``:           "",
-		`[null, {}]`: "element 0 is null",
-	} {
+	for bad, want := range splitListRefused {
 		_, err := SplitList([]byte(bad))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("SplitList(%s) = %v; want an error saying %q", bad, err, want)
@@ -322,11 +345,15 @@ func TestSplitList(t *testing.T) {
 	}
 }
 
+// versionedRaw is a raw body of DCAE.Config_a in the given version, with
+// extra fields (JSON text ending in ", ") before the others.
+func versionedRaw(version, extra string) json.RawMessage {
+	return json.RawMessage(`{"policyName": "DCAE.Config_a.` + version + `.xml", "policyVersion": "` + version + `", ` + extra +
+		`"policyConfigStatus": "CONFIG_RETRIEVED", "config": "{\"v\": ` + version + `}"}`)
+}
+
 func TestSelectLatestRawAppliesCheck(t *testing.T) {
-	raw := func(version, extra string) json.RawMessage {
-		return json.RawMessage(`{"policyName": "DCAE.Config_a.` + version + `.xml", "policyVersion": "` + version + `", ` + extra +
-			`"policyConfigStatus": "CONFIG_RETRIEVED", "config": "{\"v\": ` + version + `}"}`)
-	}
+	raw := versionedRaw
 	tests := []struct {
 		name        string
 		bodies      []json.RawMessage
