@@ -241,7 +241,9 @@ func parseConfig(cfg string) (any, error) {
 		if !ok || s == "" {
 			return v, nil
 		}
-		parsed, flaw, err := decodeStrict([]byte(s))
+		// The config is one level down in the body, so what it holds may
+		// nest one level less than the body.
+		parsed, flaw, err := decodeStrictAt([]byte(s), 1)
 		switch {
 		case errors.Is(err, errTooDeep):
 			return nil, fmt.Errorf("config is a string holding JSON that %v", err)
@@ -334,6 +336,12 @@ var errTooDeep = errors.New("nests too deep")
 // returned as flaw; err is set when data is no JSON value or nests deeper
 // than MaxDepth.
 func decodeStrict(data []byte) (v any, flaw error, err error) {
+	return decodeStrictAt(data, 0)
+}
+
+// decodeStrictAt is decodeStrict for a value that will sit depth levels
+// down in a body: it may nest MaxDepth-depth levels.
+func decodeStrictAt(data []byte, depth int) (v any, flaw error, err error) {
 	d := &strictDecoder{dec: json.NewDecoder(bytes.NewReader(data))}
 	d.dec.UseNumber()
 	if !utf8.Valid(data) {
@@ -347,7 +355,7 @@ func decodeStrict(data []byte) (v any, flaw error, err error) {
 		}
 		d.flaw = fmt.Errorf("byte %d (0x%02x) is not UTF-8; send JSON text in UTF-8", i, data[i])
 	}
-	v, err = d.value(0)
+	v, err = d.value(depth)
 	if err != nil {
 		return nil, nil, err
 	}
