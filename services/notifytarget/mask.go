@@ -34,46 +34,64 @@ func MaskURL(raw string) string {
 		return Masked
 	}
 	hadUser := u.User != nil
-	u.User = nil
+	if hadUser {
+		// An empty user keeps the authority where it was (also without
+		// a host); Masked is written into it by hand below, as url.User
+		// would escape the asterisks.
+		u.User = url.User("")
+	}
 	u.RawQuery = maskParams(u.RawQuery)
 	if u.Fragment != "" {
 		u.Fragment, u.RawFragment = maskParams(u.Fragment), ""
 	}
 	s := u.String()
-	if i := strings.Index(s, "//"); hadUser && i >= 0 {
-		// Written by hand: url.User would escape the asterisks.
-		s = s[:i+2] + Masked + "@" + s[i+2:]
+	if i := strings.Index(s, "//@"); hadUser && i >= 0 {
+		s = s[:i+2] + Masked + s[i+2:]
 	}
 	return s
 }
 
-// maskParams masks the secret values of name=value pairs joined by '&',
-// keeping everything else as it is.
+// maskParams masks the secret values of name=value pairs joined by '&'
+// or ';' (which some servers read as '&'), keeping everything else as it
+// is.
 func maskParams(q string) string {
 	if q == "" {
 		return q
 	}
-	parts := strings.Split(q, "&")
-	for i, p := range parts {
-		name, _, ok := strings.Cut(p, "=")
-		if !ok {
-			continue
+	var sb strings.Builder
+	for q != "" {
+		end := strings.IndexAny(q, "&;")
+		if end < 0 {
+			end = len(q)
 		}
-		plain, err := url.QueryUnescape(name)
-		if err != nil {
-			plain = name
+		p := q[:end]
+		if name, _, ok := strings.Cut(p, "="); ok {
+			plain, err := url.QueryUnescape(name)
+			if err != nil {
+				plain = name
+			}
+			if secretName(plain) {
+				p = name + "=" + Masked
+			}
 		}
-		if secretName(plain) {
-			parts[i] = name + "=" + Masked
+		sb.WriteString(p)
+		if end < len(q) {
+			sb.WriteByte(q[end])
+			end++
 		}
+		q = q[end:]
 	}
-	return strings.Join(parts, "&")
+	return sb.String()
 }
 
-var urlInText = regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>` + "`" + `]+`)
+// urlInText finds a URL in text: a scheme, "://", and what follows up to
+// whitespace or a character a URL holds only percent-encoded and text
+// uses around one ('"', '<', '>', '`'). A "'" belongs to the URL: it may
+// stand unencoded in a password or a query value.
+var urlInText = regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s"<>` + "`" + `]+`)
 
-// MaskText applies MaskURL to every URL in s, e.g. an error message or a
-// claim's stderr written before URLs were masked.
+// MaskText applies MaskURL to every URL in s (see urlInText), e.g. an
+// error message or a claim's stderr written before URLs were masked.
 func MaskText(s string) string {
 	if !strings.Contains(s, "://") {
 		return s

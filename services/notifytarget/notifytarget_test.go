@@ -254,13 +254,24 @@ func TestMaskURL(t *testing.T) {
 		{"http://h/p?access%5Ftoken=abc", "http://h/p?access%5Ftoken=***"},
 		{"http://h/p#access_token=abc&state=1", "http://h/p#access_token=***&state=1"},
 		{"http://h/%zz?token=abc", "***"},
+		{"http://h/p?a=1;token=abc;x=2&sig=z", "http://h/p?a=1;token=***;x=2&sig=***"},
+		{"http://u:p'ss@h/it's?token=ab'cd", "http://***@h/it's?token=***"},
+		{"http://u:p@/x", "http://***@/x"},
+		{"//@// ", "//***@//%20"},
 	} {
+		if _, err := url.Parse(MaskURL(tc.in)); err != nil {
+			t.Errorf("MaskURL(%q) = %q, which does not parse: %v", tc.in, MaskURL(tc.in), err)
+		}
 		if got := MaskURL(tc.in); got != tc.want {
 			t.Errorf("MaskURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 	text := `POST "http://u:p@h:8080/x?token=t1": dial tcp: refused; again at https://h/y?key=k2.`
 	if got := MaskText(text); got != `POST "http://***@h:8080/x?token=***": dial tcp: refused; again at https://h/y?key=***` {
+		t.Errorf("MaskText: %q", got)
+	}
+	text = `at 'http://u:p'ss@h/?a=1;token=ab'cd', then`
+	if got := MaskText(text); got != `at 'http://***@h/?a=1;token=*** then` {
 		t.Errorf("MaskText: %q", got)
 	}
 	if _, err := url.Parse(MaskURL("http://u:p@h/")); err != nil {

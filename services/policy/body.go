@@ -177,7 +177,9 @@ func isEmptyConfig(v any) bool {
 
 // Normalize returns a copy of b whose config, when it is a string holding
 // valid JSON, is carried parsed (numbers keep their exact text as
-// json.Number); any other config is kept as it is. b is not modified.
+// json.Number), and parsed again while what it holds is a string holding
+// JSON (a config encoded twice); any other config is kept as it is. b is
+// not modified.
 func Normalize(b Body) Body {
 	if b == nil {
 		return nil
@@ -192,16 +194,21 @@ func Normalize(b Body) Body {
 	return out
 }
 
+// normalizeConfig parses a config string holding JSON until what it holds
+// is no such string, so that normalizing twice changes nothing. It ends:
+// each string parsed is shorter than the one holding it.
 func normalizeConfig(cfg any) any {
-	s, ok := cfg.(string)
-	if !ok || s == "" {
-		return cfg
+	for {
+		s, ok := cfg.(string)
+		if !ok || s == "" {
+			return cfg
+		}
+		v, err := decodeJSONValue([]byte(s))
+		if err != nil {
+			return cfg
+		}
+		cfg = v
 	}
-	v, err := decodeJSONValue([]byte(s))
-	if err != nil {
-		return cfg
-	}
-	return v
 }
 
 // decodeJSONValue decodes exactly one JSON value, keeping numbers as

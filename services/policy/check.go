@@ -48,7 +48,8 @@ type Checked struct {
 	Version int64
 	// JSON is the body as one compact JSON object: keys sorted, numbers
 	// as received, no HTML escaping, a config string that holds JSON
-	// carried parsed, policyVersion present. At most MaxBodyBytes.
+	// carried parsed (also when encoded twice), policyVersion present. At
+	// most MaxBodyBytes.
 	JSON []byte
 	// MatchingConditions is the body's matchingConditions as canonical
 	// JSON, "{}" when it has none (see Header).
@@ -230,21 +231,29 @@ func checkBody(b Body, flaw error) (Checked, Body, error) {
 }
 
 // parseConfig is normalizeConfig under Check's rules: a config string that
-// is JSON is carried parsed, unless it has a key twice or nests too deep.
+// is JSON is carried parsed, unless it has a key twice or nests too deep,
+// and parsed again while it holds a string holding JSON (a config encoded
+// twice), so that Check accepts its canonical JSON unchanged.
 func parseConfig(cfg string) (any, error) {
-	if cfg == "" {
-		return cfg, nil
+	var v any = cfg
+	for {
+		s, ok := v.(string)
+		if !ok || s == "" {
+			return v, nil
+		}
+		// The config is one level down in the body, so what it holds may
+		// nest one level less than the body.
+		parsed, flaw, err := decodeStrictAt([]byte(s), 1)
+		switch {
+		case errors.Is(err, errTooDeep):
+			return nil, fmt.Errorf("config is a string holding JSON that %v", err)
+		case err != nil:
+			return s, nil // not JSON: carried as the string it is
+		case flaw != nil:
+			return nil, fmt.Errorf("config is a string holding JSON in which %v", flaw)
+		}
+		v = parsed
 	}
-	v, flaw, err := decodeStrict([]byte(cfg))
-	switch {
-	case errors.Is(err, errTooDeep):
-		return nil, fmt.Errorf("config is a string holding JSON that %v", err)
-	case err != nil:
-		return cfg, nil // not JSON: carried as the string it is
-	case flaw != nil:
-		return nil, fmt.Errorf("config is a string holding JSON in which %v", flaw)
-	}
-	return v, nil
 }
 
 // encodeCanonical writes a body (or a value in one) as Checked.JSON:
@@ -327,6 +336,12 @@ var errTooDeep = errors.New("nests too deep")
 // returned as flaw; err is set when data is no JSON value or nests deeper
 // than MaxDepth.
 func decodeStrict(data []byte) (v any, flaw error, err error) {
+	return decodeStrictAt(data, 0)
+}
+
+// decodeStrictAt is decodeStrict for a value that will sit depth levels
+// down in a body: it may nest MaxDepth-depth levels.
+func decodeStrictAt(data []byte, depth int) (v any, flaw error, err error) {
 	d := &strictDecoder{dec: json.NewDecoder(bytes.NewReader(data))}
 	d.dec.UseNumber()
 	if !utf8.Valid(data) {
@@ -340,7 +355,7 @@ func decodeStrict(data []byte) (v any, flaw error, err error) {
 		}
 		d.flaw = fmt.Errorf("byte %d (0x%02x) is not UTF-8; send JSON text in UTF-8", i, data[i])
 	}
-	v, err = d.value(0)
+	v, err = d.value(depth)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -43,8 +43,15 @@ func rawBody(fields map[string]string) string {
 // dcaeConditions are rawBody's matchingConditions as Check carries them.
 const dcaeConditions = `{"ONAPName":"DCAE"}`
 
-func TestCheckAccepts(t *testing.T) {
-	tests := []struct {
+// checkAccepted are bodies Check accepts, with what it gives; they also
+// seed FuzzCheck.
+func checkAccepted() []struct {
+	name     string
+	raw      string
+	want     Checked
+	wantJSON string
+} {
+	return []struct {
 		name     string
 		raw      string
 		want     Checked
@@ -54,6 +61,13 @@ func TestCheckAccepts(t *testing.T) {
 			raw:      rawBody(map[string]string{"policyName": `"DCAE.Config_VM_MEMORY.222.xml"`, "policyVersion": `"222"`, "config": `"{\"min_memory\":\"8GB\"}"`}),
 			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222", Version: 222, MatchingConditions: dcaeConditions},
 			wantJSON: `{"config":{"min_memory":"8GB"},"matchingConditions":{"ONAPName":"DCAE"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222"}`},
+		{name: "a config encoded twice is parsed twice, so the canonical JSON is checked unchanged",
+			raw:      rawBody(map[string]string{"config": `"\"{\\\"min_memory\\\":\\\"8GB\\\"}\""`}),
+			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions},
+			wantJSON: `{"config":{"min_memory":"8GB"},"matchingConditions":{"ONAPName":"DCAE"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"DCAE.Config_VM_MEMORY.5.xml","policyVersion":"5"}`},
+		{name: "a config string nesting as deep as the body may once it is parsed",
+			raw:  rawBody(map[string]string{"config": `"` + strings.Repeat("[", MaxDepth-1) + strings.Repeat("]", MaxDepth-1) + `"`}),
+			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions}},
 		{name: "no policyVersion: the name's is filled in",
 			raw:      rawBody(map[string]string{"policyVersion": ""}),
 			want:     Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions},
@@ -72,7 +86,10 @@ func TestCheckAccepts(t *testing.T) {
 			raw:  rawBody(map[string]string{"config": `"{\"pad\": \"x\"` + strings.Repeat(" ", 2*MaxBodyBytes) + `}"`}),
 			want: Checked{PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.5.xml", PolicyVersion: "5", Version: 5, MatchingConditions: dcaeConditions}},
 	}
-	for _, tt := range tests {
+}
+
+func TestCheckAccepts(t *testing.T) {
+	for _, tt := range checkAccepted() {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Check([]byte(tt.raw))
 			if err != nil {
@@ -98,9 +115,15 @@ func TestCheckAccepts(t *testing.T) {
 	}
 }
 
-func TestCheckRefusesWithAReason(t *testing.T) {
+// checkRefused are bodies Check refuses, with what its error says; they
+// also seed FuzzCheck.
+func checkRefused() []struct {
+	name string
+	raw  string
+	want []string
+} {
 	deep := strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth)
-	tests := []struct {
+	return []struct {
 		name string
 		raw  string
 		want []string
@@ -154,6 +177,8 @@ func TestCheckRefusesWithAReason(t *testing.T) {
 			[]string{"over the limit of 524288 bytes (512 KiB"}},
 		{"too deep", rawBody(map[string]string{"config": `{"a": ` + deep + `}`}), []string{"more than 100 levels", "config.a" + strings.Repeat("[0]", MaxDepth-2)}},
 		{"too deep in a config string", rawBody(map[string]string{"config": `"[` + deep + `]"`}), []string{"config is a string holding JSON that nests too deep"}},
+		{"a config string as deep as the limit, one level down in the body", rawBody(map[string]string{"config": `"` + deep + `"`}),
+			[]string{"config is a string holding JSON that nests too deep", "more than 100 levels"}},
 		{"not an object", `[{"policyName": "DCAE.X.1.xml"}]`, []string{"it is a JSON array, want a JSON object"}},
 		{"malformed", `{"policyName": `, []string{"send one JSON object"}},
 		{"two values", rawBody(nil) + ` {}`, []string{"more data after the JSON value"}},
@@ -163,7 +188,10 @@ func TestCheckRefusesWithAReason(t *testing.T) {
 		{"not retrieved", rawBody(map[string]string{"policyConfigStatus": `"CONFIG_NOT_FOUND"`}), []string{`policyConfigStatus is "CONFIG_NOT_FOUND"`}},
 		{"empty config", rawBody(map[string]string{"config": `"{}"`}), []string{"config is empty"}},
 	}
-	for _, tt := range tests {
+}
+
+func TestCheckRefusesWithAReason(t *testing.T) {
+	for _, tt := range checkRefused() {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Check([]byte(tt.raw))
 			if err == nil {
@@ -292,6 +320,20 @@ func TestCheckName(t *testing.T) {
 	}
 }
 
+// splitListRefused are lists SplitList refuses, with what its error says;
+// they also seed FuzzSplitList.
+var splitListRefused = map[string]string{
+	`{}`:         "got object, want a JSON array",
+	`[{}, 1]`:    "element 1 is number, want a JSON object",
+	`[{}] x`:     "",
+	`[{}] []`:    "more data after the JSON array",
+	`[{}`:        "",
+	`["a"]`:      "element 0 is string",
+	`[{"a": }]`:  "element 0",
+	``:           "",
+	`[null, {}]`: "element 0 is null",
+}
+
 func TestSplitList(t *testing.T) {
 	raws, err := SplitList([]byte(` [ {"a": 1} ,{"b": [1, {"c": 2}]} ] `))
 	if err != nil {
@@ -300,17 +342,7 @@ func TestSplitList(t *testing.T) {
 	if len(raws) != 2 || string(raws[0]) != `{"a": 1}` || string(raws[1]) != `{"b": [1, {"c": 2}]}` {
 		t.Fatalf("SplitList = %q", raws)
 	}
-	for bad, want := range map[string]string{
-		`{}`:         "got object, want a JSON array",
-		`[{}, 1]`:    "element 1 is number, want a JSON object",
-		`[{}] x`:     "",
-		`[{}] []`:    "more data after the JSON array",
-		`[{}`:        "",
-		`["a"]`:      "element 0 is string",
-		`[{"a": }]`:  "element 0",
-		``:           "",
-		`[null, {}]`: "element 0 is null",
-	} {
+	for bad, want := range splitListRefused {
 		_, err := SplitList([]byte(bad))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("SplitList(%s) = %v; want an error saying %q", bad, err, want)
@@ -322,11 +354,15 @@ func TestSplitList(t *testing.T) {
 	}
 }
 
+// versionedRaw is a raw body of DCAE.Config_a in the given version, with
+// extra fields (JSON text ending in ", ") before the others.
+func versionedRaw(version, extra string) json.RawMessage {
+	return json.RawMessage(`{"policyName": "DCAE.Config_a.` + version + `.xml", "policyVersion": "` + version + `", ` + extra +
+		`"policyConfigStatus": "CONFIG_RETRIEVED", "config": "{\"v\": ` + version + `}"}`)
+}
+
 func TestSelectLatestRawAppliesCheck(t *testing.T) {
-	raw := func(version, extra string) json.RawMessage {
-		return json.RawMessage(`{"policyName": "DCAE.Config_a.` + version + `.xml", "policyVersion": "` + version + `", ` + extra +
-			`"policyConfigStatus": "CONFIG_RETRIEVED", "config": "{\"v\": ` + version + `}"}`)
-	}
+	raw := versionedRaw
 	tests := []struct {
 		name        string
 		bodies      []json.RawMessage

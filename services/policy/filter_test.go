@@ -26,13 +26,19 @@ func hostCapacityBody() Body {
 	return b
 }
 
-func TestFilterMatch(t *testing.T) {
-	tests := []struct {
-		name   string
-		filter Filter
-		body   Body
-		want   bool
-	}{
+// filterMatchCase is a filter, a body (nil: hostCapacityBody) and whether
+// the filter matches it.
+type filterMatchCase struct {
+	name   string
+	filter Filter
+	body   Body
+	want   bool
+}
+
+// filterMatchCases are the cases of TestFilterMatch; they also seed
+// FuzzFilterMatch.
+func filterMatchCases() []filterMatchCase {
+	return []filterMatchCase{
 		{name: "regex prefix", filter: Filter{PolicyName: "DCAE.Config_.*"}, want: true},
 		{name: "regex matches from the start only", filter: Filter{PolicyName: "Config_.*"}, want: false},
 		{name: "regex need not reach the end", filter: Filter{PolicyName: "DCAE.Config_host"}, want: true},
@@ -92,7 +98,10 @@ func TestFilterMatch(t *testing.T) {
 		{name: "header body from a notification", filter: Filter{PolicyName: "DCAE.Config_.*", ConfigName: "c1"},
 			body: LoadedPolicy{PolicyName: "DCAE.Config_n.2.xml", VersionNo: "2", Matches: map[string]string{"ConfigName": "c1"}}.Header(), want: true},
 	}
-	for _, tt := range tests {
+}
+
+func TestFilterMatch(t *testing.T) {
+	for _, tt := range filterMatchCases() {
 		t.Run(tt.name, func(t *testing.T) {
 			body := tt.body
 			if body == nil {

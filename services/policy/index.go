@@ -131,11 +131,11 @@ func scalarKey(v any) (string, bool) {
 	if jsonKind(v) != kindNumber {
 		return "", false
 	}
-	r, ok := toRat(v)
+	k, ok := numberKey(v)
 	if !ok {
 		return "", false
 	}
-	return "\x00number " + r.RatString(), true
+	return "\x00number " + k, true
 }
 
 // filterBucket picks the bucket of a filter: its first configAttributes

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/big"
 	"reflect"
+	"strconv"
+	"strings"
 )
 
 // JSON types as they appear in messages.
@@ -148,50 +150,101 @@ func numberEqual(a, b any) bool {
 			return true
 		}
 	}
-	ra, oka := toRat(a)
-	rb, okb := toRat(b)
-	return oka && okb && ra.Cmp(rb) == 0
+	ka, oka := numberKey(a)
+	kb, okb := numberKey(b)
+	return oka && okb && ka == kb
 }
 
-func toRat(v any) (*big.Rat, bool) {
-	r := new(big.Rat)
+// numberKey renders a number's exact value so that two numbers are equal
+// exactly when their keys are: sign, significant digits and the decimal
+// exponent of 0.<digits>, "0" for zero ("1.50e2" and "150" both give
+// "15e3"). It works on the decimal text and never expands the exponent,
+// so 1e999999 costs what its text costs. It is false for what is not a
+// number, NaN and the infinities.
+func numberKey(v any) (string, bool) {
 	switch n := v.(type) {
 	case json.Number:
-		if _, ok := r.SetString(string(n)); !ok {
-			return nil, false
-		}
-		return r, true
+		return decimalKey(string(n))
 	case float64:
-		if math.IsNaN(n) || math.IsInf(n, 0) {
-			return nil, false
-		}
-		return r.SetFloat64(n), true
+		return floatKey(n)
 	case float32:
-		f := float64(n)
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, false
-		}
-		return r.SetFloat64(f), true
+		return floatKey(float64(n))
 	case int:
-		return r.SetInt64(int64(n)), true
+		return decimalKey(strconv.FormatInt(int64(n), 10))
 	case int8:
-		return r.SetInt64(int64(n)), true
+		return decimalKey(strconv.FormatInt(int64(n), 10))
 	case int16:
-		return r.SetInt64(int64(n)), true
+		return decimalKey(strconv.FormatInt(int64(n), 10))
 	case int32:
-		return r.SetInt64(int64(n)), true
+		return decimalKey(strconv.FormatInt(int64(n), 10))
 	case int64:
-		return r.SetInt64(n), true
+		return decimalKey(strconv.FormatInt(n, 10))
 	case uint:
-		return r.SetUint64(uint64(n)), true
+		return decimalKey(strconv.FormatUint(uint64(n), 10))
 	case uint8:
-		return r.SetUint64(uint64(n)), true
+		return decimalKey(strconv.FormatUint(uint64(n), 10))
 	case uint16:
-		return r.SetUint64(uint64(n)), true
+		return decimalKey(strconv.FormatUint(uint64(n), 10))
 	case uint32:
-		return r.SetUint64(uint64(n)), true
+		return decimalKey(strconv.FormatUint(uint64(n), 10))
 	case uint64:
-		return r.SetUint64(n), true
+		return decimalKey(strconv.FormatUint(n, 10))
 	}
-	return nil, false
+	return "", false
+}
+
+// floatKey is the key of a float's exact binary value: every float64 has
+// a finite decimal expansion of at most 767 significant digits.
+func floatKey(f float64) (string, bool) {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "", false
+	}
+	return decimalKey(new(big.Float).SetFloat64(f).Text('e', 800))
+}
+
+// decimalKey is numberKey of a number in JSON's syntax: -?int(.frac)?([eE][+-]?exp)?.
+func decimalKey(s string) (string, bool) {
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	mant, exp := s, ""
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, exp = s[:i], s[i+1:]
+		if exp == "" || !digitsOnly(strings.TrimLeft(exp[:1], "+-")+exp[1:]) {
+			return "", false
+		}
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	if intPart == "" || !digitsOnly(intPart) || !digitsOnly(frac) || strings.Contains(mant, ".") && frac == "" {
+		return "", false
+	}
+	digits := intPart + frac
+	point := len(intPart) // value = 0.<digits> × 10^point × 10^exp
+	lead := len(digits) - len(strings.TrimLeft(digits, "0"))
+	digits = strings.TrimRight(digits[lead:], "0")
+	if digits == "" {
+		return "0", true
+	}
+	e := new(big.Int)
+	if exp != "" {
+		if _, ok := e.SetString(strings.TrimPrefix(exp, "+"), 10); !ok {
+			return "", false
+		}
+	}
+	e.Add(e, big.NewInt(int64(point-lead)))
+	sign := ""
+	if neg {
+		sign = "-"
+	}
+	return sign + digits + "e" + e.String(), true
+}
+
+func digitsOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -41,6 +41,11 @@ func TestCheckRefusesWhatWouldWidenOrConfuseAToken(t *testing.T) {
 		{`{"tokens": [{"name": "a", "role": "admin", "sha256": "` + sum + `"}, {"name": "a", "role": "admin", "sha256": "` + Hash("u") + `"}]}`, "same name"},
 		{`{"tokens": [{"name": "a", "role": "admin", "sha256": "` + sum + `"}, {"name": "b", "role": "admin", "sha256": "` + strings.ToUpper(sum) + `"}]}`, "same sha256"},
 		{`{"tokens": [{"name": "a", "role": "tenant", "tennant": "t", "sha256": "` + sum + `"}]}`, `unknown field "tennant"`},
+		{`{"tokens": [{"name": "a", "role": "read-only", "Role": "admin", "sha256": "` + sum + `"}]}`,
+			`tokens[0]: the key "Role" is not one of name, role, tenant, sha256 (keys are case-sensitive)`},
+		{`{"tokens": [{"name": "a", "role": "read-only", "role": "admin", "sha256": "` + sum + `"}]}`, `tokens[0]: the key "role" is given twice`},
+		{`{"tokens": [{"name": "a", "role": "admin", "sha256": "` + sum + `"}], "tokens": []}`, `the top level: the key "tokens" is given twice`},
+		{`{"TOKENS": [{"name": "a", "role": "admin", "sha256": "` + sum + `"}]}`, `the key "TOKENS" is not one of tokens`},
 	} {
 		if _, err := Parse([]byte(tc.json)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.json, err, tc.want)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -107,19 +108,84 @@ func (f *File) Put(e Entry) {
 	f.Tokens = append(f.Tokens, e)
 }
 
-// Parse reads a tokens file's JSON; unknown fields are refused, so a
-// misspelt "tenant" does not silently widen a token.
+// fileShape is the shape of a tokens file, as errors show it.
+const fileShape = `JSON {"tokens": [{"name", "role", "tenant", "sha256"}]}`
+
+// entryKeys are the keys of an entry of the file, exactly.
+var entryKeys = []string{"name", "role", "tenant", "sha256"}
+
+// Parse reads a tokens file's JSON. The file must mean what it says to
+// whoever reads it: unknown fields are refused, so a misspelt "tenant"
+// does not silently widen a token, and so are a key given twice (JSON
+// decoding would keep the last one) and a key spelt in another case
+// ("Role" would set role).
 func Parse(data []byte) (File, error) {
 	var f File
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return File{}, fmt.Errorf("not a tokens file (JSON {\"tokens\": [{\"name\", \"role\", \"tenant\", \"sha256\"}]}): %w", err)
+		return File{}, fmt.Errorf("not a tokens file (%s): %w", fileShape, err)
 	}
 	if dec.More() {
 		return File{}, errors.New("not a tokens file: more data after the JSON object")
 	}
+	if err := checkKeys(data); err != nil {
+		return File{}, fmt.Errorf("not a tokens file (%s): %w", fileShape, err)
+	}
 	return f, f.Check()
+}
+
+// checkKeys refuses a key given twice in an object, and a key other than
+// "tokens" at the top or other than entryKeys in an entry, compared
+// case-sensitively. data is one JSON value that decoded as a File.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	return objectKeys(dec, "the top level", []string{"tokens"}, func(key string) error {
+		tok, err := dec.Token()
+		if err != nil || tok != json.Delim('[') {
+			return err // null: no tokens
+		}
+		for i := 0; dec.More(); i++ {
+			where := fmt.Sprintf("tokens[%d]", i)
+			if err := objectKeys(dec, where, entryKeys, func(string) error {
+				var v json.RawMessage
+				return dec.Decode(&v)
+			}); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token()
+		return err
+	})
+}
+
+// objectKeys reads the object (or null) next in dec, checking that its
+// keys are distinct and among allowed; value reads the value of each key.
+func objectKeys(dec *json.Decoder, where string, allowed []string, value func(key string) error) error {
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return err
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := kt.(string)
+		switch {
+		case seen[key]:
+			return fmt.Errorf("%s: the key %q is given twice; give it once", where, key)
+		case !slices.Contains(allowed, key):
+			return fmt.Errorf("%s: the key %q is not one of %s (keys are case-sensitive)", where, key, strings.Join(allowed, ", "))
+		}
+		seen[key] = true
+		if err := value(key); err != nil {
+			return err
+		}
+	}
+	_, err = dec.Token()
+	return err
 }
 
 // ReadFile reads and checks the tokens file at path.

@@ -73,22 +73,21 @@ func TestBuildComponentCarriesEverything(t *testing.T) {
 	}
 }
 
-func TestBuildComponentRefusesWithAReason(t *testing.T) {
-	rules := testRules(t)
-	dir := t.TempDir()
-	plain := filepath.Join(testScriptDir, "plain.sh")
-	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(plain) })
-	subdir := filepath.Join(testScriptDir, "sub")
-	if err := os.MkdirAll(subdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	outside := filepath.Join(dir, "x.sh")
-	if err := os.WriteFile(outside, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+// componentRefusal is an edit of validRequest that BuildComponent
+// refuses, under rules (nil: the test rules), and what its error says.
+type componentRefusal struct {
+	name  string
+	id    string
+	rules *ComponentRules
+	edit  func(*ComponentRequest)
+	want  []string
+}
+
+// componentRefusals are the cases of TestBuildComponentRefusesWithAReason;
+// they also seed FuzzComponentRequest. plain is a script that is not
+// executable and subdir a directory, both in the script directory;
+// outside is a script outside it.
+func componentRefusals(rules ComponentRules, plain, subdir, outside string) []componentRefusal {
 	filters := func(n, size int) []FilterRequest {
 		out := make([]FilterRequest, n)
 		for i := range out {
@@ -96,13 +95,7 @@ func TestBuildComponentRefusesWithAReason(t *testing.T) {
 		}
 		return out
 	}
-	for _, tc := range []struct {
-		name  string
-		id    string
-		rules *ComponentRules // nil: rules
-		edit  func(*ComponentRequest)
-		want  []string
-	}{
+	return []componentRefusal{
 		{"uncompilable regex", "c", nil, func(r *ComponentRequest) { r.PolicyFilters[0].PolicyName = "DCAE.(Config" },
 			[]string{`policy_filters[0] (filter_id "f1")`, "missing closing )", "DCAE.(Config"}},
 		{"lookahead", "c", nil, func(r *ComponentRequest) { r.PolicyFilters[0].PolicyName = "(?!x)DCAE" },
@@ -164,7 +157,26 @@ func TestBuildComponentRefusesWithAReason(t *testing.T) {
 		{"unknown kind", "c", nil, func(r *ComponentRequest) { r.Notify.Kind = "email" }, []string{`notify.kind "email" is unknown`}},
 		{"negative timeout", "c", nil, func(r *ComponentRequest) { r.Notify.TimeoutMs = -1 }, []string{"timeout_ms -1 is out of range"}},
 		{"config not object", "c", nil, func(r *ComponentRequest) { r.Config = json.RawMessage(`"x"`) }, []string{"config must be a JSON object", "a string"}},
-	} {
+	}
+}
+
+func TestBuildComponentRefusesWithAReason(t *testing.T) {
+	rules := testRules(t)
+	dir := t.TempDir()
+	plain := filepath.Join(testScriptDir, "plain.sh")
+	if err := os.WriteFile(plain, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(plain) })
+	subdir := filepath.Join(testScriptDir, "sub")
+	if err := os.MkdirAll(subdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(dir, "x.sh")
+	if err := os.WriteFile(outside, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range componentRefusals(rules, plain, subdir, outside) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := validRequest()
 			tc.edit(&r)

@@ -327,25 +327,36 @@ func (f filterBody) compile() (*policy.CompiledFilter, error) {
 	return cf, nil
 }
 
-func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpError {
-	data, e := readBody(w, r, MaxRequestBytes)
-	if e != nil {
-		return e
-	}
+// parseFilterBody reads the body of POST /policies_latest: a filter,
+// given as is or as the only field "policy_filter", with no field
+// filterBody does not know.
+func parseFilterBody(data []byte) (*policy.CompiledFilter, *httpError) {
 	var wrapper map[string]json.RawMessage
 	if e := decodeBytes(data, &wrapper, false, filterExample); e != nil {
-		return e
+		return nil, e
 	}
 	if inner, ok := wrapper["policy_filter"]; ok && len(wrapper) == 1 {
 		data = inner
 	}
 	var f filterBody
 	if e := decodeBytes(data, &f, true, filterExample); e != nil {
-		return e
+		return nil, e
 	}
 	cf, err := f.compile()
 	if err != nil {
-		return errorf(http.StatusBadRequest, "policy filter: %v", err)
+		return nil, errorf(http.StatusBadRequest, "policy filter: %v", err)
+	}
+	return cf, nil
+}
+
+func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpError {
+	data, e := readBody(w, r, MaxRequestBytes)
+	if e != nil {
+		return e
+	}
+	cf, e := parseFilterBody(data)
+	if e != nil {
+		return e
 	}
 	if e := s.needViews(topology.PolicyCatalog); e != nil {
 		return e
