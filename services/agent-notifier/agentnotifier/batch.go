@@ -24,9 +24,9 @@ const maxTxnOps = consulkv.MaxTxnOps
 // Consul's request limit.
 const maxTxnBytes = consulkv.MaxTxnBytes / 2
 
-// readOps is how many operations a job's read takes: its component's
-// items, its event key and its claim.
-const readOps = 3
+// readOps is how many operations a job's read takes: one get-tree of its
+// component's folder (items, event key and claim).
+const readOps = 1
 
 // read reads, for jobs, each claim and the component's items, in
 // consistent read-only transactions shared by several jobs (readGroups),
@@ -111,18 +111,23 @@ type folderRead struct {
 	items api.KVPairs
 }
 
-// get reads, for each of jobs (at most maxTxnOps/readOps, each
-// of its own key), the component's items and the claim, in one consistent
-// transaction. A claim that does not exist comes back with ModifyIndex 0:
-// get-or-empty, as a plain get of a missing key fails the whole
-// transaction.
+// get reads, for each of jobs (at most maxTxnOps/readOps), the
+// component's whole folder in one get-tree: its items, its event key and
+// its claim, in one consistent transaction. A claim that does not exist
+// comes back with ModifyIndex 0. Jobs of the same component share one read.
 func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
-	ops := make(api.TxnOps, 0, readOps*len(jobs))
+	var scns []string // each component's service_component_name, once
+	byFolder := map[string]*folderRead{}
 	for _, j := range jobs {
-		ops = append(ops,
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: consulkv.ItemsPrefix(j.a.ServiceComponentName)}},
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: consulkv.EventKey(j.a.ServiceComponentName)}},
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: j.key}})
+		scn := j.a.ServiceComponentName
+		if byFolder[scn] == nil {
+			byFolder[scn] = &folderRead{}
+			scns = append(scns, scn)
+		}
+	}
+	ops := make(api.TxnOps, 0, readOps*len(scns))
+	for _, scn := range scns {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVGetTree, Key: consulkv.Folder(scn)}})
 	}
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
@@ -133,32 +138,37 @@ func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
 	if !ok {
 		return nil, fmt.Errorf("the read was refused: %s", consulkv.TxnReasons(resp))
 	}
-	// Results come operation after operation: a job's items (none when
-	// the folder is empty), its event key (left out when the token may
-	// not read it), then its claim, which is always answered and whose
-	// key is no item key.
-	out := make([]folderRead, len(jobs))
+	// Results come folder after folder, each folder's keys under its
+	// prefix (none when it is empty or the token may not read it); no
+	// folder lies inside another, as a service_component_name holds no
+	// "/".
 	k := 0
 	for _, r := range resp.Results {
 		if r == nil || r.KV == nil {
 			continue
 		}
-		switch {
-		case k == len(jobs):
-			return nil, fmt.Errorf("the read returned %s after the last claim", r.KV.Key)
-		case r.KV.Key == jobs[k].key:
-			out[k].claim = r.KV
+		for k < len(scns) && !strings.HasPrefix(r.KV.Key, consulkv.Folder(scns[k])) {
 			k++
-		case r.KV.Key == consulkv.EventKey(jobs[k].a.ServiceComponentName):
-			out[k].event = r.KV
-		case strings.HasPrefix(r.KV.Key, consulkv.ItemsPrefix(jobs[k].a.ServiceComponentName)):
-			out[k].items = append(out[k].items, r.KV)
-		default:
-			return nil, fmt.Errorf("the read returned %s where the policies of %s or its claim were expected", r.KV.Key, jobs[k].key)
+		}
+		if k == len(scns) {
+			return nil, fmt.Errorf("the read returned %s, which is in no folder read", r.KV.Key)
+		}
+		scn, fr := scns[k], byFolder[scns[k]]
+		switch key := r.KV.Key; {
+		case key == consulkv.ClaimKey(scn):
+			fr.claim = r.KV
+		case key == consulkv.EventKey(scn):
+			fr.event = r.KV
+		case strings.HasPrefix(key, consulkv.ItemsPrefix(scn)):
+			fr.items = append(fr.items, r.KV)
 		}
 	}
-	if k < len(jobs) {
-		return nil, fmt.Errorf("no answer for %s in the read", jobs[k].key)
+	out := make([]folderRead, len(jobs))
+	for i, j := range jobs {
+		out[i] = *byFolder[j.a.ServiceComponentName]
+		if out[i].claim == nil {
+			out[i].claim = &api.KVPair{Key: j.key}
+		}
 	}
 	return out, nil
 }

@@ -567,7 +567,7 @@ func TestClaimConflict(t *testing.T) {
 	}
 }
 
-// TestReadGroups: a read transaction holds at most 128 operations, two
+// TestReadGroups: a read transaction holds at most 128 operations, one
 // per component, and folders expected to hold at most
 // consulkv.ReadTxnBytes of bodies; a bigger one is read on its own.
 func TestReadGroups(t *testing.T) {
@@ -588,10 +588,10 @@ func TestReadGroups(t *testing.T) {
 	for _, g := range readGroups(jobs) {
 		sizes = append(sizes, len(g))
 	}
-	// 100 small: 42, 42 and 16 (three operations each, 128 at most);
-	// big alone; after-big with the first three mid (a quarter each),
-	// then the other three.
-	if want := []int{42, 42, 16, 1, 4, 3}; !reflect.DeepEqual(sizes, want) {
+	// 100 small together (one operation each, 128 at most); big alone;
+	// after-big with the first three mid (a quarter each), then the
+	// other three.
+	if want := []int{100, 1, 4, 3}; !reflect.DeepEqual(sizes, want) {
 		t.Fatalf("read transactions of %v components, want %v", sizes, want)
 	}
 }
