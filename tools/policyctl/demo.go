@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -125,7 +126,7 @@ func prepareDevPDP(_ context.Context, s *devStack) error {
 	if devDemo {
 		// The demo's script runs from its own directory, which the
 		// agent-notifier and the North API must allow.
-		dir := demoDir()
+		dir := demoDir(s)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("make the demo's directory: %w", err)
 		}
@@ -174,9 +175,13 @@ func runDevPDP(ctx context.Context, s *devStack) error {
 	return nil
 }
 
-// demoDir is where the demo's script and its log live: demo/ in the data
-// directory's default place (also with --ephemeral).
-func demoDir() string {
+// demoDir is where the demo's script and its log live: demo/ in the
+// stack's data directory, or in the data directory's default place with
+// --ephemeral.
+func demoDir(s *devStack) string {
+	if s.DataDir != "" {
+		return filepath.Join(s.DataDir, "demo")
+	}
 	if root, err := defaultDataDir(); err == nil {
 		return filepath.Join(root, "demo")
 	}
@@ -184,9 +189,11 @@ func demoDir() string {
 }
 
 // runDemo registers two components, publishes DCAE.Config_VM_MEMORY v5
-// and then v222, and shows what landed in Consul and what the script got.
+// and then v222 (on the data of an earlier run, the two versions after
+// the one in force), and shows what landed in Consul and what the script
+// got.
 func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
-	dir := demoDir()
+	dir := demoDir(s)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -221,7 +228,22 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		}
 	}
 	fmt.Fprintf(s.Out, "demo: registered components demo-vm-memory (policy_id DCAE.Config_VM_MEMORY, script %s) and demo-dcae-all (filter DCAE.Config_VM_.*)\n", script)
+	// A run on the data of an earlier one publishes the next versions: the
+	// catalog already holds the last run's, and the PDP simulator starts
+	// empty, so the seed's v5 would be an older version than the one in
+	// force.
+	first, second := int64(5), int64(222)
+	if v, found, err := catalogVersion(ctx, client, base, "DCAE.Config_VM_MEMORY"); err != nil {
+		return err
+	} else if found && v >= first {
+		first, second = v+1, v+2
+		fmt.Fprintf(s.Out, "demo: the catalog holds DCAE.Config_VM_MEMORY v%d from an earlier run; this run publishes v%d and v%d\n", v, first, second)
+	}
 	for _, b := range pdp.SeedPolicies() {
+		if b.PolicyName() == "DCAE.Config_VM_MEMORY.5.xml" {
+			b[policy.FieldPolicyName] = fmt.Sprintf("DCAE.Config_VM_MEMORY.%d.xml", first)
+			b[policy.FieldPolicyVersion] = fmt.Sprint(first)
+		}
 		lp, err := sim.Put(b)
 		if err != nil {
 			return err
@@ -239,9 +261,9 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	if err := waitConsul(ctx, kv, key, "2GB"); err != nil {
 		return err
 	}
-	fmt.Fprintf(s.Out, "demo: version 5 landed: %s\n", key)
+	fmt.Fprintf(s.Out, "demo: version %d landed: %s\n", first, key)
 	lp, err := sim.Put(policy.Body{
-		policy.FieldPolicyName: "DCAE.Config_VM_MEMORY.222.xml", policy.FieldPolicyVersion: "222",
+		policy.FieldPolicyName: fmt.Sprintf("DCAE.Config_VM_MEMORY.%d.xml", second), policy.FieldPolicyVersion: fmt.Sprint(second),
 		policy.FieldConfig:             `{"min_memory":"8GB"}`,
 		policy.FieldMatchingConditions: map[string]any{policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "vm_memory"},
 	})
@@ -258,13 +280,13 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	pair, _, _ := kv.KV().Get(key, nil)
 	eventKey := consulkv.EventKey(scn)
 	event, _, _ := kv.KV().Get(eventKey, nil)
-	fmt.Fprintf(s.Out, "demo: version 222 reached Consul in %s\n  %s = %s\n", time.Since(start).Round(time.Millisecond), key, compact(pair.Value))
+	fmt.Fprintf(s.Out, "demo: version %d reached Consul in %s\n  %s = %s\n", second, time.Since(start).Round(time.Millisecond), key, compact(pair.Value))
 	if event != nil {
 		fmt.Fprintf(s.Out, "  %s = %s\n", eventKey, compact(event.Value))
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(log); err == nil && bytes.Contains(b, []byte("8GB")) {
+		if b, err := os.ReadFile(log); err == nil && bytes.Contains(b, []byte(fmt.Sprintf("DCAE.Config_VM_MEMORY.%d.xml", second))) {
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 			fmt.Fprintf(s.Out, "demo: the component's script was run as `%s policies <json>`; its last call:\n  %s\n", script, lines[len(lines)-1])
 			fmt.Fprintf(s.Out, "demo: try  policyctl component status --api %s demo-vm-memory  and  curl -s -H \"Authorization: Bearer $(cat %s)\" %s/service_component_all/demo-vm-memory\n",
@@ -277,7 +299,45 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("the script at %s was not run with version 222 within 30s; see %s", script, log)
+	return fmt.Errorf("the script at %s was not run with version %d within 30s; see %s", script, second, log)
+}
+
+// catalogVersion asks the North API for the version of policyID in force
+// (GET /policy_latest), waiting while its views are still being read.
+func catalogVersion(ctx context.Context, client *http.Client, base, policyID string) (version int64, found bool, err error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/policy_latest/"+policyID, nil)
+		if err != nil {
+			return 0, false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, false, fmt.Errorf("ask the North API for %s: %w", policyID, err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusNotFound:
+			return 0, false, nil
+		case resp.StatusCode == http.StatusOK:
+			var latest struct {
+				PolicyBody policy.Body `json:"policy_body"`
+			}
+			if err := json.Unmarshal(body, &latest); err != nil {
+				return 0, false, fmt.Errorf("the North API's answer for %s: %w", policyID, err)
+			}
+			v, ok := latest.PolicyBody.Version()
+			return v, ok, nil
+		case resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline):
+			return 0, false, fmt.Errorf("ask the North API for %s: %d %s", policyID, resp.StatusCode, bytes.TrimSpace(body))
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

@@ -58,20 +58,21 @@ var (
 	bannerToken  = regexp.MustCompile(`(?m)^  API token +(\S+) +\((new, )?admin; in (\S+), where policyctl finds it`)
 )
 
-// startDev runs `policyctl dev` on dataDir with free ports and waits for its
-// banner.
-func startDev(t *testing.T, dataDir string) *runningDev {
+// startDev runs `policyctl dev` on dataDir with free ports and the extra
+// arguments, and waits for its banner.
+func startDev(t *testing.T, dataDir string, extra ...string) *runningDev {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &runningDev{out: &lockedBuffer{}, errOut: &lockedBuffer{}, stop: cancel, code: make(chan int, 1)}
+	args := append([]string{"dev",
+		"--data-dir", dataDir,
+		"--broker-addr", "127.0.0.1:0",
+		"--consul-addr", "127.0.0.1:0",
+		"--http-addr", "127.0.0.1:0",
+		"--partitions", "2",
+	}, extra...)
 	go func() {
-		d.code <- run(withStreams(ctx, d.out, d.errOut), []string{"dev",
-			"--data-dir", dataDir,
-			"--broker-addr", "127.0.0.1:0",
-			"--consul-addr", "127.0.0.1:0",
-			"--http-addr", "127.0.0.1:0",
-			"--partitions", "2",
-		})
+		d.code <- run(withStreams(ctx, d.out, d.errOut), args)
 	}()
 	deadline := time.After(3 * time.Minute)
 	for {
@@ -271,6 +272,47 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 		fs.EachRecord(func(r *kgo.Record) { found = found || (string(r.Key) == "marker" && string(r.Value) == "kept") })
 		if found {
 			break
+		}
+	}
+}
+
+// `make run` again on the same data shows the demo working again: the
+// catalog already holds the last run's versions and the PDP simulator
+// starts empty, so each run publishes the two versions after the one in
+// force (an older one would not replace it).
+func TestDemoRunsAgainOnItsData(t *testing.T) {
+	if _, err := devstack.ConsulBinary(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set but there is no consul binary: %v", err)
+		}
+		t.Skipf("skipping: %v", err)
+	}
+	for _, k := range []string{"PF_DEV_DATA_DIR", "PF_DEV_BROKER_ADDR", "PF_DEV_CONSUL_ADDR", "PF_HTTP_ADDR", "PF_TOPIC_PREFIX", "PF_LOG_LEVEL", "PF_PDP_URL"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("PF_API_ADDR", "127.0.0.1:0")
+	t.Setenv("PF_DEV_PDP_ADDR", "127.0.0.1:0")
+	dataDir := t.TempDir()
+	t.Setenv("PF_DEV_DATA_DIR", dataDir)
+	for run, want := range []string{"demo: version 222 reached Consul", "demo: version 224 reached Consul"} {
+		d := startDev(t, dataDir, "--demo")
+		deadline := time.Now().Add(3 * time.Minute)
+		for !strings.Contains(d.out.String(), "demo: the component's script was run") {
+			select {
+			case code := <-d.code:
+				t.Fatalf("run %d: policyctl dev exited %d before the demo ended\nstdout:\n%s\nstderr:\n%s", run+1, code, d.out, d.errOut)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				d.shutdown(t)
+				t.Fatalf("run %d: the demo did not end within 3 minutes\nstdout:\n%s\nstderr:\n%s", run+1, d.out, d.errOut)
+			}
+		}
+		if out := d.out.String(); !strings.Contains(out, want) {
+			t.Errorf("run %d: the demo says\n%s\nwant %q", run+1, out, want)
+		}
+		if code := d.shutdown(t); code != 0 {
+			t.Fatalf("run %d: policyctl dev exited %d\nstderr:\n%s", run+1, code, d.errOut)
 		}
 	}
 }
