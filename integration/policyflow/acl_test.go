@@ -84,11 +84,13 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 
 	granted, refused := "granted-"+strings.TrimSuffix(prefix, "."), "refused-"+strings.TrimSuffix(prefix, ".")
 	unreadable := "unreadable-" + strings.TrimSuffix(prefix, ".")
+	unclaimable := "unclaimable-" + strings.TrimSuffix(prefix, ".")
 	writerToken := aclToken(t, admin.ACL(), "consul-writer-"+granted,
-		fmt.Sprintf("key_prefix %q { policy = \"write\" }\nkey_prefix %q { policy = \"write\" }", consulkv.Folder(granted), consulkv.Folder(unreadable)))
+		fmt.Sprintf("key_prefix %q { policy = \"write\" }\nkey_prefix %q { policy = \"write\" }\nkey_prefix %q { policy = \"write\" }",
+			consulkv.Folder(granted), consulkv.Folder(unreadable), consulkv.Folder(unclaimable)))
 	notifierToken := aclToken(t, admin.ACL(), "agent-notifier-"+granted,
-		fmt.Sprintf("key_prefix %q { policy = \"read\" }\nkey %q { policy = \"write\" }\nkey %q { policy = \"write\" }",
-			consulkv.Folder(granted), consulkv.ClaimKey(granted), consulkv.ClaimKey(unreadable)))
+		fmt.Sprintf("key_prefix %q { policy = \"read\" }\nkey %q { policy = \"write\" }\nkey %q { policy = \"write\" }\nkey_prefix %q { policy = \"read\" }",
+			consulkv.Folder(granted), consulkv.ClaimKey(granted), consulkv.ClaimKey(unreadable), consulkv.Folder(unclaimable)))
 
 	var hooks atomic.Int64
 	var payload atomic.Value // the last notification's body
@@ -140,7 +142,8 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 		}
 		return &kgo.Record{Topic: k.Topic(topology.ComponentPolicies), Key: []byte(id), Value: v}
 	}
-	if err := cl.ProduceSync(ctx, collection("comp-refused", refused), collection("comp-granted", granted), collection("comp-unreadable", unreadable)).FirstErr(); err != nil {
+	if err := cl.ProduceSync(ctx, collection("comp-refused", refused), collection("comp-granted", granted), collection("comp-unreadable", unreadable),
+		collection("comp-unclaimable", unclaimable)).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 
@@ -198,23 +201,26 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	}
 
 	// The folder the notifier may not read is written, and its
-	// notification dead-lettered with the right to grant, not sent empty.
-	var undelivered *kgo.Record
-	eventually(t, "the unreadable folder's notification dead-lettered", time.Minute, func() error {
+	// notification dead-lettered with the right to grant, not sent empty;
+	// so is the notification whose claim the notifier may not write.
+	notifierDead := map[string]*kgo.Record{}
+	eventually(t, "the notifications of the unreadable and the unclaimable folders dead-lettered", time.Minute, func() error {
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer rcancel()
 		err := runtime.ReadPartitions(rctx, k, topology.DLQ(topology.StageAgentNotifier), nil, func(r *kgo.Record) error {
-			undelivered = r
+			notifierDead[string(r.Key)] = r
 			return nil
 		})
-		if err == nil && undelivered == nil {
-			err = fmt.Errorf("no dead letter yet")
+		if err == nil && (notifierDead["comp-unreadable"] == nil || notifierDead["comp-unclaimable"] == nil) {
+			err = fmt.Errorf("dead letters so far: %d", len(notifierDead))
 		}
 		return err
 	})
-	if why := header(undelivered, runtime.HeaderError); string(undelivered.Key) != "comp-unreadable" ||
-		!strings.Contains(why, fmt.Sprintf("grant key_prefix %q { policy = \"read\" }", consulkv.Folder(unreadable))) {
-		t.Errorf("notifier dead letter %s says %q, want comp-unreadable with the read right to grant", undelivered.Key, why)
+	if why := header(notifierDead["comp-unreadable"], runtime.HeaderError); !strings.Contains(why, fmt.Sprintf("grant key_prefix %q { policy = \"read\" }", consulkv.Folder(unreadable))) {
+		t.Errorf("the unreadable folder's notification was dead-lettered saying %q, want the read right to grant", why)
+	}
+	if why := header(notifierDead["comp-unclaimable"], runtime.HeaderError); !strings.Contains(why, fmt.Sprintf("grant it key %q { policy = \"write\" }", consulkv.ClaimKey(unclaimable))) {
+		t.Errorf("the unclaimable folder's notification was dead-lettered saying %q, want the claim's write right to grant", why)
 	}
 	if n := hooks.Load(); n != 1 {
 		t.Errorf("webhooks were called %d times, want once (the granted component only)", n)

@@ -2,6 +2,7 @@ package agentnotifier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -173,6 +174,10 @@ func (n *notifier) get(ctx context.Context, jobs []*job) ([]folderRead, error) {
 	return out, nil
 }
 
+// errClaimDenied is wrapped by the error of a claim Consul refused to
+// write because the token may not.
+var errClaimDenied = errors.New("claim denied")
+
 // claimAll writes the pending claims of jobs with check-and-set, many in
 // one transaction, before anyone is notified, and returns the jobs
 // claimed. A transaction that fails a check is claimed again one job at a
@@ -186,10 +191,15 @@ func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, er
 	var claimed []*job
 	for _, g := range groups(jobs) {
 		ok, err := n.cas(ctx, g)
-		if err == nil && !ok && len(g) > 1 {
+		if (err == nil && !ok || errors.Is(err, errClaimDenied)) && len(g) > 1 {
+			// Claimed one at a time, so a failed check or a denied claim
+			// holds up only its own component.
 			for _, j := range g {
 				if ok, err = n.cas(ctx, []*job{j}); err != nil {
 					fail(j, fmt.Errorf("agent-notifier: claim %s for update %s: %w", j.key, j.a.UpdateID, err))
+					if runtime.IsPermanent(err) {
+						continue
+					}
 					return claimed
 				}
 				if !ok {
@@ -203,6 +213,9 @@ func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, er
 		switch {
 		case err != nil:
 			fail(g[0], fmt.Errorf("agent-notifier: claim %s for update %s: %w", g[0].key, g[0].a.UpdateID, err))
+			if runtime.IsPermanent(err) {
+				continue
+			}
 			return claimed
 		case !ok:
 			fail(g[0], fmt.Errorf("agent-notifier: claim %s for update %s: %w", g[0].key, g[0].a.UpdateID, ErrClaimTaken))
@@ -256,6 +269,16 @@ func (n *notifier) cas(ctx context.Context, jobs []*job) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
 	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
+	if err == nil && !ok && consulkv.TxnDenied(resp) {
+		// Retrying cannot help until an operator grants the right; read as
+		// a check that failed it would be retried for ever.
+		key := jobs[0].key
+		if len(jobs) == 1 {
+			return false, runtime.Permanent(fmt.Errorf("%w: Consul denied the agent-notifier's token the write of its claim %s: grant it key %q { policy = \"write\" }: %s",
+				errClaimDenied, key, key, consulkv.TxnReasons(resp)))
+		}
+		return false, fmt.Errorf("%w: %s", errClaimDenied, consulkv.TxnReasons(resp))
+	}
 	if err != nil || !ok {
 		return false, err
 	}
