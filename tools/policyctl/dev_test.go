@@ -139,7 +139,11 @@ func httpDoAs(t *testing.T, token, method, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
+// devTestEnv skips (or, under CI, fails) without a Consul binary, and
+// clears the environment a developer's shell may set for policyctl dev, so
+// that every server of the stack listens on a free port.
+func devTestEnv(t *testing.T) {
+	t.Helper()
 	if _, err := devstack.ConsulBinary(); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("CI is set but there is no consul binary: %v", err)
@@ -152,6 +156,10 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	// Servers that hooks add to the stack listen on free ports too.
 	t.Setenv("PF_API_ADDR", "127.0.0.1:0")
 	t.Setenv("PF_DEV_PDP_ADDR", "127.0.0.1:0")
+}
+
+func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
+	devTestEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	dataDir := t.TempDir()
@@ -281,17 +289,7 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 // starts empty, so each run publishes the two versions after the one in
 // force (an older one would not replace it).
 func TestDemoRunsAgainOnItsData(t *testing.T) {
-	if _, err := devstack.ConsulBinary(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set but there is no consul binary: %v", err)
-		}
-		t.Skipf("skipping: %v", err)
-	}
-	for _, k := range []string{"PF_DEV_DATA_DIR", "PF_DEV_BROKER_ADDR", "PF_DEV_CONSUL_ADDR", "PF_HTTP_ADDR", "PF_TOPIC_PREFIX", "PF_LOG_LEVEL", "PF_PDP_URL"} {
-		t.Setenv(k, "")
-	}
-	t.Setenv("PF_API_ADDR", "127.0.0.1:0")
-	t.Setenv("PF_DEV_PDP_ADDR", "127.0.0.1:0")
+	devTestEnv(t)
 	dataDir := t.TempDir()
 	t.Setenv("PF_DEV_DATA_DIR", dataDir)
 	for run, want := range []string{"demo: version 222 reached Consul", "demo: version 224 reached Consul"} {
