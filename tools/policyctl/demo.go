@@ -209,6 +209,11 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	if err := devstack.WaitHTTP(ctx, "http://"+s.OpsAddr+"/readyz", 2*time.Minute); err != nil {
 		return fmt.Errorf("the stages and the North API are not ready: %w", err)
 	}
+	// The North API joins /readyz only once it has started reading its
+	// views, which may be after the stages are ready: its own word counts.
+	if err := waitAPIViews(ctx, base, 2*time.Minute); err != nil {
+		return err
+	}
 	components := map[string]any{
 		"demo-vm-memory": map[string]any{
 			"deployment_id": "demo-deployment", "service_component_name": "demo-vm-memory",
@@ -300,6 +305,35 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 		}
 	}
 	return fmt.Errorf("the script at %s was not run with version %d within 30s; see %s", script, second, log)
+}
+
+// waitAPIViews waits until the North API's /healthcheck says its views
+// have caught up.
+func waitAPIViews(ctx context.Context, base string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var h northapi.Health
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthcheck", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h)
+			resp.Body.Close()
+		}
+		if err == nil && h.Status == "ok" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the North API at %s has not caught up after %s: %+v (%v)", base, timeout, h.Views, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // catalogVersion asks the North API for the version of policyID in force
