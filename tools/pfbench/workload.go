@@ -141,18 +141,9 @@ func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec
 	defer cl.Close()
 	enc := encoder(k, codec)
 	now := time.Now().UTC()
-	var recs []*kgo.Record
-	for p := 0; p < w.Policies; p++ {
-		id := policyIDOf(p)
-		e, _, err := w.version(id, "1", "v1", now)
-		if err != nil {
-			return err
-		}
-		r, err := enc(topology.PolicyCatalog, id, e)
-		if err != nil {
-			return err
-		}
-		recs = append(recs, r)
+	recs, err := w.catalogRecords(enc, w.Policies, "1", now)
+	if err != nil {
+		return err
 	}
 	for i := 0; i < w.Components; i++ {
 		c := w.component(i)
@@ -191,6 +182,25 @@ func (w workload) load(ctx context.Context, k runtime.Kafka, codec *events.Codec
 	return nil
 }
 
+// catalogRecords are the policy.catalog records of version of the first n
+// policies.
+func (w workload) catalogRecords(enc func(string, string, events.Event) (*kgo.Record, error), n int, version string, now time.Time) ([]*kgo.Record, error) {
+	recs := make([]*kgo.Record, 0, n)
+	for p := 0; p < n; p++ {
+		id := policyIDOf(p)
+		e, _, err := w.version(id, version, "v"+version, now)
+		if err != nil {
+			return nil, err
+		}
+		r, err := enc(topology.PolicyCatalog, id, e)
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, nil
+}
+
 // loadUpdates writes the catalog entries of the version-2 changes.
 // pdp-ingest writes each with its change, in one transaction; here they
 // come once the matcher has handled the changes, since the matcher's view
@@ -202,20 +212,9 @@ func (w workload) loadUpdates(ctx context.Context, k runtime.Kafka, codec *event
 		return err
 	}
 	defer cl.Close()
-	enc := encoder(k, codec)
-	now := time.Now().UTC()
-	recs := make([]*kgo.Record, 0, w.Changes)
-	for c := 0; c < w.Changes; c++ {
-		id := policyIDOf(c)
-		e, _, err := w.version(id, "2", "v2", now)
-		if err != nil {
-			return err
-		}
-		r, err := enc(topology.PolicyCatalog, id, e)
-		if err != nil {
-			return err
-		}
-		recs = append(recs, r)
+	recs, err := w.catalogRecords(encoder(k, codec), w.Changes, "2", time.Now().UTC())
+	if err != nil {
+		return err
 	}
 	if err := produceAll(ctx, cl, recs); err != nil {
 		return fmt.Errorf("load the catalog entries of the changes: %w", err)
