@@ -133,17 +133,32 @@ func TestTenMegabyteDeltaAppliedAsOneChange(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(time.Second) // a second notification would show now
+	// A barrier instead of a wait: one more policy gives the component a
+	// second update, notified after anything left of the first (a
+	// component's notifications run in order). The first notification
+	// must then be the only one of the first update.
+	p.publish("DCAE.Config_BULK_25.1.xml", "1", `{"n": 25}`, map[string]any{"ONAPName": "DCAE"})
+	p.eventually("the barrier's notification", time.Minute, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(posts) < 2 {
+			return fmt.Errorf("%d posts", len(posts))
+		}
+		return nil
+	})
 	mu.Lock()
 	defer mu.Unlock()
-	var payload struct {
+	var payloads [2]struct {
 		Policies []map[string]any `json:"policies"`
 	}
-	if err := json.Unmarshal(posts[0], &payload); err != nil {
-		t.Fatal(err)
+	for i := range payloads {
+		if err := json.Unmarshal(posts[i], &payloads[i]); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if len(posts) != 1 || len(payload.Policies) != 25 {
-		t.Fatalf("%d notifications, the first carries %d policies; want one with 25", len(posts), len(payload.Policies))
+	if len(posts) != 2 || len(payloads[0].Policies) != 25 || len(payloads[1].Policies) != 26 {
+		t.Fatalf("%d notifications carrying %d and %d policies; want the update of 25 once, then the barrier's of 26",
+			len(posts), len(payloads[0].Policies), len(payloads[1].Policies))
 	}
 	// The delta really was segmented.
 	var pieces int
