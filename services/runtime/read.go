@@ -177,3 +177,16 @@ func PartitionCount(ctx context.Context, adm *kadm.Client, topic string) (int32,
 	}
 	return int32(len(d.Partitions)), nil
 }
+
+// EveryPartition returns n copies of a record for topic, one pinned (Pin)
+// to each of its partitions 0..n-1, for a request that every member of a
+// co-partitioned stage must see (a catch-up). ctx becomes each record's
+// context.
+func EveryPartition(ctx context.Context, topic string, n int32, key, value []byte) []*kgo.Record {
+	recs := make([]*kgo.Record, n)
+	for p := range recs {
+		recs[p] = &kgo.Record{Topic: topic, Key: key, Value: value, Context: ctx}
+		Pin(recs[p], int32(p))
+	}
+	return recs
+}

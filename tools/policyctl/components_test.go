@@ -226,13 +226,14 @@ func TestPolicyAndCatchupCommands(t *testing.T) {
 		t.Errorf("invalid push: exit %d stderr %q", r.code, r.errOut)
 	}
 
-	r = policyctl(t, "catchup")
+	r = policyctl(t, "catch-up")
 	if got := stdoutJSON(t, r); r.code != 0 || got["scope"] != events.ScopeAll || got["partitions"] != 2.0 {
 		t.Errorf("catchup: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 	if recs := readTopic(t, k, topology.CatchupRequests, 2); len(recs) != 2 || recs[0].Partition == recs[1].Partition {
 		t.Errorf("catch-up records: %d, want one on each of 2 partitions", len(recs))
 	}
+	// catchup is the former name, kept as an alias.
 	r = policyctl(t, "catchup", "--deployment", "nobody")
 	if r.code != 1 || !strings.Contains(r.errOut, "no registered component belongs to deployment nobody") {
 		t.Errorf("catchup of unknown deployment: exit %d stderr %q", r.code, r.errOut)

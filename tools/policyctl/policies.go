@@ -16,7 +16,8 @@ const (
 func init() {
 	register(command{name: "policy push", summary: policyPushSummary, run: runPolicyPush})
 	register(command{name: "pdp notify", summary: pdpNotifySummary, run: runPdpNotify})
-	register(command{name: "catchup", summary: catchupSummary, run: runCatchup})
+	register(command{name: "catch-up", summary: catchupSummary, run: runCatchup})
+	register(command{name: "catchup", summary: "the same as catch-up (its former name)", run: runCatchup})
 }
 
 // runFileCommand runs a command that sends FILE|- to a North API path.
@@ -54,8 +55,10 @@ func runPdpNotify(ctx context.Context, args []string) error {
 }
 
 func runCatchup(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "catchup", catchupSummary+
-		"\n\nEvery component's policies are compared with the latest ones and only differences are sent.", "")
+	fs := newFlagSet(ctx, "catch-up", catchupSummary+
+		"\n\nEvery component's policies are compared with the latest ones and only differences are sent."+
+		"\npdp-ingest also runs one when it starts and every --catchup-interval (15m), first"+
+		"\nrepairing the catalog from the PDP's full state.", "")
 	api := registerAPIFlags(fs)
 	deployment := fs.String("deployment", "", "catch up only this deployment_id")
 	reason := fs.String("reason", "", "why, for the logs")
@@ -63,7 +66,7 @@ func runCatchup(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageErrorf("catchup takes no arguments, got %q; use --deployment ID for one deployment", fs.Args())
+		return usageErrorf("catch-up takes no arguments, got %q; use --deployment ID for one deployment", fs.Args())
 	}
 	req := map[string]string{}
 	if *deployment != "" {

@@ -161,6 +161,8 @@ func TestTenantTokensAreScopedToTheirComponents(t *testing.T) {
 	wantError(t, "folder of another tenant's component", code, body, http.StatusForbidden, `no registered component of tenant "t1"`)
 	code, body, _, _ = s.callAs(t, tenantToken, http.MethodPost, "/v1/catchup", "{}")
 	wantError(t, "catch-up as tenant", code, body, http.StatusForbidden, "has role tenant")
+	code, body, _, _ = s.callAs(t, tenantToken, http.MethodGet, "/catch_up", nil)
+	wantError(t, "seed catch-up as tenant", code, body, http.StatusForbidden, "has role tenant")
 
 	// Its own: status, folder, policies (not tenant-scoped), delete.
 	code, body, raw, _ = s.callAs(t, tenantToken, http.MethodGet, "/v1/components/c-own/status", nil)

@@ -239,12 +239,7 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "encode catch-up request: %v", err)
 	}
-	recs := make([]*kgo.Record, n)
-	for p := range recs {
-		recs[p] = &kgo.Record{Topic: topic, Key: []byte(key), Value: value, Context: r.Context()}
-		runtime.Pin(recs[p], int32(p))
-	}
-	if err := s.produce(r.Context(), recs...); err != nil {
+	if err := s.produce(r.Context(), runtime.EveryPartition(r.Context(), topic, n, []byte(key), value)...); err != nil {
 		return s.produceFailed(err)
 	}
 	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")

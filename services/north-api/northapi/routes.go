@@ -25,6 +25,8 @@ func (s *Server) routeTable() []route {
 		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, operators},
 		{http.MethodPost, "/v1/policies", s.pushPolicies, operators},
 		{http.MethodPost, "/v1/catchup", s.catchup, operators},
+		// The seed's policy-handler endpoint: a catch-up of everything.
+		{http.MethodGet, "/catch_up", s.catchup, operators},
 		{http.MethodGet, "/policy_latest/{policy_id}", s.policyLatest, readers},
 		// A read, though a POST: it carries a policy filter.
 		{http.MethodPost, "/policies_latest", s.policiesLatest, readers},
@@ -55,8 +57,9 @@ func (s *Server) routes() http.Handler {
 			return errorf(http.StatusMethodNotAllowed, "%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))
 		})))
 	}
+	served := strings.Join(paths, ", ")
 	mux.Handle("/", s.wrap("not found", s.guard(authenticated, func(_ http.ResponseWriter, r *http.Request) *httpError {
-		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves /v1/components/{component_id}, /v1/components/{component_id}/status, /v1/pdp/notifications, /v1/policies, /v1/catchup, /policy_latest/{policy_id}, /policies_latest, /service_component_all/{service_component_name}, /healthcheck", r.URL.Path)
+		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s", r.URL.Path, served)
 	})))
 	return mux
 }

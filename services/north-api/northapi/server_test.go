@@ -649,3 +649,22 @@ func TestNotReadyUntilEveryViewTopicExists(t *testing.T) {
 		t.Errorf("status once ready: %d %s", code, raw)
 	}
 }
+
+// The seed's policy-handler endpoint GET /catch_up asks for a catch-up of
+// everything, like POST /v1/catchup with no body; only operators may.
+func TestSeedCatchUpEndpoint(t *testing.T) {
+	s := newStack(t, nil)
+	code, body, raw := s.call(t, http.MethodGet, "/catch_up", "")
+	if code != http.StatusAccepted || body["scope"] != events.ScopeAll || body["partitions"] != float64(testPartitions) {
+		t.Fatalf("GET /catch_up: %d %s", code, raw)
+	}
+	for _, rec := range s.records(t, topology.CatchupRequests, testPartitions) {
+		if r := stagetest.Decode[*events.CatchupRequest](t, rec); r.RequestID != body["request_id"] || r.Scope != events.ScopeAll {
+			t.Errorf("partition %d: %+v", rec.Partition, r)
+		}
+	}
+	code, _, raw = s.call(t, http.MethodGet, "/no/such/path", "")
+	if code != http.StatusNotFound || !strings.Contains(string(raw), "/catch_up") || !strings.Contains(string(raw), "/v1/catchup") {
+		t.Fatalf("404 does not list the served paths: %d %s", code, raw)
+	}
+}

@@ -49,17 +49,30 @@ const noResponse = "No Response Received"
 // with an error status or with no JSON array of objects, or said it could
 // not answer.
 func (p *PDP) AllVersions(ctx context.Context, policyID string) ([]json.RawMessage, error) {
+	return p.query(ctx, VersionsFilter(policyID), "the versions of "+policyID)
+}
+
+// Latest returns every policy_body whose policyName matches the regular
+// expression filter (".*" for all), one raw body each, for a full
+// reconciliation of the catalog with the PDP. Errors are as AllVersions'.
+func (p *PDP) Latest(ctx context.Context, filter string) ([]json.RawMessage, error) {
+	return p.query(ctx, filter, fmt.Sprintf("the policies matching %q", filter))
+}
+
+// query asks /getConfig for the bodies whose policyName matches filter;
+// what names the request in errors.
+func (p *PDP) query(ctx context.Context, filter, what string) ([]json.RawMessage, error) {
 	endpoint := strings.TrimRight(p.URL, "/") + "/getConfig"
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("get the versions of %s from PDP %s: %s", policyID, endpoint, fmt.Sprintf(format, args...))
+		return fmt.Errorf("get %s from PDP %s: %s", what, endpoint, fmt.Sprintf(format, args...))
 	}
-	reqBody, err := json.Marshal(map[string]string{"policyName": VersionsFilter(policyID)})
+	reqBody, err := json.Marshal(map[string]string{"policyName": filter})
 	if err != nil {
-		return nil, fmt.Errorf("get the versions of %s from PDP %s: encode request: %w", policyID, endpoint, err)
+		return nil, fail("encode request: %v", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(reqBody))
 	if err != nil {
-		return nil, fmt.Errorf("get the versions of %s from PDP %s: %w", policyID, endpoint, err)
+		return nil, fail("%v", err)
 	}
 	for k, vs := range p.Header {
 		for _, v := range vs {
@@ -74,12 +87,12 @@ func (p *PDP) AllVersions(ctx context.Context, policyID string) ([]json.RawMessa
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("get the versions of %s from PDP %s: %w", policyID, endpoint, err)
+		return nil, fmt.Errorf("get %s from PDP %s: %w", what, endpoint, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, fmt.Errorf("get the versions of %s from PDP %s: read response: %w", policyID, endpoint, err)
+		return nil, fmt.Errorf("get %s from PDP %s: read response: %w", what, endpoint, err)
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:

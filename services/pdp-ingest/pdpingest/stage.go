@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,15 @@ type Config struct {
 	// policy.changes is read again (changes are copied to every
 	// partition).
 	PartitionsRefresh time.Duration
+	// CatchupInterval is the time between two periodic catch-ups, each
+	// drawn within ±10% of it; 0 turns them off.
+	CatchupInterval time.Duration
+	// CatchupOnStart runs a catch-up as soon as this member leads (holds
+	// partition 0 of pdp.notifications) after it starts.
+	CatchupOnStart bool
+	// CatchupFilter is the policyName regular expression of the full
+	// /getConfig query a catch-up asks the PDP.
+	CatchupFilter string
 }
 
 // DefaultConfig reads PF_PDP_URL, PF_PDP_TIMEOUT and PF_PDP_HEADERS,
@@ -46,6 +56,12 @@ func DefaultConfig() Config {
 		PDPTimeout:        30 * time.Second,
 		PDPHeaders:        runtime.EnvOr("PF_PDP_HEADERS", ""),
 		PartitionsRefresh: time.Minute,
+		CatchupInterval:   15 * time.Minute,
+		CatchupOnStart:    runtime.EnvOr("PF_CATCHUP_ON_START", "true") != "false",
+		CatchupFilter:     runtime.EnvOr("PF_CATCHUP_FILTER", ".*"),
+	}
+	if d, err := time.ParseDuration(runtime.EnvOr("PF_CATCHUP_INTERVAL", "")); err == nil {
+		c.CatchupInterval = d
 	}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_PDP_TIMEOUT", "")); err == nil {
 		c.PDPTimeout = d
@@ -58,6 +74,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PDPURL, "pdp-url", c.PDPURL, "PDP API base URL; POST <url>/getConfig is called for every version of a policy (env PF_PDP_URL)")
 	fs.DurationVar(&c.PDPTimeout, "pdp-timeout", c.PDPTimeout, "timeout of one PDP request (env PF_PDP_TIMEOUT)")
 	fs.StringVar(&c.PDPHeaders, "pdp-headers", c.PDPHeaders, "headers sent to the PDP as Name=value pairs, comma separated, e.g. ClientAuth=Basic ...,Environment=TEST (env PF_PDP_HEADERS)")
+	fs.DurationVar(&c.CatchupInterval, "catchup-interval", c.CatchupInterval, "time between periodic catch-ups (each within ±10%): the PDP's full state is compared with the catalog, then every component with what it should have; 0 turns them off (env PF_CATCHUP_INTERVAL)")
+	fs.BoolVar(&c.CatchupOnStart, "catchup-on-start", c.CatchupOnStart, "run a catch-up when this member starts leading the group (env PF_CATCHUP_ON_START)")
+	fs.StringVar(&c.CatchupFilter, "catchup-filter", c.CatchupFilter, "policyName regular expression of the full /getConfig query of a catch-up, e.g. DCAE\\.Config_.* (env PF_CATCHUP_FILTER)")
 }
 
 // Validate says what is wrong with the configuration.
@@ -70,6 +89,15 @@ func (c Config) Validate() error {
 	}
 	if _, err := ParseHeaders(c.PDPHeaders); err != nil {
 		return fmt.Errorf("--pdp-headers: %w", err)
+	}
+	if c.CatchupInterval < 0 {
+		return fmt.Errorf("--catchup-interval %s is negative; use 0 to turn periodic catch-ups off", c.CatchupInterval)
+	}
+	if c.CatchupInterval > 0 && c.CatchupInterval < time.Second {
+		return fmt.Errorf("--catchup-interval %s is under a second; every catch-up reads the PDP's full state and the whole catalog", c.CatchupInterval)
+	}
+	if _, err := regexp.Compile(c.CatchupFilter); err != nil || c.CatchupFilter == "" {
+		return fmt.Errorf("--catchup-filter %q is not a regular expression of policy names: %v", c.CatchupFilter, err)
 	}
 	return nil
 }
@@ -108,10 +136,16 @@ func StageWith(cfg Config) runtime.Stage {
 			if g == nil {
 				return errors.New("pdp-ingest: partitions assigned before setup")
 			}
+			if contains(assigned[topology.PDPNotifications], 0) {
+				g.lead(true)
+			}
 			return g.load(ctx, assigned[topology.PDPNotifications])
 		},
 		Revoked: func(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
 			if g := h.get(); g != nil {
+				if contains(revoked[topology.PDPNotifications], 0) {
+					g.lead(false)
+				}
 				g.drop(revoked[topology.PDPNotifications])
 			}
 		},
@@ -148,6 +182,10 @@ type ingester struct {
 	fanout atomic.Int32 // partitions of policy.changes
 	stop   context.CancelFunc
 	done   chan struct{}
+	// catchups runs the periodic and on-start catch-ups; done2 closes
+	// when its loop ends.
+	catchups *catchups
+	done2    chan struct{}
 
 	mu sync.Mutex
 	// catalog holds, per owned partition, the catalog entries by policy_id.
@@ -174,7 +212,7 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(append(opts, kgo.WithLogger(runtime.KgoLogger(env.Log)))...)
+	cl, err := kgo.NewClient(append(opts, kgo.WithLogger(runtime.KgoLogger(env.Log)), kgo.RecordPartitioner(runtime.Partitioner()))...)
 	if err != nil {
 		return nil, fmt.Errorf("pdp-ingest: create admin client: %w", err)
 	}
@@ -227,6 +265,12 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 			}
 		}
 	}()
+	g.catchups = newCatchups(g, cfg, cl, adm)
+	g.done2 = make(chan struct{})
+	go func() {
+		defer close(g.done2)
+		g.catchups.loop(rctx)
+	}()
 	g.log.Info().Str("pdp", cfg.PDPURL).Int32("change_partitions", g.fanout.Load()).Msg("pdp-ingest ready")
 	return g, nil
 }
@@ -234,7 +278,18 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 func (g *ingester) close() {
 	if g.stop != nil {
 		g.stop()
+		if g.done2 != nil {
+			<-g.done2
+		}
 		<-g.done
+	}
+}
+
+// lead records whether this member holds partition 0 of
+// pdp.notifications, which makes it the one that runs catch-ups.
+func (g *ingester) lead(on bool) {
+	if g.catchups != nil {
+		g.catchups.setLead(on)
 	}
 }
 

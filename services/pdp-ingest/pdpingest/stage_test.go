@@ -38,6 +38,7 @@ func run(t *testing.T, c *stagetest.Cluster, url string) func() {
 	cfg := DefaultConfig()
 	cfg.PDPURL = url
 	cfg.PDPTimeout = 5 * time.Second
+	cfg.CatchupOnStart, cfg.CatchupInterval = false, 0
 	return stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka))
 }
 
@@ -427,5 +428,64 @@ func TestStageDeadLettersTombstoneAndEmptyValue(t *testing.T) {
 	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 1, 60*time.Second))
 	if e := cat[memID]; e == nil || e.PolicyVersion != "8" {
 		t.Fatalf("catalog holds %+v, want the notification sent with the refused records applied", e)
+	}
+}
+
+// A notification the PDP sent while pdp-ingest was down is never seen;
+// the catch-up on start reads the PDP's full state, repairs the catalog
+// (with the change downstream stages act on) and asks every matcher
+// partition to compare the components. The periodic catch-up repairs a
+// later miss the same way.
+func TestCatchupRepairsMissedNotificationsOnStartAndPeriodically(t *testing.T) {
+	c := newCluster(t)
+	c.CreateTopics(t, nil, topology.CatchupRequests)
+	pdp := &fakePDP{}
+	srv := httptest.NewServer(pdp)
+	defer srv.Close()
+	pdp.set(pdpBody(memID, "5", `{"min_memory":"2GB"}`), pdpBody(memID, "222", `{"min_memory":"8GB"}`))
+
+	cfg := DefaultConfig()
+	cfg.PDPURL = srv.URL
+	cfg.PDPTimeout = 5 * time.Second
+	cfg.CatchupOnStart, cfg.CatchupInterval = true, time.Second
+	stop := stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka))
+	defer stop()
+
+	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 1, 60*time.Second))
+	if e := cat[memID]; e == nil || e.PolicyVersion != "222" || config(t, e)["min_memory"] != "8GB" {
+		t.Fatalf("catalog after the catch-up on start: %+v, want version 222 with 8GB", e)
+	}
+	// Every partition's first request is the catch-up on start (periodic
+	// ones may follow it).
+	first := map[int32]*events.CatchupRequest{}
+	c.ReadUntil(t, topology.CatchupRequests, 60*time.Second, func(recs []*kgo.Record) bool {
+		for _, r := range recs {
+			if first[r.Partition] == nil {
+				first[r.Partition] = stagetest.Decode[*events.CatchupRequest](t, r)
+			}
+		}
+		return len(first) == partitions
+	})
+	for p, req := range first {
+		if req.Scope != events.ScopeAll || !strings.HasPrefix(req.Reason, "catch-up on start") || !strings.Contains(req.Reason, "1 policy differed") {
+			t.Fatalf("first catch-up request on partition %d: %+v, want scope ALL, a catch-up on start that repaired 1 policy", p, req)
+		}
+	}
+	ups := changes(t, c.Read(t, topology.PolicyChanges, partitions, 60*time.Second))
+	for _, ch := range ups {
+		if ch.Action != events.ActionUpdated || deref(ch.NewVersion) != "222" {
+			t.Fatalf("change %+v, want UPDATED to 222", ch.PolicyChange)
+		}
+	}
+
+	// The PDP withdraws version 222 and nobody tells pdp-ingest: the next
+	// periodic catch-up moves the catalog to the remaining version 5.
+	pdp.set(pdpBody(memID, "5", `{"min_memory":"2GB"}`))
+	cat = catalog(t, c.ReadUntil(t, topology.PolicyCatalog, 60*time.Second, func(recs []*kgo.Record) bool {
+		e := catalog(t, recs)[memID]
+		return e != nil && e.PolicyVersion == "5"
+	}))
+	if e := cat[memID]; config(t, e)["min_memory"] != "2GB" {
+		t.Fatalf("catalog after the periodic catch-up: %+v, want version 5 with 2GB", e)
 	}
 }
