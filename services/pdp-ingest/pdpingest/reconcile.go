@@ -42,7 +42,7 @@ func Reconcile(bodies []json.RawMessage, catalog map[string]*events.PolicyCatalo
 	sel := policy.SelectLatestRaw(bodies)
 	type pdpLatest struct {
 		name, version, hash string
-		errored            bool
+		errored             bool
 	}
 	latest := make(map[string]pdpLatest, len(sel.Checked)+len(sel.Errored))
 	for pid, c := range sel.Checked {
