@@ -158,7 +158,7 @@ func Default() []Topic {
 	topics := []Topic{
 		del(Topic{
 			Name: PDPNotifications, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PdpNotification",
-			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl), Readers: l(StagePDPIngest),
+			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl, StagePDPIngest), Readers: l(StagePDPIngest),
 			Doc: "policy engine notifications: loaded and removed policies with name, version and matching conditions",
 		}),
 		compact(Topic{
@@ -178,7 +178,7 @@ func Default() []Topic {
 		}),
 		del(Topic{
 			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",
-			Writers: l(RoleScheduler, RoleNorthAPI), Readers: l(StageMatcher),
+			Writers: l(RoleScheduler, RoleNorthAPI, StagePDPIngest), Readers: l(StageMatcher, StageConsulWriter),
 			Doc: "catch-up requests for everything or for one deployment",
 		}),
 		del(Topic{

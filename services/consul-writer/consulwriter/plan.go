@@ -64,6 +64,13 @@ type WritePlan struct {
 	// KeysChanged counts the item keys set or deleted (for an uninstall,
 	// every key of the folder).
 	KeysChanged int
+	// InSync says a repair (PlanRepair) found the folder holding exactly
+	// the record's collection: nothing to write. Skip is set too.
+	InSync bool
+	// Repaired says a repair found the folder at the record's generation
+	// but with items that differ (edited or deleted by hand): the steps
+	// rewrite only those.
+	Repaired bool
 }
 
 // Plan computes the writes that bring a component's folder (current: its
@@ -76,6 +83,20 @@ type WritePlan struct {
 // written (no folder name, a body over 512 KiB, a body that is not a JSON
 // object, a policy_id missing or repeated).
 func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (WritePlan, error) {
+	return planFor(current, rec, now, false)
+}
+
+// PlanRepair is Plan for a catch-up's drift repair: when the folder's
+// event says it holds the record's generation, its items are compared
+// with the record's collection anyway, and only the keys that differ
+// (edited, deleted or added by hand) are written back, with the event
+// (InSync when none differs). An older or newer folder is planned as Plan
+// does.
+func PlanRepair(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (WritePlan, error) {
+	return planFor(current, rec, now, true)
+}
+
+func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, repair bool) (WritePlan, error) {
 	var plan WritePlan
 	if rec == nil {
 		return plan, errors.New("plan consul write: nil record")
@@ -101,7 +122,10 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 		plan.Skip = true // a newer collection is there, or being written
 		return plan, nil
 	}
-	if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation {
+	repairing := false
+	if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation && repair && !rec.Uninstalled {
+		repairing = true
+	} else if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation {
 		plan.Skip = true
 		plan.Replay = prior.UpdateID == rec.UpdateID
 		plan.Action = prior.Action
@@ -138,8 +162,14 @@ func Plan(current api.KVPairs, rec *events.ComponentPolicies, now time.Time) (Wr
 	sort.Strings(sets)
 	sort.Strings(deletes)
 	plan.KeysChanged = len(sets) + len(deletes)
+	if repairing && plan.KeysChanged == 0 {
+		plan.Skip, plan.InSync, plan.Action, plan.Event = true, true, prior.Action, *prior
+		return plan, nil
+	}
 
 	switch {
+	case repairing:
+		plan.Action, plan.Repaired = prior.Action, true
 	case rec.CatchUp || prior == nil && eventPair == nil:
 		plan.Action = consulkv.ActionGathered
 	case prior == nil:

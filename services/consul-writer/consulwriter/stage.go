@@ -51,14 +51,18 @@ func StageWith(cfg Config) runtime.Stage {
 	return runtime.Stage{
 		Name:       topology.StageConsulWriter,
 		Mode:       runtime.AtLeastOnce,
-		Inputs:     []string{topology.ComponentPolicies},
+		Inputs:     []string{topology.ComponentPolicies, topology.CatchupRequests},
 		Flags:      w.cfg.RegisterFlags,
 		SetupBatch: w.setup,
+		// A catch-up request on partition p repairs the folders of the
+		// components of component.policies partition p.
+		CoPartitioned: true,
 	}
 }
 
 type writer struct {
 	cfg Config
+	env runtime.Env
 	kv  *api.KV
 	txn *api.Txn
 	log zerolog.Logger
@@ -71,7 +75,8 @@ func (w *writer) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandl
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}
 	w.kv, w.txn = cl.KV(), cl.Txn()
-	return runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), nil, nil
+	w.env = env
+	return w.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), runtime.Typed(runtime.RefuseTombstones, w.repair)), nil, nil
 }
 
 // job is one component.policies record on its way to Consul.
@@ -84,6 +89,8 @@ type job struct {
 	read   bool        // pairs holds the folder as read
 	pairs  api.KVPairs // the folder, once read
 	plan   WritePlan
+	// repair plans with PlanRepair: a catch-up's drift repair.
+	repair bool
 }
 
 // record is an input's collection, its component_id defaulted to the
@@ -137,13 +144,20 @@ func writeError(j *job, err error) error {
 // planJob plans j's write against its folder as read. done says that the
 // record needs no write: outs (or err) is then its outcome.
 func (w *writer) planJob(j *job, pairs api.KVPairs) (outs []runtime.Output, done bool, err error) {
-	plan, err := Plan(pairs, j.rec, time.Now())
+	planner := Plan
+	if j.repair {
+		planner = PlanRepair
+	}
+	plan, err := planner(pairs, j.rec, time.Now())
 	if err != nil {
 		return nil, true, runtime.Permanent(fmt.Errorf("consul-writer: %w", err))
 	}
 	j.plan = plan
 	if !plan.Skip {
 		return nil, false, nil
+	}
+	if plan.InSync {
+		return nil, true, nil
 	}
 	if !plan.Replay {
 		j.log.Info().Int64("consul_generation", plan.Event.Generation).Msg("Consul holds a newer collection; record skipped")
@@ -165,8 +179,12 @@ func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Outpu
 	if !j.rec.Uninstalled {
 		keys++ // the event key
 	}
+	msg := "collection written to Consul"
+	if j.plan.Repaired {
+		msg = "folder differed from its collection (edited by hand?); the keys that differed were written back"
+	}
 	j.log.Info().Str("action", j.plan.Action).Int("keys_written", keys).Int("transactions", txns).Int("components_in_transaction", shared).
-		Int("policies", len(j.rec.Policies)).Dur("took", time.Since(j.start)).Msg("collection written to Consul")
+		Int("policies", len(j.rec.Policies)).Dur("took", time.Since(j.start)).Msg(msg)
 	return []runtime.Output{output(j.rec, j.plan, index, keys, time.Now().UTC())}
 }
 
@@ -256,7 +274,7 @@ func output(rec *events.ComponentPolicies, plan WritePlan, index uint64, keys in
 		ServiceComponentName: rec.ServiceComponentName,
 		UpdateID:             rec.UpdateID,
 		Action:               plan.Action,
-		CatchUp:              rec.CatchUp,
+		CatchUp:              rec.CatchUp || plan.Repaired,
 		ConsulIndex:          int64(index),
 		PoliciesCount:        int32(len(rec.Policies)),
 		PoliciesBytes:        int64(collectionBytes(rec)),

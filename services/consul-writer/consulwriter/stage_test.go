@@ -27,6 +27,7 @@ func newCluster(t *testing.T) *stagetest.Cluster {
 	c := stagetest.NewCluster(t, 3)
 	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
 		topology.ComponentPolicies, topology.ComponentApplied, topology.DLQ(topology.StageConsulWriter))
+	c.CreateTopics(t, nil, topology.CatchupRequests)
 	return c
 }
 
@@ -322,5 +323,79 @@ func TestConsulWriterWaitsForConsul(t *testing.T) {
 	ev, _ := eventOf(t, consul, "dcae-vm")
 	if ev["update_id"] != "u1" {
 		t.Fatalf("event %v", ev)
+	}
+}
+
+// A catch-up repairs a folder edited by hand: the edited and deleted items
+// are written back, a stray item is deleted, the rest is not touched; a
+// folder that agrees with its collection is left alone and reported
+// nowhere.
+func TestCatchupRepairsDriftedFolder(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	c := newCluster(t)
+	applied := c.Reader(t, topology.ComponentApplied)
+	stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
+
+	x := events.Policy{PolicyID: "X", PolicyName: "X.1.xml", PolicyVersion: "1", Body: `{"policyName":"X.1.xml","config":{"x":true}}`}
+	y := events.Policy{PolicyID: "Y", PolicyName: "Y.4.xml", PolicyVersion: "4", Body: `{"policyName":"Y.4.xml","config":{"y":4}}`}
+	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory(), x, y))
+	applied.Until(1, 60*time.Second)
+	folder := consulkv.Folder("dcae-vm")
+	kv := consul.KV()
+	memKey, xKey, yKey, stray := consulkv.ItemKey("dcae-vm", vmMemory().PolicyID), consulkv.ItemKey("dcae-vm", "X"), consulkv.ItemKey("dcae-vm", "Y"), consulkv.ItemKey("dcae-vm", "STRAY")
+	untouched := mustGet(t, consul, yKey).ModifyIndex
+
+	// By hand: one item edited, one deleted, one added.
+	for _, p := range []*api.KVPair{{Key: memKey, Value: []byte(`{"config":{"min_memory":"1GB"}}`)}, {Key: stray, Value: []byte(`{}`)}} {
+		if _, err := kv.Put(p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Delete(xKey, nil); err != nil {
+		t.Fatal(err)
+	}
+	catchup := func(id string) {
+		c.Produce(t, topology.CatchupRequests, "c1", &events.CatchupRequest{RequestID: id, Scope: events.ScopeAll, Reason: "test", RequestedAt: time.Now().UTC()})
+	}
+	catchup("r1")
+	recs := applied.Until(2, 60*time.Second)
+	a := decodeApplied(t, recs[1])
+	if !a.CatchUp || a.Generation != 1 || a.UpdateID != "u1" || a.KeysWritten != 4 {
+		t.Fatalf("applied of the repair: %+v, want catch_up, generation 1, 3 items and the event written", a)
+	}
+	if got := mustGet(t, consul, memKey).Value; string(got) != vmMemory().Body {
+		t.Fatalf("edited item is %s after the catch-up, want %s", got, vmMemory().Body)
+	}
+	if got := mustGet(t, consul, xKey).Value; string(got) != x.Body {
+		t.Fatalf("deleted item is %s after the catch-up, want %s", got, x.Body)
+	}
+	if p, _, err := kv.Get(stray, nil); err != nil || p != nil {
+		t.Fatalf("stray item after the catch-up: %v %v", p, err)
+	}
+	if got := mustGet(t, consul, yKey).ModifyIndex; got != untouched {
+		t.Fatalf("an item that agreed was rewritten: ModifyIndex %d -> %d", untouched, got)
+	}
+
+	// A folder in agreement: nothing written, nothing reported. The
+	// barrier is a third catch-up after another edit, whose repair is the
+	// next record of c1 on component.applied.
+	before := stagetest.ModifyIndexes(t, consul, folder)
+	catchup("r2")
+	if _, err := kv.Delete(yKey, nil); err != nil {
+		t.Fatal(err)
+	}
+	catchup("r3")
+	recs = applied.Until(3, 60*time.Second)
+	if len(recs) != 3 {
+		t.Fatalf("%d applied records, want 3", len(recs))
+	}
+	if a := decodeApplied(t, recs[2]); !a.CatchUp || a.KeysWritten != 2 {
+		t.Fatalf("applied of the third catch-up: %+v, want the deleted item and the event written", a)
+	}
+	after := stagetest.ModifyIndexes(t, consul, folder)
+	for k, i := range before {
+		if k != yKey && k != consulkv.EventKey("dcae-vm") && after[k] != i {
+			t.Fatalf("key %s rewritten by a catch-up of a folder in agreement: %d -> %d", k, i, after[k])
+		}
 	}
 }

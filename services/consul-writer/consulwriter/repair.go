@@ -1,0 +1,113 @@
+package consulwriter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// handleInputs hands each run of component.policies records of a poll to
+// policies and each catch-up request to catchup, in input order. After a
+// transient failure the inputs that follow are not handled: the runtime
+// hands them in again with the failed one.
+func (w *writer) handleInputs(policies runtime.BatchHandler, catchup runtime.Handler) runtime.BatchHandler {
+	return func(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
+		out := make([]runtime.Outcome, len(ins))
+		for i := 0; i < len(ins); {
+			j := i + 1
+			if ins[i].Topic == topology.CatchupRequests {
+				outs, err := catchup(ctx, ins[i])
+				out[i] = runtime.Outcome{Outputs: outs, Err: err}
+			} else {
+				for j < len(ins) && ins[j].Topic != topology.CatchupRequests {
+					j++
+				}
+				copy(out[i:j], policies(ctx, ins[i:j]))
+			}
+			for k := i; k < j; k++ {
+				if err := out[k].Err; err != nil && !runtime.IsPermanent(err) {
+					for r := j; r < len(ins); r++ {
+						out[r].Err = errNotWritten
+					}
+					return out
+				}
+			}
+			i = j
+		}
+		return out
+	}
+}
+
+// repair is a catch-up's drift repair: every component whose latest
+// collection is on the request's partition of component.policies (of the
+// request's deployment, when it names one) has its folder compared with
+// that collection, and only the keys that differ are written back
+// (PlanRepair). Repaired folders are reported on component.applied with
+// catch_up set; the agent-notifier does not notify a generation it already
+// notified. A folder that cannot be repaired for good (a write the token
+// is denied) is logged and the others go on; a transient failure retries
+// the whole repair, which writes nothing twice.
+func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+	req := in.Value
+	dep := ""
+	if req.Scope == events.ScopeDeployment {
+		if req.DeploymentID == nil || *req.DeploymentID == "" {
+			return nil, runtime.Permanentf("consul-writer: catch-up request %s has scope DEPLOYMENT but no deployment_id", req.RequestID)
+		}
+		dep = *req.DeploymentID
+	}
+	start := time.Now()
+	latest := map[string]*events.ComponentPolicies{}
+	var order []string
+	err := runtime.ReadPartitions(ctx, w.env.Kafka, topology.ComponentPolicies, []int32{in.Partition},
+		runtime.Rows(ctx, w.env, runtime.PassTombstones, func(r runtime.Msg[*events.ComponentPolicies]) error {
+			k := string(r.Key)
+			if _, seen := latest[k]; !seen {
+				order = append(order, k)
+			}
+			latest[k] = r.Value // nil for a tombstone
+			return nil
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("consul-writer: catch-up %s: read partition %d of %s: %w", req.RequestID, in.Partition, topology.ComponentPolicies, err)
+	}
+	var jobs []*job
+	for _, k := range order {
+		rec := latest[k]
+		if rec == nil || rec.Uninstalled || rec.ServiceComponentName == "" || dep != "" && rec.DeploymentID != dep {
+			continue
+		}
+		if rec.ComponentID == "" {
+			rec.ComponentID = k
+		}
+		j := w.newJob(len(jobs), rec, start)
+		j.repair = true
+		jobs = append(jobs, j)
+	}
+	b := &batch{w: w, out: make([]runtime.Outcome, len(jobs)), failed: len(jobs)}
+	for _, wave := range waves(jobs) {
+		b.wave(ctx, wave)
+	}
+	var outs []runtime.Output
+	repaired, failed := 0, 0
+	for i, o := range b.out {
+		switch {
+		case o.Err != nil && !runtime.IsPermanent(o.Err):
+			return nil, fmt.Errorf("consul-writer: catch-up %s: repair of component %s: %w", req.RequestID, jobs[i].rec.ComponentID, o.Err)
+		case o.Err != nil:
+			failed++
+			jobs[i].log.Error().Err(o.Err).Str("request_id", req.RequestID).Msg("folder could not be repaired")
+		case len(o.Outputs) > 0:
+			repaired++
+			outs = append(outs, o.Outputs...)
+		}
+	}
+	w.log.Info().Str("request_id", req.RequestID).Int32("partition", in.Partition).Str("deployment_id", dep).
+		Int("components_compared", len(jobs)).Int("folders_repaired", repaired).Int("folders_not_repaired", failed).
+		Dur("took", time.Since(start)).Msg("catch-up compared the Consul folders with their collections")
+	return outs, nil
+}
