@@ -45,12 +45,19 @@ type Policy struct {
 	// BodyHash is policy.BodyHash of Body; empty in records written
 	// before it was added.
 	BodyHash string `avro:"body_hash" json:"body_hash,omitempty"`
+	// Revision is the catalog revision of this version of the policy
+	// (PolicyCatalogEntry.Revision): fencing compares it, not
+	// PolicyVersion. 0 in records written before it was added.
+	Revision int64 `avro:"revision" json:"revision,omitempty"`
 }
 
 // RemovedPolicy names a policy taken away from a component.
 type RemovedPolicy struct {
 	PolicyID      string  `avro:"policy_id" json:"policy_id"`
 	PolicyVersion *string `avro:"policy_version" json:"policy_version,omitempty"`
+	// Revision is the catalog revision of the version removed: a
+	// component holding a greater one keeps it. 0 when unknown.
+	Revision int64 `avro:"revision" json:"revision,omitempty"`
 }
 
 // NotifyTarget says how a component is told that its policies changed.
@@ -109,6 +116,19 @@ type PolicyCatalogEntry struct {
 	Status        string    `avro:"status"`
 	Error         *string   `avro:"error"`
 	UpdatedAt     time.Time `avro:"updated_at"`
+	// Revision grows with every change of the policy_id (see
+	// NextRevision), so a withdrawn newest version makes the remaining
+	// one the latest at a greater revision. 0 in entries written before
+	// it was added.
+	Revision int64 `avro:"revision"`
+}
+
+// NextRevision is the revision of a policy_id's next change after prev: a
+// microsecond timestamp, and always greater than prev, so revisions stay
+// monotonic across a removal (whose tombstone forgets prev) as long as the
+// clock does not go back by more than the time between two changes.
+func NextRevision(prev int64, now time.Time) int64 {
+	return max(prev+1, now.UnixMicro())
 }
 
 // PolicyChange says what changed for one policy_id; an update carries the
@@ -127,6 +147,10 @@ type PolicyChange struct {
 	Body      *string   `avro:"body"`
 	Error     *string   `avro:"error"`
 	ChangedAt time.Time `avro:"changed_at"`
+	// Revision is the catalog revision the change makes the policy_id's:
+	// the new version's for UPDATED, the removal's for REMOVED. 0 in
+	// records written before it was added.
+	Revision int64 `avro:"revision"`
 }
 
 // PolicyFilter is a PDP /getConfig-style filter of a component.

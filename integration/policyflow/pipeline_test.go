@@ -52,6 +52,9 @@ type pipeline struct {
 	scripts string
 	targets notifytarget.Config
 	stop    func()
+	// catchupEvery, when set before run, is pdp-ingest's periodic
+	// catch-up interval.
+	catchupEvery time.Duration
 }
 
 // segmentBytes bounds the segmenter's pieces in these suites, far below
@@ -59,17 +62,19 @@ type pipeline struct {
 // the executor in pieces and is put back together there.
 const segmentBytes = 1 << 20
 
-func start(t *testing.T) *pipeline {
+// start runs the policy flow under the test's own topic prefix; opts
+// change the pipeline's settings before it starts.
+func start(t *testing.T, opts ...func(*pipeline)) *pipeline {
 	t.Helper()
 	b := backend.Get(t)
 	prefix := b.Prefix(t)
 	b.ApplyTopology(t, prefix, 3)
-	return startOn(t, b, b.Kafka(prefix))
+	return startOn(t, b, b.Kafka(prefix), opts...)
 }
 
 // startOn runs the policy flow on the Kafka k says (its topology applied)
 // and the backend's Consul.
-func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka) *pipeline {
+func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka, opts ...func(*pipeline)) *pipeline {
 	t.Helper()
 	sim := pdp.NewServer()
 	srv := httptest.NewServer(sim.Handler())
@@ -81,6 +86,9 @@ func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka) *pipeline {
 	scripts := t.TempDir()
 	p := &pipeline{t: t, b: b, kafka: k, consul: c, pdp: sim, pdpURL: srv.URL,
 		scripts: scripts, targets: notifytarget.Config{ScriptDirs: []string{scripts}, WebhookAllow: []string{"127.0.0.1"}}}
+	for _, o := range opts {
+		o(p)
+	}
 	p.run()
 	t.Cleanup(func() { p.stop() })
 	return p
@@ -111,7 +119,7 @@ func (p *pipeline) run() {
 	done := make(chan struct{}, 2)
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul(), NotifyTargets: p.targets, MaxSegmentBytes: segmentBytes})...); err != nil && ctx.Err() == nil {
+		if err := runtime.RunStages(ctx, env, stages.With(stages.Config{PDPURL: p.pdpURL, Consul: p.b.Consul(), NotifyTargets: p.targets, MaxSegmentBytes: segmentBytes, CatchupInterval: p.catchupEvery})...); err != nil && ctx.Err() == nil {
 			p.t.Errorf("stages: %v", err)
 		}
 	}()

@@ -3,6 +3,8 @@
 package stages
 
 import (
+	"time"
+
 	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
 	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
@@ -28,6 +30,9 @@ type Config struct {
 	// otherwise PF_SCRIPT_DIRS and PF_WEBHOOK_ALLOW say (none by
 	// default).
 	NotifyTargets notifytarget.Config
+	// CatchupInterval, when not 0, replaces pdp-ingest's time between
+	// periodic catch-ups.
+	CatchupInterval time.Duration
 }
 
 // All returns every stage with its default settings, in pipeline order.
@@ -40,6 +45,9 @@ func With(cfg Config) []runtime.Stage {
 	ic := pdpingest.DefaultConfig()
 	if cfg.PDPURL != "" {
 		ic.PDPURL = cfg.PDPURL
+	}
+	if cfg.CatchupInterval != 0 {
+		ic.CatchupInterval = cfg.CatchupInterval
 	}
 	sc := segmenter.DefaultConfig()
 	if cfg.MaxSegmentBytes > 0 {

@@ -14,11 +14,13 @@ import (
 //
 // Removals are applied first, then updated policies, then policies added
 // by filters, so a delta that removes and re-adds a policy_id ends with
-// the policy. Version fencing: a policy is never replaced by a lower
-// integer policyVersion, and a removal naming a version is skipped when
-// the component has a newer version of that policy than the one removed.
-// A version that is not an integer is not compared: the incoming policy
-// wins. Updated and removed are computed against current, so a policy
+// the policy. Fencing: a policy is never replaced by one of a lower
+// catalog revision, and a removal is skipped when the component holds a
+// greater revision than the one removed; a withdrawn newest version comes
+// back as the remaining one at a greater revision, so it replaces it.
+// Records from before revisions (revision 0) are fenced by integer
+// policyVersion; a version that is not an integer is not compared: the
+// incoming policy wins. Updated and removed are computed against current, so a policy
 // that ends as it started is in neither (see same).
 func Apply(current []events.Policy, delta events.ComponentDelta) (collection, updated, removed []events.Policy) {
 	before := make(map[string]events.Policy, len(current))
@@ -32,13 +34,17 @@ func Apply(current []events.Policy, delta events.ComponentDelta) (collection, up
 		if !ok {
 			continue
 		}
-		if r.PolicyVersion != nil && newer(have.PolicyVersion, *r.PolicyVersion) {
+		if have.Revision != 0 && r.Revision != 0 {
+			if have.Revision > r.Revision {
+				continue // the component has moved past the removed revision
+			}
+		} else if r.PolicyVersion != nil && newer(have.PolicyVersion, *r.PolicyVersion) {
 			continue // the component has moved past the removed version
 		}
 		delete(after, r.PolicyID)
 	}
 	put := func(p events.Policy) {
-		if have, ok := after[p.PolicyID]; ok && newer(have.PolicyVersion, p.PolicyVersion) {
+		if have, ok := after[p.PolicyID]; ok && fenced(have, p) {
 			return // never backwards
 		}
 		after[p.PolicyID] = p
@@ -82,6 +88,16 @@ func same(a, b events.Policy) bool {
 		return a.BodyHash == b.BodyHash
 	}
 	return a.Body == b.Body
+}
+
+// fenced reports whether incoming must not replace have: by catalog
+// revision when both carry one (a lower revision is an older decision,
+// whatever its version number), otherwise by integer policyVersion.
+func fenced(have, incoming events.Policy) bool {
+	if have.Revision != 0 && incoming.Revision != 0 {
+		return have.Revision > incoming.Revision
+	}
+	return newer(have.PolicyVersion, incoming.PolicyVersion)
 }
 
 // newer reports whether version have is a greater integer than other.

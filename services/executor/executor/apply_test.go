@@ -16,6 +16,12 @@ func hashed(p events.Policy) events.Policy {
 	return p
 }
 
+// at is p at catalog revision rev.
+func at(p events.Policy, rev int64) events.Policy {
+	p.Revision = rev
+	return p
+}
+
 func TestApply(t *testing.T) {
 	changed := pol("A", "2")
 	changed.Body = `{"policyName":"A.2.xml","policyVersion":"2","config":{"v":"other"}}`
@@ -41,6 +47,32 @@ func TestApply(t *testing.T) {
 			current:    []events.Policy{pol("A", "10")},
 			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{pol("A", "9")}},
 			collection: []string{"A@10"}, upd: []string{}, removedW: []string{},
+		},
+		{
+			name:       "revisions: a withdrawn newest version's older one, at a greater revision, replaces it",
+			current:    []events.Policy{at(pol("A", "222"), 20)},
+			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{at(pol("A", "5"), 30)}},
+			collection: []string{"A@5"}, upd: []string{"A@5"}, removedW: []string{},
+		},
+		{
+			name:       "revisions: a lower revision never replaces, whatever its version",
+			current:    []events.Policy{at(pol("A", "5"), 30)},
+			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{at(pol("A", "222"), 20)}},
+			collection: []string{"A@5"}, upd: []string{}, removedW: []string{},
+		},
+		{
+			name:    "revisions: a removal of an older revision is skipped",
+			current: []events.Policy{at(pol("A", "5"), 30)},
+			delta: events.ComponentDelta{RemovedPolicies: []events.RemovedPolicy{
+				{PolicyID: "A", PolicyVersion: ver("222"), Revision: 20}}},
+			collection: []string{"A@5"}, upd: []string{}, removedW: []string{},
+		},
+		{
+			name:    "revisions: a removal of the revision held removes",
+			current: []events.Policy{at(pol("A", "5"), 30)},
+			delta: events.ComponentDelta{RemovedPolicies: []events.RemovedPolicy{
+				{PolicyID: "A", PolicyVersion: ver("5"), Revision: 30}}},
+			collection: []string{}, upd: []string{}, removedW: []string{"A@5"},
 		},
 		{
 			name:       "same version and body is no change",

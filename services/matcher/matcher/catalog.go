@@ -32,10 +32,14 @@ type entry struct {
 	// header holds what filters look at (policyName, policyVersion and
 	// matchingConditions).
 	header policy.Body
+	// rev is the catalog revision of this version (0: a record from
+	// before revisions).
+	rev int64
 }
 
-// newEntry is the entry of a policy_id from its header.
-func newEntry(policyID string, h policy.Header) (*entry, error) {
+// newEntry is the entry of a policy_id from its header and catalog
+// revision.
+func newEntry(policyID string, h policy.Header, rev int64) (*entry, error) {
 	if h.PolicyName == "" {
 		return nil, badInput("policy %s: no policyName", policyID)
 	}
@@ -54,20 +58,24 @@ func newEntry(policyID string, h policy.Header) (*entry, error) {
 		return nil, badInput("policy %s: %v", policyID, err)
 	}
 	ver, ok := policy.ParseVersion(h.PolicyVersion)
-	return &entry{id: id, name: h.PolicyName, version: h.PolicyVersion, ver: ver, verOK: ok, hash: unique.Make(h.BodyHash), header: header}, nil
+	return &entry{id: id, name: h.PolicyName, version: h.PolicyVersion, ver: ver, verOK: ok, hash: unique.Make(h.BodyHash), header: header, rev: rev}, nil
 }
 
 // policy is the entry as the matcher's deltas name it: by reference, the
 // body left for the segmenter to fill in.
 func (e *entry) policy() events.Policy {
-	return events.Policy{PolicyID: e.id, PolicyName: e.name, PolicyVersion: e.version, BodyHash: e.hash.Value()}
+	return events.Policy{PolicyID: e.id, PolicyName: e.name, PolicyVersion: e.version, BodyHash: e.hash.Value(), Revision: e.rev}
 }
+
+// held is what a component holding this entry has.
+func (e *entry) held() held { return held{version: e.version, hash: e.hash, rev: e.rev} }
 
 // removal remembers that a policy_id left the catalog, so that an older
 // change still queued in a lagging partition does not bring it back.
 type removal struct {
 	ver   int64
 	verOK bool
+	rev   int64 // the removal's catalog revision, or the last entry's
 	at    time.Time
 }
 
@@ -108,7 +116,7 @@ func (c *Catalog) Apply(policyID string, e *events.PolicyCatalogEntry, at time.T
 		return badInput("catalog record has no policy_id key")
 	}
 	if e == nil {
-		c.remove(policyID, at)
+		c.remove(policyID, at, 0)
 		return nil
 	}
 	if e.PolicyID != "" && e.PolicyID != policyID {
@@ -123,7 +131,7 @@ func (c *Catalog) Apply(policyID string, e *events.PolicyCatalogEntry, at time.T
 	if err != nil {
 		return badInput("policy %s: %v", policyID, err)
 	}
-	ne, err := newEntry(policyID, h)
+	ne, err := newEntry(policyID, h, e.Revision)
 	if err != nil {
 		return err
 	}
@@ -132,10 +140,13 @@ func (c *Catalog) Apply(policyID string, e *events.PolicyCatalogEntry, at time.T
 	return nil
 }
 
-func (c *Catalog) remove(id string, at time.Time) {
-	r := removal{at: at}
+func (c *Catalog) remove(id string, at time.Time, rev int64) {
+	r := removal{at: at, rev: rev}
 	if cur, ok := c.entries[id]; ok {
 		r.ver, r.verOK = cur.ver, cur.verOK
+		if r.rev == 0 {
+			r.rev = cur.rev
+		}
 	}
 	c.removed[id] = r
 	delete(c.entries, id)
@@ -152,19 +163,31 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if cur := c.entries[id]; cur != nil && cur.version == h.PolicyVersion && cur.hash.Value() == h.BodyHash {
+		if cur := c.entries[id]; cur != nil && cur.version == h.PolicyVersion && cur.hash.Value() == h.BodyHash && (ch.Revision == 0 || ch.Revision <= cur.rev) {
 			// The version in force: another partition's copy of the
 			// change (pdp-ingest sends one to each) already applied it.
 			return false, nil
 		}
-		ne, err := newEntry(id, h)
+		ne, err := newEntry(id, h, ch.Revision)
 		if err != nil {
 			return false, fmt.Errorf("change %s: %w", ch.ChangeID, err)
 		}
 		cur := c.entries[id]
+		r, wasRemoved := c.removed[id]
 		switch {
+		// Fencing by the catalog's revision when both sides carry one:
+		// an older change (a lagging partition's copy, a replay) never
+		// wins, a newer one always does, whatever its version number.
+		case cur != nil && cur.rev != 0 && ne.rev != 0:
+			if ne.rev <= cur.rev {
+				return false, nil
+			}
+		case cur == nil && wasRemoved && r.rev != 0 && ne.rev != 0:
+			if ne.rev <= r.rev {
+				return false, nil // removed after this change was decided
+			}
 		case cur == nil:
-			if r, ok := c.removed[id]; ok && (!r.verOK || !ne.verOK || ne.ver <= r.ver) && !ch.ChangedAt.After(r.at) {
+			if wasRemoved && (!r.verOK || !ne.verOK || ne.ver <= r.ver) && !ch.ChangedAt.After(r.at) {
 				return false, nil // removed after this change was decided
 			}
 		case cur.verOK && ne.verOK && ne.ver < cur.ver:
@@ -182,12 +205,17 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 		if cur == nil {
 			return false, nil
 		}
-		if ch.OldVersion != nil && cur.verOK {
+		switch {
+		case ch.Revision != 0 && cur.rev != 0:
+			if ch.Revision < cur.rev {
+				return false, nil // a newer version arrived after this removal
+			}
+		case ch.OldVersion != nil && cur.verOK:
 			if old, ok := policy.ParseVersion(*ch.OldVersion); ok && old < cur.ver {
 				return false, nil // a newer version arrived after this removal
 			}
 		}
-		c.remove(id, ch.ChangedAt)
+		c.remove(id, ch.ChangedAt, ch.Revision)
 		return true, nil
 	case events.ActionErrored:
 		// The last valid body stays in force.

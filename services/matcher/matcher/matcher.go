@@ -229,8 +229,9 @@ func (m *Matcher) uninstall(p *Partition, componentID string) []events.PolicyMat
 		}
 		sort.Strings(ids)
 		for _, id := range ids {
-			v := h.policies[id].version
-			d.RemovedPolicies = append(d.RemovedPolicies, events.RemovedPolicy{PolicyID: id, PolicyVersion: &v})
+			hv := h.policies[id]
+			v := hv.version
+			d.RemovedPolicies = append(d.RemovedPolicies, events.RemovedPolicy{PolicyID: id, PolicyVersion: &v, Revision: hv.rev})
 		}
 	}
 	p.unregister(componentID)
@@ -341,23 +342,30 @@ func (m *Matcher) reconcileOne(p *Partition, h *holding, id string, e *entry, gr
 	switch {
 	case wanted && e != nil && !has:
 		b.add(group, e.policy())
-		p.setHeld(h, id, held{version: e.version, hash: e.hash})
+		p.setHeld(h, id, e.held())
 	case wanted && e != nil:
 		if newer(e, hv) {
 			b.updated = append(b.updated, e.policy())
-			p.setHeld(h, id, held{version: e.version, hash: e.hash})
+			p.setHeld(h, id, e.held())
 		}
 	case has:
 		v := hv.version
-		b.removed = append(b.removed, events.RemovedPolicy{PolicyID: id, PolicyVersion: &v})
+		b.removed = append(b.removed, events.RemovedPolicy{PolicyID: id, PolicyVersion: &v, Revision: hv.rev})
 		p.unsetHeld(h, id)
 	}
 }
 
 // newer reports whether the catalog's policy should replace the version the
-// component has: a greater integer version, or the same version with a
-// different body. A lower version never replaces a greater one.
+// component has. When both carry a catalog revision, a greater revision
+// with another version or body replaces it, whatever the version numbers
+// say: a withdrawn newest version makes an older one the latest at a
+// greater revision. Without revisions (records from before them): a
+// greater integer version, or the same version with a different body; a
+// lower version never replaces a greater one.
 func newer(e *entry, hv held) bool {
+	if e.rev != 0 && hv.rev != 0 {
+		return e.rev > hv.rev && (e.version != hv.version || e.hash != hv.hash)
+	}
 	if hver, ok := policy.ParseVersion(hv.version); ok && e.verOK {
 		if e.ver != hver {
 			return e.ver > hver

@@ -85,6 +85,18 @@ func removed(id, old string) *events.PolicyChange {
 	}
 }
 
+// atRev is ch at catalog revision rev.
+func atRev(ch *events.PolicyChange, rev int64) *events.PolicyChange {
+	ch.Revision = rev
+	return ch
+}
+
+// entryAt is a catalog entry at catalog revision rev.
+func entryAt(e *events.PolicyCatalogEntry, rev int64) *events.PolicyCatalogEntry {
+	e.Revision = rev
+	return e
+}
+
 func errored(id, old string) *events.PolicyChange {
 	changeSeq++
 	return &events.PolicyChange{
@@ -267,6 +279,27 @@ func TestMatcherScenarios(t *testing.T) {
 				{name: "policy-update to 222", do: onChange(updated(memID, "5", "222", nil)),
 					want: []string{"alex-game_depl vm_2_9d982 ~DCAE.Config_VM_MEMORY@222"}},
 				{name: "a catch-up finds nothing to do", do: onCatchup("")},
+			},
+		},
+		{
+			name: "revisions: the newest version withdrawn, the remaining older one comes back as an update",
+			setup: setup{
+				catalog: []*events.PolicyCatalogEntry{entryAt(catalogEntry(memID, "5", nil), 10)},
+			},
+			steps: []step{
+				{name: "install gathers version 5", do: onComponent(comp("c1", "d1", []string{memID})),
+					want: []string{"d1 c1 +policy_ids:DCAE.Config_VM_MEMORY@5"}},
+				{name: "222 at revision 20", do: onChange(atRev(updated(memID, "5", "222", nil), 20)),
+					want: []string{"d1 c1 ~DCAE.Config_VM_MEMORY@222"}},
+				{name: "222 withdrawn: 5 again at revision 30", do: onChange(atRev(updated(memID, "222", "5", nil), 30)),
+					want: []string{"d1 c1 ~DCAE.Config_VM_MEMORY@5"}},
+				{name: "a lagging copy of the change to 222 changes nothing", do: onChange(atRev(updated(memID, "5", "222", nil), 20))},
+				{name: "a removal older than the version in force changes nothing", do: onChange(atRev(removed(memID, "222"), 25))},
+				{name: "a newer removal removes", do: onChange(atRev(removed(memID, "5"), 40)),
+					want: []string{"d1 c1 -DCAE.Config_VM_MEMORY@5"}},
+				{name: "a change decided before the removal does not bring it back", do: onChange(atRev(updated(memID, "5", "223", nil), 35))},
+				{name: "a later change does", do: onChange(atRev(updated(memID, "", "223", nil), 50)),
+					want: []string{"d1 c1 +policy_ids:DCAE.Config_VM_MEMORY@223"}},
 			},
 		},
 		{

@@ -54,6 +54,9 @@ type component struct {
 type held struct {
 	version string
 	hash    unique.Handle[string]
+	// rev is the catalog revision of the version held; 0 when the record
+	// it was restored from predates revisions.
+	rev int64
 }
 
 // holding is what a component has, as last written to component.policies
@@ -144,7 +147,7 @@ func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies)
 		if hash == "" { // written before policies carried their hash
 			hash = policy.BodyHash(pol.Body)
 		}
-		p.setHeld(h, pol.PolicyID, held{version: pol.PolicyVersion, hash: unique.Make(hash)})
+		p.setHeld(h, pol.PolicyID, held{version: pol.PolicyVersion, hash: unique.Make(hash), rev: pol.Revision})
 	}
 }
 

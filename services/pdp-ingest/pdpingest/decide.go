@@ -111,32 +111,40 @@ func Decide(req Request) (Decision, error) {
 // of after's body when it was checked here.
 func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head policy.Header, erroredOnly string, now time.Time, changeID string) Decision {
 	change := &events.PolicyChange{ChangeID: changeID, PolicyID: id, ChangedAt: now}
+	var prev int64
 	if before != nil {
 		change.OldVersion = strPtr(before.PolicyVersion)
+		prev = before.Revision
 	}
+	// Every change moves the policy_id to a new revision; an ERRORED
+	// latest keeps the valid body in force, and its revision.
+	next := events.NextRevision(prev, now)
 	switch {
 	case after == nil && before == nil:
 		if erroredOnly == "" {
 			return d
 		}
-		change.Action, change.Error = events.ActionErrored, &erroredOnly
+		change.Action, change.Error, change.Revision = events.ActionErrored, &erroredOnly, next
 	case after == nil:
 		d.Remove = true
-		change.Action = events.ActionRemoved
+		change.Action, change.Revision = events.ActionRemoved, next
 	default:
 		if before != nil && sameEntry(before, after) {
 			return d
 		}
-		d.Catalog = after
 		if after.Status == events.StatusErrored {
-			change.Action, change.Error = events.ActionErrored, after.Error
+			change.Action, change.Error, change.Revision = events.ActionErrored, after.Error, after.Revision
 		} else {
-			change.Action = events.ActionUpdated
+			e := *after
+			e.Revision = next
+			after = &e
+			change.Action, change.Revision = events.ActionUpdated, next
 			change.NewVersion = strPtr(after.PolicyVersion)
 			// The header, not the body: the catalog entry written in
 			// the same transaction holds it.
 			change.PolicyName, change.MatchingConditions, change.BodyHash = head.PolicyName, head.MatchingConditions, head.BodyHash
 		}
+		d.Catalog = after
 	}
 	d.Change = change
 	return d

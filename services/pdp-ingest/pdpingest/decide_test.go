@@ -302,6 +302,29 @@ func TestDecide(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Every change moves the policy_id to a greater revision,
+			// the one the change carries; an errored latest keeps the
+			// revision of the body in force.
+			var prev int64
+			if tc.current != nil {
+				prev = tc.current.Revision
+			}
+			if d.Change != nil {
+				rev := d.Change.Revision
+				switch {
+				case d.Change.Action == events.ActionErrored && d.Catalog != nil:
+					if rev != prev || d.Catalog.Revision != prev {
+						t.Fatalf("errored: change revision %d, entry %d, want the current %d kept", rev, d.Catalog.Revision, prev)
+					}
+				case rev <= prev || d.Catalog != nil && d.Catalog.Revision != rev:
+					t.Fatalf("change revision %d (entry %v), want one greater than %d carried by both", rev, d.Catalog, prev)
+				}
+			}
+			if d.Catalog != nil && tc.want.catalog != nil {
+				c := *d.Catalog
+				c.Revision = tc.want.catalog.Revision
+				d.Catalog = &c
+			}
 			if !reflect.DeepEqual(d.Catalog, tc.want.catalog) {
 				t.Fatalf("catalog write:\n got  %s\n want %s", show(d.Catalog), show(tc.want.catalog))
 			}

@@ -92,7 +92,7 @@ func Fill(ctx context.Context, cat Catalog, m *events.PolicyMatch) ([]Filled, er
 				return
 			}
 			if h := hashes.of(e); h != p.BodyHash {
-				p.PolicyName, p.PolicyVersion, p.BodyHash = e.PolicyName, e.PolicyVersion, h
+				p.PolicyName, p.PolicyVersion, p.BodyHash, p.Revision = e.PolicyName, e.PolicyVersion, h, e.Revision
 				n.GotVersion, n.GotHash = e.PolicyVersion, h
 				notes = append(notes, n)
 			}

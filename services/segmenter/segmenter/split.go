@@ -216,12 +216,12 @@ func stringSize(s string) int { return varintLen(int64(len(s))) + len(s) }
 
 // policySize is the encoded size of a Policy record.
 func policySize(p events.Policy) int {
-	return stringSize(p.PolicyID) + stringSize(p.PolicyName) + stringSize(p.PolicyVersion) + stringSize(p.Body) + stringSize(p.BodyHash)
+	return stringSize(p.PolicyID) + stringSize(p.PolicyName) + stringSize(p.PolicyVersion) + stringSize(p.Body) + stringSize(p.BodyHash) + varintLen(p.Revision)
 }
 
 // removedSize is the encoded size of a RemovedPolicy record.
 func removedSize(r events.RemovedPolicy) int {
-	n := stringSize(r.PolicyID) + 1 // union branch index
+	n := stringSize(r.PolicyID) + 1 + varintLen(r.Revision) // union branch index, revision
 	if r.PolicyVersion != nil {
 		n += stringSize(*r.PolicyVersion)
 	}
