@@ -1,6 +1,7 @@
 package policyflow_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -119,4 +120,23 @@ func TestWithdrawnNewestVersionFallsBackToTheRemainingOne(t *testing.T) {
 	p.unpublish("DCAE.Config_WD.222.xml")
 	p.waitItems(scn, map[string]string{"DCAE.Config_WD": `{"min_memory":"2GB"}`})
 	p.lastCallHas(rec, "the script is told of version 5 again", "2GB", `"policyVersion":"5"`)
+
+	// The rollout view says the same: version 5, in Consul and notified.
+	p.eventually("rollout of version 5 complete", time.Minute, func() error {
+		var r struct {
+			Version    string `json:"version"`
+			Components int    `json:"components"`
+			InConsul   int    `json:"in_consul"`
+			Notified   int    `json:"notified"`
+			Pending    int    `json:"pending"`
+		}
+		code, body := p.do(http.MethodGet, "/v1/policies/DCAE.Config_WD/rollout", nil)
+		if err := json.Unmarshal([]byte(body), &r); code != http.StatusOK || err != nil {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		if r.Version != "5" || r.Components != 1 || r.InConsul != 1 || r.Notified != 1 || r.Pending != 0 {
+			return fmt.Errorf("rollout %s", body)
+		}
+		return nil
+	})
 }

@@ -238,6 +238,14 @@ func TestPolicyAndCatchupCommands(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.errOut, "no registered component belongs to deployment nobody") {
 		t.Errorf("catchup of unknown deployment: exit %d stderr %q", r.code, r.errOut)
 	}
+
+	r = policyctl(t, "rollout", "DCAE.Config_NOBODY")
+	if r.code != 1 || !strings.Contains(r.errOut, "404") || !strings.Contains(r.errOut, "DCAE.Config_NOBODY is not in the catalog") {
+		t.Errorf("rollout of an unknown policy: exit %d stderr %q", r.code, r.errOut)
+	}
+	if r = policyctl(t, "rollout", "--limit", "-1", "X"); r.code != 2 || !strings.Contains(r.errOut, "--limit -1") {
+		t.Errorf("rollout with a bad limit: exit %d stderr %q", r.code, r.errOut)
+	}
 }
 
 func TestAPICommandsExplainAnUnreachableOrFailingAPI(t *testing.T) {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 )
 
 const (
 	policyPushSummary = "push full policy bodies (a JSON array or one object; - for stdin) with no PDP behind them"
 	pdpNotifySummary  = "send a PDP notification {loadedPolicies, removedPolicies} (ONAP shape; - for stdin)"
 	catchupSummary    = "ask for a catch-up of every deployment, or of one with --deployment"
+	rolloutSummary    = "where the latest version of a policy is: components that should hold it, in Consul, notified, failed (with ids), pending"
 )
 
 func init() {
@@ -18,6 +21,7 @@ func init() {
 	register(command{name: "pdp notify", summary: pdpNotifySummary, run: runPdpNotify})
 	register(command{name: "catch-up", summary: catchupSummary, run: runCatchup})
 	register(command{name: "catchup", summary: "the same as catch-up (its former name)", run: runCatchup})
+	register(command{name: "rollout", summary: rolloutSummary, run: runRollout})
 }
 
 // runFileCommand runs a command that sends FILE|- to a North API path.
@@ -80,6 +84,28 @@ func runCatchup(ctx context.Context, args []string) error {
 		return fmt.Errorf("encode catch-up request: %w", err)
 	}
 	answer, err := api.do(ctx, http.MethodPost, "/v1/catchup", body)
+	if err != nil {
+		return err
+	}
+	return printAnswer(ctx, answer)
+}
+
+func runRollout(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "rollout", rolloutSummary+
+		"\n\nComponents should hold a policy when they name its policy_id or one of their filters"+
+		"\nmatches its latest body; the lists of failed and pending components hold at most --limit ids.", "POLICY_ID")
+	api := registerAPIFlags(fs)
+	limit := fs.Int("limit", 100, "most component ids listed as failed and as pending (0 to 10000)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return usageErrorf("rollout takes one POLICY_ID, got %d arguments", fs.NArg())
+	}
+	if *limit < 0 || *limit > 10000 {
+		return usageErrorf("--limit %d is not from 0 to 10000", *limit)
+	}
+	answer, err := api.do(ctx, http.MethodGet, "/v1/policies/"+url.PathEscape(fs.Arg(0))+"/rollout?limit="+strconv.Itoa(*limit), nil)
 	if err != nil {
 		return err
 	}

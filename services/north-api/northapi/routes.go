@@ -24,6 +24,7 @@ func (s *Server) routeTable() []route {
 		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
 		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, operators},
 		{http.MethodPost, "/v1/policies", s.pushPolicies, operators},
+		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, readers},
 		{http.MethodPost, "/v1/catchup", s.catchup, operators},
 		// The seed's policy-handler endpoint: a catch-up of everything.
 		{http.MethodGet, "/catch_up", s.catchup, operators},
