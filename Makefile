@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul build run test bench bench-go fuzz lint images clean
+.PHONY: help consul build run test bench bench-go chaos fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -109,6 +109,17 @@ bench: build consul ## measure every stage against ceilings of the same run, its
 bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB
 	cd events && $(GO) test -run '^$$' -bench . -benchmem ./...
 	cd services && $(GO) test -run '^$$' -bench . -benchmem ./...
+
+# `make chaos` runs the fault matrix (bin/pfchaos): every stage and the
+# North API as processes, killed one by one mid-stream, the broker
+# restarted, Consul stopped for a while, a rebalance storm; it prints
+# lost / duplicated / backwards / recovery time per fault and fails when a
+# count is not 0. CHAOS_ARGS="..." passes flags (bin/pfchaos --help), e.g.
+# CHAOS_ARGS="--faults consul-down --consul-down 10s".
+CHAOS_ARGS ?=
+
+chaos: build consul ## run the fault matrix: stages killed mid-stream, broker restart, Consul down 30s, rebalance storm; fails on any lost, duplicated or backwards update (flags in CHAOS_ARGS="...")
+	bin/pfchaos $(CHAOS_ARGS)
 
 # `make fuzz` runs every Go fuzz target of the repository, one after another
 # (`go test -fuzz` takes one target per run), each for FUZZTIME. The targets

@@ -2,8 +2,10 @@ package policyflow_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,6 +21,8 @@ import (
 	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
 	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -243,4 +247,132 @@ func header(r *kgo.Record, key string) string {
 		}
 	}
 	return ""
+}
+
+// The North API reads the component folders from a Consul agent with ACLs
+// in default deny, with a token whose policy grants read on the folders:
+// a folder it may read is served whole. A folder its token may not read
+// is answered 502 with the rule to grant, never a raw error and never an
+// empty or partial folder (Consul leaves out of a listing, without an
+// error, the keys a token may not read); a token Consul does not know is
+// answered 502 saying to check the North API's --consul-token.
+func TestNorthAPIWithConsulACL(t *testing.T) {
+	b := backend.Get(t)
+	prefix := b.Prefix(t)
+	b.ApplyTopology(t, prefix, 1)
+	k := b.Kafka(prefix)
+
+	bin, err := devstack.ConsulBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mgmt := uuid(t)
+	agent, err := devstack.StartConsul(ctx, devstack.ConsulOptions{Binary: bin, ManagementToken: mgmt})
+	if err != nil {
+		t.Fatalf("start Consul with ACLs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := agent.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	admin, err := consulapi.NewClient(&consulapi.Config{Address: agent.Addr, Token: mgmt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := strings.TrimSuffix(prefix, ".")
+	readable, hidden, partial := "readable-"+suffix, "hidden-"+suffix, "partial-"+suffix
+	for _, scn := range []string{readable, hidden, partial} {
+		for key, value := range map[string]string{
+			consulkv.ConfigKey(scn):                  `{"threshold":3}`,
+			consulkv.ItemKey(scn, "DCAE.Config_ACL"): `{"policyName":"DCAE.Config_ACL.1.xml","policyVersion":"1","config":{"acl":true}}`,
+			consulkv.EventKey(scn):                   `{"action":"gathered","update_id":"u-1","policies_count":1}`,
+		} {
+			if _, err := admin.KV().Put(&consulapi.KVPair{Key: key, Value: []byte(value)}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	apiToken := aclToken(t, admin.ACL(), "north-api-"+suffix, fmt.Sprintf(
+		"key %q { policy = \"read\" }\nkey_prefix %q { policy = \"read\" }\nkey %q { policy = \"read\" }",
+		consulkv.ConfigKey(readable), consulkv.Prefix(readable), consulkv.ConfigKey(partial)))
+
+	caller, err := auth.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "acl", Role: auth.RoleAdmin, SHA256: auth.Hash(caller)}}}.Set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
+	serve := func(consulToken string) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- northapi.ServeListener(sctx, env, ln, northapi.Options{Consul: consulkv.Config{Addr: agent.Addr, Token: consulToken}, Tokens: tokens})
+		}()
+		t.Cleanup(func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("north api: %v", err)
+			}
+		})
+		return "http://" + ln.Addr().String()
+	}
+	get := func(api, path string) (int, string) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api+path, nil)
+		auth.SetBearer(req, caller)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	// reason is the "error" of an answer's JSON body.
+	reason := func(body string) string {
+		var e struct{ Error string }
+		_ = json.Unmarshal([]byte(body), &e)
+		return e.Error
+	}
+
+	api := serve(apiToken)
+	code, body := get(api, "/service_component_all/"+readable)
+	var folder struct {
+		Config   struct{ Threshold int }
+		Policies struct {
+			Event struct {
+				UpdateID string `json:"update_id"`
+			}
+			Items []struct{ PolicyName string }
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &folder); code != http.StatusOK || err != nil || folder.Config.Threshold != 3 ||
+		len(folder.Policies.Items) != 1 || folder.Policies.Items[0].PolicyName != "DCAE.Config_ACL.1.xml" || folder.Policies.Event.UpdateID != "u-1" {
+		t.Errorf("GET /service_component_all/%s with a token that may read it: %d %s (%v); want 200 with its config, item and event", readable, code, body, err)
+	}
+	for _, tc := range []struct{ scn, want string }{
+		{hidden, fmt.Sprintf("denied the North API's token the right to read %s; grant the token key %q { policy = \"read\" }", hidden, hidden)},
+		{partial, fmt.Sprintf("denied the North API's token the right to read %s; grant the token key_prefix %q { policy = \"read\" }", consulkv.Prefix(partial), consulkv.Prefix(partial))},
+	} {
+		code, body := get(api, "/service_component_all/"+tc.scn)
+		if code != http.StatusBadGateway || !strings.Contains(reason(body), tc.want) {
+			t.Errorf("GET /service_component_all/%s with a token that may not read it all: %d %s; want 502 saying %q", tc.scn, code, body, tc.want)
+		}
+	}
+
+	unknown := serve(uuid(t))
+	code, body = get(unknown, "/service_component_all/"+readable)
+	if want := "Consul refused the North API's token (ACL not found); check the North API's --consul-token"; code != http.StatusBadGateway || !strings.Contains(reason(body), want) {
+		t.Errorf("GET /service_component_all/%s with a token Consul does not know: %d %s; want 502 saying %q", readable, code, body, want)
+	}
 }

@@ -27,12 +27,18 @@ var maskSeeds = []string{
 	"http://h/?token=ab'cd&x=1",
 	"http://u:p'ss@h/",
 	"http:user:pass@h/",
+	"http://h/cb?next=http://u:p@o/x?token=abc",
+	"http://h/cb?next=http%3A%2F%2Fu%3Ap%40o%2F%3Ftoken%3Dabc&x=1",
+	"http://h/api/token/abc123/x",
+	"http://h/x;token=abc/y;a=b;sig=c",
+	"http://h/x/api_key=abc;v=1",
 }
 
 // secretSpans lists where the secrets of raw stand in it, as MaskURL
 // reads them: the user information, and the values of the query and
 // fragment parameters whose names look like a secret, with ';'
-// separating parameters as '&' does (some servers read it so).
+// separating parameters as '&' does (some servers read it so), and the
+// secrets of the path as maskPath finds them.
 func secretSpans(raw string) [][2]int {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -71,6 +77,49 @@ func secretSpans(raw string) [][2]int {
 			i += next + 1
 		}
 	}
+	if u.Opaque == "" {
+		start := 0
+		if u.Scheme != "" {
+			start = len(u.Scheme) + 1
+		}
+		if strings.HasPrefix(raw[start:], "//") {
+			start += 2
+			if i := strings.IndexAny(raw[start:], "/?#"); i >= 0 {
+				start += i
+			} else {
+				start = len(raw)
+			}
+		}
+		end := len(raw)
+		if i := strings.IndexAny(raw[start:], "?#"); i >= 0 {
+			end = start + i
+		}
+		afterSecret := false
+		for i := start; i < end; {
+			next := strings.IndexByte(raw[i:end], '/')
+			if next < 0 {
+				next = end - i
+			}
+			seg := raw[i : i+next]
+			switch {
+			case seg == "":
+				afterSecret = false
+			case afterSecret:
+				out = append(out, [2]int{i, i + next})
+				afterSecret = false
+			default:
+				name, _, _ := strings.Cut(seg, ";")
+				if plain, err := url.PathUnescape(name); err == nil {
+					name = plain
+				}
+				afterSecret = !strings.Contains(name, "=") && secretName(name)
+				if strings.Contains(seg, "=") {
+					params(i, i+next)
+				}
+			}
+			i += next + 1
+		}
+	}
 	hash := strings.IndexByte(raw, '#')
 	if hash < 0 {
 		hash = len(raw)
@@ -100,8 +149,8 @@ func withOtherSecrets(raw string) string {
 // FuzzMaskURL masks any string as a webhook URL. What does not parse is
 // shown as Masked; what does is shown the same whatever its secrets
 // (secretSpans) are, and parses again with Masked for user information
-// and for the value of every parameter whose name looks like a secret.
-// Seeds: the URLs of TestMaskURL and TestCheckWebhook and hostile ones;
+// and for the value of every parameter whose name looks like a secret
+// (in the path too). Seeds: the URLs of TestMaskURL and TestCheckWebhook and hostile ones;
 // findings are committed under testdata/fuzz/FuzzMaskURL.
 func FuzzMaskURL(f *testing.F) {
 	for _, s := range maskSeeds {
@@ -165,8 +214,14 @@ func FuzzMaskText(f *testing.F) {
 		if MaskText(other) != out {
 			t.Fatalf("MaskText(%q) = %q, but MaskText(%q) = %q: what it shows depends on the secrets", text, out, other, MaskText(other))
 		}
-		if alone := MaskText(raw); len(raw) > len(u.Scheme)+len("://") && alone != MaskURL(raw) {
-			t.Fatalf("MaskText(%q) = %q; MaskURL gives %q", raw, alone, MaskURL(raw))
+		// MaskText keeps the scheme as written; MaskURL writes it in
+		// lower case.
+		want := MaskURL(raw)
+		if scheme := raw[:len(u.Scheme)]; strings.HasPrefix(want, u.Scheme+"://") {
+			want = scheme + want[len(scheme):]
+		}
+		if alone := MaskText(raw); len(raw) > len(u.Scheme)+len("://") && alone != want {
+			t.Fatalf("MaskText(%q) = %q; MaskURL gives %q", raw, alone, want)
 		}
 	})
 }

@@ -278,3 +278,46 @@ func TestMaskURL(t *testing.T) {
 		t.Errorf("a masked URL does not parse: %v", err)
 	}
 }
+
+// TestMaskURLNestedAndPath: a URL given as a query value (as it is, or
+// percent-encoded) is masked as a URL of its own, and a secret in the
+// path (a name=value segment or matrix parameter, or the segment after one
+// named like a secret) is masked as in a query.
+func TestMaskURLNestedAndPath(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"http://h/cb?next=http://u:p@o/x?token=abc", "http://h/cb?next=http://***@o/x?token=***"},
+		{"http://h/cb?next=http%3A%2F%2Fu%3Ap%40o%2F%3Ftoken%3Dabc&x=1", "http://h/cb?next=http%3A%2F%2F***%40o%2F%3Ftoken%3D***&x=1"},
+		{"http://h/cb?next=https%3A%2F%2Fo%2Fx%3Fa%3D1", "http://h/cb?next=https%3A%2F%2Fo%2Fx%3Fa%3D1"},
+		{"http://h/api/token/abc123/x", "http://h/api/token/***/x"},
+		{"http://h/keys/abc123", "http://h/keys/***"},
+		{"http://h/x;token=abc/y", "http://h/x;token=***/y"},
+		{"http://h/x/api_key=abc;v=1", "http://h/x/api_key=***;v=1"},
+		{"http://h/token/", "http://h/token/"},
+		{"http://h/a/b?x=1", "http://h/a/b?x=1"},
+	} {
+		got := MaskURL(tc.in)
+		if got != tc.want {
+			t.Errorf("MaskURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if _, err := url.Parse(got); err != nil {
+			t.Errorf("MaskURL(%q) = %q, which does not parse: %v", tc.in, got, err)
+		}
+	}
+}
+
+// TestMaskTextGlued: a URL glued to the text before it (a letter, a digit,
+// an underscore) is masked, and the text around it is kept as it was.
+func TestMaskTextGlued(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"_http://u:p@h/?token=a", "_http://***@h/?token=***"},
+		{"1http://u:p@h/?token=a", "1http://***@h/?token=***"},
+		{"retry#2http://u:p@h/", "retry#2http://***@h/"},
+		{"Posthttp://u:p@h/?token=a", "Posthttp://***@h/?token=***"},
+		{"Get HTTPS://u:p@h/x: EOF", "Get HTTPS://***@h/x: EOF"},
+		{"failed:http://u:p@h/", "failed:http://***@h/"},
+	} {
+		if got := MaskText(tc.in); got != tc.want {
+			t.Errorf("MaskText(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

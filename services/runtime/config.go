@@ -48,6 +48,17 @@ func EnvOr(name, def string) string {
 	return def
 }
 
+// envDuration is the duration in the environment variable name (as
+// time.ParseDuration reads it), or def when it is unset or unreadable.
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
 func envBool(name string, def bool) bool {
 	v, ok := os.LookupEnv(name)
 	if !ok || v == "" {

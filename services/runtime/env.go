@@ -33,6 +33,15 @@ type Env struct {
 	// SessionTimeout is how long the group waits for a silent member
 	// before giving its partitions to others (0 = the client default, 45s).
 	SessionTimeout time.Duration
+	// InstanceID, when set, makes the stage a static member of its group
+	// (KIP-345) under that name, and its transactional id stable: a
+	// member restarted under the same name (after a crash, without
+	// leaving) takes its partitions back without a rebalance and fences
+	// the transaction its previous run left open, instead of the group
+	// waiting SessionTimeout and the partitions TransactionTimeout. A
+	// static member does not leave the group when it stops; its
+	// partitions move SessionTimeout later unless it comes back.
+	InstanceID string
 	// PollRecords caps the records handled per poll (and per transaction).
 	PollRecords int
 	// MaxRecordBytes is the largest record a stage may produce

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -21,6 +22,9 @@ type Options struct {
 	Pprof    bool
 	LogLevel string
 	LogText  bool
+	// SessionTimeout and InstanceID go to Env (see there).
+	SessionTimeout time.Duration
+	InstanceID     string
 }
 
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
@@ -30,6 +34,8 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Pprof, "pprof", envBool("PF_PPROF", false), "serve the Go profiles under /debug/pprof/ on --http-addr; off by default, since /debug/pprof/cmdline shows secrets given as flags (env PF_PPROF)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	fs.BoolVar(&o.LogText, "log-text", envBool("PF_LOG_TEXT", false), "human-readable logs instead of JSON (env PF_LOG_TEXT)")
+	fs.DurationVar(&o.SessionTimeout, "session-timeout", envDuration("PF_SESSION_TIMEOUT", 0), "how long the consumer group waits for a silent member (one killed without leaving) before handing its partitions to the others; 0 keeps the client's 45s (env PF_SESSION_TIMEOUT)")
+	fs.StringVar(&o.InstanceID, "instance-id", EnvOr("PF_INSTANCE_ID", ""), "static group membership: a name unique among the stage's members that stays the same across restarts (a StatefulSet pod name); a restarted member takes its partitions back at once and fences its own unfinished transaction, instead of waiting out --session-timeout (env PF_INSTANCE_ID)")
 }
 
 // OpsRoutes are the routes the options add to the ops listener: the Go
@@ -103,6 +109,7 @@ func Main(s Stage) {
 	ctx, cancel := SignalContext(context.Background())
 	defer cancel()
 	env := NewEnv(o.Kafka, log)
+	env.SessionTimeout, env.InstanceID = o.SessionTimeout, o.InstanceID
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()) })
 	g.Go(func() error {

@@ -148,6 +148,9 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 		kgo.OnPartitionsLost(r.onLost),
 		kgo.ProducerLinger(0),
 	)
+	if r.env.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(r.env.InstanceID))
+	}
 	if r.env.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(r.env.SessionTimeout), kgo.HeartbeatInterval(r.env.SessionTimeout/10))
 	}

@@ -374,3 +374,46 @@ func TestTransactionalProduceFailureAborts(t *testing.T) {
 		t.Fatalf("r4 handled %d times, want twice (once more after the abort)", calls["r4"])
 	}
 }
+
+// TestStaticMemberTakesItsPartitionsBack: a stage with an instance id is a
+// static member; stopped without leaving the group (as a killed process
+// is), it is replaced by the next process under the same name at once,
+// not after the session timeout, which is set here far beyond the wait
+// for the second half of the outputs: they can only come from the
+// takeover.
+func TestStaticMemberTakesItsPartitionsBack(t *testing.T) {
+	c := newCluster(t)
+	env := stagetest.Env(c.Kafka)
+	env.InstanceID = "echo-0"
+	env.SessionTimeout = 4 * time.Minute
+	var calls atomic.Int64
+	produce(t, c, 30, -1)
+	stop := stagetest.Run(t, echoStage(&calls), env)
+	c.Read(t, "out", 30, 60*time.Second)
+	stop() // a static member does not leave: the group keeps waiting for it
+	group := echoStage(&calls).GroupIn(c.Kafka)
+	described, err := c.Admin.DescribeGroups(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms := described[group].Members; len(ms) != 1 || ms[0].InstanceID == nil || *ms[0].InstanceID != "echo-0" {
+		t.Fatalf("group %s after the member stopped: %+v; want it still holding the static member echo-0", group, ms)
+	}
+
+	var recs []*kgo.Record
+	for i := 30; i < 60; i++ {
+		recs = append(recs, c.Record(t, "in", "k"+strconv.Itoa(i), req("r"+strconv.Itoa(i))))
+	}
+	c.ProduceRecords(t, recs...)
+	stagetest.Run(t, echoStage(&calls), env)
+	out := c.Read(t, "out", 60, 90*time.Second)
+	counts := map[string]int{}
+	for _, r := range out {
+		counts[string(r.Key)]++
+	}
+	for i := 0; i < 60; i++ {
+		if n := counts["k"+strconv.Itoa(i)]; n != 1 {
+			t.Errorf("input k%d has %d committed outputs, want exactly 1", i, n)
+		}
+	}
+}

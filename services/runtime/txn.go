@@ -17,7 +17,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		return err
 	}
 	opts = append(opts,
-		kgo.TransactionalID(fmt.Sprintf("%s-%s", r.stage.GroupIn(r.env.Kafka), randomID())),
+		kgo.TransactionalID(r.transactionalID()),
 		kgo.TransactionTimeout(r.env.TransactionTimeout),
 		kgo.RequireStableFetchOffsets(),
 		kgo.RecordPartitioner(Partitioner()),
@@ -148,4 +148,16 @@ func (r *runner) waitBrokers(ctx context.Context, cl *kgo.Client) error {
 		case <-time.After(r.env.Retry.Next(attempt)):
 		}
 	}
+}
+
+// transactionalID is the stage's group and its instance id (see
+// Env.InstanceID), so that a restarted member fences its previous run's
+// open transaction; without one, a random id (members then never fence
+// each other, and a dead member's transaction blocks its partitions
+// until TransactionTimeout).
+func (r *runner) transactionalID() string {
+	if r.env.InstanceID != "" {
+		return r.stage.GroupIn(r.env.Kafka) + "-" + r.env.InstanceID
+	}
+	return fmt.Sprintf("%s-%s", r.stage.GroupIn(r.env.Kafka), randomID())
 }

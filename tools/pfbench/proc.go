@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/policyflow/policyflow/services/runtime"
@@ -21,86 +19,37 @@ import (
 )
 
 // stageProc is one stage binary running as its own process, the way it
-// is deployed: its memory is its own and can be read from /proc.
+// is deployed (devstack.StartStage): its memory is its own and can be
+// read from /proc.
 type stageProc struct {
+	*devstack.StageProc
 	name    string
 	cmd     *exec.Cmd
 	http    string // host:port of /metrics and /readyz
 	logFile string
-	done    chan struct{}
-	err     error
 }
 
 // startStage runs binDir/<name> against the bench's broker and Consul.
-// The Consul address goes in the environment (PF_CONSUL_ADDR), as in a
-// deployment: the stages that write to Consul read it, the others have
-// no Consul flags.
 func startStage(ctx context.Context, binDir, logDir, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
 	return startStageLogged(ctx, binDir, filepath.Join(logDir, name+".log"), name, k, consulAddr, extra...)
 }
 
 // startStageLogged is startStage with the log in logFile: members of one
 // stage running at once each have their own log (and their own ops port).
-func startStageLogged(ctx context.Context, binDir, logFile, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
-	bin := filepath.Join(binDir, name)
-	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("stage binary %s: %w (build the stages with `make build`, or point --bin-dir at them)", bin, err)
-	}
-	addr, err := devstack.FreeAddr()
+func startStageLogged(_ context.Context, binDir, logFile, name string, k runtime.Kafka, consulAddr string, extra ...string) (*stageProc, error) {
+	p, err := devstack.StartStage(devstack.StageOptions{BinDir: binDir, Name: name, LogFile: logFile, Kafka: k, ConsulAddr: consulAddr, Args: extra})
 	if err != nil {
 		return nil, err
 	}
-	lf, err := os.OpenFile(logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	args := append([]string{
-		"--brokers", strings.Join(k.Brokers, ","),
-		"--http-addr", addr,
-		"--log-level", "warn",
-	}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = lf, lf
-	cmd.Env = append(os.Environ(), "PF_TOPIC_PREFIX="+k.Prefix, "PF_CONSUL_ADDR="+consulAddr)
-	if err := cmd.Start(); err != nil {
-		lf.Close()
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &stageProc{name: name, cmd: cmd, http: addr, logFile: logFile, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		lf.Close()
-		close(p.done)
-	}()
-	return p, nil
+	return &stageProc{StageProc: p, name: name, cmd: p.Cmd, http: p.HTTPAddr, logFile: logFile}, nil
 }
 
 // exited reports a stage that stopped on its own, with its log's tail.
-func (p *stageProc) exited() error {
-	select {
-	case <-p.done:
-		return fmt.Errorf("stage %s exited (%v); its log %s ends with:\n%s", p.name, p.err, p.logFile, tail(p.logFile, 2000))
-	default:
-		return nil
-	}
-}
+func (p *stageProc) exited() error { return p.Exited() }
 
 // stop drains the stage (SIGTERM) and waits for it, killing it after a
 // while.
-func (p *stageProc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *stageProc) stop() { p.Stop() }
 
 // stopAll drains every process at once (SIGTERM) and waits for them all:
 // one by one, each member leaving would hand its partitions to the next.
@@ -193,19 +142,6 @@ func scrapeSumWith(ctx context.Context, url, metric, label string) (float64, err
 		sum += v
 	}
 	return sum, sc.Err()
-}
-
-func tail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > n {
-		_, _ = f.Seek(-n, io.SeekEnd)
-	}
-	b, _ := io.ReadAll(f)
-	return string(b)
 }
 
 // cpuSeconds is the user+system CPU time a process has used so far, from

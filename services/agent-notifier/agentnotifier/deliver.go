@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -113,20 +114,38 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, paylo
 	return res
 }
 
-// PostWebhook POSTs the notification (Content-Type application/json) when
-// the rules allow the URL, with client (notifytarget.Rules.Client: it
+// The headers of a webhook notification that name the update it
+// delivers: a receiver can tell a notification delivered again (the
+// agent-notifier delivers an update at most once, but a receiver may be
+// reached by a copy, e.g. a proxy's retry) and their order (generations
+// of a component only grow).
+const (
+	HeaderComponentID = "Policyflow-Component-Id"
+	HeaderUpdateID    = "Policyflow-Update-Id"
+	HeaderGeneration  = "Policyflow-Generation"
+)
+
+// Delivery names what a notification delivers, sent with a webhook in
+// HeaderComponentID, HeaderUpdateID and HeaderGeneration.
+type Delivery struct {
+	ComponentID, UpdateID string
+	Generation            int64
+}
+
+// PostWebhook POSTs the notification (Content-Type application/json, the
+// Delivery in headers) when the rules allow the URL, with client (notifytarget.Rules.Client: it
 // checks the address it dials and follows no redirect). It reports the
 // answer's status: a 2xx answer is success, any other (a redirect
 // included) a failure; the answer's body is never kept. The URL is shown
 // masked in the result.
-func PostWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, payload []byte, timeout time.Duration) Result {
+func PostWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, d Delivery, payload []byte, timeout time.Duration) Result {
 	start := time.Now()
-	res := postWebhook(ctx, rules, client, rawURL, payload, timeout)
+	res := postWebhook(ctx, rules, client, rawURL, d, payload, timeout)
 	res.Took = time.Since(start)
 	return res
 }
 
-func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, payload []byte, timeout time.Duration) Result {
+func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, d Delivery, payload []byte, timeout time.Duration) Result {
 	shown := notifytarget.MaskURL(rawURL)
 	if _, err := rules.CheckWebhook(rawURL); err != nil {
 		return Result{ExitCode: -1, Stderr: "not called: " + err.Error()}
@@ -138,6 +157,9 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 		return Result{ExitCode: -1, Stderr: fmt.Sprintf("cannot POST to %s: %s", shown, notifytarget.MaskText(err.Error()))}
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderComponentID, d.ComponentID)
+	req.Header.Set(HeaderUpdateID, d.UpdateID)
+	req.Header.Set(HeaderGeneration, strconv.FormatInt(d.Generation, 10))
 	resp, err := client.Do(req)
 	if err != nil {
 		// url.Error repeats the URL unmasked; keep what went wrong.
@@ -184,7 +206,7 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 		res = RunScript(ctx, n.rules, a.Notify.ScriptPath, j.body, timeout)
 	} else {
 		target = notifytarget.MaskURL(a.Notify.WebhookURL)
-		res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, j.body, timeout)
+		res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation}, j.body, timeout)
 	}
 	ev, msg := j.log.Info(), "component notified"
 	if res.ExitCode != 0 {

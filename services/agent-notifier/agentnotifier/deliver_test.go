@@ -138,7 +138,7 @@ func TestRunScriptArgumentLimit(t *testing.T) {
 
 func TestPostWebhook(t *testing.T) {
 	var got []byte
-	var ctype string
+	var ctype, delivery string
 	var calls atomic.Int32
 	release := make(chan struct{})
 	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls.Add(100) }))
@@ -146,6 +146,7 @@ func TestPostWebhook(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		ctype = r.Header.Get("Content-Type")
+		delivery = r.Header.Get(HeaderComponentID) + " " + r.Header.Get(HeaderUpdateID) + " " + r.Header.Get(HeaderGeneration)
 		got, _ = io.ReadAll(r.Body)
 		switch r.URL.Path {
 		case "/fail":
@@ -162,11 +163,11 @@ func TestPostWebhook(t *testing.T) {
 	client := rules.Client(4)
 	ctx := context.Background()
 	post := func(u string, timeout time.Duration) Result {
-		return PostWebhook(ctx, rules, client, u, []byte(`{"policies":[]}`), timeout)
+		return PostWebhook(ctx, rules, client, u, Delivery{ComponentID: "c-1", UpdateID: "u-7", Generation: 7}, []byte(`{"policies":[]}`), timeout)
 	}
 	r := post(srv.URL+"/ok", 5*time.Second)
-	if r.ExitCode != 0 || r.HTTPStatus != 200 || string(got) != `{"policies":[]}` || ctype != "application/json" {
-		t.Fatalf("webhook: %+v, body %s, content type %s", r, got, ctype)
+	if r.ExitCode != 0 || r.HTTPStatus != 200 || string(got) != `{"policies":[]}` || ctype != "application/json" || delivery != "c-1 u-7 7" {
+		t.Fatalf("webhook: %+v, body %s, content type %s, delivery %q", r, got, ctype, delivery)
 	}
 	// A failure keeps the status, never the answer's body.
 	r = post(srv.URL+"/fail", 5*time.Second)
@@ -195,14 +196,14 @@ func TestPostWebhook(t *testing.T) {
 	// A host the rules do not allow is not called.
 	before := calls.Load()
 	other := notifytarget.Config{WebhookAllow: []string{"hooks.example.com"}}.MustRules()
-	r = PostWebhook(ctx, other, other.Client(1), srv.URL+"/ok", []byte(`{}`), 5*time.Second)
+	r = PostWebhook(ctx, other, other.Client(1), srv.URL+"/ok", Delivery{}, []byte(`{}`), 5*time.Second)
 	if r.ExitCode != -1 || !strings.HasPrefix(r.Stderr, "not called: ") || !strings.Contains(r.Stderr, "is not allowed") || calls.Load() != before {
 		t.Fatalf("webhook to a host not allowed: %+v", r)
 	}
 	// A name allowed that leads to a loopback address is refused when
 	// dialled.
 	byName := notifytarget.Config{WebhookAllow: []string{"localhost"}}.MustRules()
-	r = PostWebhook(ctx, byName, byName.Client(1), strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)+"/ok", []byte(`{}`), 5*time.Second)
+	r = PostWebhook(ctx, byName, byName.Client(1), strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)+"/ok", Delivery{}, []byte(`{}`), 5*time.Second)
 	if r.ExitCode != -1 || !strings.Contains(r.Stderr, "loopback") || calls.Load() != before {
 		t.Fatalf("webhook whose name resolves to loopback: %+v", r)
 	}

@@ -389,9 +389,14 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 		return s.consulFailed(consulkv.ConfigKey(scn), err)
 	}
 	prefix := consulkv.Prefix(scn)
-	pairs, _, err := kv.List(prefix, q)
+	pairs, meta, err := kv.List(prefix, q)
 	if err != nil {
 		return s.consulFailed(prefix, err)
+	}
+	if meta != nil && meta.ResultsFilteredByACLs {
+		// Consul leaves out, without an error, the keys the token may
+		// not read: the folder would be shown incomplete.
+		return s.consulDenied(prefix, true)
 	}
 	out := map[string]json.RawMessage{}
 	items := []json.RawMessage{}
@@ -437,8 +442,29 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	return nil
 }
 
+// consulFailed is the answer to a failed read of key (a key prefix when
+// it ends in ':') from Consul: 502, saying what to fix on the North API's
+// side: the right its token lacks, the token Consul does not know, or the
+// agent not reached.
 func (s *Server) consulFailed(key string, err error) *httpError {
+	switch {
+	case consulkv.TokenRefused(err):
+		return errorf(http.StatusBadGateway, "read %s from Consul at %s: Consul refused the North API's token (ACL not found); check the North API's --consul-token (PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)", key, s.opts.Consul.Addr)
+	case consulkv.Denied(err):
+		return s.consulDenied(key, strings.HasSuffix(key, ":"))
+	}
 	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.opts.Consul.Addr, err)
+}
+
+// consulDenied is the answer to a read of key (or of the keys under it,
+// prefix) that Consul denied the North API's token: 502 with the rule to
+// grant that token.
+func (s *Server) consulDenied(key string, prefix bool) *httpError {
+	rule := fmt.Sprintf("key %q { policy = \"read\" }", key)
+	if prefix {
+		rule = fmt.Sprintf("key_prefix %q { policy = \"read\" }", key)
+	}
+	return errorf(http.StatusBadGateway, "Consul at %s denied the North API's token the right to read %s; grant the token %s", s.opts.Consul.Addr, key, rule)
 }
 
 // Health is the answer of GET /healthcheck.

@@ -1,0 +1,316 @@
+// Package chaos runs policyflow's fault matrix: the whole policy flow as
+// separate processes (every stage and the North API from their binaries),
+// an in-process broker on a data directory and a real Consul agent, a
+// stream of policy updates, and one fault after another in the middle of
+// the stream. After each fault it drives the stream to its end and counts,
+// per fault, the components that lost the newest version, the duplicated
+// notifications and every step backwards, observed continuously.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// The faults of the embedded backend, by name: "kill-<process>" kills a
+// stage or the North API with SIGKILL and starts it again at once;
+// "broker-restart" closes the broker and starts it again on its data
+// directory and port; "consul-down" stops the Consul agent for
+// Options.ConsulDown and starts it again on its data; "rebalance-storm"
+// makes members of every consumer stage join and leave again and again.
+const (
+	FaultBrokerRestart  = "broker-restart"
+	FaultConsulDown     = "consul-down"
+	FaultRebalanceStorm = "rebalance-storm"
+	// The faults of the containers backend, not run by this package yet.
+	FaultConsulLeaderLoss    = "consul-leader-loss"
+	FaultNetworkDisconnected = "network-disconnect"
+)
+
+// Kill is the fault that kills process name.
+func Kill(name string) string { return "kill-" + name }
+
+// AllFaults are every fault this package runs, in the order it runs them.
+func AllFaults() []string {
+	var out []string
+	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
+		out = append(out, Kill(s))
+	}
+	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm)
+}
+
+// Options configure Run.
+type Options struct {
+	// BinDir holds the stage binaries and the North API's.
+	BinDir string
+	// Dir holds the broker's and Consul's data and every process's log.
+	Dir    string
+	Faults []string
+	// Components are notified by webhook; component i wants policy
+	// i mod Policies.
+	Components, Policies int
+	// Updates are the policy updates of each fault's stream; the fault
+	// comes after half of them, Pace apart.
+	Updates int
+	Pace    time.Duration
+	// ConsulDown is how long consul-down keeps Consul stopped.
+	ConsulDown time.Duration
+	// StormRounds are the join-and-leave rounds of rebalance-storm.
+	StormRounds int
+	// SessionTimeout is every stage's --session-timeout.
+	SessionTimeout time.Duration
+	// Dynamic runs the stages without --instance-id: a killed stage's
+	// partitions then wait out SessionTimeout (and the transaction it
+	// left open its transaction timeout) before its restart gets them.
+	Dynamic bool
+	// Settle bounds the wait for every component to reach the newest
+	// version after a fault; what is still behind then is lost.
+	Settle     time.Duration
+	Partitions int
+	Log        zerolog.Logger
+	// Progress, when set, is told what the run is doing.
+	Progress func(format string, a ...any)
+}
+
+// Defaults are the options of `make chaos`.
+func Defaults() Options {
+	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
+		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
+		Log: zerolog.Nop()}
+}
+
+// Row is one fault's result.
+type Row struct {
+	Fault string
+	// Lost counts components whose Consul item, or whose latest
+	// notification, was not at the newest version of their policy when
+	// Settle ran out (each counts once per place).
+	Lost int
+	// Dup counts notifications of a version a component had already
+	// been notified of.
+	Dup int
+	// Backwards counts notifications of a version older than one the
+	// component had been notified of, and Consul item values older than
+	// one seen before.
+	Backwards int
+	// Recovery is the time from the end of the fault (the process
+	// restarted, the broker or Consul back, the storm over) to every
+	// component's Consul item and latest notification showing the
+	// newest version, with the rest of the stream published at once.
+	Recovery time.Duration
+	// Err is a fault that could not be run; Details what was counted.
+	Err     string
+	Details []string
+}
+
+// Failed reports a row with something counted or an error.
+func (r Row) Failed() bool { return r.Lost != 0 || r.Dup != 0 || r.Backwards != 0 || r.Err != "" }
+
+// Matrix is the result of a run.
+type Matrix []Row
+
+// Failed reports whether any row failed.
+func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
+
+// Print writes the matrix as a table, then the details of failed rows.
+func (m Matrix) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fault\tlost\tdup\tbackwards\trecovery\t")
+	for _, r := range m {
+		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
+		if r.Err != "" {
+			rec = "error"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", r.Fault, r.Lost, r.Dup, r.Backwards, rec)
+	}
+	_ = tw.Flush()
+	for _, r := range m {
+		if !r.Failed() {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s:\n", r.Fault)
+		if r.Err != "" {
+			fmt.Fprintf(w, "  error: %s\n", r.Err)
+		}
+		for _, d := range r.Details {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
+	}
+}
+
+// Run starts the stack, brings every component to version 1 of its
+// policy, then runs each fault of o.Faults in the middle of a stream of
+// o.Updates updates. An error is returned only when the stack cannot
+// run; a fault that fails is a row of the matrix.
+func Run(ctx context.Context, o Options) (Matrix, error) {
+	progress := o.Progress
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	for _, f := range o.Faults {
+		if !slices.Contains(AllFaults(), f) && f != FaultConsulLeaderLoss && f != FaultNetworkDisconnected {
+			return nil, fmt.Errorf("unknown fault %q; the faults are %s", f, strings.Join(AllFaults(), ", "))
+		}
+	}
+	progress("starting the broker, Consul, %d stages and the North API (logs and data in %s)", len(Stages), o.Dir)
+	s, err := startStack(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	for p := 0; p < o.Policies; p++ {
+		if err := s.publish(ctx, policyID(p)); err != nil {
+			return nil, err
+		}
+	}
+	if behind, err := s.settle(ctx); err != nil || len(behind) > 0 {
+		return nil, errors.Join(fmt.Errorf("the first version did not reach every component: %s", strings.Join(behind, "; ")), err, s.alive())
+	}
+	var m Matrix
+	for _, f := range o.Faults {
+		progress("%s: %d updates, the fault after %d", f, o.Updates, o.Updates/2)
+		r := s.runFault(ctx, f)
+		progress("%s: lost %d, dup %d, backwards %d, recovery %.1fs %s", f, r.Lost, r.Dup, r.Backwards, r.Recovery.Seconds(), r.Err)
+		m = append(m, r)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return m, nil
+}
+
+// runFault runs one fault in the middle of a stream of updates.
+func (s *stack) runFault(ctx context.Context, fault string) Row {
+	row := Row{Fault: fault}
+	if fault == FaultConsulLeaderLoss || fault == FaultNetworkDisconnected {
+		row.Err = "not run: this fault needs the containers backend (a three-server Consul cluster, stage containers), which pfchaos does not drive yet"
+		return row
+	}
+	s.obs.reset()
+	var faultDone <-chan error
+	var ended time.Time
+	for i := 0; i < s.o.Updates; i++ {
+		if i == s.o.Updates/2 {
+			faultDone = s.inject(ctx, fault)
+		}
+		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
+			row.Err = err.Error()
+			return row
+		}
+		// Once the fault is over, the rest of the stream goes at once.
+		if faultDone != nil && ended.IsZero() {
+			select {
+			case err := <-faultDone:
+				if err != nil {
+					row.Err = err.Error()
+					return row
+				}
+				ended = time.Now()
+				continue
+			case <-time.After(s.o.Pace):
+			}
+		} else if faultDone == nil {
+			time.Sleep(s.o.Pace)
+		}
+	}
+	if ended.IsZero() {
+		if err := <-faultDone; err != nil {
+			row.Err = err.Error()
+			return row
+		}
+		ended = time.Now()
+	}
+	behind, _ := s.settle(ctx)
+	row.Recovery = time.Since(ended)
+	row.Lost = len(behind)
+	row.Dup, row.Backwards, row.Details = s.obs.counts()
+	row.Details = append(row.Details, behind...)
+	if err := s.alive(); err != nil {
+		row.Err = err.Error()
+	}
+	return row
+}
+
+// inject starts the fault; the channel gets its outcome once it is over.
+func (s *stack) inject(ctx context.Context, fault string) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.fault(ctx, fault) }()
+	return done
+}
+
+func (s *stack) fault(ctx context.Context, fault string) error {
+	switch {
+	case strings.HasPrefix(fault, "kill-"):
+		name := strings.TrimPrefix(fault, "kill-")
+		s.procMu.Lock()
+		p := s.procs[name]
+		s.procMu.Unlock()
+		p.Kill()
+		if _, err := s.start(name, ""); err != nil {
+			return err
+		}
+		return nil
+	case fault == FaultBrokerRestart:
+		s.broker.Close()
+		return s.startBroker(s.brokerAddr)
+	case fault == FaultConsulDown:
+		s.consulMu.Lock()
+		a := s.consul
+		s.consulMu.Unlock()
+		if err := a.Stop(); err != nil {
+			return fmt.Errorf("stop Consul: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(s.o.ConsulDown):
+		}
+		return s.startConsul(ctx, s.consulAddr)
+	case fault == FaultRebalanceStorm:
+		return s.storm(ctx)
+	}
+	return fmt.Errorf("unknown fault %q", fault)
+}
+
+// storm makes a second member of every consumer stage join, waits until
+// it is ready (it has its partitions), and makes it leave (drained), for
+// StormRounds rounds; every join and every leave is a rebalance of the
+// stage's group.
+func (s *stack) storm(ctx context.Context) error {
+	for round := 0; round < s.o.StormRounds; round++ {
+		var wg sync.WaitGroup
+		errs := make([]error, len(Stages))
+		for i, name := range Stages {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := s.start(name, "-storm")
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if err := s.ready(ctx, name+"-storm"); err != nil {
+					errs[i] = err
+				}
+				p.Stop()
+				s.procMu.Lock()
+				delete(s.procs, name+"-storm")
+				s.procMu.Unlock()
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}

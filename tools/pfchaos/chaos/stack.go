@@ -1,0 +1,371 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// NorthAPI is the name of the North API's binary, a process of the stack
+// like the stages.
+const NorthAPI = "north-api"
+
+// Stages are the processes of the policy flow, in pipeline order.
+var Stages = []string{topology.StagePDPIngest, topology.StageMatcher, topology.StageSegmenter,
+	topology.StageExecutor, topology.StageConsulWriter, topology.StageAgentNotifier}
+
+// stack is the policy flow under test: the broker (in this process, on a
+// data directory, so it can be restarted), a Consul agent (on a data
+// directory), every stage and the North API as processes of their own
+// from the binaries, the PDP simulator and the components' webhooks (in
+// this process).
+type stack struct {
+	o   Options
+	log zerolog.Logger
+
+	brokerDir, brokerAddr string
+	broker                *devstack.Broker
+	consulDir, consulAddr string
+	consulMu              sync.Mutex
+	consul                *devstack.ConsulAgent
+	kafka                 runtime.Kafka
+	kv                    *consulapi.Client
+
+	procMu sync.Mutex
+	procs  map[string]*devstack.StageProc
+	opsOf  map[string]string // each process's ops address, kept across restarts
+	apiURL string
+	token  string
+
+	sim     *pdp.Server
+	base    string // the PDP simulator and the webhooks
+	hsrv    *http.Server
+	obs     *observer
+	comps   []string          // component ids (= service_component_name)
+	policy  map[string]string // component -> policy id
+	latest  map[string]int    // policy id -> newest version accepted by the North API
+	stopObs context.CancelFunc
+}
+
+// policyID is the i-th policy of the run.
+func policyID(i int) string { return "CHAOS.Config_p" + strconv.Itoa(i) }
+
+func startStack(ctx context.Context, o Options) (s *stack, err error) {
+	s = &stack{o: o, log: o.Log, procs: map[string]*devstack.StageProc{}, opsOf: map[string]string{},
+		policy: map[string]string{}, latest: map[string]int{}}
+	defer func() {
+		if err != nil {
+			s.close()
+			s = nil
+		}
+	}()
+	s.brokerDir, s.consulDir = filepath.Join(o.Dir, "broker"), filepath.Join(o.Dir, "consul")
+	if err := s.startBroker("127.0.0.1:0"); err != nil {
+		return s, err
+	}
+	s.brokerAddr = s.broker.Addrs[0]
+	s.kafka = runtime.Kafka{Brokers: s.broker.Addrs, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 250 * time.Millisecond}
+	if err := s.startConsul(ctx, "127.0.0.1:0"); err != nil {
+		return s, err
+	}
+	s.consulAddr = s.consul.Addr
+	kvc := consulkv.Config{Addr: s.consulAddr}
+	if s.kv, err = kvc.Client(); err != nil {
+		return s, err
+	}
+
+	opts, err := s.kafka.ClientOpts()
+	if err != nil {
+		return s, err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(runtime.Partitioner()), kgo.ClientID("pfchaos"))...)
+	if err != nil {
+		return s, err
+	}
+	defer cl.Close()
+	if _, err := topology.Apply(ctx, kadm.NewClient(cl), topology.Default(), topology.Options{Partitions: int32(o.Partitions)}); err != nil {
+		return s, fmt.Errorf("apply topology: %w", err)
+	}
+
+	// The components: each wants one policy and is notified by webhook.
+	for i := 0; i < o.Components; i++ {
+		c := fmt.Sprintf("chaos-c%02d", i)
+		s.comps = append(s.comps, c)
+		s.policy[c] = policyID(i % o.Policies)
+	}
+	s.obs = newObserver(s.policy)
+	s.sim = pdp.NewServer()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/hook/", s.obs.webhook)
+	mux.Handle("/", s.sim.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return s, err
+	}
+	s.hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.hsrv.Serve(ln) }()
+	s.base = "http://" + ln.Addr().String()
+	octx, stop := context.WithCancel(context.Background())
+	s.stopObs = stop
+	go s.obs.watchConsul(octx, s.kv)
+
+	codec := events.Default()
+	var recs []*kgo.Record
+	now := time.Now().UTC()
+	for i, c := range s.comps {
+		v, err := codec.Encode(&events.Component{ComponentID: c, DeploymentID: fmt.Sprintf("chaos-d%02d", i/2), ServiceComponentName: c,
+			Tenant: "chaos", PolicyIDs: []string{s.policy[c]}, Config: "{}", Generation: 1, UpdatedAt: now,
+			Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: s.base + "/hook/" + c, TimeoutMs: 10000}})
+		if err != nil {
+			return s, err
+		}
+		recs = append(recs, &kgo.Record{Topic: s.kafka.Topic(topology.DeployComponents), Key: []byte(c), Value: v})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return s, fmt.Errorf("register components: %w", err)
+	}
+
+	tok, err := devstack.EnsureDevToken(filepath.Join(o.Dir, "api"))
+	if err != nil {
+		return s, err
+	}
+	s.token = tok.Token
+	apiAddr, err := devstack.FreeAddr()
+	if err != nil {
+		return s, err
+	}
+	s.apiURL = "http://" + apiAddr
+	for _, name := range append(append([]string(nil), Stages...), NorthAPI) {
+		if _, err := s.start(name, ""); err != nil {
+			return s, err
+		}
+	}
+	for _, name := range append(append([]string(nil), Stages...), NorthAPI) {
+		if err := s.ready(ctx, name); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+func (s *stack) startBroker(listen string) error {
+	b, err := devstack.StartBroker(devstack.BrokerOptions{Listen: listen, DataDir: s.brokerDir, Partitions: int32(s.o.Partitions),
+		Logger: s.log.With().Str("component", "broker").Logger()})
+	if err != nil {
+		return err
+	}
+	s.broker = b
+	return nil
+}
+
+func (s *stack) startConsul(ctx context.Context, httpAddr string) error {
+	bin, err := devstack.ConsulBinary()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	a, err := devstack.StartConsul(cctx, devstack.ConsulOptions{Binary: bin, DataDir: s.consulDir, HTTPAddr: httpAddr, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.consulMu.Lock()
+	s.consul = a
+	s.consulMu.Unlock()
+	return nil
+}
+
+// args are the flags of a process of the stack. The base member of each
+// stage is a static member (--instance-id <stage>-0), as a StatefulSet
+// pod is; member (not "") names another, dynamic one.
+func (s *stack) args(name, member string) []string {
+	switch name {
+	case NorthAPI:
+		return []string{"--api-addr", s.apiURL[len("http://"):], "--tokens-file", filepath.Join(s.o.Dir, "api", devstack.TokensFileName)}
+	}
+	args := []string{"--session-timeout", s.o.SessionTimeout.String()}
+	if member == "" && !s.o.Dynamic {
+		args = append(args, "--instance-id", name+"-0")
+	}
+	switch name {
+	case topology.StagePDPIngest:
+		args = append(args, "--pdp-url", s.base)
+	case topology.StageAgentNotifier:
+		args = append(args, "--webhook-allow", "127.0.0.1")
+	}
+	return args
+}
+
+// start runs a process of the stack: the base one (member "") on the ops
+// address it had before, or another member.
+func (s *stack) start(name, member string) (*devstack.StageProc, error) {
+	key := name + member
+	s.procMu.Lock()
+	ops := s.opsOf[key]
+	s.procMu.Unlock()
+	p, err := devstack.StartStage(devstack.StageOptions{BinDir: s.o.BinDir, Name: name, LogFile: filepath.Join(s.o.Dir, key+".log"),
+		Kafka: s.kafka, ConsulAddr: s.consulAddr, HTTPAddr: ops, LogLevel: "info", Args: s.args(name, member)})
+	if err != nil {
+		return nil, err
+	}
+	s.procMu.Lock()
+	s.procs[key], s.opsOf[key] = p, p.HTTPAddr
+	s.procMu.Unlock()
+	return p, nil
+}
+
+// ready waits for a process's /readyz (the North API: its /healthcheck).
+func (s *stack) ready(ctx context.Context, key string) error {
+	s.procMu.Lock()
+	p := s.procs[key]
+	s.procMu.Unlock()
+	url := "http://" + p.HTTPAddr + "/readyz"
+	if key == NorthAPI {
+		url = s.apiURL + "/healthcheck"
+	}
+	if err := devstack.WaitHTTP(ctx, url, 2*time.Minute); err != nil {
+		return errors.Join(fmt.Errorf("%s not ready: %w", key, err), p.Exited())
+	}
+	return nil
+}
+
+// alive reports the processes that exited on their own.
+func (s *stack) alive() error {
+	s.procMu.Lock()
+	defer s.procMu.Unlock()
+	var errs []error
+	for _, p := range s.procs {
+		errs = append(errs, p.Exited())
+	}
+	return errors.Join(errs...)
+}
+
+// publish makes the PDP hold the next version of policy pid and tells the
+// North API, again until it accepts (as a PDP does while the API is
+// away). The version is the newest once accepted.
+func (s *stack) publish(ctx context.Context, pid string) error {
+	v := s.latest[pid] + 1
+	lp, err := s.sim.Put(policy.Body{
+		policy.FieldPolicyName: pid + "." + strconv.Itoa(v) + ".xml", policy.FieldPolicyVersion: strconv.Itoa(v),
+		policy.FieldConfig:             `{"version":` + strconv.Itoa(v) + `}`,
+		policy.FieldMatchingConditions: map[string]any{policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "chaos"},
+	})
+	if err != nil {
+		return err
+	}
+	client := auth.Client(s.token)
+	var last error
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		last = pdp.Notify(rctx, client, s.apiURL+"/v1/pdp/notifications", policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}})
+		cancel()
+		if last == nil {
+			s.latest[pid] = v
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("publish %s version %d: %w (last: %v)", pid, v, ctx.Err(), last)
+}
+
+// behind lists the components whose Consul item or latest notification
+// is not at the newest version of their policy.
+func (s *stack) behind(ctx context.Context) ([]string, error) {
+	pairs, _, err := s.kv.KV().List("chaos-", (&consulapi.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	inConsul := map[string]int{}
+	for _, p := range pairs {
+		for _, c := range s.comps {
+			if p.Key == consulkv.ItemKey(c, s.policy[c]) {
+				inConsul[c] = versionOf(p.Value)
+			}
+		}
+	}
+	var out []string
+	for _, c := range s.comps {
+		want := s.latest[s.policy[c]]
+		if got := inConsul[c]; got != want {
+			out = append(out, fmt.Sprintf("%s: Consul holds version %d of %s, want %d", c, got, s.policy[c], want))
+		}
+		if got := s.obs.lastNotified(c); got != want {
+			out = append(out, fmt.Sprintf("%s: last notified of version %d of %s, want %d", c, got, s.policy[c], want))
+		}
+	}
+	return out, nil
+}
+
+// settle waits until no component is behind, up to the settle time, and
+// returns those still behind then.
+func (s *stack) settle(ctx context.Context) ([]string, error) {
+	deadline := time.Now().Add(s.o.Settle)
+	for {
+		b, err := s.behind(ctx)
+		if err == nil && len(b) == 0 {
+			return nil, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			if err != nil {
+				return []string{"Consul not readable: " + err.Error()}, nil
+			}
+			return b, nil
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *stack) close() {
+	s.procMu.Lock()
+	procs := make([]*devstack.StageProc, 0, len(s.procs))
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	s.procMu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.Stop() }()
+	}
+	wg.Wait()
+	if s.stopObs != nil {
+		s.stopObs()
+	}
+	if s.hsrv != nil {
+		_ = s.hsrv.Close()
+	}
+	s.consulMu.Lock()
+	if s.consul != nil {
+		_ = s.consul.Stop()
+	}
+	s.consulMu.Unlock()
+	if s.broker != nil {
+		s.broker.Close()
+	}
+}

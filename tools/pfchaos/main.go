@@ -1,0 +1,111 @@
+// Command pfchaos runs policyflow's fault matrix on the embedded backend:
+// every stage and the North API as processes of their own (from bin/), an
+// in-process broker on a data directory, a real Consul agent, and a
+// stream of policy updates with a fault in its middle: each stage and the
+// North API killed (SIGKILL), the broker restarted, Consul stopped for a
+// while, a rebalance storm. It prints, per fault, the components that
+// lost the newest version, the duplicated notifications, the steps
+// backwards and the recovery time, and exits 1 when any count is not 0.
+// See README.md next to it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/tools/pfchaos/chaos"
+)
+
+func main() {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	failed, err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pfchaos:", err)
+		os.Exit(2)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed bool, err error) {
+	o := chaos.Defaults()
+	fs := flag.NewFlagSet("pfchaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var faults, outDir, logLevel string
+	fs.StringVar(&o.BinDir, "bin-dir", "", "directory with the stage binaries and north-api (default bin/ in the repository root; `make build` puts them there)")
+	fs.StringVar(&outDir, "out-dir", "", "directory for the run's data and logs (default .chaos/ in the repository root; one run-<time> directory per run)")
+	fs.StringVar(&faults, "faults", strings.Join(o.Faults, ","), "faults to run, comma-separated, in order")
+	fs.IntVar(&o.Components, "components", o.Components, "components, notified by webhook")
+	fs.IntVar(&o.Policies, "policies", o.Policies, "policies; component i wants policy i mod policies")
+	fs.IntVar(&o.Updates, "updates", o.Updates, "policy updates per fault; the fault comes after half of them")
+	fs.DurationVar(&o.Pace, "pace", o.Pace, "time between two updates until the fault is over (the rest go at once)")
+	fs.DurationVar(&o.ConsulDown, "consul-down", o.ConsulDown, "how long consul-down keeps Consul stopped")
+	fs.IntVar(&o.StormRounds, "storm-rounds", o.StormRounds, "join-and-leave rounds of rebalance-storm")
+	fs.DurationVar(&o.SessionTimeout, "session-timeout", o.SessionTimeout, "every stage's --session-timeout")
+	fs.BoolVar(&o.Dynamic, "dynamic-members", false, "run the stages without --instance-id (dynamic group members), to compare: a killed stage's partitions then wait out --session-timeout")
+	fs.DurationVar(&o.Settle, "settle", o.Settle, "how long to wait after a fault for every component to reach the newest version; what is still behind then is lost")
+	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions of every topic")
+	fs.StringVar(&logLevel, "log-level", "warn", "level of this command's own log (the broker's and Consul's lifecycle)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return false, nil
+		}
+		return false, err
+	}
+	if fs.NArg() > 0 {
+		return false, fmt.Errorf("pfchaos takes no arguments, got %q; see --help", fs.Args())
+	}
+	o.Faults = nil
+	for _, f := range strings.Split(faults, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			o.Faults = append(o.Faults, f)
+		}
+	}
+	if o.Components < 1 || o.Policies < 1 || o.Updates < 2 || o.Partitions < 1 {
+		return false, fmt.Errorf("--components, --policies and --partitions must be at least 1 and --updates at least 2")
+	}
+	if o.BinDir == "" || outDir == "" {
+		root, err := devstack.RepoRoot()
+		if err != nil {
+			return false, fmt.Errorf("not in a policyflow checkout (%v): give --bin-dir and --out-dir", err)
+		}
+		if o.BinDir == "" {
+			o.BinDir = filepath.Join(root, "bin")
+		}
+		if outDir == "" {
+			outDir = filepath.Join(root, ".chaos")
+		}
+	}
+	level, err := devstack.ParseLogLevel(logLevel)
+	if err != nil {
+		return false, fmt.Errorf("--log-level: %w", err)
+	}
+	o.Log = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).Level(level).With().Timestamp().Logger()
+	o.Dir = filepath.Join(outDir, "run-"+time.Now().UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return false, err
+	}
+	o.Progress = func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	m, err := chaos.Run(ctx, o)
+	if err != nil {
+		return false, fmt.Errorf("%w\nlogs: %s", err, o.Dir)
+	}
+	m.Print(stdout)
+	fmt.Fprintf(stdout, "\nlogs and data: %s\n", o.Dir)
+	return m.Failed(), nil
+}
