@@ -85,6 +85,7 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /policy_latest/{policy_id}":                      true,
 		"POST /policies_latest":                               true,
 		"GET /service_component_all/{service_component_name}": true,
+		"GET /v1/policies/{policy_id}/rollout":                true,
 	}
 	for _, rt := range s.server.routeTable() {
 		if rt.access.public {
