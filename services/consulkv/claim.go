@@ -6,8 +6,10 @@ import (
 )
 
 // Claim is the JSON value of the claim key. The agent-notifier writes it
-// with check-and-set before the component is notified (ExitCode null),
-// and completes it with the outcome afterwards.
+// with check-and-set before the component is notified (ExitCode null,
+// Outcome ""), and completes it with the outcome afterwards. A claim left
+// unfinished by a notifier that stopped is taken over and run again
+// (Attempts counts the runs).
 type Claim struct {
 	UpdateID   string `json:"update_id"`
 	Generation int64  `json:"generation"`
@@ -19,6 +21,36 @@ type Claim struct {
 	At       string `json:"at"`
 	// HTTPStatus is the webhook's answer (webhooks only).
 	HTTPStatus int `json:"http_status,omitempty"`
+	// Attempts is how many times the notification was run: failed runs
+	// retried and runs a stopped notifier left unfinished count too.
+	Attempts int `json:"attempts,omitempty"`
+	// Outcome is OutcomeOK or OutcomeFailed once the notification is
+	// finished, "" while it runs (see Finished).
+	Outcome string `json:"outcome,omitempty"`
+	// Owner names the agent-notifier run that holds the claim: its
+	// instance id (or host) and a random run id, "<instance>/<run>".
+	Owner string `json:"owner,omitempty"`
+}
+
+// Outcomes of a finished notification.
+const (
+	OutcomeOK     = "ok"
+	OutcomeFailed = "failed"
+)
+
+// Finished reports whether the notification the claim names ended, and
+// how: ok is true for exit code 0 (a 2xx answer). Claims written before
+// Outcome existed are finished when they have an exit code.
+func (c Claim) Finished() (finished, ok bool) {
+	switch {
+	case c.Outcome == OutcomeOK:
+		return true, true
+	case c.Outcome == OutcomeFailed:
+		return true, false
+	case c.ExitCode != nil:
+		return true, *c.ExitCode == 0
+	}
+	return false, false
 }
 
 // JSON is the claim's value in Consul.

@@ -54,9 +54,19 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 					j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
 				}
 			}
-			if ok, why := ShouldNotify(prior, j.a); !ok {
+			act, why := ClaimAction(prior, j.a, n.owner, time.Now(), n.stale(j))
+			switch act {
+			case Skip:
 				j.log.Info().Str("reason", why).Msg("not notified again")
 				continue
+			case Wait:
+				bad(j, fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its claim is older than %s: %w",
+					j.a.ComponentID, j.a.UpdateID, why, n.stale(j), ErrClaimTaken))
+				continue
+			}
+			if prior != nil && prior.Generation == j.a.Generation {
+				j.attempts = prior.Attempts
+				j.log.Warn().Str("reason", why).Int("attempts_before", prior.Attempts).Msg("unfinished notification taken over and run again")
 			}
 			if f := folders[k]; !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
 				// Consul answers a read the token may not make with nothing
@@ -186,7 +196,7 @@ var errClaimDenied = errors.New("claim denied")
 func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	for _, j := range jobs {
-		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at}
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at, Owner: n.owner, Attempts: j.attempts}
 	}
 	var claimed []*job
 	for _, g := range groups(jobs) {
@@ -227,9 +237,11 @@ func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, er
 }
 
 // record completes the claims of jobs with their outcomes in one
-// transaction, retrying a while when Consul does not answer; the
-// notifications themselves are never repeated. When a claim changed
-// meanwhile the transaction fails as a whole, and each is recorded alone.
+// transaction, retrying a while when Consul does not answer. When a claim
+// changed meanwhile the transaction fails as a whole, and each is recorded
+// alone. A job whose outcome could not be recorded gets j.unrecorded: its
+// record is handed in again and, its claim still unfinished, notified
+// again (at least once).
 func (n *notifier) record(ctx context.Context, jobs []*job) {
 	for attempt := 0; attempt < 8; attempt++ {
 		ok, err := n.cas(ctx, jobs)
@@ -237,6 +249,8 @@ func (n *notifier) record(ctx context.Context, jobs []*job) {
 			switch {
 			case ok:
 			case len(jobs) == 1:
+				// Another notifier took the claim over (this one was
+				// thought gone): the update is its now.
 				jobs[0].log.Warn().Str("key", jobs[0].key).Msg("claim changed before the outcome was recorded; outcome not recorded")
 			default:
 				for _, j := range jobs {
@@ -253,7 +267,8 @@ func (n *notifier) record(ctx context.Context, jobs []*job) {
 		}
 	}
 	for _, j := range jobs {
-		j.log.Error().Str("key", j.key).Msg("notification outcome not recorded: Consul did not answer")
+		j.unrecorded = true
+		j.log.Error().Str("key", j.key).Msg("notification outcome not recorded: Consul did not answer; the update will be notified again")
 	}
 }
 

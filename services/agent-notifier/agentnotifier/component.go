@@ -2,9 +2,12 @@ package agentnotifier
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
@@ -33,6 +36,69 @@ func ShouldNotify(claim *consulkv.Claim, a *events.ComponentApplied) (ok bool, r
 		return false, fmt.Sprintf("generation %d (update %s) was already claimed", claim.Generation, claim.UpdateID)
 	}
 	return true, ""
+}
+
+// Action is what to do with a component.applied record, its claim read.
+type Action int
+
+const (
+	// Skip: nothing to do (see the reason).
+	Skip Action = iota
+	// Notify: claim it and notify the component.
+	Notify
+	// Wait: another notifier holds an unfinished claim of this update;
+	// the record is tried again later.
+	Wait
+)
+
+// ClaimAction decides, from the component's claim, what to do with a
+// component.applied record, so that every update is notified at least
+// once and, once a run of it finished, never again:
+//   - ShouldNotify's rules first (uninstalled, no target, an update already
+//     claimed with a greater generation: skipped);
+//   - a claim of an older generation, or none: notify;
+//   - a claim of the same generation that is finished (ok, or failed after
+//     its attempts): skipped;
+//   - one that is unfinished: notify again when it is this run's own (its
+//     outcome was not recorded) or a previous run's of the same instance
+//     (the notifier stopped in the middle of it), or when it is older than
+//     stale (its notifier is gone); otherwise wait for its owner.
+//
+// self is this notifier's owner name, "<instance>/<run>".
+func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, self string, now time.Time, stale time.Duration) (Action, string) {
+	if ok, why := ShouldNotify(nil, a); !ok {
+		return Skip, why
+	}
+	switch {
+	case claim == nil || claim.Generation < a.Generation:
+		return Notify, ""
+	case claim.Generation > a.Generation:
+		return Skip, fmt.Sprintf("generation %d (update %s) was already claimed", claim.Generation, claim.UpdateID)
+	}
+	if done, ok := claim.Finished(); done {
+		outcome := "notified"
+		if !ok {
+			outcome = fmt.Sprintf("failed after %d attempt(s)", max(claim.Attempts, 1))
+		}
+		return Skip, fmt.Sprintf("generation %d (update %s) was already %s", claim.Generation, claim.UpdateID, outcome)
+	}
+	switch {
+	case claim.Owner == self:
+		return Notify, "this notifier's own run of it left no outcome"
+	case claim.Owner != "" && instanceOf(claim.Owner) == instanceOf(self):
+		return Notify, fmt.Sprintf("the previous run %s of this instance stopped while it notified", claim.Owner)
+	}
+	at, err := time.Parse(time.RFC3339Nano, claim.At)
+	if err != nil || now.Sub(at) > stale {
+		return Notify, fmt.Sprintf("the unfinished claim of %s at %s is older than %s: its notifier is gone", cmp.Or(claim.Owner, "an older notifier"), claim.At, stale)
+	}
+	return Wait, fmt.Sprintf("generation %d is being notified by %s since %s", claim.Generation, cmp.Or(claim.Owner, "another notifier"), claim.At)
+}
+
+// instanceOf is the instance part of an owner name.
+func instanceOf(owner string) string {
+	i, _, _ := strings.Cut(owner, "/")
+	return i
 }
 
 // payload is the notification JSON. Field order is the documented one.
@@ -111,6 +177,11 @@ type job struct {
 	// index is the claim key's ModifyIndex: as read, then as claimed.
 	index uint64
 	claim consulkv.Claim
+	// attempts is how many runs earlier claims of this update counted
+	// (a run taken over after its notifier stopped).
+	attempts int
+	// unrecorded says the outcome could not be written to the claim.
+	unrecorded bool
 }
 
 // prepare checks a component.applied record. It returns no job when the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/notifytarget"
 )
 
@@ -30,6 +31,8 @@ type Result struct {
 	Stderr     string
 	HTTPStatus int
 	Took       time.Duration
+	// Refused says the rules refused the target: nothing ran.
+	Refused bool
 }
 
 // limitedBuffer keeps the first max bytes written to it and counts the
@@ -82,7 +85,7 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, paylo
 		err = notifytarget.CheckArg(len(payload))
 	}
 	if err != nil {
-		return Result{ExitCode: -1, Stderr: "not run: " + err.Error()}
+		return Result{ExitCode: -1, Stderr: "not run: " + err.Error(), Refused: true}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -148,7 +151,7 @@ func PostWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Client, rawURL string, d Delivery, payload []byte, timeout time.Duration) Result {
 	shown := notifytarget.MaskURL(rawURL)
 	if _, err := rules.CheckWebhook(rawURL); err != nil {
-		return Result{ExitCode: -1, Stderr: "not called: " + err.Error()}
+		return Result{ExitCode: -1, Stderr: "not called: " + err.Error(), Refused: true}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -191,29 +194,46 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 }
 
 // notify runs the claimed job's script or webhook and puts the outcome in
-// its claim. The component's own failure is recorded and logged, never
-// retried.
+// its claim. A run that fails (a non-zero exit, an answer that is not
+// 2xx, no answer) is run again after the runtime's backoff, up to
+// cfg.Attempts runs in all; then the outcome is failed. A target the rules
+// refuse is not run again: that cannot change before an operator acts.
 func (n *notifier) notify(ctx context.Context, j *job) {
 	a := j.a
-	timeout := n.cfg.Timeout
-	if a.Notify.TimeoutMs > 0 {
-		timeout = time.Duration(a.Notify.TimeoutMs) * time.Millisecond
-	}
+	timeout := n.timeout(j)
 	var res Result
 	var target string
-	if a.Notify.Kind == events.NotifyScript {
-		target = a.Notify.ScriptPath
-		res = RunScript(ctx, n.rules, a.Notify.ScriptPath, j.body, timeout)
-	} else {
-		target = notifytarget.MaskURL(a.Notify.WebhookURL)
-		res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation}, j.body, timeout)
+	for run := 1; ; run++ {
+		if a.Notify.Kind == events.NotifyScript {
+			target = a.Notify.ScriptPath
+			res = RunScript(ctx, n.rules, a.Notify.ScriptPath, j.body, timeout)
+		} else {
+			target = notifytarget.MaskURL(a.Notify.WebhookURL)
+			res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation}, j.body, timeout)
+		}
+		j.claim.Attempts++
+		ev, msg := j.log.Info(), "component notified"
+		last := res.ExitCode == 0 || res.Refused || run >= n.cfg.Attempts || ctx.Err() != nil
+		switch {
+		case res.ExitCode != 0 && last:
+			ev, msg = j.log.Warn().Str("stderr", res.Stderr), "notification failed"
+		case res.ExitCode != 0:
+			ev, msg = j.log.Warn().Str("stderr", res.Stderr), "notification failed; it runs again"
+		}
+		ev.Str("kind", a.Notify.Kind).Str("target", target).Int("exit_code", res.ExitCode).Int("http_status", res.HTTPStatus).
+			Int("attempt", j.claim.Attempts).Int("payload_bytes", len(j.body)).Dur("took", res.Took).Msg(msg)
+		if last {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(n.retry.Next(run - 1)):
+		}
 	}
-	ev, msg := j.log.Info(), "component notified"
-	if res.ExitCode != 0 {
-		ev, msg = j.log.Warn().Str("stderr", res.Stderr), "notification failed"
-	}
-	ev.Str("kind", a.Notify.Kind).Str("target", target).Int("exit_code", res.ExitCode).Int("http_status", res.HTTPStatus).
-		Int("payload_bytes", len(j.body)).Dur("took", res.Took).Msg(msg)
 	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
+	j.claim.Outcome = consulkv.OutcomeOK
+	if res.ExitCode != 0 {
+		j.claim.Outcome = consulkv.OutcomeFailed
+	}
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
 }

@@ -12,14 +12,18 @@ import (
 // The agent-notifier does not wait for a whole batch: each record's job
 // runs on its component's chain (claim, notify, record), the chains of
 // different components side by side, and the batch handler returns as
-// soon as every job of the batch is claimed. The claim is what makes a
-// notification happen at most once (a replayed record finds it and
-// notifies nobody), so a record whose claim is written is done as far as
-// the runtime's offsets go; its notification and the outcome's record go
-// on in the background. A slow or failing script or webhook holds up only
-// its own component's next notification (and, when that one is in the
-// next batch, the return of that batch's handler, which waits for its
-// claim), and a notification slot.
+// soon as every job of the batch is claimed. A finished claim is what
+// keeps a replayed record from notifying anyone again, so a record whose
+// claim is written is done as far as the runtime's offsets go; its
+// notification and the outcome's record go on in the background. A
+// notifier that stops in the middle leaves its claims unfinished: the
+// member that gets the partition next finds them (recoverPartitions) and
+// runs them again, at once when they are its own instance's, otherwise
+// once they are stale (ClaimAction): every update is notified at least
+// once. A slow or failing script or webhook holds up only its own
+// component's next notification (and, when that one is in the next batch,
+// the return of that batch's handler, which waits for its claim), and a
+// notification slot.
 //
 // Claims and outcome records of jobs that are ready at about the same
 // time share Consul transactions: lanes take whatever is waiting, up to a
@@ -39,6 +43,15 @@ type chains struct {
 	claims  chan claimReq
 	records chan recordReq
 	lanes   sync.WaitGroup
+	// stopped is set by close: no job may be handed in after.
+	stopped bool
+}
+
+// closed reports whether close was called.
+func (c *chains) closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stopped
 }
 
 type claimReq struct {
@@ -87,6 +100,9 @@ func (c *chains) drain() {
 
 // close drains and stops the lanes; no job may be handed in after.
 func (c *chains) close() {
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
 	c.drain()
 	close(c.claims)
 	close(c.records)
@@ -110,6 +126,11 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 		res := make(chan error, 1)
 		results[k] = res
 		c.mu.Lock()
+		if c.stopped {
+			c.mu.Unlock()
+			res <- fmt.Errorf("agent-notifier: stopping: update %s of component %s is handed in again: %w", j.a.UpdateID, j.a.ComponentID, ErrClaimTaken)
+			continue
+		}
 		prev, mine := c.tails[j.key], make(chan struct{})
 		c.tails[j.key] = mine
 		c.running++
@@ -140,6 +161,11 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 			n.notify(ctx, j)
 			<-c.slots
 			c.record(j)
+			if j.unrecorded {
+				// Its claim stays unfinished under this run's name:
+				// looked at again (and run again) later.
+				n.resumeLater(j.a, n.retry.Max)
+			}
 		}()
 	}
 	for k, j := range jobs {

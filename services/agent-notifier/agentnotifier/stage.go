@@ -1,7 +1,9 @@
 // Package agentnotifier is the agent-notifier stage: it tells each component that
 // its policies changed, by running its reconfigure script or calling its
-// webhook, at most once per update, claiming each notification in Consul
-// first. Scripts run and webhooks are called only as the operator's
+// webhook, at least once per update and, once a run finished, never again,
+// claiming each notification in Consul first and recording its outcome in
+// the claim (a failing run is retried, then recorded as failed; a run a
+// stopped notifier left unfinished is run again). Scripts run and webhooks are called only as the operator's
 // notifytarget rules allow; one component's slow or failing target does not
 // hold up the others.
 //
@@ -17,10 +19,14 @@ package agentnotifier
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -41,6 +47,11 @@ const DefaultTimeout = 30 * time.Second
 // configured otherwise.
 const DefaultConcurrency = 32
 
+// DefaultAttempts is how many times a notification whose script exits
+// non-zero (or whose webhook does not answer 2xx) is run before it is
+// recorded as failed.
+const DefaultAttempts = 3
+
 // consulTimeout bounds one Consul request.
 const consulTimeout = time.Minute
 
@@ -53,6 +64,9 @@ type Config struct {
 	// components run at once; one component's notifications still run
 	// one after another, in order.
 	Concurrency int
+	// Attempts is how many times a failing notification runs, with the
+	// runtime's backoff between runs, before it is recorded as failed.
+	Attempts int
 	// Consul is the agent that holds the claims.
 	Consul consulkv.Config
 	// Targets is where notifications may go: the allowed script
@@ -66,7 +80,10 @@ type Config struct {
 // PF_WEBHOOK_ALLOW (none by default), and reaches Consul as the
 // environment says (consulkv.FromEnv).
 func DefaultConfig() Config {
-	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Consul: consulkv.FromEnv(), Targets: notifytarget.ConfigFromEnv()}
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Attempts: DefaultAttempts, Consul: consulkv.FromEnv(), Targets: notifytarget.ConfigFromEnv()}
+	if n, err := strconv.Atoi(runtime.EnvOr("PF_NOTIFY_ATTEMPTS", "")); err == nil {
+		c.Attempts = n
+	}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_TIMEOUT", "")); err == nil {
 		c.Timeout = d
 	}
@@ -84,6 +101,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a reconfigure script or webhook may take when the component does not say (env PF_NOTIFY_TIMEOUT)")
 	fs.IntVar(&c.Concurrency, "notify-concurrency", c.Concurrency,
 		"how many components' scripts or webhooks run at once (env PF_NOTIFY_CONCURRENCY)")
+	fs.IntVar(&c.Attempts, "notify-attempts", c.Attempts,
+		"how many times a notification whose script exits non-zero or whose webhook does not answer 2xx is run, with backoff, before it is recorded as failed (env PF_NOTIFY_ATTEMPTS)")
 	c.Targets.RegisterFlags(fs)
 }
 
@@ -94,6 +113,9 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		return fmt.Errorf("--notify-concurrency %d: want at least 1", c.Concurrency)
+	}
+	if c.Attempts < 1 || c.Attempts > 100 {
+		return fmt.Errorf("--notify-attempts %d: want 1 to 100", c.Attempts)
 	}
 	if _, err := c.Targets.Rules(); err != nil {
 		return err
@@ -108,8 +130,8 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 // StageWith is the agent-notifier with the given configuration. It reads
 // component.applied at least once, a poll's records at a time, claims
 // them and notifies their components, several at once, in order per
-// component, without waiting for a whole poll's notifications; before its
-// partitions are given away it finishes the notifications in flight.
+// component; a record's offset is committed once its notification is
+// finished and recorded.
 func StageWith(cfg Config) runtime.Stage {
 	n := &notifier{cfg: cfg}
 	return runtime.Stage{
@@ -118,7 +140,10 @@ func StageWith(cfg Config) runtime.Stage {
 		Inputs:     []string{topology.ComponentApplied},
 		Flags:      n.cfg.RegisterFlags,
 		SetupBatch: n.setup,
-		Revoked:    func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
+		Assigned: func(ctx context.Context, env runtime.Env, assigned map[string][]int32) error {
+			return n.recoverPartitions(ctx, env, assigned[topology.ComponentApplied])
+		},
+		Revoked: func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
 	}
 }
 
@@ -130,6 +155,38 @@ type notifier struct {
 	log    zerolog.Logger
 	retry  runtime.Backoff
 	chains *chains
+	// owner names this run in the claims it writes: "<instance>/<run>".
+	owner string
+}
+
+// newOwner is the owner name of a notifier run: the member's instance id
+// (--instance-id), else the host name, and a random run id.
+func newOwner(instance string) string {
+	if instance == "" {
+		instance, _ = os.Hostname()
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return strings.ReplaceAll(instance, "/", "_") + "/" + hex.EncodeToString(b[:])
+}
+
+// timeout is the job's script or webhook timeout.
+func (n *notifier) timeout(j *job) time.Duration {
+	if j.a.Notify.TimeoutMs > 0 {
+		return time.Duration(j.a.Notify.TimeoutMs) * time.Millisecond
+	}
+	return n.cfg.Timeout
+}
+
+// stale is how old an unfinished claim of another notifier must be before
+// it is taken over: every attempt at its timeout, the backoff between
+// them, and a margin.
+func (n *notifier) stale(j *job) time.Duration {
+	d := time.Duration(n.cfg.Attempts)*n.timeout(j) + 30*time.Second
+	for k := 0; k < n.cfg.Attempts-1; k++ {
+		d += n.retry.Next(k)
+	}
+	return d
 }
 
 func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
@@ -150,6 +207,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
+	n.owner = newOwner(env.InstanceID)
 	n.chains = newChains(n)
 	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
 		n.chains.close()

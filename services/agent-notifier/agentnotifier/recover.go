@@ -1,0 +1,115 @@
+package agentnotifier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// recoverPartitions looks, when partitions of component.applied are
+// assigned, for notifications a stopped notifier left unfinished: for
+// every component of those partitions, the claim of its latest update is
+// read, and one that is unfinished for that very update is handed to
+// resume (run again now when its owner is gone, looked at again once it is
+// stale otherwise). A record whose offset was committed once it was
+// claimed is not handed in again, so this is what makes such a
+// notification happen at least once. Claims of older updates are left to
+// the records still to come, which supersede them.
+func (n *notifier) recoverPartitions(ctx context.Context, env runtime.Env, partitions []int32) error {
+	if len(partitions) == 0 || n.chains == nil {
+		return nil
+	}
+	latest := map[string]*events.ComponentApplied{}
+	err := runtime.ReadPartitions(ctx, env.Kafka, topology.ComponentApplied, partitions, runtime.Rows(ctx, env, runtime.PassTombstones, func(m runtime.Msg[*events.ComponentApplied]) error {
+		k := string(m.Key)
+		if m.Value == nil {
+			delete(latest, k)
+			return nil
+		}
+		if m.Value.ComponentID == "" {
+			m.Value.ComponentID = k
+		}
+		latest[k] = m.Value
+		return nil
+	}))
+	if err != nil {
+		return fmt.Errorf("agent-notifier: look for unfinished notifications in partitions %v of %s: %w", partitions, topology.ComponentApplied, err)
+	}
+	var jobs []*job
+	for _, a := range latest {
+		if j, err := n.prepare(a); err == nil && j != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	var unfinished []*events.ComponentApplied
+	for _, g := range readGroups(jobs) {
+		folders, err := n.get(ctx, g)
+		if err != nil {
+			return fmt.Errorf("agent-notifier: look for unfinished notifications: read the claims of %d component(s): %w", len(g), err)
+		}
+		for k, j := range g {
+			p := folders[k].claim
+			if p.ModifyIndex == 0 {
+				continue
+			}
+			c, err := consulkv.ParseClaim(p.Value)
+			if err != nil || c.Generation != j.a.Generation {
+				continue
+			}
+			if done, _ := c.Finished(); !done {
+				j.log.Warn().Str("owner", c.Owner).Str("claimed_at", c.At).Msg("notification left unfinished by a notifier that stopped; it is run again")
+				unfinished = append(unfinished, j.a)
+			}
+		}
+	}
+	n.log.Info().Ints32("partitions", partitions).Int("components", len(jobs)).Int("unfinished", len(unfinished)).Msg("looked for unfinished notifications")
+	if len(unfinished) > 0 {
+		go n.resume(unfinished)
+	}
+	return nil
+}
+
+// resume hands updates to their components' chains outside any batch:
+// each is claimed (taking over an unfinished claim as ClaimAction allows)
+// and notified; one whose claim another notifier still holds is looked at
+// again when that claim turns stale.
+func (n *notifier) resume(as []*events.ComponentApplied) {
+	var jobs []*job
+	for _, a := range as {
+		j, err := n.prepare(a)
+		if err != nil || j == nil {
+			continue
+		}
+		j.i = len(jobs)
+		jobs = append(jobs, j)
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	out := make([]runtime.Outcome, len(jobs))
+	n.notifyAll(context.Background(), jobs, out)
+	for k, j := range jobs {
+		switch err := out[k].Err; {
+		case err == nil:
+		case errors.Is(err, ErrClaimTaken):
+			n.resumeLater(j.a, n.stale(j))
+		default:
+			j.log.Error().Err(err).Msg("unfinished notification not run again; the component's next update notifies it")
+		}
+	}
+}
+
+// resumeLater calls resume for a after d, unless the notifier closed.
+func (n *notifier) resumeLater(a *events.ComponentApplied, d time.Duration) {
+	time.AfterFunc(d, func() {
+		if n.chains != nil && !n.chains.closed() {
+			n.resume([]*events.ComponentApplied{a})
+		}
+	})
+}
