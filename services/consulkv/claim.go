@@ -30,7 +30,24 @@ type Claim struct {
 	// Owner names the agent-notifier run that holds the claim: its
 	// instance id (or host) and a random run id, "<instance>/<run>".
 	Owner string `json:"owner,omitempty"`
+	// Told is, by policy_id, what the component was last told with
+	// success: the next notification's updated and removed policies are
+	// what changed since, whatever generations came between. Empty in
+	// claims written before it, and for components with more than
+	// MaxTold policies (their updates are then the update's own).
+	Told map[string]Told `json:"told,omitempty"`
 }
+
+// Told is one policy as a component was last told of it.
+type Told struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	// Hash is policy.BodyHash of the body as Consul held it.
+	Hash string `json:"hash"`
+}
+
+// MaxTold bounds Claim.Told, so a claim stays small.
+const MaxTold = 1000
 
 // Outcomes of a finished notification.
 const (

@@ -78,7 +78,11 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 					"(grant key_prefix %q { policy = \"read\" })", j.a.ComponentID, j.a.UpdateID, consulkv.EventKey(scn), consulkv.Folder(scn)))
 				continue
 			}
-			body, err := Payload(j.a, folders[k].items)
+			if prior != nil {
+				j.base = prior.Told
+			}
+			body, told, err := PayloadSince(j.a, folders[k].items, j.base)
+			j.told = told
 			if err != nil {
 				bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
 				continue
@@ -196,7 +200,7 @@ var errClaimDenied = errors.New("claim denied")
 func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
 	at := time.Now().UTC().Format(time.RFC3339Nano)
 	for _, j := range jobs {
-		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at, Owner: n.owner, Attempts: j.attempts}
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at, Owner: n.owner, Attempts: j.attempts, Told: j.base}
 	}
 	var claimed []*job
 	for _, g := range groups(jobs) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -118,8 +121,26 @@ type payload struct {
 // holds the policy; removed_policies the last bodies the record carries.
 // A body that is not a JSON object is an error.
 func Payload(a *events.ComponentApplied, items api.KVPairs) ([]byte, error) {
+	b, _, err := PayloadSince(a, items, nil)
+	return b, err
+}
+
+// PayloadSince is Payload computed against what the component was last
+// told with success (told, from its claim), so that no change is lost when
+// generations were skipped (compaction, a lagging stage, a failed
+// notification): updated_policies are the bodies in Consul that are new or
+// differ from what it was told, removed_policies what it was told of and
+// Consul no longer holds, with the last bodies the update carries, or
+// {"policyName", "policyVersion"} when the policy left in an earlier
+// update. With told nil (the first notification, or a claim from before
+// Told) the update's own updated and removed policies are used. It also
+// returns what the component is told now, for the claim (nil over
+// consulkv.MaxTold policies).
+func PayloadSince(a *events.ComponentApplied, items api.KVPairs, told map[string]consulkv.Told) ([]byte, map[string]consulkv.Told, error) {
 	p := payload{Policies: []json.RawMessage{}, UpdatedPolicies: []json.RawMessage{}}
 	held := make(map[string]json.RawMessage, len(items))
+	now := make(map[string]consulkv.Told, len(items))
+	var order []string
 	for _, it := range items {
 		id, ok := consulkv.ItemPolicyID(a.ServiceComponentName, it.Key)
 		if !ok {
@@ -127,29 +148,72 @@ func Payload(a *events.ComponentApplied, items api.KVPairs) ([]byte, error) {
 		}
 		b, err := object(it.Value, "policies", id)
 		if err != nil {
-			return nil, fmt.Errorf("%w (Consul key %s)", err, it.Key)
+			return nil, nil, fmt.Errorf("%w (Consul key %s)", err, it.Key)
 		}
 		held[id] = b
+		order = append(order, id)
 		p.Policies = append(p.Policies, b)
-	}
-	for _, u := range a.Updated() {
-		if b, ok := held[u.PolicyID]; ok {
-			p.UpdatedPolicies = append(p.UpdatedPolicies, b)
+		var head struct {
+			Name    string `json:"policyName"`
+			Version any    `json:"policyVersion"`
 		}
+		_ = json.Unmarshal(b, &head) // a body without them is still told
+		version := ""
+		if v, ok := head.Version.(string); ok {
+			version = v
+		} else if n, ok := head.Version.(float64); ok {
+			version = strconv.FormatFloat(n, 'f', -1, 64)
+		}
+		now[id] = consulkv.Told{Name: head.Name, Version: version, Hash: policy.BodyHash(string(b))}
 	}
-	p.RemovedPolicies = make([]json.RawMessage, 0, len(a.RemovedPolicies))
+	removedBodies := make(map[string][]byte, len(a.RemovedPolicies))
 	for _, r := range a.RemovedPolicies {
 		b, err := object([]byte(r.Body), "removed_policies", r.PolicyID)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		p.RemovedPolicies = append(p.RemovedPolicies, b)
+		removedBodies[r.PolicyID] = b
+	}
+	p.RemovedPolicies = make([]json.RawMessage, 0, len(a.RemovedPolicies))
+	if told == nil {
+		for _, u := range a.Updated() {
+			if b, ok := held[u.PolicyID]; ok {
+				p.UpdatedPolicies = append(p.UpdatedPolicies, b)
+			}
+		}
+		for _, r := range a.RemovedPolicies {
+			p.RemovedPolicies = append(p.RemovedPolicies, removedBodies[r.PolicyID])
+		}
+	} else {
+		for _, id := range order {
+			if t, ok := told[id]; !ok || t.Hash != now[id].Hash {
+				p.UpdatedPolicies = append(p.UpdatedPolicies, held[id])
+			}
+		}
+		gone := make([]string, 0)
+		for id := range told {
+			if _, ok := held[id]; !ok {
+				gone = append(gone, id)
+			}
+		}
+		slices.Sort(gone)
+		for _, id := range gone {
+			if b, ok := removedBodies[id]; ok {
+				p.RemovedPolicies = append(p.RemovedPolicies, b)
+				continue
+			}
+			stub, _ := json.Marshal(map[string]string{"policyName": told[id].Name, "policyVersion": told[id].Version})
+			p.RemovedPolicies = append(p.RemovedPolicies, stub)
+		}
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
-		return nil, fmt.Errorf("build notification of update %s for component %s: %w", a.UpdateID, a.ComponentID, err)
+		return nil, nil, fmt.Errorf("build notification of update %s for component %s: %w", a.UpdateID, a.ComponentID, err)
 	}
-	return b, nil
+	if len(now) > consulkv.MaxTold {
+		now = nil
+	}
+	return b, now, nil
 }
 
 // object is body as the notification carries it, when it is a JSON object.
@@ -182,6 +246,9 @@ type job struct {
 	attempts int
 	// unrecorded says the outcome could not be written to the claim.
 	unrecorded bool
+	// base is what the component was last told with success (its claim's
+	// Told); told what this notification tells it.
+	base, told map[string]consulkv.Told
 }
 
 // prepare checks a component.applied record. It returns no job when the

@@ -161,3 +161,44 @@ func writeScript(t *testing.T, dir, name, body string) string {
 	}
 	return p
 }
+
+// After skipped generations (compaction, a lagging stage, a failed
+// notification) the notification says everything that changed since the
+// component was last told with success, not only what its update did.
+func TestPayloadSinceWhatTheComponentWasLastTold(t *testing.T) {
+	pol := func(id, version, cfg string) events.Policy {
+		return events.Policy{PolicyID: id, PolicyName: id + "." + version + ".xml", PolicyVersion: version,
+			Body: `{"policyName":"` + id + "." + version + `.xml","policyVersion":"` + version + `","config":` + cfg + `}`}
+	}
+	a1, b1, c1, e1 := pol("A", "1", `{"a":1}`), pol("B", "1", `{"b":1}`), pol("C", "1", `{"c":1}`), pol("E", "1", `{"e":1}`)
+	b2, d1 := pol("B", "2", `{"b":2}`), pol("D", "1", `{"d":1}`)
+	// Told A1, B1, C1 and E1 with success.
+	_, told, err := PayloadSince(&events.ComponentApplied{ServiceComponentName: "s"}, items("s", a1, b1, c1, e1), nil)
+	if err != nil || len(told) != 4 || told["B"].Version != "1" || told["B"].Name != "B.1.xml" {
+		t.Fatalf("told %v, %v", told, err)
+	}
+	// Five generations later Consul holds A1, B2 and D1: the update at
+	// hand only says it added D and removed E (with E's last body); B's
+	// change and C's removal came in generations the component never heard
+	// of.
+	a := &events.ComponentApplied{ServiceComponentName: "s", PolicyRefs: refs(a1, b2, d1), UpdatedRefs: refs(d1), RemovedPolicies: []events.Policy{e1}}
+	got, now, err := PayloadSince(a, items("s", a1, b2, d1), told)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"policies":[` + a1.Body + `,` + b2.Body + `,` + d1.Body + `],` +
+		`"updated_policies":[` + b2.Body + `,` + d1.Body + `],` +
+		`"removed_policies":[{"policyName":"C.1.xml","policyVersion":"1"},` + e1.Body + `]}`
+	if string(got) != want {
+		t.Fatalf("payload\n got  %s\n want %s", got, want)
+	}
+	if len(now) != 3 || now["B"].Version != "2" || now["B"].Hash == told["B"].Hash {
+		t.Fatalf("told now %v", now)
+	}
+	// Without what it was told (a first notification, a claim from before
+	// Told), the update's own lists.
+	got, _, _ = PayloadSince(a, items("s", a1, b2, d1), nil)
+	if want := `{"policies":[` + a1.Body + `,` + b2.Body + `,` + d1.Body + `],"updated_policies":[` + d1.Body + `],"removed_policies":[` + e1.Body + `]}`; string(got) != want {
+		t.Fatalf("payload without told\n got  %s\n want %s", got, want)
+	}
+}

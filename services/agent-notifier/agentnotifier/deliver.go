@@ -234,6 +234,8 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 	j.claim.Outcome = consulkv.OutcomeOK
 	if res.ExitCode != 0 {
 		j.claim.Outcome = consulkv.OutcomeFailed
+	} else {
+		j.claim.Told = j.told // what it was told with success
 	}
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
 }
