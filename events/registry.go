@@ -7,6 +7,7 @@ const (
 	SchemaPolicyChange         = "policyflow.PolicyChange"
 	SchemaComponent            = "policyflow.Component"
 	SchemaCatchupRequest       = "policyflow.CatchupRequest"
+	SchemaCatchupProgress      = "policyflow.CatchupProgress"
 	SchemaPolicyMatch          = "policyflow.PolicyMatch"
 	SchemaPolicySegment        = "policyflow.PolicySegment"
 	SchemaComponentPolicies    = "policyflow.ComponentPolicies"
@@ -25,6 +26,7 @@ func (*PolicyCatalogEntry) SchemaName() string   { return SchemaPolicyCatalogEnt
 func (*PolicyChange) SchemaName() string         { return SchemaPolicyChange }
 func (*Component) SchemaName() string            { return SchemaComponent }
 func (*CatchupRequest) SchemaName() string       { return SchemaCatchupRequest }
+func (*CatchupProgress) SchemaName() string      { return SchemaCatchupProgress }
 func (*PolicyMatch) SchemaName() string          { return SchemaPolicyMatch }
 func (*PolicySegment) SchemaName() string        { return SchemaPolicySegment }
 func (*ComponentPolicies) SchemaName() string    { return SchemaComponentPolicies }
@@ -44,6 +46,7 @@ var newEvent = map[string]func() Event{
 	SchemaPolicyChange:         func() Event { return new(PolicyChange) },
 	SchemaComponent:            func() Event { return new(Component) },
 	SchemaCatchupRequest:       func() Event { return new(CatchupRequest) },
+	SchemaCatchupProgress:      func() Event { return new(CatchupProgress) },
 	SchemaPolicyMatch:          func() Event { return new(PolicyMatch) },
 	SchemaPolicySegment:        func() Event { return new(PolicySegment) },
 	SchemaComponentPolicies:    func() Event { return new(ComponentPolicies) },

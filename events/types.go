@@ -177,6 +177,24 @@ type Component struct {
 	UpdatedAt            time.Time      `avro:"updated_at"`
 }
 
+// Stages that report catch-up progress (CatchupProgress.Stage).
+const (
+	ProgressMatcher      = "matcher"
+	ProgressConsulWriter = "consul-writer"
+)
+
+// CatchupProgress is what one stage did for one catch-up request on one
+// partition of catchup.requests, written when it is done there.
+type CatchupProgress struct {
+	RequestID   string    `avro:"request_id"`
+	Stage       string    `avro:"stage"`
+	Partition   int32     `avro:"partition"`
+	Compared    int64     `avro:"compared"`
+	Differed    int64     `avro:"differed"`
+	KeysWritten int64     `avro:"keys_written"`
+	DoneAt      time.Time `avro:"done_at"`
+}
+
 // CatchupRequest asks for a catch-up of all deployments or one.
 type CatchupRequest struct {
 	RequestID    string    `avro:"request_id"`

@@ -17,6 +17,7 @@ const (
 	PolicyChanges     = "policy.changes"
 	DeployComponents  = "deploy.components"
 	CatchupRequests   = "catchup.requests"
+	CatchupProgress   = "catchup.progress"
 	PolicyMatches     = "policy.matches"
 	PolicySegments    = "policy.segments"
 	ComponentPolicies = "component.policies"
@@ -180,6 +181,11 @@ func Default() []Topic {
 			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",
 			Writers: l(RoleScheduler, RoleNorthAPI, StagePDPIngest), Readers: l(StageMatcher, StageConsulWriter),
 			Doc: "catch-up requests for everything or for one deployment",
+		}),
+		del(Topic{
+			Name: CatchupProgress, Partitions: DefaultPartitions, Key: "request_id", ValueSchema: "policyflow.CatchupProgress",
+			Writers: l(StageMatcher, StageConsulWriter), Readers: l(RoleNorthAPI),
+			Doc: "what the matcher and the consul-writer did for a catch-up request, per catchup.requests partition, once done there",
 		}),
 		del(Topic{
 			Name: PolicyMatches, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.PolicyMatch",

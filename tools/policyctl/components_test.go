@@ -226,7 +226,7 @@ func TestPolicyAndCatchupCommands(t *testing.T) {
 		t.Errorf("invalid push: exit %d stderr %q", r.code, r.errOut)
 	}
 
-	r = policyctl(t, "catch-up")
+	r = policyctl(t, "catch-up", "--wait=false")
 	if got := stdoutJSON(t, r); r.code != 0 || got["scope"] != events.ScopeAll || got["partitions"] != 2.0 {
 		t.Errorf("catchup: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
@@ -237,6 +237,31 @@ func TestPolicyAndCatchupCommands(t *testing.T) {
 	r = policyctl(t, "catchup", "--deployment", "nobody")
 	if r.code != 1 || !strings.Contains(r.errOut, "no registered component belongs to deployment nobody") {
 		t.Errorf("catchup of unknown deployment: exit %d stderr %q", r.code, r.errOut)
+	}
+
+	// By default catch-up shows its progress until every partition of
+	// both stages reported, then prints a summary.
+	done := make(chan result, 1)
+	go func() { done <- policyctl(t, "catch-up", "--reason", "waited for") }()
+	var id string
+	for _, rec := range readTopic(t, k, topology.CatchupRequests, 4) {
+		if req := decodeCatchup(t, rec); req.Reason == "waited for" {
+			id = req.RequestID
+		}
+	}
+	if id == "" {
+		t.Fatal("the waited-for catch-up request is not on the topic")
+	}
+	for _, stage := range []string{events.ProgressMatcher, events.ProgressConsulWriter} {
+		for p := int32(0); p < 2; p++ {
+			produce(t, k, topology.CatchupProgress, id, &events.CatchupProgress{RequestID: id, Stage: stage, Partition: p,
+				Compared: 5, Differed: 1, KeysWritten: 2, DoneAt: time.Now().UTC()})
+		}
+	}
+	r = <-done
+	if got := stdoutJSON(t, r); r.code != 0 || got["components_compared"] != 10.0 || got["components_that_differed"] != 2.0 ||
+		got["folders_written_back"] != 2.0 || got["consul_keys_written"] != 4.0 || !strings.Contains(r.errOut, "matcher 2/2 partitions") {
+		t.Errorf("catch-up waited for: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 
 	r = policyctl(t, "rollout", "DCAE.Config_NOBODY")
@@ -320,7 +345,7 @@ func TestAPICommandsSendTheTokenTheyAreGiven(t *testing.T) {
 	t.Setenv("PF_TOKEN", "")
 
 	// --token-file names a file; the dev stack's file is the default.
-	r = policyctl(t, "catchup", "--token-file", writeFile(t, "tok", string(admin)))
+	r = policyctl(t, "catchup", "--wait=false", "--token-file", writeFile(t, "tok", string(admin)))
 	if r.code != 0 {
 		t.Errorf("catchup with --token-file: exit %d stderr %q", r.code, r.errOut)
 	}
@@ -328,7 +353,7 @@ func TestAPICommandsSendTheTokenTheyAreGiven(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.errOut, "read the North API token from --token-file") {
 		t.Errorf("catchup with a missing --token-file: exit %d stderr %q", r.code, r.errOut)
 	}
-	if r := policyctl(t, "catchup"); r.code != 0 {
+	if r := policyctl(t, "catchup", "--wait=false"); r.code != 0 {
 		t.Errorf("catchup with the dev stack's token: exit %d stderr %q", r.code, r.errOut)
 	}
 
@@ -342,5 +367,34 @@ func TestAPICommandsSendTheTokenTheyAreGiven(t *testing.T) {
 	r = policyctl(t, "catchup", "--token", "pf_wrong")
 	if r.code != 1 || !strings.Contains(r.errOut, "401 Unauthorized") || !strings.Contains(r.errOut, "is not one the North API knows") {
 		t.Errorf("catchup with an unknown token: exit %d stderr %q", r.code, r.errOut)
+	}
+}
+
+func decodeCatchup(t *testing.T, rec *kgo.Record) *events.CatchupRequest {
+	t.Helper()
+	v, err := events.Default().Decode(context.Background(), rec.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, ok := v.(*events.CatchupRequest)
+	if !ok {
+		t.Fatalf("record on %s is a %T", rec.Topic, v)
+	}
+	return req
+}
+
+func produce(t *testing.T, k runtime.Kafka, base, key string, ev events.Event) {
+	t.Helper()
+	b, err := events.Default().Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: k.Topic(base), Key: []byte(key), Value: b}).FirstErr(); err != nil {
+		t.Fatal(err)
 	}
 }

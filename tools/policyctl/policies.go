@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 )
 
 const (
@@ -66,8 +67,13 @@ func runCatchup(ctx context.Context, args []string) error {
 	api := registerAPIFlags(fs)
 	deployment := fs.String("deployment", "", "catch up only this deployment_id")
 	reason := fs.String("reason", "", "why, for the logs")
+	wait := fs.Bool("wait", true, "show the progress until every partition is done, then print a summary; --wait=false prints the accepted request at once")
+	timeout := fs.Duration("wait-timeout", 10*time.Minute, "with --wait, give up waiting after this long (the catch-up goes on)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *wait && *timeout <= 0 {
+		return usageErrorf("--wait-timeout %s: want a positive duration", *timeout)
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("catch-up takes no arguments, got %q; use --deployment ID for one deployment", fs.Args())
@@ -87,7 +93,77 @@ func runCatchup(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	if !*wait {
+		return printAnswer(ctx, answer)
+	}
+	var accepted struct {
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal(answer, &accepted); err != nil || accepted.RequestID == "" {
+		return fmt.Errorf("the North API accepted the catch-up but named no request_id (%s); follow it with GET /v1/catchup/{request_id}", answer)
+	}
+	return waitCatchup(ctx, api, accepted.RequestID, *timeout)
+}
+
+// catchupProgress is the part of GET /v1/catchup/{request_id} shown while
+// waiting.
+type catchupProgress struct {
+	Partitions int `json:"partitions"`
+	Matcher    struct {
+		PartitionsDone int   `json:"partitions_done"`
+		Compared       int64 `json:"compared"`
+		Differed       int64 `json:"differed"`
+	} `json:"matcher"`
+	ConsulWriter struct {
+		PartitionsDone int   `json:"partitions_done"`
+		Compared       int64 `json:"compared"`
+		Differed       int64 `json:"differed"`
+		KeysWritten    int64 `json:"keys_written"`
+	} `json:"consul_writer"`
+	Done bool `json:"done"`
+}
+
+// waitCatchup polls the catch-up's status, writing a progress line to
+// stderr whenever it moves, until it is done (the summary goes to stdout)
+// or the timeout passes.
+func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := ""
+	for {
+		answer, err := api.do(ctx, http.MethodGet, "/v1/catchup/"+url.PathEscape(id), nil)
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+		var p catchupProgress
+		if err == nil {
+			if err := json.Unmarshal(answer, &p); err != nil {
+				return fmt.Errorf("catch-up %s: the status answer is not JSON: %w", id, err)
+			}
+			line := fmt.Sprintf("catch-up %s: matcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back)",
+				id, p.Matcher.PartitionsDone, p.Partitions, p.Matcher.Compared, p.Matcher.Differed,
+				p.ConsulWriter.PartitionsDone, p.Partitions, p.ConsulWriter.Compared, p.ConsulWriter.Differed)
+			if line != last {
+				fmt.Fprintln(stderr(ctx), line)
+				last = line
+			}
+			if p.Done {
+				summary, _ := json.MarshalIndent(map[string]any{
+					"request_id": id, "components_compared": p.Matcher.Compared, "components_that_differed": p.Matcher.Differed,
+					"folders_compared": p.ConsulWriter.Compared, "folders_written_back": p.ConsulWriter.Differed,
+					"consul_keys_written": p.ConsulWriter.KeysWritten,
+					"notifications":       "each component that differed is written to Consul and notified as any update; see policyctl rollout or component status",
+				}, "", "  ")
+				fmt.Fprintln(stdout(ctx), string(summary))
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("catch-up %s not done after %s (%s); it goes on: follow it with GET /v1/catchup/%s, or wait longer with --wait-timeout", id, timeout, last, id)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 func runRollout(ctx context.Context, args []string) error {

@@ -93,7 +93,7 @@ func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupReque
 		b.wave(ctx, wave)
 	}
 	var outs []runtime.Output
-	repaired, failed := 0, 0
+	repaired, failed, keys := 0, 0, 0
 	for i, o := range b.out {
 		switch {
 		case o.Err != nil && !runtime.IsPermanent(o.Err):
@@ -104,10 +104,15 @@ func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupReque
 		case len(o.Outputs) > 0:
 			repaired++
 			outs = append(outs, o.Outputs...)
+			keys += jobs[i].plan.KeysChanged + 1 // and the event key
 		}
 	}
+	outs = append(outs, runtime.Output{Topic: topology.CatchupProgress, Key: []byte(req.RequestID), Value: &events.CatchupProgress{
+		RequestID: req.RequestID, Stage: events.ProgressConsulWriter, Partition: in.Partition,
+		Compared: int64(len(jobs)), Differed: int64(repaired), KeysWritten: int64(keys), DoneAt: time.Now().UTC(),
+	}})
 	w.log.Info().Str("request_id", req.RequestID).Int32("partition", in.Partition).Str("deployment_id", dep).
-		Int("components_compared", len(jobs)).Int("folders_repaired", repaired).Int("folders_not_repaired", failed).
+		Int("components_compared", len(jobs)).Int("folders_repaired", repaired).Int("keys_written", keys).Int("folders_not_repaired", failed).
 		Dur("took", time.Since(start)).Msg("catch-up compared the Consul folders with their collections")
 	return outs, nil
 }

@@ -27,7 +27,7 @@ func newCluster(t *testing.T) *stagetest.Cluster {
 	c := stagetest.NewCluster(t, 3)
 	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
 		topology.ComponentPolicies, topology.ComponentApplied, topology.DLQ(topology.StageConsulWriter))
-	c.CreateTopics(t, nil, topology.CatchupRequests)
+	c.CreateTopics(t, nil, topology.CatchupRequests, topology.CatchupProgress)
 	return c
 }
 
@@ -374,6 +374,10 @@ func TestCatchupRepairsDriftedFolder(t *testing.T) {
 	}
 	if got := mustGet(t, consul, yKey).ModifyIndex; got != untouched {
 		t.Fatalf("an item that agreed was rewritten: ModifyIndex %d -> %d", untouched, got)
+	}
+	prog := stagetest.Decode[*events.CatchupProgress](t, c.Read(t, topology.CatchupProgress, 1, 60*time.Second)[0])
+	if prog.RequestID != "r1" || prog.Stage != events.ProgressConsulWriter || prog.Compared != 1 || prog.Differed != 1 || prog.KeysWritten != 4 {
+		t.Fatalf("catch-up progress %+v, want r1: 1 folder compared, 1 written back with 4 keys", prog)
 	}
 
 	// A folder in agreement: nothing written, nothing reported. The

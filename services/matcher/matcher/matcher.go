@@ -159,23 +159,36 @@ func (m *Matcher) OnComponent(partition int32, componentID string, c *events.Com
 // catch_up deltas only for components that differ (or whose collection was
 // never written).
 func (m *Matcher) OnCatchup(partition int32, req *events.CatchupRequest) ([]events.PolicyMatch, error) {
+	ms, _, err := m.OnCatchupCounted(partition, req)
+	return ms, err
+}
+
+// CatchupCount is what a catch-up did on one partition: the components it
+// compared and those that differed (each sent a delta).
+type CatchupCount struct {
+	Compared, Differed int
+}
+
+// OnCatchupCounted is OnCatchup, with what it compared.
+func (m *Matcher) OnCatchupCounted(partition int32, req *events.CatchupRequest) ([]events.PolicyMatch, CatchupCount, error) {
+	var count CatchupCount
 	if req == nil {
-		return nil, badInput("empty catch-up request")
+		return nil, count, badInput("empty catch-up request")
 	}
 	dep := ""
 	switch req.Scope {
 	case events.ScopeAll:
 	case events.ScopeDeployment:
 		if req.DeploymentID == nil || *req.DeploymentID == "" {
-			return nil, badInput("catch-up request %s has scope DEPLOYMENT but no deployment_id", req.RequestID)
+			return nil, count, badInput("catch-up request %s has scope DEPLOYMENT but no deployment_id", req.RequestID)
 		}
 		dep = *req.DeploymentID
 	default:
-		return nil, badInput("catch-up request %s has unknown scope %q", req.RequestID, req.Scope)
+		return nil, count, badInput("catch-up request %s has unknown scope %q", req.RequestID, req.Scope)
 	}
 	p := m.parts[partition]
 	if p == nil {
-		return nil, ErrNotOwned
+		return nil, count, ErrNotOwned
 	}
 	var sel []*component
 	for _, comp := range p.comps {
@@ -206,7 +219,8 @@ func (m *Matcher) OnCatchup(partition int32, req *events.CatchupRequest) ([]even
 			out = append(out, outDelta{comp.deployment, d})
 		}
 	}
-	return m.emit(out, true), nil
+	count.Compared, count.Differed = len(sel), len(out)
+	return m.emit(out, true), count, nil
 }
 
 // uninstall is the tombstone of a component.

@@ -162,7 +162,22 @@ func (s *stage) handler() runtime.Handler {
 			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
 		}),
 		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
-			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnCatchup(in.Partition, in.Value) })
+			var count CatchupCount
+			notOwned := false
+			outs, err := s.decide(in.Input, func() (ms []events.PolicyMatch, err error) {
+				ms, count, err = s.m.OnCatchupCounted(in.Partition, in.Value)
+				notOwned = errors.Is(err, ErrNotOwned)
+				return ms, err
+			})
+			if err != nil || notOwned {
+				return outs, err
+			}
+			s.log.Info().Str("request_id", in.Value.RequestID).Int32("partition", in.Partition).Int("components_compared", count.Compared).
+				Int("components_differed", count.Differed).Msg("catch-up compared the components with what they should have")
+			return append(outs, runtime.Output{Topic: topology.CatchupProgress, Key: []byte(in.Value.RequestID), Value: &events.CatchupProgress{
+				RequestID: in.Value.RequestID, Stage: events.ProgressMatcher, Partition: in.Partition,
+				Compared: int64(count.Compared), Differed: int64(count.Differed), DoneAt: time.Now().UTC(),
+			}}), nil
 		}),
 	})
 }

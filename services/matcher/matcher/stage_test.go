@@ -24,7 +24,7 @@ const testPartitions = 3
 func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
 	return stagetest.NewCluster(t, testPartitions, topology.PolicyCatalog, topology.PolicyChanges, topology.DeployComponents,
-		topology.CatchupRequests, topology.ComponentPolicies, topology.PolicyMatches, runtime.DLQTopic(topology.StageMatcher))
+		topology.CatchupRequests, topology.CatchupProgress, topology.ComponentPolicies, topology.PolicyMatches, runtime.DLQTopic(topology.StageMatcher))
 }
 
 // fanOut produces one copy of v to every partition, as pdp-ingest does
@@ -146,6 +146,21 @@ func TestStageOnKafka(t *testing.T) {
 	sort.Strings(afterChange)
 	if got := sortedLines(decodeMatches(t, wait(matches, 5, 60*time.Second))); !slices.Equal(got, afterChange) {
 		t.Fatalf("after the change (three copies) and a catch-up:\n got  %q\n want %q", got, afterChange)
+	}
+	// Each partition reports what the catch-up compared there: the three
+	// components, none of which differed after the change.
+	var compared, differed int64
+	seen := map[int32]bool{}
+	for _, rec := range c.Read(t, topology.CatchupProgress, testPartitions, 60*time.Second) {
+		pr := stagetest.Decode[*events.CatchupProgress](t, rec)
+		if pr.RequestID != "cu-1" || pr.Stage != events.ProgressMatcher || string(rec.Key) != "cu-1" || seen[pr.Partition] {
+			t.Fatalf("catch-up progress %+v (key %q), want one per partition from the matcher", pr, rec.Key)
+		}
+		seen[pr.Partition] = true
+		compared, differed = compared+pr.Compared, differed+pr.Differed
+	}
+	if compared != 3 || differed != 0 {
+		t.Fatalf("catch-up compared %d components, %d differed; want 3 and 0", compared, differed)
 	}
 	stopA()
 

@@ -26,6 +26,7 @@ func (s *Server) routeTable() []route {
 		{http.MethodPost, "/v1/policies", s.pushPolicies, operators},
 		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, readers},
 		{http.MethodPost, "/v1/catchup", s.catchup, operators},
+		{http.MethodGet, "/v1/catchup/{request_id}", s.catchupStatus, operators},
 		// The seed's policy-handler endpoint: a catch-up of everything.
 		{http.MethodGet, "/catch_up", s.catchup, operators},
 		{http.MethodGet, "/policy_latest/{policy_id}", s.policyLatest, readers},

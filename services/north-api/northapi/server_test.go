@@ -668,3 +668,52 @@ func TestSeedCatchUpEndpoint(t *testing.T) {
 		t.Fatalf("404 does not list the served paths: %d %s", code, raw)
 	}
 }
+
+// GET /v1/catchup/{request_id} sums what the matcher and the
+// consul-writer reported per partition, and is done once both reported
+// from every partition.
+func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
+	s := newStack(t, nil)
+	report := func(stage string, p int32, compared, differed, keys int64) {
+		s.Produce(t, topology.CatchupProgress, "cu-7", &events.CatchupProgress{RequestID: "cu-7", Stage: stage, Partition: p,
+			Compared: compared, Differed: differed, KeysWritten: keys, DoneAt: time.Now().UTC()})
+	}
+	status := func(want func(CatchupStatus) bool) CatchupStatus {
+		t.Helper()
+		var st CatchupStatus
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, _, raw := s.call(t, http.MethodGet, "/v1/catchup/cu-7", nil)
+			st = CatchupStatus{}
+			if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil {
+				t.Fatalf("status: %d %s", code, raw)
+			}
+			if want(st) {
+				return st
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never got there: %s", raw)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if st := status(func(CatchupStatus) bool { return true }); st.Done || st.Partitions != testPartitions || st.Matcher.PartitionsDone != 0 {
+		t.Fatalf("before any report: %+v", st)
+	}
+	for p := int32(0); p < testPartitions; p++ {
+		report(events.ProgressMatcher, p, 10, 1, 0)
+	}
+	report(events.ProgressConsulWriter, 0, 10, 2, 5)
+	st := status(func(st CatchupStatus) bool { return st.Matcher.PartitionsDone == testPartitions && st.ConsulWriter.PartitionsDone == 1 })
+	if st.Done || st.Matcher.Compared != 10*testPartitions || st.Matcher.Differed != testPartitions || st.ConsulWriter.KeysWritten != 5 {
+		t.Fatalf("partly done: %+v", st)
+	}
+	for p := int32(1); p < testPartitions; p++ {
+		report(events.ProgressConsulWriter, p, 10, 0, 0)
+	}
+	if st := status(func(st CatchupStatus) bool { return st.Done }); st.ConsulWriter.Compared != 10*testPartitions || st.ConsulWriter.Differed != 2 {
+		t.Fatalf("done: %+v", st)
+	}
+	code, body, _, _ := s.callAs(t, readOnlyToken, http.MethodGet, "/v1/catchup/cu-7", nil)
+	wantError(t, "catch-up status as read-only", code, body, http.StatusForbidden, "has role read-only")
+}

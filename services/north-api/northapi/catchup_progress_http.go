@@ -1,0 +1,110 @@
+package northapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// progressView is catchup.progress: per catch-up request, what each
+// stage reported per partition (the latest report of a partition counts).
+type progressView struct {
+	codec *events.Codec
+	mu    sync.RWMutex
+	byID  map[string]map[string]map[int32]*events.CatchupProgress // request -> stage -> partition
+}
+
+func newProgressView(codec *events.Codec) *progressView {
+	return &progressView{codec: codec, byID: map[string]map[string]map[int32]*events.CatchupProgress{}}
+}
+
+func (v *progressView) apply(ctx context.Context, rec *kgo.Record) error {
+	if rec.Value == nil {
+		return nil
+	}
+	var p events.CatchupProgress
+	if err := v.codec.DecodeInto(ctx, rec.Value, &p); err != nil {
+		return fmt.Errorf("catch-up progress view: decode record %q: %w", rec.Key, err)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	stages := v.byID[p.RequestID]
+	if stages == nil {
+		stages = map[string]map[int32]*events.CatchupProgress{}
+		v.byID[p.RequestID] = stages
+	}
+	if stages[p.Stage] == nil {
+		stages[p.Stage] = map[int32]*events.CatchupProgress{}
+	}
+	stages[p.Stage][p.Partition] = &p
+	return nil
+}
+
+// StageProgress is what one stage reported of a catch-up: partitions done
+// of all, and the sums of their counts.
+type StageProgress struct {
+	PartitionsDone int   `json:"partitions_done"`
+	Compared       int64 `json:"compared"`
+	Differed       int64 `json:"differed"`
+	KeysWritten    int64 `json:"keys_written,omitempty"`
+}
+
+// CatchupStatus is the answer of GET /v1/catchup/{request_id}. The
+// matcher compares components with what they should have (differed:
+// components sent a catch-up delta, each written to Consul and notified
+// as any update); the consul-writer compares Consul folders with their
+// collections (differed: folders written back, with keys_written keys).
+// Done once both reported from every partition.
+type CatchupStatus struct {
+	RequestID    string        `json:"request_id"`
+	Partitions   int           `json:"partitions"`
+	Matcher      StageProgress `json:"matcher"`
+	ConsulWriter StageProgress `json:"consul_writer"`
+	Done         bool          `json:"done"`
+}
+
+func (v *progressView) status(id string, partitions int) CatchupStatus {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	st := CatchupStatus{RequestID: id, Partitions: partitions}
+	sum := func(stage string) StageProgress {
+		var sp StageProgress
+		for _, p := range v.byID[id][stage] {
+			sp.PartitionsDone++
+			sp.Compared += p.Compared
+			sp.Differed += p.Differed
+			sp.KeysWritten += p.KeysWritten
+		}
+		return sp
+	}
+	st.Matcher, st.ConsulWriter = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter)
+	st.Done = partitions > 0 && st.Matcher.PartitionsDone >= partitions && st.ConsulWriter.PartitionsDone >= partitions
+	return st
+}
+
+// catchupStatus answers GET /v1/catchup/{request_id}: how far the
+// catch-up went. A request no stage has reported on yet (just asked, or
+// an id never asked for) has nothing done.
+func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *httpError {
+	id := r.PathValue("request_id")
+	if err := CheckID("request_id", id); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.needViews(topology.CatchupProgress); e != nil {
+		return e
+	}
+	n, err := runtime.PartitionCount(r.Context(), kadm.NewClient(s.cl), s.env.Kafka.Topic(topology.CatchupRequests))
+	if err != nil {
+		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
+	}
+	writeJSON(w, http.StatusOK, s.progress.status(id, int(n)))
+	return nil
+}
