@@ -704,7 +704,9 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 		report(events.ProgressMatcher, p, 10, 1, 0)
 	}
 	report(events.ProgressConsulWriter, 0, 10, 2, 5)
-	st := status(func(st CatchupStatus) bool { return st.Matcher.PartitionsDone == testPartitions && st.ConsulWriter.PartitionsDone == 1 })
+	st := status(func(st CatchupStatus) bool {
+		return st.Matcher.PartitionsDone == testPartitions && st.ConsulWriter.PartitionsDone == 1
+	})
 	if st.Done || st.Matcher.Compared != 10*testPartitions || st.Matcher.Differed != testPartitions || st.ConsulWriter.KeysWritten != 5 {
 		t.Fatalf("partly done: %+v", st)
 	}
