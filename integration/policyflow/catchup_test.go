@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -32,6 +33,31 @@ func (p *pipeline) lastCallHas(rec *recorder, what string, want ...string) int {
 	return n
 }
 
+// catchup asks for a catch-up and waits until both stages reported from
+// every partition.
+func (p *pipeline) catchup(method, path string, body any) northapi.CatchupStatus {
+	p.t.Helper()
+	var accepted struct {
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal([]byte(p.must(method, path, body)), &accepted); err != nil || accepted.RequestID == "" {
+		p.t.Fatalf("catch-up answer without request_id: %v", err)
+	}
+	var st northapi.CatchupStatus
+	p.eventually("catch-up "+accepted.RequestID+" done", 2*time.Minute, func() error {
+		code, out := p.do(http.MethodGet, "/v1/catchup/"+accepted.RequestID, nil)
+		st = northapi.CatchupStatus{}
+		if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil {
+			return fmt.Errorf("%d %s", code, out)
+		}
+		if !st.Done {
+			return fmt.Errorf("not done: %s", out)
+		}
+		return nil
+	})
+	return st
+}
+
 // A catch-up with nothing changed writes nothing to Consul and notifies
 // nobody; a key deleted by hand is restored by the next catch-up.
 func TestCatchupRestoresKeysDeletedByHandAndOtherwiseDoesNothing(t *testing.T) {
@@ -50,15 +76,23 @@ func TestCatchupRestoresKeysDeletedByHandAndOtherwiseDoesNothing(t *testing.T) {
 	calls := p.lastCallHas(rec, "the script is told of both policies", `"a":1`, `"b":1`)
 
 	before := p.modifyIndexes(scn)
-	p.must(http.MethodPost, "/v1/catchup", map[string]any{"reason": "nothing changed"})
-	// Then a key deleted by hand, and the seed's GET /catch_up: it is
-	// handled after the first catch-up, so once the key is back the first
-	// one has been compared too.
+	st := p.catchup(http.MethodPost, "/v1/catchup", map[string]any{"reason": "nothing changed"})
+	if st.Matcher.Compared < 1 || st.Matcher.Differed != 0 || st.ConsulWriter.Compared < 1 || st.ConsulWriter.Differed != 0 || st.ConsulWriter.KeysWritten != 0 {
+		t.Fatalf("catch-up with nothing changed: %+v, want components and folders compared, none differing", st)
+	}
+	if after := p.modifyIndexes(scn); !equalMaps(before, after) {
+		t.Fatalf("a catch-up with nothing changed wrote to Consul: before %v after %v", before, after)
+	}
+	// A key deleted by hand: the seed's GET /catch_up puts it back, and
+	// only it (and the event key).
 	bKey := consulkv.ItemKey(scn, "DCAE.Config_DRIFT_B")
 	if _, err := p.consul.KV().Delete(bKey, nil); err != nil {
 		t.Fatal(err)
 	}
-	p.must(http.MethodGet, "/catch_up", nil)
+	st = p.catchup(http.MethodGet, "/catch_up", nil)
+	if st.ConsulWriter.Differed != 1 || st.ConsulWriter.KeysWritten != 2 {
+		t.Fatalf("catch-up after a key was deleted: %+v, want one folder written back with 2 keys", st)
+	}
 	p.waitItems(scn, map[string]string{"DCAE.Config_DRIFT_A": `{"a":1}`, "DCAE.Config_DRIFT_B": `{"b":1}`})
 	after := p.modifyIndexes(scn)
 	for k, i := range before {
