@@ -56,6 +56,8 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	log := env.Log.With().Str("stage", s.Name).Logger()
 	env.Health.NotReady(s.Name, "starting")
 	defer env.Health.Forget(s.Name)
+	env.Metrics.start(s)
+	env.Health.describe(s.Name, s.Mode.String(), s.GroupIn(env.Kafka))
 
 	r := &runner{stage: s, env: env, log: log, owned: map[string][]int32{}}
 	// Setup may read state from Kafka: the brokers are waited for first,
@@ -147,6 +149,12 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 		kgo.ProducerLinger(0),
+		// Transaction markers are handed to the poll loop (which drops
+		// them before handling) so that the lag reads 0 once they are
+		// read: kgo does not return a fetch of markers only, which would
+		// leave every partition written by a transactional producer one
+		// offset behind forever.
+		kgo.KeepControlRecords(),
 	)
 	if r.env.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(r.env.SessionTimeout), kgo.HeartbeatInterval(r.env.SessionTimeout/10))
@@ -174,6 +182,7 @@ func (r *runner) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[str
 	for t, ps := range r.base(assigned) {
 		r.owned[t] = append(r.owned[t], ps...)
 	}
+	r.env.Health.hold(r.stage.Name, r.owned)
 	r.mu.Unlock()
 	if r.stage.Assigned == nil {
 		return
@@ -224,6 +233,7 @@ func (r *runner) rewound(ctx context.Context) {
 func (r *runner) disown(parts map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer func() { r.env.Health.hold(r.stage.Name, r.owned) }()
 	for t, ps := range r.base(parts) {
 		keep := r.owned[t][:0]
 		for _, p := range r.owned[t] {
@@ -239,6 +249,10 @@ func (r *runner) disown(parts map[string][]int32) {
 			delete(r.owned, t)
 		} else {
 			r.owned[t] = keep
+		}
+		// A partition no longer held has no lag of this stage.
+		for _, p := range ps {
+			r.env.Metrics.Lag.DeleteLabelValues(r.stage.Name, t, strconv.Itoa(int(p)))
 		}
 	}
 }
@@ -311,7 +325,9 @@ func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record
 			return out, i
 		}
 		for _, o := range oc.Outputs {
-			out = append(out, r.record(o))
+			rec := r.record(o)
+			withOrigin(rec, ins[i])
+			out = append(out, rec)
 		}
 	}
 	return out, len(recs)
@@ -336,6 +352,7 @@ func (r *runner) record(o Output) *kgo.Record {
 // retrying counts and logs a retry (see Retry).
 func (r *runner) retrying(in Input, again int, err error, d time.Duration) {
 	r.env.Metrics.Retries.WithLabelValues(r.stage.Name).Inc()
+	r.env.Metrics.Errors.WithLabelValues(r.stage.Name, "transient").Inc()
 	r.log.Warn().Err(err).Str("topic", r.env.Kafka.Topic(in.Topic)).Int32("partition", in.Partition).Int64("offset", in.Offset).
 		Int("inputs_again", again).Dur("retry_in", d).Msg("handler failed; retrying from this input")
 }
@@ -344,6 +361,7 @@ func (r *runner) retrying(in Input, again int, err error, d time.Duration) {
 // DeadLetter).
 func (r *runner) deadLettered(in Input, err error) {
 	r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, in.Topic).Inc()
+	r.env.Metrics.Errors.WithLabelValues(r.stage.Name, "permanent").Inc()
 	r.log.Error().Err(err).Str("topic", r.env.Kafka.Topic(in.Topic)).Int32("partition", in.Partition).Int64("offset", in.Offset).
 		Msg("record dead-lettered")
 }
@@ -378,6 +396,22 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// dataRecords are the records of a poll without its transaction markers
+// (see KeepControlRecords in consumeOpts), in fetch order.
+func dataRecords(fetches kgo.Fetches) (data, markers []*kgo.Record) {
+	fetches.EachRecord(func(rec *kgo.Record) {
+		if rec.Attrs.IsControl() {
+			markers = append(markers, rec)
+		} else {
+			data = append(data, rec)
+		}
+	})
+	return data, markers
+}
+
+// observeLag sets the lag of every partition of a fetch: the offsets
+// between the last record read (a transaction marker included) and the
+// partition's last stable offset.
 func (r *runner) observeLag(fetches kgo.Fetches) {
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {

@@ -94,6 +94,10 @@ type Stage struct {
 	Name   string   // e.g. "matcher"; DLQ is dlq.<Name>
 	Mode   Mode     // Transactional or AtLeastOnce
 	Inputs []string // base names of the topics the stage's group consumes
+	// Outputs are the base names of the topics the stage produces to
+	// (besides its dead-letter topic), so that their records-out series
+	// exist at 0 from the start (optional).
+	Outputs []string
 	// Group overrides the consumer group, "policyflow-<Name>" by default;
 	// the topic prefix is put in front of it, so environments sharing a
 	// cluster never share a group.

@@ -111,6 +111,10 @@ type job struct {
 	// index is the claim key's ModifyIndex: as read, then as claimed.
 	index uint64
 	claim consulkv.Claim
+	// origin is where and when the change entered the pipeline, for
+	// the end-to-end latency.
+	origin    runtime.OriginInfo
+	hasOrigin bool
 }
 
 // prepare checks a component.applied record. It returns no job when the

@@ -14,6 +14,8 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // MaxStderrBytes is how much of a script's stderr the claim records.
@@ -29,6 +31,9 @@ type Result struct {
 	Stderr     string
 	HTTPStatus int
 	Took       time.Duration
+	// TimedOut says the script or webhook did not finish within its
+	// timeout (ExitCode is then -1).
+	TimedOut bool
 }
 
 // limitedBuffer keeps the first max bytes written to it and counts the
@@ -104,6 +109,7 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, paylo
 			res.Stderr += "\n[the script ended; a process it started kept its stderr open, which was not read further]"
 		}
 	case ctx.Err() == context.DeadlineExceeded:
+		res.TimedOut = true
 		res.Stderr += fmt.Sprintf("\n[killed: the script did not end within its timeout of %s]", timeout)
 	case errors.Is(err, syscall.E2BIG):
 		res.Stderr = fmt.Sprintf("cannot run %s: the notification is %d bytes, more than the system accepts in one argument: %v", file, len(payload), err)
@@ -146,10 +152,11 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 			err = ue.Err
 		}
 		msg := fmt.Sprintf("POST %s: %s", shown, notifytarget.MaskText(err.Error()))
-		if ctx.Err() == context.DeadlineExceeded {
+		timedOut := ctx.Err() == context.DeadlineExceeded
+		if timedOut {
 			msg += fmt.Sprintf(" (no answer within its timeout of %s)", timeout)
 		}
-		return Result{ExitCode: -1, Stderr: msg}
+		return Result{ExitCode: -1, Stderr: msg, TimedOut: timedOut}
 	}
 	defer resp.Body.Close()
 	// Read a little of the body so the connection can serve the next
@@ -192,6 +199,27 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 	}
 	ev.Str("kind", a.Notify.Kind).Str("target", target).Int("exit_code", res.ExitCode).Int("http_status", res.HTTPStatus).
 		Int("payload_bytes", len(j.body)).Dur("took", res.Took).Msg(msg)
+	n.counted(j, res)
 	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
+}
+
+// counted records a notification's outcome, its time and, when it
+// succeeded, the end-to-end latency of the change it carried.
+func (n *notifier) counted(j *job, res Result) {
+	if n.metrics == nil {
+		return
+	}
+	outcome := runtime.OutcomeOK
+	switch {
+	case res.TimedOut:
+		outcome = runtime.OutcomeTimedOut
+	case res.ExitCode != 0:
+		outcome = runtime.OutcomeFailed
+	}
+	n.metrics.Notifications.WithLabelValues(topology.StageAgentNotifier, j.a.Notify.Kind, outcome).Inc()
+	n.metrics.NotifySeconds.WithLabelValues(topology.StageAgentNotifier, outcome).Observe(res.Took.Seconds())
+	if outcome == runtime.OutcomeOK && j.hasOrigin {
+		n.metrics.ReachedAt(runtime.MilestoneNotified, j.origin)
+	}
 }

@@ -123,13 +123,14 @@ func StageWith(cfg Config) runtime.Stage {
 }
 
 type notifier struct {
-	cfg    Config
-	rules  notifytarget.Rules
-	txn    *api.Txn
-	http   *http.Client
-	log    zerolog.Logger
-	retry  runtime.Backoff
-	chains *chains
+	cfg     Config
+	rules   notifytarget.Rules
+	txn     *api.Txn
+	http    *http.Client
+	log     zerolog.Logger
+	retry   runtime.Backoff
+	chains  *chains
+	metrics *runtime.Metrics
 }
 
 func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
@@ -150,6 +151,8 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
+	n.metrics = env.Metrics
+	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
 	n.chains = newChains(n)
 	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
 		n.chains.close()
@@ -178,6 +181,7 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 		}
 		if j != nil {
 			j.i = i
+			j.origin, j.hasOrigin = runtime.InputOrigin(in.Input)
 			jobs = append(jobs, j)
 		}
 	}
