@@ -62,7 +62,7 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
-	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg}
+	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -70,6 +70,10 @@ type Options struct {
 	// Registration is what a component registration may ask for; the
 	// zero value allows no script and no webhook.
 	Registration Registration
+	// StageOps are the ops listeners (host:port or URL) of the stages,
+	// whose /readyz and /metrics the status page reads; when empty it
+	// shows the stages running in this process (the dev stack).
+	StageOps []string
 }
 
 // Server is the North API: a producer, the read views and the HTTP
