@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul browser build run test bench bench-go fuzz lint images clean
+.PHONY: help consul browser compose build run test bench bench-go fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -72,6 +72,21 @@ browser: ## install Debian's chromium for the status page's browser test, when i
 		chromium --version 2>/dev/null | sed -n 1p; \
 	fi
 
+# The compose test (integration/deploy TestComposeFileRuns, containers
+# backend) brings deploy/compose.yaml up with `docker compose` or, where that
+# plugin is missing, Debian's docker-compose, installed here when neither runs.
+compose: ## install Debian's docker-compose for the compose test, when no Compose CLI runs
+	@if docker compose version >/dev/null 2>&1; then \
+		docker compose version | sed -n 1p; \
+	elif command -v docker-compose >/dev/null 2>&1; then \
+		docker-compose version | sed -n 1p; \
+	else \
+		echo 'compose: installing docker-compose (Debian package) for the compose test'; \
+		sudo=''; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; \
+		docker-compose version | sed -n 1p; \
+	fi
+
 build: ## build policyctl, devbroker, the other tools and every stage into bin/ (static, CGO_ENABLED=0)
 	@mkdir -p bin
 	cd tools && $(GO_BUILD) -o ../bin/ $(addprefix ./,$(TOOLS))
@@ -100,7 +115,8 @@ test: consul browser ## unit tests of every module, every fuzz target for TEST_F
 	@echo '==> integration: PF_BACKEND=embedded'
 	@cd integration && PF_BACKEND=embedded PF_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@if docker info >/dev/null 2>&1; then \
-		echo '==> images for the containers backend'; \
+		$(MAKE) compose; \
+		echo '==> images of the containers backend and of the compose test (deploy/compose.yaml runs every one)'; \
 		sh deploy/build-images.sh; \
 		echo '==> integration: PF_BACKEND=containers'; \
 		(cd integration && PF_BACKEND=containers TESTCONTAINERS_RYUK_DISABLED=true \
