@@ -3,8 +3,8 @@ package stages_test
 import (
 	"testing"
 
-	"github.com/policyflow/policyflow/services/runtime/flagdoc"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/runtime/flagdoc"
 	"github.com/policyflow/policyflow/services/stages"
 )
 
