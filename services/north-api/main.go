@@ -99,6 +99,13 @@ func main() {
 	ctx, cancel := runtime.SignalContext(context.Background())
 	defer cancel()
 	env := runtime.NewEnv(o.Kafka, log)
+	tracer, stopTracing, err := o.Tracing.Start(context.Background(), "north-api")
+	if err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	defer stopTracing()
+	env.Tracer = tracer
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := runtime.Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()); err != nil {

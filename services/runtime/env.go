@@ -38,6 +38,9 @@ type Env struct {
 	// MaxRecordBytes is the largest record a stage may produce
 	// (default topology.MaxRecordBytes, which topics are created with).
 	MaxRecordBytes int32
+	// Tracer, when set, traces records across stages (see Tracer); nil:
+	// tracing is off.
+	Tracer *Tracer
 }
 
 // Backoff is a capped exponential backoff.

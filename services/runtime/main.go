@@ -22,6 +22,8 @@ type Options struct {
 	LogLevel string
 	// LogFormat is "json" (the default) or "text" (human-readable).
 	LogFormat string
+	// Tracing says where traces go; off by default.
+	Tracing Tracing
 }
 
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
@@ -31,6 +33,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.Pprof, "pprof", envBool("PF_PPROF", false), "serve the Go profiles under /debug/pprof/ on --http-addr; off by default, since /debug/pprof/cmdline shows secrets given as flags (env PF_PPROF)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	LogFormatFlag(fs, &o.LogFormat, LogJSON)
+	o.Tracing.RegisterFlags(fs)
 }
 
 // Log formats (--log-format).
@@ -153,6 +156,13 @@ func Main(s Stage) {
 	ctx, cancel := SignalContext(context.Background())
 	defer cancel()
 	env := NewEnv(o.Kafka, log)
+	tracer, stopTracing, err := o.Tracing.Start(ctx, s.Name)
+	if err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	defer stopTracing()
+	env.Tracer = tracer
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()) })
 	g.Go(func() error {

@@ -156,6 +156,7 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 		// offset behind forever.
 		kgo.KeepControlRecords(),
 	)
+	opts = append(opts, r.env.Tracer.ClientOpts()...)
 	if r.env.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(r.env.SessionTimeout), kgo.HeartbeatInterval(r.env.SessionTimeout/10))
 	}
@@ -312,9 +313,15 @@ func inputOf(k Kafka, rec *kgo.Record) Input {
 // retries.
 func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record, int) {
 	ins := make([]Input, len(recs))
+	spans := make([]context.Context, len(recs))
 	for i, rec := range recs {
 		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
 		ins[i] = inputOf(r.env.Kafka, rec)
+		if r.env.Tracer != nil {
+			ctx, span := r.env.Tracer.process(rec)
+			defer span.End()
+			spans[i], ins[i].Trace = ctx, ctx
+		}
 	}
 	// The handler itself is not interrupted by stop: the records in hand
 	// are finished (drained); only waiting between retries is.
@@ -325,7 +332,7 @@ func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record
 			return out, i
 		}
 		for _, o := range oc.Outputs {
-			rec := r.record(o)
+			rec := r.record(spans[i], o)
 			withOrigin(rec, ins[i])
 			out = append(out, rec)
 		}
@@ -340,9 +347,11 @@ func (r *runner) process(stop context.Context, rec *kgo.Record) (out []*kgo.Reco
 	return out, n == 1
 }
 
-// record is an encoded output (see encoding) as the record to produce.
-func (r *runner) record(o Output) *kgo.Record {
-	rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Value: o.Raw, Headers: o.Headers}
+// record is an encoded output (see encoding) as the record to produce, in
+// the trace context of the input that caused it (ctx, nil when not
+// tracing).
+func (r *runner) record(ctx context.Context, o Output) *kgo.Record {
+	rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Value: o.Raw, Headers: o.Headers, Context: ctx}
 	if o.Explicit {
 		Pin(rec, o.Partition)
 	}

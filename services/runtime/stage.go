@@ -45,6 +45,10 @@ type Input struct {
 	Raw       []byte
 	Headers   []kgo.RecordHeader
 	Timestamp time.Time
+	// Trace is the record's trace context (a span of its handling, when
+	// tracing; see Tracer), for spans of effects the stage carries out
+	// for it later, such as a notification. Nil when not tracing.
+	Trace context.Context
 }
 
 // Tombstone reports whether the record deletes its key.

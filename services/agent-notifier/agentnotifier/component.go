@@ -2,6 +2,7 @@ package agentnotifier
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,6 +116,8 @@ type job struct {
 	// the end-to-end latency.
 	origin    runtime.OriginInfo
 	hasOrigin bool
+	// trace is the record's trace context (nil when not tracing).
+	trace context.Context
 }
 
 // prepare checks a component.applied record. It returns no job when the

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -183,6 +186,18 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 	timeout := n.cfg.Timeout
 	if a.Notify.TimeoutMs > 0 {
 		timeout = time.Duration(a.Notify.TimeoutMs) * time.Millisecond
+	}
+	if n.tracer != nil && j.trace != nil {
+		// The notification's span, in the trace of the change it carries.
+		_, span := n.tracer.Start(j.trace, "notify "+a.ComponentID, attribute.String("policyflow.notify_kind", a.Notify.Kind),
+			attribute.String("policyflow.update_id", a.UpdateID))
+		defer func() {
+			span.SetAttributes(attribute.Int("policyflow.exit_code", *j.claim.ExitCode))
+			if *j.claim.ExitCode != 0 {
+				span.SetStatus(codes.Error, "notification failed")
+			}
+			span.End()
+		}()
 	}
 	var res Result
 	var target string

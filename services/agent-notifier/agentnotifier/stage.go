@@ -131,6 +131,7 @@ type notifier struct {
 	retry   runtime.Backoff
 	chains  *chains
 	metrics *runtime.Metrics
+	tracer  *runtime.Tracer
 }
 
 func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
@@ -152,6 +153,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
 	n.metrics = env.Metrics
+	n.tracer = env.Tracer
 	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
 	n.chains = newChains(n)
 	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
@@ -182,6 +184,7 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 		if j != nil {
 			j.i = i
 			j.origin, j.hasOrigin = runtime.InputOrigin(in.Input)
+			j.trace = in.Trace
 			jobs = append(jobs, j)
 		}
 	}

@@ -146,6 +146,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		kgo.RecordDeliveryTimeout(opts.ProduceTimeout),
 		kgo.ProducerLinger(0),
 	)
+	kopts = append(kopts, env.Tracer.ClientOpts()...)
 	if env.MaxRecordBytes > 0 {
 		kopts = append(kopts, kgo.ProducerBatchMaxBytes(env.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*env.MaxRecordBytes))
 	}
