@@ -233,6 +233,11 @@ func TestPolicyAndCatchupCommands(t *testing.T) {
 	if recs := readTopic(t, k, topology.CatchupRequests, 2); len(recs) != 2 || recs[0].Partition == recs[1].Partition {
 		t.Errorf("catch-up records: %d, want one on each of 2 partitions", len(recs))
 	}
+	// Without stages to follow, --wait says what the North API needs.
+	r = policyctl(t, "catchup", "--wait")
+	if r.code != 1 || !strings.Contains(r.errOut, "--stage-ops") {
+		t.Errorf("catchup --wait without stages: exit %d stderr %q", r.code, r.errOut)
+	}
 	r = policyctl(t, "catchup", "--deployment", "nobody")
 	if r.code != 1 || !strings.Contains(r.errOut, "no registered component belongs to deployment nobody") {
 		t.Errorf("catchup of unknown deployment: exit %d stderr %q", r.code, r.errOut)

@@ -263,6 +263,10 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	// A catch-up, followed until the stages have handled it.
+	if r := policyctl(t, "catchup", "--wait", "--api", "http://"+api[1], "--wait-timeout", "2m"); r.code != 0 || !strings.Contains(r.errOut, "catch-up handled") {
+		t.Errorf("catchup --wait: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
 
 	if code := d.shutdown(t); code != 0 {
 		t.Fatalf("policyctl dev exited %d after the interrupt\nstderr:\n%s", code, d.errOut)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 const (
@@ -75,11 +76,21 @@ func runCatchup(ctx context.Context, args []string) error {
 	api := registerAPIFlags(fs)
 	deployment := fs.String("deployment", "", "catch up only this deployment_id")
 	reason := fs.String("reason", "", "why, for the logs")
+	wait := fs.Bool("wait", false, "wait until the pipeline has handled the catch-up (every stage read its input: lag 0), showing the records still to handle (needs a token of role admin, operator or read-only)")
+	waitFor := fs.Duration("wait-timeout", 30*time.Minute, "with --wait, give up after this long")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErrorf("catchup takes no arguments, got %q; use --deployment ID for one deployment", fs.Args())
+	}
+	var before map[string]float64
+	if *wait {
+		st, err := pipelineStages(ctx, api)
+		if err != nil {
+			return err
+		}
+		before = recordsIn(st)
 	}
 	req := map[string]string{}
 	if *deployment != "" {
@@ -96,5 +107,89 @@ func runCatchup(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	if err := printAnswer(ctx, answer); err != nil || !*wait {
+		return err
+	}
+	var accepted struct {
+		Partitions int `json:"partitions"`
+	}
+	_ = json.Unmarshal(answer, &accepted)
+	return waitCatchup(ctx, api, before, accepted.Partitions, *waitFor)
+}
+
+// stageFigures is what policyctl reads of GET /v1/status.
+type stageFigures struct {
+	Name      string  `json:"name"`
+	Ready     bool    `json:"ready"`
+	Lag       float64 `json:"lag"`
+	RecordsIn float64 `json:"records_in"`
+}
+
+func pipelineStages(ctx context.Context, api *apiClient) ([]stageFigures, error) {
+	raw, err := api.do(ctx, http.MethodGet, "/v1/status", nil)
+	if err != nil {
+		return nil, fmt.Errorf("--wait follows the pipeline through GET /v1/status: %w", err)
+	}
+	var st struct {
+		Stages []stageFigures `json:"stages"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("GET /v1/status: %w", err)
+	}
+	if len(st.Stages) == 0 {
+		return nil, fmt.Errorf("--wait follows the stages through GET /v1/status, which reports none: give the North API the stages' ops listeners (--stage-ops)")
+	}
+	return st.Stages, nil
+}
+
+func recordsIn(st []stageFigures) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range st {
+		out[s.Name] = s.RecordsIn
+	}
+	return out
+}
+
+// waitCatchup waits until the matcher has read the catch-up request (one
+// copy per partition: its records in grew by that many) and then every
+// stage's lag is 0, showing the records still to handle.
+func waitCatchup(ctx context.Context, api *apiClient, before map[string]float64, copies int, timeout time.Duration) error {
+	w := stderr(ctx)
+	tty := isTerminal(w)
+	deadline := time.Now().Add(timeout)
+	last := -1.0
+	for {
+		st, err := pipelineStages(ctx, api)
+		if err != nil {
+			return err
+		}
+		read, lag := true, 0.0
+		for _, s := range st {
+			lag += s.Lag
+			if s.Name == "matcher" && s.RecordsIn-before[s.Name] < float64(max(copies, 1)) {
+				read = false
+			}
+		}
+		switch {
+		case read && lag == 0:
+			if tty {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintln(w, "catch-up handled: every stage has read its input")
+			return nil
+		case tty:
+			fmt.Fprintf(w, "\rcatch-up: %.0f records still to handle across the stages   ", lag)
+		case lag != last:
+			fmt.Fprintf(w, "catch-up: %.0f records still to handle across the stages\n", lag)
+		}
+		last = lag
+		if time.Now().After(deadline) {
+			return fmt.Errorf("catch-up not handled within %s (--wait-timeout): %.0f records still to handle; see the status page /ui/", timeout, lag)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
