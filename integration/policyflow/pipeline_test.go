@@ -52,6 +52,8 @@ type pipeline struct {
 	scripts string
 	targets notifytarget.Config
 	stop    func()
+	// tracer, when set before the pipeline runs, traces it.
+	tracer *runtime.Tracer
 }
 
 // segmentBytes bounds the segmenter's pieces in these suites, far below
@@ -59,17 +61,17 @@ type pipeline struct {
 // the executor in pieces and is put back together there.
 const segmentBytes = 1 << 20
 
-func start(t *testing.T) *pipeline {
+func start(t *testing.T, opts ...func(*pipeline)) *pipeline {
 	t.Helper()
 	b := backend.Get(t)
 	prefix := b.Prefix(t)
 	b.ApplyTopology(t, prefix, 3)
-	return startOn(t, b, b.Kafka(prefix))
+	return startOn(t, b, b.Kafka(prefix), opts...)
 }
 
 // startOn runs the policy flow on the Kafka k says (its topology applied)
 // and the backend's Consul.
-func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka) *pipeline {
+func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka, opts ...func(*pipeline)) *pipeline {
 	t.Helper()
 	sim := pdp.NewServer()
 	srv := httptest.NewServer(sim.Handler())
@@ -81,6 +83,9 @@ func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka) *pipeline {
 	scripts := t.TempDir()
 	p := &pipeline{t: t, b: b, kafka: k, consul: c, pdp: sim, pdpURL: srv.URL,
 		scripts: scripts, targets: notifytarget.Config{ScriptDirs: []string{scripts}, WebhookAllow: []string{"127.0.0.1"}}}
+	for _, o := range opts {
+		o(p)
+	}
 	p.run()
 	t.Cleanup(func() { p.stop() })
 	return p
@@ -93,6 +98,7 @@ func (p *pipeline) run() {
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
+	env.Tracer = p.tracer
 	ctx, cancel := context.WithCancel(context.Background())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
