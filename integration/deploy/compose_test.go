@@ -198,6 +198,32 @@ func TestComposeFileRuns(t *testing.T) {
 		return nil
 	})
 
+	// The status page's data shows every stage, read from its ops
+	// listener, ready.
+	eventually("every stage ready on /v1/status", time.Minute, func() error {
+		code, body := call(http.MethodGet, "/v1/status", nil)
+		var st struct {
+			Stages []struct {
+				Name   string `json:"name"`
+				Ready  bool   `json:"ready"`
+				Reason string `json:"reason"`
+			} `json:"stages"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+			return fmt.Errorf("GET /v1/status: %d %s", code, body)
+		}
+		ready := map[string]bool{}
+		for _, s := range st.Stages {
+			ready[s.Name] = s.Ready
+		}
+		for _, s := range strings.Fields(string(list)) {
+			if s != "north-api" && !ready[s] {
+				return fmt.Errorf("stage %s not ready on /v1/status: %s", s, body)
+			}
+		}
+		return nil
+	})
+
 	// Torn down: no container of the project is left.
 	down()
 	out, err := exec.Command("docker", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project="+project).Output()

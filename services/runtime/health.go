@@ -31,7 +31,7 @@ type StageHealth struct {
 	Mode   string `json:"mode,omitempty"`
 	Group  string `json:"group,omitempty"`
 	// Partitions are the partitions this member holds, by base topic.
-	Partitions map[string][]int32 `json:"partitions"`
+	Partitions map[string][]int32 `json:"partitions,omitempty"`
 	// Idle says the member holds no partition while ready: the group
 	// has more members than partitions, so it stands by by design.
 	Idle bool `json:"idle,omitempty"`
