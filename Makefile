@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul build run test bench bench-go chaos fuzz lint images clean
+.PHONY: help consul browser compose build run test bench bench-go fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -59,6 +59,34 @@ $(CONSUL_BIN): tools/consul/go.mod
 	@mv $@.tmp $@
 	@$(abspath $@) version | sed -n 1p
 
+# The status page's browser test (integration/policyflow TestOperatorView)
+# drives Debian's chromium headless; on a machine without it, this installs
+# it from Debian's package registry (as root, or with sudo).
+browser: ## install Debian's chromium for the status page's browser test, when it is missing
+	@if command -v chromium >/dev/null 2>&1; then \
+		chromium --version 2>/dev/null | sed -n 1p; \
+	else \
+		echo 'browser: installing chromium (Debian package) for the status page test'; \
+		sudo=''; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium >/dev/null; \
+		chromium --version 2>/dev/null | sed -n 1p; \
+	fi
+
+# The compose test (integration/deploy TestComposeFileRuns, containers
+# backend) brings deploy/compose.yaml up with `docker compose` or, where that
+# plugin is missing, Debian's docker-compose, installed here when neither runs.
+compose: ## install Debian's docker-compose for the compose test, when no Compose CLI runs
+	@if docker compose version >/dev/null 2>&1; then \
+		docker compose version | sed -n 1p; \
+	elif command -v docker-compose >/dev/null 2>&1; then \
+		docker-compose version | sed -n 1p; \
+	else \
+		echo 'compose: installing docker-compose (Debian package) for the compose test'; \
+		sudo=''; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq docker-compose >/dev/null; \
+		docker-compose version | sed -n 1p; \
+	fi
+
 build: ## build policyctl, devbroker, the other tools and every stage into bin/ (static, CGO_ENABLED=0)
 	@mkdir -p bin
 	cd tools && $(GO_BUILD) -o ../bin/ $(addprefix ./,$(TOOLS))
@@ -78,16 +106,17 @@ run: build consul ## run the whole pipeline on this machine with the demo (bin/p
 # tests (which already ran each target's seed corpus): about a minute in all.
 TEST_FUZZTIME ?= 3s
 
-test: consul ## unit tests of every module, every fuzz target for TEST_FUZZTIME (3s), then integration on the embedded backend (and containers when Docker works)
+test: consul browser ## unit tests of every module, every fuzz target for TEST_FUZZTIME (3s), then integration on the embedded backend (and containers when Docker works)
 	@for m in $(UNIT_MODULES); do \
 		echo "==> unit tests: $$m"; \
 		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...); \
 	done
 	@$(MAKE) fuzz FUZZTIME=$(TEST_FUZZTIME)
 	@echo '==> integration: PF_BACKEND=embedded'
-	@cd integration && PF_BACKEND=embedded $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@cd integration && PF_BACKEND=embedded PF_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@if docker info >/dev/null 2>&1; then \
-		echo '==> images for the containers backend'; \
+		$(MAKE) compose; \
+		echo '==> images of the containers backend and of the compose test (deploy/compose.yaml runs every one)'; \
 		sh deploy/build-images.sh; \
 		echo '==> integration: PF_BACKEND=containers'; \
 		(cd integration && PF_BACKEND=containers TESTCONTAINERS_RYUK_DISABLED=true \

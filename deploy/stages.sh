@@ -62,6 +62,18 @@ ops_of() {
 tokens_dir=/etc/policyflow/api-tokens
 tokens_file=$tokens_dir/tokens.json
 
+# stage_ops prints the ops listeners of the stages (kind stage), comma
+# separated, by their compose service names: where an API service's status
+# page reads them (PF_STAGE_OPS).
+stage_ops() {
+	ops=
+	for o in $(services); do
+		[ "$(kind_of "$o")" = stage ] || continue
+		ops="$ops${ops:+,}$o:$(port_of "$o")"
+	done
+	printf '%s\n' "$ops"
+}
+
 compose_block() {
 	printf '%s\n' "$begin"
 	for s in $(services); do
@@ -79,6 +91,7 @@ EOF
 			cat <<EOF
       $api_addr: 0.0.0.0:$api_port
       PF_TOKENS_FILE: /run/secrets/api-tokens
+      PF_STAGE_OPS: $(stage_ops)
     secrets:
       - api-tokens
     ports:

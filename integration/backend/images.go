@@ -13,6 +13,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // localRepo is the repository of the images deploy/build-images.sh builds.
@@ -127,4 +128,16 @@ func lockFile(path string) (unlock func(), err error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// EnsureImages builds, with deploy/build-images.sh, every local image of
+// images (policyflow/<target>:<tag>) that the Docker engine does not have,
+// for suites that start containers of their own.
+func EnsureImages(ctx context.Context, images ...string) error {
+	dc, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to the Docker engine: %w", err)
+	}
+	defer dc.Close()
+	return ensureImages(ctx, dc.Client, images...)
 }

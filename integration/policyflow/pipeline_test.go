@@ -55,6 +55,8 @@ type pipeline struct {
 	// catchupEvery, when set before run, is pdp-ingest's periodic
 	// catch-up interval.
 	catchupEvery time.Duration
+	// tracer, when set before the pipeline runs, traces it.
+	tracer *runtime.Tracer
 }
 
 // segmentBytes bounds the segmenter's pieces in these suites, far below
@@ -101,6 +103,7 @@ func (p *pipeline) run() {
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
+	env.Tracer = p.tracer
 	ctx, cancel := context.WithCancel(context.Background())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

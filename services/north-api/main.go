@@ -26,19 +26,32 @@ import (
 // North API and a stage run on one host with their defaults.
 const defaultOpsAddr = "127.0.0.1:9091"
 
-func main() {
+// settings are what the command line sets.
+type settings struct {
+	o      runtime.Options
+	consul consulkv.Config
+	reg    northapi.Registration
+	c      northapi.Config
+}
+
+// flags is the North API's command line, filled into the returned
+// settings on Parse.
+func flags() (*flag.FlagSet, *settings) {
 	fs := flag.NewFlagSet("north-api", flag.ContinueOnError)
-	var o runtime.Options
-	o.RegisterFlags(fs)
-	var consul consulkv.Config
-	consul.RegisterFlags(fs)
-	reg := northapi.RegistrationFromEnv()
-	reg.RegisterFlags(fs)
+	st := &settings{reg: northapi.RegistrationFromEnv()}
+	st.o.RegisterFlags(fs)
+	st.consul.RegisterFlags(fs)
+	st.reg.RegisterFlags(fs)
 	if f := fs.Lookup("http-addr"); f != nil && os.Getenv("PF_HTTP_ADDR") == "" {
-		o.HTTPAddr, f.DefValue = defaultOpsAddr, defaultOpsAddr
+		st.o.HTTPAddr, f.DefValue = defaultOpsAddr, defaultOpsAddr
 	}
-	var c northapi.Config
-	c.RegisterFlags(fs)
+	st.c.RegisterFlags(fs)
+	return fs, st
+}
+
+func main() {
+	fs, st := flags()
+	o, c := &st.o, &st.c
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -49,8 +62,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "north-api takes no arguments, got %q; see north-api -h\n", fs.Args())
 		os.Exit(2)
 	}
-	log := runtime.NewLogger(os.Stderr, o.LogLevel, o.LogText)
-	if err := o.Kafka.Validate(); err != nil {
+	consul, reg := st.consul, st.reg
+	log := runtime.NewLogger(os.Stderr, o.LogLevel, o.Text())
+	if err := o.Check(); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
@@ -62,7 +76,7 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
-	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg}
+	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error
@@ -85,6 +99,13 @@ func main() {
 	ctx, cancel := runtime.SignalContext(context.Background())
 	defer cancel()
 	env := runtime.NewEnv(o.Kafka, log)
+	tracer, stopTracing, err := o.Tracing.Start(context.Background(), "north-api")
+	if err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	defer stopTracing()
+	env.Tracer = tracer
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := runtime.Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()); err != nil {

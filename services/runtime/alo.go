@@ -50,11 +50,16 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 		}
 		r.logFetchErrors(fetches)
 		r.observeLag(fetches)
-		polled := fetches.Records()
+		polled, markers := dataRecords(fetches)
 		outs, n := r.handle(ctx, polled)
 		done, stopped := polled[:n], n < len(polled)
 		if r.produceAll(ctx, cl, outs) {
 			cl.MarkCommitRecords(done...)
+			if !stopped {
+				// Every record of the poll is done: the markers
+				// between them may commit too.
+				cl.MarkCommitRecords(markers...)
+			}
 			r.countOut(outs)
 		}
 		cl.AllowRebalance()

@@ -47,6 +47,9 @@ type Env struct {
 	// MaxRecordBytes is the largest record a stage may produce
 	// (default topology.MaxRecordBytes, which topics are created with).
 	MaxRecordBytes int32
+	// Tracer, when set, traces records across stages (see Tracer); nil:
+	// tracing is off.
+	Tracer *Tracer
 }
 
 // Backoff is a capped exponential backoff.
@@ -119,17 +122,59 @@ func KgoLogger(log zerolog.Logger) kgo.Logger {
 }
 
 // Metrics are the Prometheus collectors of every stage in the process,
-// labelled by stage.
+// labelled by stage. Every series a stage can move is created at 0 when
+// the stage starts (see Metrics.start), so a rate or an alert has a series
+// to read before the first event.
 type Metrics struct {
 	Registry   *prometheus.Registry
 	RecordsIn  *prometheus.CounterVec
 	RecordsOut *prometheus.CounterVec
+	Errors     *prometheus.CounterVec
 	DLQ        *prometheus.CounterVec
 	Retries    *prometheus.CounterVec
 	Latency    *prometheus.HistogramVec
 	Lag        *prometheus.GaugeVec
 	Txns       *prometheus.CounterVec
+	// Notifications and NotifySeconds count and time the notifications
+	// of components (script or webhook) by outcome: ok, failed,
+	// timed_out.
+	Notifications *prometheus.CounterVec
+	NotifySeconds *prometheus.HistogramVec
+	// ConsulWrites counts a stage's writes to Consul by outcome (ok,
+	// conflict: a check-and-set lost; error); ConsulSeconds times each
+	// request to Consul by operation (read, write).
+	ConsulWrites  *prometheus.CounterVec
+	ConsulSeconds *prometheus.HistogramVec
+	// EndToEnd is the time from a record entering the pipeline (a PDP
+	// notification or pushed policy, a component registration, a
+	// catch-up request: its origin, see Origin) to a milestone reached
+	// for it: consul_written, notified.
+	EndToEnd *prometheus.HistogramVec
 }
+
+// Notification outcomes (the outcome label of Notifications).
+const (
+	OutcomeOK       = "ok"
+	OutcomeFailed   = "failed"
+	OutcomeTimedOut = "timed_out"
+	// OutcomeConflict is a Consul write whose check-and-set lost.
+	OutcomeConflict = "conflict"
+	OutcomeError    = "error"
+)
+
+// End-to-end milestones (the milestone label of EndToEnd).
+const (
+	MilestoneConsulWritten = "consul_written"
+	MilestoneNotified      = "notified"
+)
+
+// latencyBuckets are 50µs to ~13s, by 4.
+var latencyBuckets = prometheus.ExponentialBuckets(0.00005, 4, 10)
+
+// endToEndBuckets are 5ms to ~40min, by 2: a change crosses the whole
+// pipeline in well under a second when it is idle, and catch-up of a big
+// estate may take minutes.
+var endToEndBuckets = prometheus.ExponentialBuckets(0.005, 2, 19)
 
 // NewMetrics registers the runtime's collectors on a new registry.
 func NewMetrics() *Metrics {
@@ -138,28 +183,107 @@ func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: r,
 		RecordsIn: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "policyflow_records_in_total", Help: "Records consumed by a stage.",
+			Name: "policyflow_records_in_total", Help: "Records consumed by a stage (transaction markers not counted).",
 		}, []string{"stage", "topic"}),
 		RecordsOut: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "policyflow_records_out_total", Help: "Records produced by a stage (committed or not).",
+			Name: "policyflow_records_out_total", Help: "Records produced by a stage (outputs and dead letters; transactional stages count committed ones).",
 		}, []string{"stage", "topic"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_handler_errors_total", Help: "Records a stage's handler failed on: transient (retried) or permanent (dead-lettered, with undecodable records).",
+		}, []string{"stage", "kind"}),
 		DLQ: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "policyflow_dlq_total", Help: "Records a stage sent to its dead-letter topic.",
+			Name: "policyflow_dlq_total", Help: "Records a stage sent to its dead-letter topic, by the topic they were read from.",
 		}, []string{"stage", "topic"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_retries_total", Help: "Transient handler errors retried.",
 		}, []string{"stage"}),
 		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "policyflow_handler_seconds", Help: "Time a stage's handler takes per record.",
-			Buckets: prometheus.ExponentialBuckets(0.00005, 4, 10),
+			Name: "policyflow_handler_seconds", Help: "Time a stage's handler takes per record (per poll for batch handlers).",
+			Buckets: latencyBuckets,
 		}, []string{"stage"}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "policyflow_consumer_lag", Help: "Records between a stage's position and the partition's end, as of its last fetch.",
+			Name: "policyflow_consumer_lag", Help: "Offsets between a stage's position and the partition's last stable offset, as of its last fetch; transaction markers already read are not lag, so an idle pipeline reads 0.",
 		}, []string{"stage", "topic", "partition"}),
 		Txns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_transactions_total", Help: "Transactions ended by a stage, by outcome.",
 		}, []string{"stage", "outcome"}),
+		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_notifications_total", Help: "Notifications of components by script or webhook, by outcome: ok, failed, timed_out.",
+		}, []string{"stage", "kind", "outcome"}),
+		NotifySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "policyflow_notification_seconds", Help: "Time a notification (script run or webhook call) took, by outcome.",
+			Buckets: latencyBuckets,
+		}, []string{"stage", "outcome"}),
+		ConsulWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_consul_writes_total", Help: "Writes of a component's folder or claim to Consul, by outcome: ok, conflict (check-and-set lost, retried), error.",
+		}, []string{"stage", "outcome"}),
+		ConsulSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "policyflow_consul_request_seconds", Help: "Time of one request to Consul, by operation: read, write.",
+			Buckets: latencyBuckets,
+		}, []string{"stage", "op"}),
+		EndToEnd: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "policyflow_end_to_end_seconds", Help: "Time from a record entering the pipeline (origin: the topic it entered by) to a milestone: consul_written, notified.",
+			Buckets: endToEndBuckets,
+		}, []string{"milestone", "origin"}),
 	}
-	r.MustRegister(m.RecordsIn, m.RecordsOut, m.DLQ, m.Retries, m.Latency, m.Lag, m.Txns)
+	r.MustRegister(m.RecordsIn, m.RecordsOut, m.Errors, m.DLQ, m.Retries, m.Latency, m.Lag, m.Txns,
+		m.Notifications, m.NotifySeconds, m.ConsulWrites, m.ConsulSeconds, m.EndToEnd)
 	return m
+}
+
+// start creates at 0 every series of a starting stage.
+func (m *Metrics) start(s Stage) {
+	for _, t := range s.Inputs {
+		m.RecordsIn.WithLabelValues(s.Name, t)
+		m.DLQ.WithLabelValues(s.Name, t)
+	}
+	for _, t := range append([]string{DLQTopic(s.Name)}, s.Outputs...) {
+		m.RecordsOut.WithLabelValues(s.Name, t)
+	}
+	m.Errors.WithLabelValues(s.Name, "transient")
+	m.Errors.WithLabelValues(s.Name, "permanent")
+	m.Retries.WithLabelValues(s.Name)
+	m.Latency.WithLabelValues(s.Name)
+	if s.Mode == Transactional {
+		for _, o := range []string{"committed", "aborted", "error"} {
+			m.Txns.WithLabelValues(s.Name, o)
+		}
+	}
+}
+
+// Notifier creates at 0 the notification series of a stage that notifies
+// components, for each kind of target (script, webhook).
+func (m *Metrics) Notifier(stage string, kinds ...string) {
+	for _, o := range []string{OutcomeOK, OutcomeFailed, OutcomeTimedOut} {
+		for _, k := range kinds {
+			m.Notifications.WithLabelValues(stage, k, o)
+		}
+		m.NotifySeconds.WithLabelValues(stage, o)
+	}
+	for _, o := range Origins {
+		m.EndToEnd.WithLabelValues(MilestoneNotified, o)
+	}
+}
+
+// ConsulWriter creates at 0 the Consul series of a stage that writes to
+// Consul.
+func (m *Metrics) ConsulWriter(stage string) {
+	for _, o := range []string{OutcomeOK, OutcomeConflict, OutcomeError} {
+		m.ConsulWrites.WithLabelValues(stage, o)
+	}
+	m.ConsulSeconds.WithLabelValues(stage, "read")
+	m.ConsulSeconds.WithLabelValues(stage, "write")
+}
+
+// ObserveConsul records the time of one request to Consul since start.
+func (m *Metrics) ObserveConsul(stage, op string, start time.Time) {
+	m.ConsulSeconds.WithLabelValues(stage, op).Observe(time.Since(start).Seconds())
+}
+
+// Reached records that the record in has reached a milestone now, timed
+// from its origin (see Origin); a record without one is not observed.
+func (m *Metrics) Reached(milestone string, headers []kgo.RecordHeader) {
+	if o, ok := Origin(headers); ok {
+		m.ReachedAt(milestone, o)
+	}
 }

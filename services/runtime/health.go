@@ -8,22 +8,39 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Health tracks whether each stage of the process is ready: its client is
-// up, its group joined and its state restored.
+// Health tracks whether each stage of the process is ready (its client is
+// up, its group joined and its state restored) and what it holds: the
+// partitions assigned to its group member.
 type Health struct {
 	mu     sync.Mutex
 	stages map[string]string // stage -> "" when ready, else why not
+	detail map[string]*StageHealth
+}
+
+// StageHealth is what /readyz says of one stage.
+type StageHealth struct {
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason,omitempty"`
+	Mode   string `json:"mode,omitempty"`
+	Group  string `json:"group,omitempty"`
+	// Partitions are the partitions this member holds, by base topic.
+	Partitions map[string][]int32 `json:"partitions,omitempty"`
+	// Idle says the member holds no partition while ready: the group
+	// has more members than partitions, so it stands by by design.
+	Idle bool `json:"idle,omitempty"`
 }
 
 // NewHealth returns an empty tracker (ready: nothing to wait for).
-func NewHealth() *Health { return &Health{stages: map[string]string{}} }
+func NewHealth() *Health {
+	return &Health{stages: map[string]string{}, detail: map[string]*StageHealth{}}
+}
 
 // NotReady records why a stage is not ready.
 func (h *Health) NotReady(stage, why string) {
@@ -39,7 +56,32 @@ func (h *Health) Ready(stage string) { h.NotReady(stage, "") }
 func (h *Health) Forget(stage string) {
 	h.mu.Lock()
 	delete(h.stages, stage)
+	delete(h.detail, stage)
 	h.mu.Unlock()
+}
+
+// describe records a stage's mode and consumer group.
+func (h *Health) describe(stage, mode, group string) {
+	h.mu.Lock()
+	h.detail[stage] = &StageHealth{Mode: mode, Group: group, Partitions: map[string][]int32{}}
+	h.mu.Unlock()
+}
+
+// hold records the partitions a stage's member holds now.
+func (h *Health) hold(stage string, owned map[string][]int32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := h.detail[stage]
+	if d == nil {
+		d = &StageHealth{}
+		h.detail[stage] = d
+	}
+	d.Partitions = make(map[string][]int32, len(owned))
+	for t, ps := range owned {
+		c := append([]int32(nil), ps...)
+		slices.Sort(c)
+		d.Partitions[t] = c
+	}
 }
 
 // Status returns the reasons stages are not ready (empty when all are).
@@ -55,8 +97,31 @@ func (h *Health) Status() map[string]string {
 	return out
 }
 
+// Detail returns what /readyz says of every stage known: ready or why
+// not, and the partitions it holds. Components tracked by NotReady and
+// Ready only (the North API's views) have no partitions.
+func (h *Health) Detail() map[string]StageHealth {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]StageHealth, len(h.stages))
+	for s, why := range h.stages {
+		d := StageHealth{Ready: why == "", Reason: why}
+		if dd := h.detail[s]; dd != nil {
+			d.Mode, d.Group = dd.Mode, dd.Group
+			d.Partitions = map[string][]int32{}
+			for t, ps := range dd.Partitions {
+				d.Partitions[t] = append([]int32(nil), ps...)
+			}
+			d.Idle = d.Ready && len(d.Partitions) == 0
+		}
+		out[s] = d
+	}
+	return out
+}
+
 // Handler is the ops listener's mux: /healthz (the process answers),
-// /readyz (every stage is ready; 503 with the reasons otherwise) and
+// /readyz (every stage is ready, 503 with the reasons otherwise; with each
+// stage's detail: ready, mode, group, partitions held) and
 // /metrics. extra adds routes, such as PprofRoutes.
 func (env Env) Handler(extra map[string]http.Handler) http.Handler {
 	mux := http.NewServeMux()
@@ -67,17 +132,12 @@ func (env Env) Handler(extra map[string]http.Handler) http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		st := env.Health.Status()
+		body := map[string]any{"status": "ready", "detail": env.Health.Detail()}
 		if len(st) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			names := make([]string, 0, len(st))
-			for n := range st {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			_ = json.NewEncoder(w).Encode(map[string]any{"status": "not ready", "stages": st})
-			return
+			body["status"], body["stages"] = "not ready", st
 		}
-		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(env.Metrics.Registry, promhttp.HandlerOpts{}))
 	for p, h := range extra {

@@ -21,10 +21,13 @@ type Options struct {
 	// Pprof adds the Go profiles to the ops listener of HTTPAddr.
 	Pprof    bool
 	LogLevel string
-	LogText  bool
 	// SessionTimeout and InstanceID go to Env (see there).
 	SessionTimeout time.Duration
 	InstanceID     string
+	// LogFormat is "json" (the default) or "text" (human-readable).
+	LogFormat string
+	// Tracing says where traces go; off by default.
+	Tracing Tracing
 }
 
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
@@ -33,9 +36,51 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HTTPAddr, "http-addr", EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "address of the ops listener: /healthz, /readyz, /metrics and, with --pprof, /debug/pprof/ (env PF_HTTP_ADDR)")
 	fs.BoolVar(&o.Pprof, "pprof", envBool("PF_PPROF", false), "serve the Go profiles under /debug/pprof/ on --http-addr; off by default, since /debug/pprof/cmdline shows secrets given as flags (env PF_PPROF)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
-	fs.BoolVar(&o.LogText, "log-text", envBool("PF_LOG_TEXT", false), "human-readable logs instead of JSON (env PF_LOG_TEXT)")
 	fs.DurationVar(&o.SessionTimeout, "session-timeout", envDuration("PF_SESSION_TIMEOUT", 0), "how long the consumer group waits for a silent member (one killed without leaving) before handing its partitions to the others; 0 keeps the client's 45s (env PF_SESSION_TIMEOUT)")
 	fs.StringVar(&o.InstanceID, "instance-id", EnvOr("PF_INSTANCE_ID", ""), "static group membership: a name unique among the stage's members that stays the same across restarts (a StatefulSet pod name); a restarted member takes its partitions back at once and fences its own unfinished transaction, instead of waiting out --session-timeout (env PF_INSTANCE_ID)")
+	LogFormatFlag(fs, &o.LogFormat, LogJSON)
+	o.Tracing.RegisterFlags(fs)
+}
+
+// Log formats (--log-format).
+const (
+	LogJSON = "json"
+	LogText = "text"
+)
+
+// LogFormatFlag registers --log-format, the one spelling of the log
+// format every policyflow binary takes: json or text (human-readable),
+// def by default, env PF_LOG_FORMAT.
+func LogFormatFlag(fs *flag.FlagSet, dst *string, def string) {
+	fs.Func("log-format", fmt.Sprintf("logs as json or text (human-readable); default %s (env PF_LOG_FORMAT)", def), func(v string) error {
+		if err := CheckLogFormat(v); err != nil {
+			return err
+		}
+		*dst = v
+		return nil
+	})
+	*dst = EnvOr("PF_LOG_FORMAT", def)
+	fs.Lookup("log-format").DefValue = def
+}
+
+// CheckLogFormat says what is wrong with a log format.
+func CheckLogFormat(v string) error {
+	if v != LogJSON && v != LogText {
+		return fmt.Errorf("log format %q: want json or text", v)
+	}
+	return nil
+}
+
+// Text reports whether the options ask for human-readable logs.
+func (o Options) Text() bool { return o.LogFormat == LogText }
+
+// Check says what is wrong with the options (the Kafka settings and the
+// log format, which may come from the environment).
+func (o Options) Check() error {
+	if err := CheckLogFormat(o.LogFormat); err != nil {
+		return fmt.Errorf("PF_LOG_FORMAT: %w", err)
+	}
+	return o.Kafka.Validate()
 }
 
 // OpsRoutes are the routes the options add to the ops listener: the Go
@@ -86,23 +131,31 @@ func RunStages(ctx context.Context, env Env, stages ...Stage) error {
 	return g.Wait()
 }
 
-// Main is the whole main function of a stage binary: flags, logging,
-// signals, health and metrics server, schema publishing, and the stage.
-func Main(s Stage) {
+// FlagSet is the command line of a stage binary: the shared options and
+// the stage's own flags, filled into the returned Options and the stage's
+// configuration on Parse.
+func FlagSet(s Stage) (*flag.FlagSet, *Options) {
 	fs := flag.NewFlagSet(s.Name, flag.ContinueOnError)
-	var o Options
+	o := &Options{}
 	o.RegisterFlags(fs)
 	if s.Flags != nil {
 		s.Flags(fs)
 	}
+	return fs, o
+}
+
+// Main is the whole main function of a stage binary: flags, logging,
+// signals, health and metrics server, schema publishing, and the stage.
+func Main(s Stage) {
+	fs, o := FlagSet(s)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
 		os.Exit(2)
 	}
-	log := NewLogger(os.Stderr, o.LogLevel, o.LogText).With().Str("service", s.Name).Logger()
-	if err := o.Kafka.Validate(); err != nil {
+	log := NewLogger(os.Stderr, o.LogLevel, o.Text()).With().Str("service", s.Name).Logger()
+	if err := o.Check(); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
@@ -110,6 +163,13 @@ func Main(s Stage) {
 	defer cancel()
 	env := NewEnv(o.Kafka, log)
 	env.SessionTimeout, env.InstanceID = o.SessionTimeout, o.InstanceID
+	tracer, stopTracing, err := o.Tracing.Start(ctx, s.Name)
+	if err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	defer stopTracing()
+	env.Tracer = tracer
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return Serve(gctx, o.HTTPAddr, env, o.OpsRoutes()) })
 	g.Go(func() error {

@@ -56,6 +56,8 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	log := env.Log.With().Str("stage", s.Name).Logger()
 	env.Health.NotReady(s.Name, "starting")
 	defer env.Health.Forget(s.Name)
+	env.Metrics.start(s)
+	env.Health.describe(s.Name, s.Mode.String(), s.GroupIn(env.Kafka))
 
 	r := &runner{stage: s, env: env, log: log, owned: map[string][]int32{}}
 	// Setup may read state from Kafka: the brokers are waited for first,
@@ -147,10 +149,17 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 		kgo.OnPartitionsRevoked(r.onRevoked),
 		kgo.OnPartitionsLost(r.onLost),
 		kgo.ProducerLinger(0),
+		// Transaction markers are handed to the poll loop (which drops
+		// them before handling) so that the lag reads 0 once they are
+		// read: kgo does not return a fetch of markers only, which would
+		// leave every partition written by a transactional producer one
+		// offset behind forever.
+		kgo.KeepControlRecords(),
 	)
 	if r.env.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(r.env.InstanceID))
 	}
+	opts = append(opts, r.env.Tracer.ClientOpts()...)
 	if r.env.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(r.env.SessionTimeout), kgo.HeartbeatInterval(r.env.SessionTimeout/10))
 	}
@@ -177,6 +186,7 @@ func (r *runner) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[str
 	for t, ps := range r.base(assigned) {
 		r.owned[t] = append(r.owned[t], ps...)
 	}
+	r.env.Health.hold(r.stage.Name, r.owned)
 	r.mu.Unlock()
 	if r.stage.Assigned == nil {
 		return
@@ -227,6 +237,7 @@ func (r *runner) rewound(ctx context.Context) {
 func (r *runner) disown(parts map[string][]int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer func() { r.env.Health.hold(r.stage.Name, r.owned) }()
 	for t, ps := range r.base(parts) {
 		keep := r.owned[t][:0]
 		for _, p := range r.owned[t] {
@@ -242,6 +253,10 @@ func (r *runner) disown(parts map[string][]int32) {
 			delete(r.owned, t)
 		} else {
 			r.owned[t] = keep
+		}
+		// A partition no longer held has no lag of this stage.
+		for _, p := range ps {
+			r.env.Metrics.Lag.DeleteLabelValues(r.stage.Name, t, strconv.Itoa(int(p)))
 		}
 	}
 }
@@ -301,9 +316,15 @@ func inputOf(k Kafka, rec *kgo.Record) Input {
 // retries.
 func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record, int) {
 	ins := make([]Input, len(recs))
+	spans := make([]context.Context, len(recs))
 	for i, rec := range recs {
 		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
 		ins[i] = inputOf(r.env.Kafka, rec)
+		if r.env.Tracer != nil {
+			ctx, span := r.env.Tracer.process(rec)
+			defer span.End()
+			spans[i], ins[i].Trace = ctx, ctx
+		}
 	}
 	// The handler itself is not interrupted by stop: the records in hand
 	// are finished (drained); only waiting between retries is.
@@ -314,7 +335,9 @@ func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record
 			return out, i
 		}
 		for _, o := range oc.Outputs {
-			out = append(out, r.record(o))
+			rec := r.record(spans[i], o)
+			withOrigin(rec, ins[i])
+			out = append(out, rec)
 		}
 	}
 	return out, len(recs)
@@ -327,9 +350,11 @@ func (r *runner) process(stop context.Context, rec *kgo.Record) (out []*kgo.Reco
 	return out, n == 1
 }
 
-// record is an encoded output (see encoding) as the record to produce.
-func (r *runner) record(o Output) *kgo.Record {
-	rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Value: o.Raw, Headers: o.Headers}
+// record is an encoded output (see encoding) as the record to produce, in
+// the trace context of the input that caused it (ctx, nil when not
+// tracing).
+func (r *runner) record(ctx context.Context, o Output) *kgo.Record {
+	rec := &kgo.Record{Topic: r.env.Kafka.Topic(o.Topic), Key: o.Key, Value: o.Raw, Headers: o.Headers, Context: ctx}
 	if o.Explicit {
 		Pin(rec, o.Partition)
 	}
@@ -339,6 +364,7 @@ func (r *runner) record(o Output) *kgo.Record {
 // retrying counts and logs a retry (see Retry).
 func (r *runner) retrying(in Input, again int, err error, d time.Duration) {
 	r.env.Metrics.Retries.WithLabelValues(r.stage.Name).Inc()
+	r.env.Metrics.Errors.WithLabelValues(r.stage.Name, "transient").Inc()
 	r.log.Warn().Err(err).Str("topic", r.env.Kafka.Topic(in.Topic)).Int32("partition", in.Partition).Int64("offset", in.Offset).
 		Int("inputs_again", again).Dur("retry_in", d).Msg("handler failed; retrying from this input")
 }
@@ -347,6 +373,7 @@ func (r *runner) retrying(in Input, again int, err error, d time.Duration) {
 // DeadLetter).
 func (r *runner) deadLettered(in Input, err error) {
 	r.env.Metrics.DLQ.WithLabelValues(r.stage.Name, in.Topic).Inc()
+	r.env.Metrics.Errors.WithLabelValues(r.stage.Name, "permanent").Inc()
 	r.log.Error().Err(err).Str("topic", r.env.Kafka.Topic(in.Topic)).Int32("partition", in.Partition).Int64("offset", in.Offset).
 		Msg("record dead-lettered")
 }
@@ -381,6 +408,22 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// dataRecords are the records of a poll without its transaction markers
+// (see KeepControlRecords in consumeOpts), in fetch order.
+func dataRecords(fetches kgo.Fetches) (data, markers []*kgo.Record) {
+	fetches.EachRecord(func(rec *kgo.Record) {
+		if rec.Attrs.IsControl() {
+			markers = append(markers, rec)
+		} else {
+			data = append(data, rec)
+		}
+	})
+	return data, markers
+}
+
+// observeLag sets the lag of every partition of a fetch: the offsets
+// between the last record read (a transaction marker included) and the
+// partition's last stable offset.
 func (r *runner) observeLag(fetches kgo.Fetches) {
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		if len(p.Records) == 0 {

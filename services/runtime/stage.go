@@ -45,6 +45,10 @@ type Input struct {
 	Raw       []byte
 	Headers   []kgo.RecordHeader
 	Timestamp time.Time
+	// Trace is the record's trace context (a span of its handling, when
+	// tracing; see Tracer), for spans of effects the stage carries out
+	// for it later, such as a notification. Nil when not tracing.
+	Trace context.Context
 }
 
 // Tombstone reports whether the record deletes its key.
@@ -94,6 +98,10 @@ type Stage struct {
 	Name   string   // e.g. "matcher"; DLQ is dlq.<Name>
 	Mode   Mode     // Transactional or AtLeastOnce
 	Inputs []string // base names of the topics the stage's group consumes
+	// Outputs are the base names of the topics the stage produces to
+	// (besides its dead-letter topic), so that their records-out series
+	// exist at 0 from the start (optional).
+	Outputs []string
 	// Group overrides the consumer group, "policyflow-<Name>" by default;
 	// the topic prefix is put in front of it, so environments sharing a
 	// cluster never share a group.

@@ -40,10 +40,13 @@ func (r *runner) runTransactional(ctx context.Context) error {
 			return nil
 		}
 		r.logFetchErrors(fetches)
-		if fetches.NumRecords() == 0 {
+		r.observeLag(fetches)
+		data, _ := dataRecords(fetches)
+		if len(data) == 0 {
+			// Transaction markers only: their offsets commit with the
+			// next transaction.
 			continue
 		}
-		r.observeLag(fetches)
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
 		}
@@ -55,9 +58,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		// The batch in hand is finished on shutdown too: its outputs are
 		// produced without the stage's context, which a signal cancels.
 		pctx := context.WithoutCancel(ctx)
-		iter := fetches.RecordIter()
-		for !iter.Done() {
-			rec := iter.Next()
+		for _, rec := range data {
 			recs, ok := r.process(ctx, rec)
 			if !ok {
 				complete = false

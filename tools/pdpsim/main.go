@@ -47,11 +47,33 @@ type config struct {
 	// notifyToken is the bearer token sent with each notification.
 	notifyToken string
 	logLevel    string
-	logPretty   bool
+	logFormat   string
 }
 
 func parseFlags(args []string) (config, error) {
 	var c config
+	fs, err := newFlags(&c)
+	if err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, errUsage
+	}
+	if err := runtime.CheckLogFormat(c.logFormat); err != nil {
+		return c, fmt.Errorf("PF_LOG_FORMAT: %w", err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "pdpsim: unexpected arguments %q\n", fs.Args())
+		return c, errUsage
+	}
+	return c, nil
+}
+
+// newFlags is pdpsim's command line, filled into c on Parse.
+func newFlags(c *config) (*flag.FlagSet, error) {
 	fs := flag.NewFlagSet("pdpsim", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: pdpsim [flags]\n\nSimulates an ONAP policy engine (PDP) for policyflow.\n\nFlags:\n")
@@ -59,7 +81,7 @@ func parseFlags(args []string) (config, error) {
 	}
 	seed, err := strconv.ParseBool(runtime.EnvOr("PF_PDPSIM_SEED", "false"))
 	if err != nil {
-		return c, fmt.Errorf("PF_PDPSIM_SEED=%q: want true or false", os.Getenv("PF_PDPSIM_SEED"))
+		return nil, fmt.Errorf("PF_PDPSIM_SEED=%q: want true or false", os.Getenv("PF_PDPSIM_SEED"))
 	}
 	fs.StringVar(&c.listen, "listen", runtime.EnvOr("PF_PDPSIM_LISTEN", "127.0.0.1:8181"),
 		"host:port to serve on; port 0 picks a free one (env PF_PDPSIM_LISTEN)")
@@ -70,18 +92,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.notifyToken, "notify-token", runtime.EnvOr("PF_PDPSIM_NOTIFY_TOKEN", ""),
 		"bearer token sent with each notification; the North API needs one of role operator or admin (env PF_PDPSIM_NOTIFY_TOKEN)")
 	fs.StringVar(&c.logLevel, "log-level", runtime.EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
-	fs.BoolVar(&c.logPretty, "log-pretty", false, "human-readable logs instead of JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return c, err
-		}
-		return c, errUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "pdpsim: unexpected arguments %q\n", fs.Args())
-		return c, errUsage
-	}
-	return c, nil
+	runtime.LogFormatFlag(fs, &c.logFormat, runtime.LogJSON)
+	return fs, nil
 }
 
 func run(args []string) error {
@@ -89,7 +101,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	log := runtime.NewLogger(os.Stderr, c.logLevel, c.logPretty).With().Str("component", "pdpsim").Logger()
+	log := runtime.NewLogger(os.Stderr, c.logLevel, c.logFormat == runtime.LogText).With().Str("component", "pdpsim").Logger()
 
 	opts := []pdp.Option{pdp.WithLogger(log)}
 	if c.notifyURL != "" {

@@ -233,37 +233,64 @@ func runComponentPut(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "component put", componentPutSummary+
 		"\n\nThe file is the component as JSON: component_id (or --id), deployment_id, service_component_name, tenant,"+
 		"\npolicy_ids, policy_filters [{filter_id, policyName, configName, onapName, configAttributes, unique}],"+
-		"\nnotify {kind: script|webhook|none, script_path, webhook_url, timeout_ms} and config {...}.", "FILE|-")
+		"\nnotify {kind: script|webhook|none, script_path, webhook_url, timeout_ms} and config {...}."+
+		"\n\nGiven several files (one component each, with its component_id), it registers them one after"+
+		"\nthe other with a progress bar on a terminal (a line per component otherwise) and a summary; it"+
+		"\nexits 1 when one was refused, after trying every one.", "FILE|- [FILE...]")
 	api := registerAPIFlags(fs)
-	id := fs.String("id", "", "component id, when the file has no component_id")
+	id := fs.String("id", "", "component id, when the file has no component_id (one file only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageErrorf("component put takes one FILE (or - for stdin), got %d arguments", fs.NArg())
+	if fs.NArg() == 0 {
+		return usageErrorf("component put takes a FILE (or - for stdin), or several FILEs")
 	}
-	data, err := readJSONArg(ctx, fs.Arg(0))
+	if fs.NArg() > 1 {
+		if *id != "" {
+			return usageErrorf("--id names the component of one file; with %d files each file gives its component_id", fs.NArg())
+		}
+		p := newProgress(ctx, "component", fs.NArg())
+		for _, f := range fs.Args() {
+			cid, err := putComponent(ctx, api, f, "", false)
+			if cid == "" {
+				cid = f
+			}
+			p.step(cid, err)
+		}
+		return p.finish()
+	}
+	_, err := putComponent(ctx, api, fs.Arg(0), *id, true)
+	return err
+}
+
+// putComponent registers the component of one file (its component_id, or
+// id when given) and prints the answer when print is set.
+func putComponent(ctx context.Context, api *apiClient, file, id string, print bool) (string, error) {
+	data, err := readJSONArg(ctx, file)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var head struct {
 		ComponentID string `json:"component_id"`
 	}
 	if err := json.Unmarshal(data, &head); err != nil {
-		return fmt.Errorf("%s must hold one JSON object (the component): %w", fs.Arg(0), err)
+		return "", fmt.Errorf("%s must hold one JSON object (the component): %w", file, err)
 	}
-	cid := *id
+	cid := id
 	if cid == "" {
 		cid = head.ComponentID
 	}
 	if cid == "" {
-		return usageErrorf("%s has no component_id; add \"component_id\" to it or pass --id", fs.Arg(0))
+		return "", usageErrorf("%s has no component_id; add \"component_id\" to it or pass --id", file)
 	}
 	answer, err := api.do(ctx, http.MethodPut, "/v1/components/"+url.PathEscape(cid), data)
 	if err != nil {
-		return err
+		return cid, err
 	}
-	return printAnswer(ctx, answer)
+	if print {
+		return cid, printAnswer(ctx, answer)
+	}
+	return cid, nil
 }
 
 // runIDCommand runs a command that takes one component id.

@@ -152,7 +152,16 @@ func runDevPDP(ctx context.Context, s *devStack) error {
 	if ln == nil {
 		return nil
 	}
-	sim := pdp.NewServer(pdp.WithLogger(s.Env.Log.With().Str("component", "pdpsim").Logger()))
+	opts := []pdp.Option{pdp.WithLogger(s.Env.Log.With().Str("component", "pdpsim").Logger())}
+	if devAPIListener != nil {
+		// Like a real PDP, the simulator notifies the pipeline of every
+		// change made through its admin API (PUT and DELETE
+		// /sim/policies), with the dev stack's token.
+		opts = append(opts,
+			pdp.WithNotifyURL("http://"+devAPIListener.Addr().String()+"/v1/pdp/notifications"),
+			pdp.WithHTTPClient(auth.Client(devAPIToken.Token)))
+	}
+	sim := pdp.NewServer(opts...)
 	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -110,7 +110,7 @@ type devFlags struct {
 	pdpURL         string
 	only           string
 	logLevel       string
-	logJSON        bool
+	logFormat      string
 	brokerLogLevel string
 	pprof          bool
 	targets        notifytarget.Config
@@ -128,7 +128,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pdpURL, "pdp-url", runtime.EnvOr("PF_PDP_URL", ""), "PDP API base URL pdp-ingest fetches policy bodies from (env PF_PDP_URL; default pdp-ingest's own)")
 	fs.StringVar(&f.only, "stages", "all", "comma separated stages to run, \"all\" or \"none\" (broker and Consul only)")
 	fs.StringVar(&f.logLevel, "log-level", runtime.EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
-	fs.BoolVar(&f.logJSON, "log-json", false, "JSON logs instead of human-readable ones")
+	runtime.LogFormatFlag(fs, &f.logFormat, runtime.LogText)
 	fs.StringVar(&f.brokerLogLevel, "broker-log-level", "warn", "log level of the embedded broker: none, error, warn, info or debug")
 	// On one machine, webhooks to this machine are what a developer
 	// tries first; --webhook-allow (or PF_WEBHOOK_ALLOW) replaces it.
@@ -230,8 +230,12 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 
-	log := runtime.NewLogger(stderr(ctx), f.logLevel, !f.logJSON)
-	if f.logJSON {
+	if err := runtime.CheckLogFormat(f.logFormat); err != nil {
+		return fmt.Errorf("PF_LOG_FORMAT: %w", err)
+	}
+	logJSON := f.logFormat == runtime.LogJSON
+	log := runtime.NewLogger(stderr(ctx), f.logLevel, !logJSON)
+	if logJSON {
 		log = log.With().Str("service", "policyctl-dev").Logger()
 	}
 

@@ -55,6 +55,7 @@ var (
 	bannerConsul = regexp.MustCompile(`(?m)^  Consul +http://(\S+)/ui `)
 	bannerHTTP   = regexp.MustCompile(`(?m)^  health, metrics +http://(\S+)/healthz `)
 	bannerAPI    = regexp.MustCompile(`(?m)^  North API +http://(\S+) `)
+	bannerPDP    = regexp.MustCompile(`(?m)^  PDP simulator +http://(\S+)/getConfig`)
 	bannerToken  = regexp.MustCompile(`(?m)^  API token +(\S+) +\((new, )?admin; in (\S+), where policyctl finds it`)
 )
 
@@ -240,6 +241,31 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	}
 	if code, _ := httpDoAs(t, token, http.MethodGet, "http://"+api[1]+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("/metrics on the North API's port: %d, want 404 (it is on the ops listener)", code)
+	}
+
+	// The PDP simulator notifies the pipeline like a real PDP: a version
+	// loaded through its admin API reaches the catalog the North API reads.
+	pdpAddr := bannerPDP.FindStringSubmatch(d.banner)
+	if pdpAddr == nil {
+		t.Fatalf("banner does not name the PDP simulator:\n%s", d.banner)
+	}
+	loaded := `{"policyName": "DCAE.Config_DevSim.3.xml", "policyVersion": "3", "policyConfigStatus": "CONFIG_RETRIEVED", "matchingConditions": {"ONAPName": "DCAE"}, "config": {"k": "v"}}`
+	if code, body := httpDo(t, http.MethodPut, "http://"+pdpAddr[1]+"/sim/policies", loaded); code != http.StatusOK || !strings.Contains(body, "/v1/pdp/notifications") {
+		t.Fatalf("PUT /sim/policies on the dev PDP simulator: %d %s; want 200 saying it notified the North API", code, body)
+	}
+	for {
+		code, body := httpDoAs(t, token, http.MethodGet, "http://"+api[1]+"/policy_latest/DCAE.Config_DevSim")
+		if code == http.StatusOK && strings.Contains(body, "DCAE.Config_DevSim.3.xml") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the simulator's version never reached the catalog: last %d %s", code, body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	// A catch-up, followed until the stages have handled it.
+	if r := policyctl(t, "catchup", "--wait", "--api", "http://"+api[1], "--wait-timeout", "2m"); r.code != 0 || !strings.Contains(r.errOut, "catch-up handled") {
+		t.Errorf("catchup --wait: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 
 	if code := d.shutdown(t); code != 0 {

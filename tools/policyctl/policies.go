@@ -26,24 +26,40 @@ func init() {
 }
 
 // runFileCommand runs a command that sends FILE|- to a North API path.
+// Given several files, it sends them one after the other with a progress
+// bar on a terminal (a line per file otherwise) and a summary, and fails
+// after trying every one when one was refused.
 func runFileCommand(ctx context.Context, args []string, name, summary, path string) error {
-	fs := newFlagSet(ctx, name, summary, "FILE|-")
+	fs := newFlagSet(ctx, name, summary+
+		"\n\nGiven several files, it sends each in its own request, with a progress bar on a terminal (a line"+
+		"\nper file otherwise) and a summary; it exits 1 when one was refused, after trying every one.", "FILE|- [FILE...]")
 	api := registerAPIFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageErrorf("%s takes one FILE (or - for stdin), got %d arguments", name, fs.NArg())
+	if fs.NArg() == 0 {
+		return usageErrorf("%s takes a FILE (or - for stdin), or several FILEs", name)
 	}
-	data, err := readJSONArg(ctx, fs.Arg(0))
-	if err != nil {
-		return err
+	send := func(file string) ([]byte, error) {
+		data, err := readJSONArg(ctx, file)
+		if err != nil {
+			return nil, err
+		}
+		return api.do(ctx, http.MethodPost, path, data)
 	}
-	answer, err := api.do(ctx, http.MethodPost, path, data)
-	if err != nil {
-		return err
+	if fs.NArg() == 1 {
+		answer, err := send(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		return printAnswer(ctx, answer)
 	}
-	return printAnswer(ctx, answer)
+	p := newProgress(ctx, "file", fs.NArg())
+	for _, f := range fs.Args() {
+		_, err := send(f)
+		p.step(f, err)
+	}
+	return p.finish()
 }
 
 func runPolicyPush(ctx context.Context, args []string) error {

@@ -3,6 +3,7 @@ package agentnotifier
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -249,6 +250,12 @@ type job struct {
 	// base is what the component was last told with success (its claim's
 	// Told); told what this notification tells it.
 	base, told map[string]consulkv.Told
+	// origin is where and when the change entered the pipeline, for
+	// the end-to-end latency.
+	origin    runtime.OriginInfo
+	hasOrigin bool
+	// trace is the record's trace context (nil when not tracing).
+	trace context.Context
 }
 
 // prepare checks a component.applied record. It returns no job when the

@@ -13,9 +13,14 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // MaxStderrBytes is how much of a script's stderr the claim records.
@@ -33,6 +38,9 @@ type Result struct {
 	Took       time.Duration
 	// Refused says the rules refused the target: nothing ran.
 	Refused bool
+	// TimedOut says the script or webhook did not finish within its
+	// timeout (ExitCode is then -1).
+	TimedOut bool
 }
 
 // limitedBuffer keeps the first max bytes written to it and counts the
@@ -108,6 +116,7 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, paylo
 			res.Stderr += "\n[the script ended; a process it started kept its stderr open, which was not read further]"
 		}
 	case ctx.Err() == context.DeadlineExceeded:
+		res.TimedOut = true
 		res.Stderr += fmt.Sprintf("\n[killed: the script did not end within its timeout of %s]", timeout)
 	case errors.Is(err, syscall.E2BIG):
 		res.Stderr = fmt.Sprintf("cannot run %s: the notification is %d bytes, more than the system accepts in one argument: %v", file, len(payload), err)
@@ -171,10 +180,11 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 			err = ue.Err
 		}
 		msg := fmt.Sprintf("POST %s: %s", shown, notifytarget.MaskText(err.Error()))
-		if ctx.Err() == context.DeadlineExceeded {
+		timedOut := ctx.Err() == context.DeadlineExceeded
+		if timedOut {
 			msg += fmt.Sprintf(" (no answer within its timeout of %s)", timeout)
 		}
-		return Result{ExitCode: -1, Stderr: msg}
+		return Result{ExitCode: -1, Stderr: msg, TimedOut: timedOut}
 	}
 	defer resp.Body.Close()
 	// Read a little of the body so the connection can serve the next
@@ -201,6 +211,18 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 func (n *notifier) notify(ctx context.Context, j *job) {
 	a := j.a
 	timeout := n.timeout(j)
+	if n.tracer != nil && j.trace != nil {
+		// The notification's span, in the trace of the change it carries.
+		_, span := n.tracer.Start(j.trace, "notify "+a.ComponentID, attribute.String("policyflow.notify_kind", a.Notify.Kind),
+			attribute.String("policyflow.update_id", a.UpdateID))
+		defer func() {
+			span.SetAttributes(attribute.Int("policyflow.exit_code", *j.claim.ExitCode), attribute.Int("policyflow.attempts", j.claim.Attempts))
+			if *j.claim.ExitCode != 0 {
+				span.SetStatus(codes.Error, "notification failed")
+			}
+			span.End()
+		}()
+	}
 	var res Result
 	var target string
 	for run := 1; ; run++ {
@@ -212,6 +234,7 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 			res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation}, j.body, timeout)
 		}
 		j.claim.Attempts++
+		n.counted(j, res)
 		ev, msg := j.log.Info(), "component notified"
 		last := res.ExitCode == 0 || res.Refused || run >= n.cfg.Attempts || ctx.Err() != nil
 		switch {
@@ -238,4 +261,24 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 		j.claim.Told = j.told // what it was told with success
 	}
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
+}
+
+// counted records a notification's outcome, its time and, when it
+// succeeded, the end-to-end latency of the change it carried.
+func (n *notifier) counted(j *job, res Result) {
+	if n.metrics == nil {
+		return
+	}
+	outcome := runtime.OutcomeOK
+	switch {
+	case res.TimedOut:
+		outcome = runtime.OutcomeTimedOut
+	case res.ExitCode != 0:
+		outcome = runtime.OutcomeFailed
+	}
+	n.metrics.Notifications.WithLabelValues(topology.StageAgentNotifier, j.a.Notify.Kind, outcome).Inc()
+	n.metrics.NotifySeconds.WithLabelValues(topology.StageAgentNotifier, outcome).Observe(res.Took.Seconds())
+	if outcome == runtime.OutcomeOK && j.hasOrigin {
+		n.metrics.ReachedAt(runtime.MilestoneNotified, j.origin)
+	}
 }

@@ -148,13 +148,15 @@ func StageWith(cfg Config) runtime.Stage {
 }
 
 type notifier struct {
-	cfg    Config
-	rules  notifytarget.Rules
-	txn    *api.Txn
-	http   *http.Client
-	log    zerolog.Logger
-	retry  runtime.Backoff
-	chains *chains
+	cfg     Config
+	rules   notifytarget.Rules
+	txn     *api.Txn
+	http    *http.Client
+	log     zerolog.Logger
+	retry   runtime.Backoff
+	chains  *chains
+	metrics *runtime.Metrics
+	tracer  *runtime.Tracer
 	// owner names this run in the claims it writes: "<instance>/<run>".
 	owner string
 }
@@ -208,6 +210,9 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
 	n.owner = newOwner(env.InstanceID)
+	n.metrics = env.Metrics
+	n.tracer = env.Tracer
+	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
 	n.chains = newChains(n)
 	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
 		n.chains.close()
@@ -236,6 +241,8 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 		}
 		if j != nil {
 			j.i = i
+			j.origin, j.hasOrigin = runtime.InputOrigin(in.Input)
+			j.trace = in.Trace
 			jobs = append(jobs, j)
 		}
 	}

@@ -52,7 +52,9 @@ func (w *writer) handleBatch(ctx context.Context, ins []runtime.Msg[*events.Comp
 			b.out[i].Err = err
 			continue
 		}
-		jobs = append(jobs, w.newJob(i, rec, start))
+		j := w.newJob(i, rec, start)
+		j.origin, j.hasOrigin = runtime.InputOrigin(in.Input)
+		jobs = append(jobs, j)
 	}
 	for _, wave := range waves(jobs) {
 		b.wave(ctx, wave)
@@ -77,6 +79,7 @@ func (b *batch) set(j *job, outs []runtime.Output, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.out[j.i] = runtime.Outcome{Outputs: outs, Err: err}
+	b.w.counted(outs, err)
 	if err != nil && !runtime.IsPermanent(err) && j.i < b.failed {
 		b.failed = j.i
 	}
@@ -212,7 +215,9 @@ func (b *batch) readTxn(ctx context.Context, group []*job) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
+	begin := time.Now()
 	ok, resp, _, err := b.w.txn.Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
+	b.w.consulTook("read", begin)
 	if err == nil && !ok {
 		err = fmt.Errorf("read transaction of %d folders failed: %s", len(ops), consulkv.TxnReasons(resp))
 	}
@@ -306,7 +311,9 @@ func (b *batch) commit(ctx context.Context, p *pack) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
+	begin := time.Now()
 	ok, resp, meta, err := b.w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
+	b.w.consulTook("write", begin)
 	cancel()
 	if err == nil && ok {
 		index := consulkv.TxnIndexes(resp)

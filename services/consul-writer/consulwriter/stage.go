@@ -52,6 +52,7 @@ func StageWith(cfg Config) runtime.Stage {
 		Name:       topology.StageConsulWriter,
 		Mode:       runtime.AtLeastOnce,
 		Inputs:     []string{topology.ComponentPolicies, topology.CatchupRequests},
+		Outputs:    []string{topology.ComponentApplied, topology.CatchupProgress},
 		Flags:      w.cfg.RegisterFlags,
 		SetupBatch: w.setup,
 		// A catch-up request on partition p repairs the folders of the
@@ -61,15 +62,21 @@ func StageWith(cfg Config) runtime.Stage {
 }
 
 type writer struct {
-	cfg Config
-	env runtime.Env
-	kv  *api.KV
-	txn *api.Txn
-	log zerolog.Logger
+	cfg     Config
+	env     runtime.Env
+	kv      *api.KV
+	txn     *api.Txn
+	log     zerolog.Logger
+	metrics *runtime.Metrics
 }
 
 func (w *writer) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
 	w.log = env.Log.With().Str("stage", topology.StageConsulWriter).Logger()
+	w.metrics = env.Metrics
+	w.metrics.ConsulWriter(topology.StageConsulWriter)
+	for _, o := range runtime.Origins {
+		w.metrics.EndToEnd.WithLabelValues(runtime.MilestoneConsulWritten, o)
+	}
 	cl, err := w.cfg.Consul.Connect(ctx, w.log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
@@ -91,6 +98,10 @@ type job struct {
 	plan   WritePlan
 	// repair plans with PlanRepair: a catch-up's drift repair.
 	repair bool
+	// origin is where and when the change the record carries entered
+	// the pipeline (when known), for the end-to-end latency.
+	origin    runtime.OriginInfo
+	hasOrigin bool
 }
 
 // record is an input's collection, its component_id defaulted to the
@@ -118,7 +129,9 @@ func (w *writer) newJob(i int, rec *events.ComponentPolicies, start time.Time) *
 func (w *writer) one(ctx context.Context, j *job) ([]runtime.Output, error) {
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
+	begin := time.Now()
 	pairs, _, err := w.kv.List(j.folder, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
+	w.consulTook("read", begin)
 	if err != nil {
 		return nil, readError(j, err)
 	}
@@ -185,7 +198,47 @@ func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Outpu
 	}
 	j.log.Info().Str("action", j.plan.Action).Int("keys_written", keys).Int("transactions", txns).Int("components_in_transaction", shared).
 		Int("policies", len(j.rec.Policies)).Dur("took", time.Since(j.start)).Msg(msg)
+	if j.hasOrigin && w.metrics != nil {
+		w.metrics.ReachedAt(runtime.MilestoneConsulWritten, j.origin)
+	}
 	return []runtime.Output{output(j.rec, j.plan, index, keys, time.Now().UTC())}
+}
+
+// consulTook records the time of one request to Consul.
+func (w *writer) consulTook(op string, begin time.Time) {
+	if w.metrics != nil {
+		w.metrics.ObserveConsul(topology.StageConsulWriter, op, begin)
+	}
+}
+
+// counted records the outcome of a record's write in the metrics: ok
+// when it wrote Consul, conflict when a check-and-set lost, error when
+// it failed otherwise. A record that needed no write, or was not tried
+// because an earlier one failed, is not a write.
+func (w *writer) counted(outs []runtime.Output, err error) {
+	if w.metrics == nil {
+		return
+	}
+	outcome := runtime.OutcomeOK
+	switch {
+	case errors.Is(err, errNotWritten):
+		return
+	case errors.Is(err, ErrConflict):
+		outcome = runtime.OutcomeConflict
+	case err != nil:
+		outcome = runtime.OutcomeError
+	default:
+		written := false
+		for _, o := range outs {
+			if a, ok := o.Value.(*events.ComponentApplied); ok && a.KeysWritten > 0 {
+				written = true
+			}
+		}
+		if !written {
+			return
+		}
+	}
+	w.metrics.ConsulWrites.WithLabelValues(topology.StageConsulWriter, outcome).Inc()
 }
 
 // write carries out a plan's steps in order and returns the event key's
@@ -207,7 +260,9 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 	var last uint64
 	for i, st := range plan.Steps {
 		if st.Put != nil {
+			begin := time.Now()
 			ok, _, err := w.kv.CAS(st.Put, (&api.WriteOptions{}).WithContext(ctx))
+			w.consulTook("write", begin)
 			if consulkv.Denied(err) {
 				err = runtime.Permanent(consulkv.DeniedError(consulkv.Folder(scn), err.Error()))
 			}
@@ -220,7 +275,9 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 			continue
 		}
 		ops := stepOps(eventKey, index, st)
+		begin := time.Now()
 		ok, resp, meta, err := w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+		w.consulTook("write", begin)
 		if err != nil {
 			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
 		}

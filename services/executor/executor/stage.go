@@ -85,6 +85,7 @@ func StageWith(cfg Config) runtime.Stage {
 		Name:     topology.StageExecutor,
 		Mode:     runtime.Transactional,
 		Inputs:   []string{topology.PolicySegments},
+		Outputs:  []string{topology.ComponentPolicies},
 		Flags:    e.cfg.RegisterFlags,
 		Setup:    e.setup,
 		Assigned: e.assigned,

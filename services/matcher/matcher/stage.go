@@ -33,6 +33,7 @@ func Stage() runtime.Stage {
 		Name:          topology.StageMatcher,
 		Mode:          runtime.Transactional,
 		Inputs:        []string{topology.PolicyChanges, topology.DeployComponents, topology.CatchupRequests},
+		Outputs:       []string{topology.PolicyMatches},
 		CoPartitioned: true,
 		Setup:         s.setup,
 		Assigned:      s.assigned,

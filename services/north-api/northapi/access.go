@@ -40,6 +40,9 @@ var (
 	// readers read; tenants only what belongs to their tenant (the
 	// handler checks) or what is not tenant-scoped (policies).
 	readers = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant}}
+	// statusReaders see the whole pipeline (every tenant's components):
+	// not tenants.
+	statusReaders = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly}}
 	// authenticated is any valid token: unknown paths and methods answer
 	// 404 and 405 only to callers who may know what exists.
 	authenticated = access{roles: auth.Roles}

@@ -99,6 +99,9 @@ type Config struct {
 	// TokensFile is the bearer tokens file (auth.File); required unless
 	// InsecureNoAuth.
 	TokensFile string
+	// StageOps are the stages' ops listeners the status page reads
+	// (Options.StageOps).
+	StageOps []string
 	// InsecureNoAuth serves every caller without a token, as admin.
 	InsecureNoAuth bool
 	// TLSCert and TLSKey, when given, make the API serve HTTPS;
@@ -131,6 +134,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.HTTP.MaxHeaderBytes, "max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request headers, in bytes (env PF_API_MAX_HEADER_BYTES)")
 	c.RatePerSecond = c.envFloat("PF_API_RATE_LIMIT", DefaultRatePerSecond)
 	fs.Float64Var(&c.RatePerSecond, "rate-limit", c.RatePerSecond, "requests per second each client may send (per token, or per address without a valid token); 0 turns the limit off (env PF_API_RATE_LIMIT)")
+	if v := os.Getenv("PF_STAGE_OPS"); v != "" {
+		for _, a := range strings.Split(v, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.StageOps = append(c.StageOps, a)
+			}
+		}
+	}
+	fs.Func("stage-ops", "ops listener (host:port or URL) of a stage, whose /readyz and /metrics the status page /ui/ shows; repeatable; none: the stages of this process (env PF_STAGE_OPS, comma separated)", func(v string) error {
+		c.StageOps = append(c.StageOps, v)
+		return nil
+	})
 	c.RateBurst = c.envInt("PF_API_RATE_BURST", DefaultRateBurst)
 	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
 }

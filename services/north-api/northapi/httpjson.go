@@ -68,6 +68,13 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 // JSON and counts the request under route.
 func (s *Server) wrap(route string, h handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.env.Tracer != nil {
+			// The request's span: the records it produces continue its
+			// trace through the pipeline.
+			ctx, span := s.env.Tracer.Start(r.Context(), route)
+			defer span.End()
+			r = r.WithContext(ctx)
+		}
 		rec := &statusRecorder{ResponseWriter: w}
 		if e := h(rec, r); e != nil {
 			if e.status >= 500 {

@@ -14,7 +14,9 @@ type route struct {
 }
 
 // routeTable is every route of the API with the roles that may call it,
-// in one place. Only /healthcheck is served without a token. Tenants are
+// in one place. Only /healthcheck and the status page /ui/ (which holds
+// no data; its script reads /v1/status with a token) are served without
+// a token. Tenants are
 // scoped further in the handlers: to components whose tenant is theirs
 // and to those components' folders; policies are not tenant-scoped.
 func (s *Server) routeTable() []route {
@@ -34,14 +36,39 @@ func (s *Server) routeTable() []route {
 		{http.MethodPost, "/policies_latest", s.policiesLatest, readers},
 		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, readers},
 		{http.MethodGet, "/healthcheck", s.healthcheck, anyone},
+		// The document of this API (openapi.json next to this file).
+		{http.MethodGet, "/openapi.json", s.openAPI, readers},
+		// The status page's data and the page itself, which holds no
+		// data: it asks /v1/status with the token given in its form.
+		{http.MethodGet, "/v1/status", s.pipelineStatus, statusReaders},
+		{http.MethodGet, "/ui/", s.statusPage, anyone},
 	}
+}
+
+// recordingMux is the API's mux, remembering every pattern registered, so
+// a test can check that the OpenAPI document describes each route.
+type recordingMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *recordingMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *recordingMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
 }
 
 // routes is the API mux. A path served with another method answers 405
 // and an unknown path 404, both with a JSON reason, and both only to a
 // caller with a valid token (401 otherwise).
-func (s *Server) routes() http.Handler {
-	mux := http.NewServeMux()
+func (s *Server) routes() http.Handler { return s.mux() }
+
+// mux builds the API mux (see routes).
+func (s *Server) mux() *recordingMux {
+	mux := &recordingMux{ServeMux: http.NewServeMux()}
 	methods := map[string][]string{}
 	var paths []string
 	for _, rt := range s.routeTable() {
@@ -59,9 +86,8 @@ func (s *Server) routes() http.Handler {
 			return errorf(http.StatusMethodNotAllowed, "%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))
 		})))
 	}
-	served := strings.Join(paths, ", ")
 	mux.Handle("/", s.wrap("not found", s.guard(authenticated, func(_ http.ResponseWriter, r *http.Request) *httpError {
-		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s", r.URL.Path, served)
+		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s (GET /openapi.json describes each)", r.URL.Path, strings.Join(paths, ", "))
 	})))
 	return mux
 }

@@ -70,6 +70,10 @@ type Options struct {
 	// Registration is what a component registration may ask for; the
 	// zero value allows no script and no webhook.
 	Registration Registration
+	// StageOps are the ops listeners (host:port or URL) of the stages,
+	// whose /readyz and /metrics the status page reads; when empty it
+	// shows the stages running in this process (the dev stack).
+	StageOps []string
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -144,6 +148,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		kgo.RecordDeliveryTimeout(opts.ProduceTimeout),
 		kgo.ProducerLinger(0),
 	)
+	kopts = append(kopts, env.Tracer.ClientOpts()...)
 	if env.MaxRecordBytes > 0 {
 		kopts = append(kopts, kgo.ProducerBatchMaxBytes(env.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*env.MaxRecordBytes))
 	}

@@ -21,7 +21,9 @@ type catalogEntry struct {
 	PolicyVersion string
 	Status        string
 	Body          json.RawMessage // the latest valid policy_body, as stored
-	decoded       policy.Body
+	// ChangedAt is when the entry was written to policy.catalog.
+	ChangedAt time.Time
+	decoded   policy.Body
 }
 
 // catalogView is policy.catalog: the latest valid body per policy_id.
@@ -61,6 +63,7 @@ func (v *catalogView) apply(ctx context.Context, rec *kgo.Record) error {
 		PolicyVersion: e.PolicyVersion,
 		Status:        e.Status,
 		Body:          json.RawMessage(e.Body),
+		ChangedAt:     rec.Timestamp,
 		decoded:       b,
 	}
 	v.mu.Unlock()
@@ -134,6 +137,18 @@ func (v *componentsView) apply(ctx context.Context, rec *kgo.Record) error {
 	}
 	v.mu.Unlock()
 	return nil
+}
+
+// all returns a copy of the registered components, sorted by id.
+func (v *componentsView) all() []*events.Component {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]*events.Component, 0, len(v.byID))
+	for _, c := range v.byID {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ComponentID < out[j].ComponentID })
+	return out
 }
 
 func (v *componentsView) get(id string) (*events.Component, bool) {

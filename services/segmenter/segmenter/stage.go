@@ -53,10 +53,11 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 func StageWith(cfg Config) runtime.Stage {
 	c := &cfg
 	return runtime.Stage{
-		Name:   topology.StageSegmenter,
-		Mode:   runtime.Transactional,
-		Inputs: []string{topology.PolicyMatches},
-		Flags:  c.RegisterFlags,
+		Name:    topology.StageSegmenter,
+		Mode:    runtime.Transactional,
+		Inputs:  []string{topology.PolicyMatches},
+		Outputs: []string{topology.PolicySegments},
+		Flags:   c.RegisterFlags,
 		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			if err := c.Validate(); err != nil {
 				return nil, nil, err

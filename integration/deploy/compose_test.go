@@ -1,0 +1,236 @@
+package deploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+// composeCommand is the Compose CLI of this machine: `docker compose`
+// (the plugin) or `docker-compose`.
+func composeCommand(t *testing.T) []string {
+	t.Helper()
+	if exec.Command("docker", "compose", "version").Run() == nil {
+		return []string{"docker", "compose"}
+	}
+	if p, err := exec.LookPath("docker-compose"); err == nil {
+		return []string{p}
+	}
+	t.Fatal("no Compose CLI: neither `docker compose` nor `docker-compose` runs (make compose installs Debian's docker-compose)")
+	return nil
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestComposeFileRuns brings deploy/compose.yaml up on the Docker engine
+// (the images built FROM scratch by deploy/build-images.sh), registers a
+// component and pushes a policy through the North API, sees the policy in
+// the component's Consul folder, and tears everything down. It runs on the
+// containers backend (PF_BACKEND=containers).
+func TestComposeFileRuns(t *testing.T) {
+	if runtime.EnvOr("PF_BACKEND", backend.KindEmbedded) != backend.KindContainers {
+		t.Skip("starts deploy/compose.yaml on Docker: runs with PF_BACKEND=containers")
+	}
+	root := repoRoot(t)
+	compose := composeCommand(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+
+	// The images the compose file runs: the backend's, policyctl (the
+	// topology job) and every service.
+	list, err := exec.Command("sh", filepath.Join(root, "deploy", "stages.sh"), "list").Output()
+	if err != nil {
+		t.Fatalf("deploy/stages.sh list: %v", err)
+	}
+	images := []string{"policyflow/devbroker:dev", "policyflow/consul:dev", "policyflow/policyctl:dev"}
+	for _, s := range strings.Fields(string(list)) {
+		images = append(images, "policyflow/"+s+":dev")
+	}
+	if err := backend.EnsureImages(ctx, images...); err != nil {
+		t.Fatalf("build the images: %v", err)
+	}
+
+	// The North API's tokens file: an admin token, readable by the
+	// container's user.
+	token, err := auth.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, _ := json.Marshal(auth.File{Tokens: []auth.Entry{{Name: "compose-test", Role: auth.RoleAdmin, SHA256: auth.Hash(token)}}})
+	tokensFile := filepath.Join(t.TempDir(), "api-tokens.json")
+	if err := os.WriteFile(tokensFile, tokens, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tokensFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	project := "pfcompose" + hex.EncodeToString(b)
+	consulPort, apiPort := freePort(t), freePort(t)
+	env := append(os.Environ(),
+		"PF_IMAGE_REPO=policyflow", "PF_IMAGE_TAG=dev",
+		"PF_DEVBROKER_IMAGE=policyflow/devbroker:dev", "PF_CONSUL_IMAGE=policyflow/consul:dev",
+		"PF_CONSUL_PORT="+strconv.Itoa(consulPort), "PF_NORTH_API_PORT="+strconv.Itoa(apiPort),
+		"PF_API_TOKENS_FILE="+tokensFile, "PF_BROKERS=", "PF_CONSUL_ADDR=", "PF_TOPIC_PREFIX=")
+	run := func(ctx context.Context, args ...string) (string, error) {
+		all := append(append(append([]string{}, compose[1:]...), "-p", project, "-f", filepath.Join(root, "deploy", "compose.yaml")), args...)
+		cmd := exec.CommandContext(ctx, compose[0], all...)
+		cmd.Env = env
+		cmd.Dir = filepath.Join(root, "deploy")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	down := func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer dcancel()
+		if out, err := run(dctx, "down", "-v", "--remove-orphans", "--timeout", "10"); err != nil {
+			t.Errorf("compose down: %v\n%s", err, out)
+		}
+	}
+	t.Cleanup(down)
+	logs := func() string {
+		lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer lcancel()
+		out, _ := run(lctx, "logs", "--no-color", "--tail", "30")
+		return out
+	}
+	if out, err := run(ctx, "up", "-d"); err != nil {
+		t.Fatalf("compose up: %v\n%s\n%s", err, out, logs())
+	}
+
+	api := fmt.Sprintf("http://127.0.0.1:%d", apiPort)
+	call := func(method, path string, body any) (int, string) {
+		var r io.Reader
+		if body != nil {
+			raw, _ := json.Marshal(body)
+			r = bytes.NewReader(raw)
+		}
+		req, _ := http.NewRequestWithContext(ctx, method, api+path, r)
+		req.Header.Set("Content-Type", "application/json")
+		auth.SetBearer(req, token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	eventually := func(what string, wait time.Duration, check func() error) {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for {
+			err := check()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				t.Fatalf("%s: not after %s: %v\ncompose logs:\n%s", what, wait, err, logs())
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	eventually("the North API's views read", 5*time.Minute, func() error {
+		code, body := call(http.MethodGet, "/healthcheck", nil)
+		if code != http.StatusOK || !strings.Contains(body, `"ok"`) {
+			return fmt.Errorf("/healthcheck: %d %s", code, body)
+		}
+		return nil
+	})
+
+	scn := "compose-" + project
+	if code, body := call(http.MethodPut, "/v1/components/comp-1", map[string]any{
+		"deployment_id": "dep-1", "service_component_name": scn,
+		"policy_ids": []string{"DCAE.Config_Compose"}, "notify": map[string]any{"kind": "none"},
+	}); code != http.StatusAccepted {
+		t.Fatalf("register a component: %d %s", code, body)
+	}
+	if code, body := call(http.MethodPost, "/v1/policies", []map[string]any{{
+		"policyName": "DCAE.Config_Compose.2.xml", "policyVersion": "2", "policyConfigStatus": "CONFIG_RETRIEVED",
+		"matchingConditions": map[string]any{"ONAPName": "DCAE"}, "config": map[string]any{"replicas": 3},
+	}}); code != http.StatusAccepted {
+		t.Fatalf("push a policy: %d %s", code, body)
+	}
+	key := fmt.Sprintf("http://127.0.0.1:%d/v1/kv/%s:policies/items/DCAE.Config_Compose?raw", consulPort, scn)
+	eventually("the policy in the component's Consul folder", 3*time.Minute, func() error {
+		resp, err := http.Get(key)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var v map[string]any
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &v) != nil {
+			return fmt.Errorf("GET %s: %d %s", key, resp.StatusCode, body)
+		}
+		if cfg, _ := v["config"].(map[string]any); v["policyVersion"] != "2" || cfg["replicas"] != float64(3) {
+			return fmt.Errorf("Consul holds %s", body)
+		}
+		return nil
+	})
+
+	// The status page's data shows every stage, read from its ops
+	// listener, ready.
+	eventually("every stage ready on /v1/status", time.Minute, func() error {
+		code, body := call(http.MethodGet, "/v1/status", nil)
+		var st struct {
+			Stages []struct {
+				Name   string `json:"name"`
+				Ready  bool   `json:"ready"`
+				Reason string `json:"reason"`
+			} `json:"stages"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+			return fmt.Errorf("GET /v1/status: %d %s", code, body)
+		}
+		ready := map[string]bool{}
+		for _, s := range st.Stages {
+			ready[s.Name] = s.Ready
+		}
+		for _, s := range strings.Fields(string(list)) {
+			if s != "north-api" && !ready[s] {
+				return fmt.Errorf("stage %s not ready on /v1/status: %s", s, body)
+			}
+		}
+		return nil
+	})
+
+	// Torn down: no container of the project is left.
+	down()
+	out, err := exec.Command("docker", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project="+project).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	if left := strings.Fields(string(out)); len(left) > 0 {
+		t.Errorf("compose down left %d containers of %s: %v", len(left), project, left)
+	}
+}

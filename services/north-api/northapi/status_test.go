@@ -1,0 +1,131 @@
+package northapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// TestPipelineStatusShowsARollout: a policy two components should have,
+// written to both, one notified and one whose webhook failed, reads as
+// should have 2, written 2, notified 1, failed 1; the failure is listed
+// with its reason, secrets masked. Tenants may not read the whole
+// pipeline.
+func TestPipelineStatusShowsARollout(t *testing.T) {
+	s := newStack(t, nil)
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	pid := "Status.Config_" + suffix
+	body := `{"policyName":"` + pid + `.3.xml","policyVersion":"3","policyConfigStatus":"CONFIG_RETRIEVED","matchingConditions":{"ONAPName":"DCAE"},"config":{"k":"v"}}`
+	s.Produce(t, topology.PolicyCatalog, pid, &events.PolicyCatalogEntry{
+		PolicyID: pid, PolicyName: pid + ".3.xml", PolicyVersion: "3", Body: body, Status: "VALID", UpdatedAt: time.Now().UTC(),
+	})
+	comps := []string{"st-ok-" + suffix, "st-failed-" + suffix}
+	for i, id := range comps {
+		reg := componentBody()
+		reg["service_component_name"] = "scn-" + id
+		reg["policy_ids"] = []string{pid}
+		reg["policy_filters"] = []map[string]any{}
+		if code, _, raw := s.call(t, http.MethodPut, "/v1/components/"+id, reg); code != http.StatusAccepted {
+			t.Fatalf("PUT %s: %d %s", id, code, raw)
+		}
+		ref := events.PolicyRef{PolicyID: pid, PolicyName: pid + ".3.xml", PolicyVersion: "3"}
+		s.Produce(t, topology.ComponentApplied, id, &events.ComponentApplied{
+			ComponentID: id, ServiceComponentName: "scn-" + id, UpdateID: "u-" + id, Action: "gathered", ConsulIndex: 10, PoliciesCount: 1, Generation: 1,
+			PolicyRefs: []events.PolicyRef{ref}, UpdatedRefs: []events.PolicyRef{ref},
+			Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, AppliedAt: time.Now().UTC(),
+		})
+		claim := `{"update_id":"u-` + id + `","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:0` + fmt.Sprint(i) + `Z","http_status":200}`
+		if i == 1 {
+			claim = `{"update_id":"u-` + id + `","generation":1,"exit_code":1,"stderr":"POST http://u:hunter2@h/p?token=s3cret: 500 Internal Server Error","at":"2024-05-01T10:00:01Z","http_status":500}`
+		}
+		putKV(t, s.consul, "scn-"+id+":policies/notified", claim)
+	}
+
+	var st PipelineStatus
+	var raw []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var code int
+		code, _, raw, _ = s.callAs(t, readOnlyToken, http.MethodGet, "/v1/status", nil)
+		if code != http.StatusOK {
+			t.Fatalf("GET /v1/status as read-only: %d %s", code, raw)
+		}
+		st = PipelineStatus{}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatalf("GET /v1/status: %v %s", err, raw)
+		}
+		if len(st.Changes) > 0 && st.Changes[0].PolicyID == pid && st.Changes[0].Written == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /v1/status never showed %s written to both components: %s", pid, raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := st.Changes[0]
+	if got.Version != "3" || got.ShouldHave != 2 || got.Written != 2 || got.Notified != 1 || got.Failed != 1 {
+		t.Errorf("rollout of %s: %+v; want version 3, should have 2, written 2, notified 1, failed 1", pid, got)
+	}
+	var failed *FailedNotification
+	for i, f := range st.FailedNotifications {
+		if f.ComponentID == comps[1] {
+			failed = &st.FailedNotifications[i]
+		}
+		if f.ComponentID == comps[0] {
+			t.Errorf("the notified component %s is listed as failed: %+v", comps[0], f)
+		}
+	}
+	if failed == nil {
+		t.Fatalf("failed notifications lack %s: %s", comps[1], raw)
+	}
+	if failed.ExitCode != 1 || failed.HTTPStatus != 500 || !strings.Contains(failed.Reason, "500 Internal Server Error") ||
+		strings.Contains(failed.Reason, "hunter2") || strings.Contains(failed.Reason, "s3cret") {
+		t.Errorf("failed notification %+v; want exit code 1, HTTP 500 and the reason with its secrets masked", *failed)
+	}
+
+	if code, _, raw, _ := s.callAs(t, tenantToken, http.MethodGet, "/v1/status", nil); code != http.StatusForbidden {
+		t.Errorf("GET /v1/status as a tenant: %d %s; want 403", code, raw)
+	}
+	if code, _, raw, _ := s.callAs(t, "", http.MethodGet, "/v1/status", nil); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/status without a token: %d %s; want 401", code, raw)
+	}
+}
+
+// TestStatusPageIsServedWithoutData: the page needs no token and holds no
+// data; it allows only its own script.
+func TestStatusPageIsServedWithoutData(t *testing.T) {
+	s := newStack(t, nil)
+	resp, err := http.Get(s.url + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(raw)
+	csp := resp.Header.Get("Content-Security-Policy")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /ui/: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if !strings.Contains(page, "policyflow status") || !strings.Contains(page, `fetch("/v1/status"`) {
+		t.Errorf("GET /ui/ is not the status page: %.200s", page)
+	}
+	if !strings.Contains(csp, "script-src 'sha256-") {
+		t.Errorf("status page CSP %q; want only the page's own script", csp)
+	}
+	if resp, err := http.Get(s.url + "/ui/other"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /ui/other: %d; want 404", resp.StatusCode)
+		}
+	}
+}
