@@ -264,7 +264,8 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	// A catch-up, followed until the stages have handled it.
-	if r := policyctl(t, "catchup", "--wait", "--api", "http://"+api[1], "--wait-timeout", "2m"); r.code != 0 || !strings.Contains(r.errOut, "catch-up handled") {
+	if r := policyctl(t, "catch-up", "--api", "http://"+api[1], "--wait-timeout", "2m"); r.code != 0 || !strings.Contains(r.errOut, "matcher 2/2 partitions") ||
+		!strings.Contains(r.errOut, "consul-writer 2/2") || !strings.Contains(r.out, `"components_compared"`) {
 		t.Errorf("catchup --wait: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 
