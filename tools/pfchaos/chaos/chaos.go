@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,10 +32,19 @@ const (
 	FaultBrokerRestart  = "broker-restart"
 	FaultConsulDown     = "consul-down"
 	FaultRebalanceStorm = "rebalance-storm"
-	// The faults of the containers backend, not run by this package yet.
+	// The faults of the containers backend: the stack's Consul is then
+	// three servers and a client agent in containers (Options.ConsulImage),
+	// and consul-leader-loss kills the leading server (SIGKILL), the fault
+	// being over once the other two elected a leader. network-disconnect,
+	// a stage container cut off from its network, is not run yet.
 	FaultConsulLeaderLoss    = "consul-leader-loss"
 	FaultNetworkDisconnected = "network-disconnect"
 )
+
+// containersFault reports the faults run on the containers stack.
+func containersFault(f string) bool {
+	return f == FaultConsulLeaderLoss || f == FaultNetworkDisconnected
+}
 
 // Kill is the fault that kills process name.
 func Kill(name string) string { return "kill-" + name }
@@ -45,7 +55,7 @@ func AllFaults() []string {
 	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
 		out = append(out, Kill(s))
 	}
-	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm)
+	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultConsulLeaderLoss)
 }
 
 // Options configure Run.
@@ -76,7 +86,9 @@ type Options struct {
 	// version after a fault; what is still behind then is lost.
 	Settle     time.Duration
 	Partitions int
-	Log        zerolog.Logger
+	// ConsulImage is the image of the containers faults' Consul cluster.
+	ConsulImage string
+	Log         zerolog.Logger
 	// Progress, when set, is told what the run is doing.
 	Progress func(format string, a ...any)
 }
@@ -85,7 +97,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
-		Log: zerolog.Nop()}
+		ConsulImage: DefaultConsulImage, Log: zerolog.Nop()}
 }
 
 // Row is one fault's result.
@@ -161,8 +173,46 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 			return nil, fmt.Errorf("unknown fault %q; the faults are %s", f, strings.Join(AllFaults(), ", "))
 		}
 	}
-	progress("starting the broker, Consul, %d stages and the North API (logs and data in %s)", len(Stages), o.Dir)
-	s, err := startStack(ctx, o)
+	var embedded, containers []string
+	for _, f := range o.Faults {
+		if containersFault(f) {
+			containers = append(containers, f)
+		} else {
+			embedded = append(embedded, f)
+		}
+	}
+	var m Matrix
+	if len(embedded) > 0 {
+		progress("starting the broker, Consul, %d stages and the North API (logs and data in %s)", len(Stages), o.Dir)
+		rows, err := runOn(ctx, o, false, embedded, progress)
+		if err != nil {
+			return m, err
+		}
+		m = append(m, rows...)
+	}
+	if len(containers) > 0 && ctx.Err() == nil {
+		if err := DockerWorks(ctx); err != nil {
+			for _, f := range containers {
+				m = append(m, Row{Fault: f, Err: "not run: the containers faults need a Docker engine: " + err.Error()})
+			}
+			return m, nil
+		}
+		progress("starting the broker, a Consul cluster of three servers in containers, %d stages and the North API", len(Stages))
+		co := o
+		co.Dir = filepath.Join(o.Dir, "containers")
+		rows, err := runOn(ctx, co, true, containers, progress)
+		if err != nil {
+			return m, err
+		}
+		m = append(m, rows...)
+	}
+	return m, nil
+}
+
+// runOn starts a stack, brings every component to the first version of
+// its policy and runs the faults on it.
+func runOn(ctx context.Context, o Options, withCluster bool, faults []string, progress func(string, ...any)) (Matrix, error) {
+	s, err := startStack(ctx, o, withCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +226,7 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 		return nil, errors.Join(fmt.Errorf("the first version did not reach every component: %s", strings.Join(behind, "; ")), err, s.alive())
 	}
 	var m Matrix
-	for _, f := range o.Faults {
+	for _, f := range faults {
 		progress("%s: %d updates, the fault after %d", f, o.Updates, o.Updates/2)
 		r := s.runFault(ctx, f)
 		progress("%s: lost %d, dup %d, backwards %d, recovery %.1fs %s", f, r.Lost, r.Dup, r.Backwards, r.Recovery.Seconds(), r.Err)
@@ -191,8 +241,8 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 // runFault runs one fault in the middle of a stream of updates.
 func (s *stack) runFault(ctx context.Context, fault string) Row {
 	row := Row{Fault: fault}
-	if fault == FaultConsulLeaderLoss || fault == FaultNetworkDisconnected {
-		row.Err = "not run: this fault needs the containers backend (a three-server Consul cluster, stage containers), which pfchaos does not drive yet"
+	if fault == FaultNetworkDisconnected {
+		row.Err = "not run: cutting a stage container off its network is not implemented yet"
 		return row
 	}
 	s.obs.reset()
@@ -277,6 +327,8 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		return s.startConsul(ctx, s.consulAddr)
 	case fault == FaultRebalanceStorm:
 		return s.storm(ctx)
+	case fault == FaultConsulLeaderLoss:
+		return s.cluster.killLeader(ctx)
 	}
 	return fmt.Errorf("unknown fault %q", fault)
 }

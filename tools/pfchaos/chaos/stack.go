@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -48,6 +49,7 @@ type stack struct {
 	consulDir, consulAddr string
 	consulMu              sync.Mutex
 	consul                *devstack.ConsulAgent
+	cluster               *cluster // instead of consul, for the containers faults
 	kafka                 runtime.Kafka
 	kv                    *consulapi.Client
 
@@ -70,7 +72,9 @@ type stack struct {
 // policyID is the i-th policy of the run.
 func policyID(i int) string { return "CHAOS.Config_p" + strconv.Itoa(i) }
 
-func startStack(ctx context.Context, o Options) (s *stack, err error) {
+// startStack starts the stack; withCluster, its Consul is a three-server
+// cluster in containers (startCluster) instead of a local agent.
+func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err error) {
 	s = &stack{o: o, log: o.Log, procs: map[string]*devstack.StageProc{}, opsOf: map[string]string{},
 		policy: map[string]string{}, latest: map[string]int{}}
 	defer func() {
@@ -79,16 +83,26 @@ func startStack(ctx context.Context, o Options) (s *stack, err error) {
 			s = nil
 		}
 	}()
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return s, err
+	}
 	s.brokerDir, s.consulDir = filepath.Join(o.Dir, "broker"), filepath.Join(o.Dir, "consul")
 	if err := s.startBroker("127.0.0.1:0"); err != nil {
 		return s, err
 	}
 	s.brokerAddr = s.broker.Addrs[0]
 	s.kafka = runtime.Kafka{Brokers: s.broker.Addrs, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 250 * time.Millisecond}
-	if err := s.startConsul(ctx, "127.0.0.1:0"); err != nil {
-		return s, err
+	if withCluster {
+		if s.cluster, err = startCluster(ctx, o.ConsulImage); err != nil {
+			return s, err
+		}
+		s.consulAddr = s.cluster.addr
+	} else {
+		if err := s.startConsul(ctx, "127.0.0.1:0"); err != nil {
+			return s, err
+		}
+		s.consulAddr = s.consul.Addr
 	}
-	s.consulAddr = s.consul.Addr
 	kvc := consulkv.Config{Addr: s.consulAddr}
 	if s.kv, err = kvc.Client(); err != nil {
 		return s, err
@@ -365,6 +379,9 @@ func (s *stack) close() {
 		_ = s.consul.Stop()
 	}
 	s.consulMu.Unlock()
+	if s.cluster != nil {
+		s.cluster.remove()
+	}
 	if s.broker != nil {
 		s.broker.Close()
 	}
