@@ -34,9 +34,12 @@ const (
 	FaultRebalanceStorm = "rebalance-storm"
 	// The faults of the containers backend: the stack's Consul is then
 	// three servers and a client agent in containers (Options.ConsulImage),
-	// and consul-leader-loss kills the leading server (SIGKILL), the fault
-	// being over once the other two elected a leader. network-disconnect,
-	// a stage container cut off from its network, is not run yet.
+	// and ContainerStage runs in a container (Options.StageImages) on
+	// their network. consul-leader-loss kills the leading server
+	// (SIGKILL), the fault being over once the other two elected a
+	// leader; network-disconnect cuts the stage's container off the
+	// network (docker network disconnect) for Options.Disconnected, then
+	// connects it again.
 	FaultConsulLeaderLoss    = "consul-leader-loss"
 	FaultNetworkDisconnected = "network-disconnect"
 )
@@ -55,7 +58,7 @@ func AllFaults() []string {
 	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
 		out = append(out, Kill(s))
 	}
-	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultConsulLeaderLoss)
+	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultConsulLeaderLoss, FaultNetworkDisconnected)
 }
 
 // Options configure Run.
@@ -88,7 +91,13 @@ type Options struct {
 	Partitions int
 	// ConsulImage is the image of the containers faults' Consul cluster.
 	ConsulImage string
-	Log         zerolog.Logger
+	// StageImages names the stage images of the containers faults, with
+	// %s for the stage (ContainerStage runs in a container there).
+	StageImages string
+	// Disconnected is how long network-disconnect keeps the stage's
+	// container off the network.
+	Disconnected time.Duration
+	Log          zerolog.Logger
 	// Progress, when set, is told what the run is doing.
 	Progress func(format string, a ...any)
 }
@@ -97,7 +106,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
-		ConsulImage: DefaultConsulImage, Log: zerolog.Nop()}
+		ConsulImage: DefaultConsulImage, StageImages: "policyflow/%s:dev", Disconnected: 20 * time.Second, Log: zerolog.Nop()}
 }
 
 // Row is one fault's result.
@@ -241,10 +250,6 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 // runFault runs one fault in the middle of a stream of updates.
 func (s *stack) runFault(ctx context.Context, fault string) Row {
 	row := Row{Fault: fault}
-	if fault == FaultNetworkDisconnected {
-		row.Err = "not run: cutting a stage container off its network is not implemented yet"
-		return row
-	}
 	s.obs.reset()
 	var faultDone <-chan error
 	var ended time.Time
@@ -329,6 +334,8 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		return s.storm(ctx)
 	case fault == FaultConsulLeaderLoss:
 		return s.cluster.killLeader(ctx)
+	case fault == FaultNetworkDisconnected:
+		return s.cluster.disconnect(ctx, ContainerStage, s.o.Disconnected)
 	}
 	return fmt.Errorf("unknown fault %q", fault)
 }

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -25,7 +27,8 @@ type cluster struct {
 	name    string // prefix of the containers, and the network
 	servers []string
 	client  string
-	addr    string // the client agent's HTTP API, from this host
+	addr    string   // the client agent's HTTP API, from this host
+	stages  []string // stage containers
 }
 
 // docker runs the docker CLI and returns its trimmed output.
@@ -51,7 +54,7 @@ func startCluster(ctx context.Context, image string) (c *cluster, err error) {
 	c = &cluster{name: "pfchaos-" + hex.EncodeToString(b)}
 	defer func() {
 		if err != nil {
-			c.remove()
+			c.remove("")
 			c = nil
 		}
 	}()
@@ -156,11 +159,21 @@ func (c *cluster) killLeader(ctx context.Context) error {
 	return fmt.Errorf("no server of %v has the leader's address %s", c.servers, l)
 }
 
-// remove deletes the containers and the network.
-func (c *cluster) remove() {
+// remove saves the stage containers' logs in dir (not when "") and
+// deletes the containers and the network.
+func (c *cluster) remove(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	names := append(append([]string(nil), c.servers...), c.client)
+	for _, s := range c.stages {
+		if dir == "" {
+			break
+		}
+		cmd := exec.CommandContext(ctx, "docker", "logs", s)
+		if out, err := cmd.CombinedOutput(); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, strings.TrimPrefix(s, c.name+"-")+".log"), out, 0o644)
+		}
+	}
+	names := append(append(append([]string(nil), c.stages...), c.servers...), c.client)
 	var live []string
 	for _, n := range names {
 		if n != "" {
@@ -171,4 +184,54 @@ func (c *cluster) remove() {
 		_, _ = docker(ctx, append([]string{"rm", "-f", "-v"}, live...)...)
 	}
 	_, _ = docker(ctx, "network", "rm", c.name)
+}
+
+// gateway is the cluster network's gateway: the address of this host on
+// that network, where the containers reach the broker and this host
+// reaches it too.
+func (c *cluster) gateway(ctx context.Context) (string, error) {
+	gw, err := docker(ctx, "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}", c.name)
+	if err != nil {
+		return "", err
+	}
+	if net.ParseIP(gw) == nil {
+		return "", fmt.Errorf("network %s has no gateway address (%q)", c.name, gw)
+	}
+	return gw, nil
+}
+
+// runStage runs a stage's image (deploy/build-images.sh builds it) on the
+// cluster network, talking to the client agent, with args; its ops port
+// is published on this host's loopback, returned.
+func (c *cluster) runStage(ctx context.Context, image, name string, env, args []string) (ops string, err error) {
+	cname := c.name + "-" + name
+	run := []string{"run", "-d", "--name", cname, "--network", c.name, "--label", "policyflow.pfchaos=1", "-p", "127.0.0.1::9090",
+		"-e", "PF_CONSUL_ADDR=" + c.client + ":8500"}
+	for _, e := range env {
+		run = append(run, "-e", e)
+	}
+	if _, err := docker(ctx, append(append(run, image), args...)...); err != nil {
+		return "", err
+	}
+	c.stages = append(c.stages, cname)
+	port, err := docker(ctx, "port", cname, "9090/tcp")
+	if err != nil {
+		return "", err
+	}
+	return strings.Split(port, "\n")[0], nil
+}
+
+// disconnect cuts the stage's container off the cluster network (no
+// Kafka, no Consul) for d, then connects it again.
+func (c *cluster) disconnect(ctx context.Context, name string, d time.Duration) error {
+	cname := c.name + "-" + name
+	if _, err := docker(ctx, "network", "disconnect", c.name, cname); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	_, err := docker(ctx, "network", "connect", c.name, cname)
+	return err
 }
