@@ -255,6 +255,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	var ended time.Time
 	for i := 0; i < s.o.Updates; i++ {
 		if i == s.o.Updates/2 {
+			// The rest of the stream comes once the fault is in effect.
 			faultDone = s.inject(ctx, fault)
 		}
 		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
@@ -295,14 +296,24 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	return row
 }
 
-// inject starts the fault; the channel gets its outcome once it is over.
+// inject starts the fault and returns once it is in effect (the process
+// killed, the broker or Consul stopped, the container cut off, the storm
+// begun); the channel gets its outcome once it is over.
 func (s *stack) inject(ctx context.Context, fault string) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- s.fault(ctx, fault) }()
+	inEffect := make(chan struct{})
+	var once sync.Once
+	started := func() { once.Do(func() { close(inEffect) }) }
+	go func() {
+		err := s.fault(ctx, fault, started)
+		started()
+		done <- err
+	}()
+	<-inEffect
 	return done
 }
 
-func (s *stack) fault(ctx context.Context, fault string) error {
+func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 	switch {
 	case strings.HasPrefix(fault, "kill-"):
 		name := strings.TrimPrefix(fault, "kill-")
@@ -310,12 +321,14 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		p := s.procs[name]
 		s.procMu.Unlock()
 		p.Kill()
+		started()
 		if _, err := s.start(name, ""); err != nil {
 			return err
 		}
 		return nil
 	case fault == FaultBrokerRestart:
 		s.broker.Close()
+		started()
 		return s.startBroker(s.brokerAddr)
 	case fault == FaultConsulDown:
 		s.consulMu.Lock()
@@ -324,6 +337,7 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		if err := a.Stop(); err != nil {
 			return fmt.Errorf("stop Consul: %w", err)
 		}
+		started()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -331,11 +345,12 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		}
 		return s.startConsul(ctx, s.consulAddr)
 	case fault == FaultRebalanceStorm:
+		started()
 		return s.storm(ctx)
 	case fault == FaultConsulLeaderLoss:
-		return s.cluster.killLeader(ctx)
+		return s.cluster.killLeader(ctx, started)
 	case fault == FaultNetworkDisconnected:
-		return s.cluster.disconnect(ctx, ContainerStage, s.o.Disconnected)
+		return s.cluster.disconnect(ctx, ContainerStage, s.o.Disconnected, started)
 	}
 	return fmt.Errorf("unknown fault %q", fault)
 }

@@ -139,7 +139,7 @@ func (c *cluster) waitLeader(ctx context.Context, not string, wait time.Duration
 
 // killLeader kills the server that leads (SIGKILL, no leave) and waits for
 // the other two to elect a new leader.
-func (c *cluster) killLeader(ctx context.Context) error {
+func (c *cluster) killLeader(ctx context.Context, started func()) error {
 	l, err := c.waitLeader(ctx, "", time.Minute)
 	if err != nil {
 		return err
@@ -153,6 +153,7 @@ func (c *cluster) killLeader(ctx context.Context) error {
 		if _, err := docker(ctx, "kill", s); err != nil {
 			return err
 		}
+		started()
 		_, err = c.waitLeader(ctx, l, 2*time.Minute)
 		return err
 	}
@@ -223,11 +224,12 @@ func (c *cluster) runStage(ctx context.Context, image, name string, env, args []
 
 // disconnect cuts the stage's container off the cluster network (no
 // Kafka, no Consul) for d, then connects it again.
-func (c *cluster) disconnect(ctx context.Context, name string, d time.Duration) error {
+func (c *cluster) disconnect(ctx context.Context, name string, d time.Duration, started func()) error {
 	cname := c.name + "-" + name
 	if _, err := docker(ctx, "network", "disconnect", c.name, cname); err != nil {
 		return err
 	}
+	started()
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
