@@ -145,10 +145,18 @@ bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching 
 # lost / duplicated / backwards / recovery time per fault and fails when a
 # count is not 0. CHAOS_ARGS="..." passes flags (bin/pfchaos --help), e.g.
 # CHAOS_ARGS="--faults consul-down --consul-down 10s".
+# With Docker, the images of the containers faults (a Consul cluster, the
+# consul-writer in a container) are built first, tagged CHAOS_IMAGE_TAG.
 CHAOS_ARGS ?=
+CHAOS_IMAGE_TAG ?= dev
 
-chaos: build consul ## run the fault matrix: stages killed mid-stream, broker restart, Consul down 30s, rebalance storm; fails on any lost, duplicated or backwards update (flags in CHAOS_ARGS="...")
-	bin/pfchaos $(CHAOS_ARGS)
+chaos: build consul ## run the fault matrix: stages killed mid-stream, broker restart, Consul down 30s, rebalance storm, and with Docker a Consul cluster losing its leader and a stage cut off its network; fails on any lost, duplicated or backwards update (flags in CHAOS_ARGS="...")
+	@if docker info >/dev/null 2>&1; then \
+		PF_IMAGE_TAG=$(CHAOS_IMAGE_TAG) sh deploy/build-images.sh consul consul-writer; \
+	else \
+		echo 'chaos: docker info failed, so the containers faults will be reported as not run'; \
+	fi
+	bin/pfchaos --consul-image policyflow/consul:$(CHAOS_IMAGE_TAG) --stage-images 'policyflow/%s:$(CHAOS_IMAGE_TAG)' $(CHAOS_ARGS)
 
 # `make fuzz` runs every Go fuzz target of the repository, one after another
 # (`go test -fuzz` takes one target per run), each for FUZZTIME. The targets

@@ -40,14 +40,26 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Token, "consul-token", d.Token, "Consul ACL token (env PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)")
 }
 
+// ResponseTimeout bounds the wait for the answer to one request of a
+// Client, once it is sent. The stages' requests (reads, transactions, no
+// blocking query) are answered within seconds; a request on a connection
+// that died silently (the network cut, the agent's host gone, no reset
+// ever coming) would otherwise hold its stage for the whole timeout of
+// its context (minutes). After it, the request fails as transient and is
+// retried on a new connection. A blocking query on a Client must set a
+// WaitTime well under it.
+var ResponseTimeout = 30 * time.Second
+
 // Client returns a Consul API client for the configured agent. It keeps
-// its connections open (stages send many requests, several at once) and
+// its connections open (stages send many requests, several at once),
 // takes responses uncompressed (gzip of every folder read cost the agent
-// more than the read on a busy host).
+// more than the read on a busy host) and waits at most ResponseTimeout
+// for an answer.
 func (c Config) Client() (*api.Client, error) {
 	cfg := api.DefaultConfig()
 	cfg.Transport.MaxIdleConnsPerHost = 32
 	cfg.Transport.DisableCompression = true
+	cfg.Transport.ResponseHeaderTimeout = ResponseTimeout
 	if c.Addr != "" {
 		cfg.Address = c.Addr
 	}

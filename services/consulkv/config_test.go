@@ -1,8 +1,14 @@
 package consulkv_test
 
 import (
+	"context"
 	"flag"
+	"github.com/hashicorp/consul/api"
+	"io"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/policyflow/policyflow/services/consulkv"
 )
@@ -37,5 +43,38 @@ func TestConfigFlagsFallBackToEnvThenDefault(t *testing.T) {
 	}
 	if c := parse(t, "--consul-addr", "flag:8500", "--consul-token", "flag-token"); c != (consulkv.Config{Addr: "flag:8500", Token: "flag-token"}) {
 		t.Fatalf("flags over env: %+v", c)
+	}
+}
+
+// TestClientGivesUpOnASilentAgent: an agent that takes the request and
+// never answers (a connection that died without a reset looks the same)
+// fails the request after consulkv.ResponseTimeout, not after the request's own
+// context, which here outlives the test.
+func TestClientGivesUpOnASilentAgent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }() // read, never answer
+		}
+	}()
+	defer func(d time.Duration) { consulkv.ResponseTimeout = d }(consulkv.ResponseTimeout)
+	consulkv.ResponseTimeout = 300 * time.Millisecond
+	cl, err := consulkv.Config{Addr: ln.Addr().String()}.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	_, _, err = cl.KV().List("scn:policies/", (&api.QueryOptions{}).WithContext(ctx))
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "timeout awaiting response headers") {
+		t.Fatalf("a read from an agent that never answers: %v (context: %v); want it to fail awaiting the response", err, ctx.Err())
 	}
 }

@@ -58,6 +58,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed b
 	fs.BoolVar(&o.Dynamic, "dynamic-members", false, "run the stages without --instance-id (dynamic group members), to compare: a killed stage's partitions then wait out --session-timeout")
 	fs.DurationVar(&o.Settle, "settle", o.Settle, "how long to wait after a fault for every component to reach the newest version; what is still behind then is lost")
 	fs.IntVar(&o.Partitions, "partitions", o.Partitions, "partitions of every topic")
+	fs.StringVar(&o.StageImages, "stage-images", o.StageImages, "stage images of the containers faults, %s standing for the stage (deploy/build-images.sh consul-writer builds the one they run; PF_IMAGE_TAG sets its tag)")
+	fs.DurationVar(&o.Disconnected, "disconnected", o.Disconnected, "how long network-disconnect keeps the stage's container off the network")
+	fs.StringVar(&o.ConsulImage, "consul-image", o.ConsulImage, "image of the Consul servers of consul-leader-loss (deploy/build-images.sh consul builds it)")
 	fs.StringVar(&logLevel, "log-level", "warn", "level of this command's own log (the broker's and Consul's lifecycle)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,10 +32,22 @@ const (
 	FaultBrokerRestart  = "broker-restart"
 	FaultConsulDown     = "consul-down"
 	FaultRebalanceStorm = "rebalance-storm"
-	// The faults of the containers backend, not run by this package yet.
+	// The faults of the containers backend: the stack's Consul is then
+	// three servers and a client agent in containers (Options.ConsulImage),
+	// and ContainerStage runs in a container (Options.StageImages) on
+	// their network. consul-leader-loss kills the leading server
+	// (SIGKILL), the fault being over once the other two elected a
+	// leader; network-disconnect cuts the stage's container off the
+	// network (docker network disconnect) for Options.Disconnected, then
+	// connects it again.
 	FaultConsulLeaderLoss    = "consul-leader-loss"
 	FaultNetworkDisconnected = "network-disconnect"
 )
+
+// containersFault reports the faults run on the containers stack.
+func containersFault(f string) bool {
+	return f == FaultConsulLeaderLoss || f == FaultNetworkDisconnected
+}
 
 // Kill is the fault that kills process name.
 func Kill(name string) string { return "kill-" + name }
@@ -45,7 +58,7 @@ func AllFaults() []string {
 	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
 		out = append(out, Kill(s))
 	}
-	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm)
+	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultConsulLeaderLoss, FaultNetworkDisconnected)
 }
 
 // Options configure Run.
@@ -76,7 +89,15 @@ type Options struct {
 	// version after a fault; what is still behind then is lost.
 	Settle     time.Duration
 	Partitions int
-	Log        zerolog.Logger
+	// ConsulImage is the image of the containers faults' Consul cluster.
+	ConsulImage string
+	// StageImages names the stage images of the containers faults, with
+	// %s for the stage (ContainerStage runs in a container there).
+	StageImages string
+	// Disconnected is how long network-disconnect keeps the stage's
+	// container off the network.
+	Disconnected time.Duration
+	Log          zerolog.Logger
 	// Progress, when set, is told what the run is doing.
 	Progress func(format string, a ...any)
 }
@@ -85,7 +106,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
-		Log: zerolog.Nop()}
+		ConsulImage: DefaultConsulImage, StageImages: "policyflow/%s:dev", Disconnected: 20 * time.Second, Log: zerolog.Nop()}
 }
 
 // Row is one fault's result.
@@ -161,8 +182,46 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 			return nil, fmt.Errorf("unknown fault %q; the faults are %s", f, strings.Join(AllFaults(), ", "))
 		}
 	}
-	progress("starting the broker, Consul, %d stages and the North API (logs and data in %s)", len(Stages), o.Dir)
-	s, err := startStack(ctx, o)
+	var embedded, containers []string
+	for _, f := range o.Faults {
+		if containersFault(f) {
+			containers = append(containers, f)
+		} else {
+			embedded = append(embedded, f)
+		}
+	}
+	var m Matrix
+	if len(embedded) > 0 {
+		progress("starting the broker, Consul, %d stages and the North API (logs and data in %s)", len(Stages), o.Dir)
+		rows, err := runOn(ctx, o, false, embedded, progress)
+		if err != nil {
+			return m, err
+		}
+		m = append(m, rows...)
+	}
+	if len(containers) > 0 && ctx.Err() == nil {
+		if err := DockerWorks(ctx); err != nil {
+			for _, f := range containers {
+				m = append(m, Row{Fault: f, Err: "not run: the containers faults need a Docker engine: " + err.Error()})
+			}
+			return m, nil
+		}
+		progress("starting the broker, a Consul cluster of three servers in containers, %d stages and the North API", len(Stages))
+		co := o
+		co.Dir = filepath.Join(o.Dir, "containers")
+		rows, err := runOn(ctx, co, true, containers, progress)
+		if err != nil {
+			return m, err
+		}
+		m = append(m, rows...)
+	}
+	return m, nil
+}
+
+// runOn starts a stack, brings every component to the first version of
+// its policy and runs the faults on it.
+func runOn(ctx context.Context, o Options, withCluster bool, faults []string, progress func(string, ...any)) (Matrix, error) {
+	s, err := startStack(ctx, o, withCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +235,7 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 		return nil, errors.Join(fmt.Errorf("the first version did not reach every component: %s", strings.Join(behind, "; ")), err, s.alive())
 	}
 	var m Matrix
-	for _, f := range o.Faults {
+	for _, f := range faults {
 		progress("%s: %d updates, the fault after %d", f, o.Updates, o.Updates/2)
 		r := s.runFault(ctx, f)
 		progress("%s: lost %d, dup %d, backwards %d, recovery %.1fs %s", f, r.Lost, r.Dup, r.Backwards, r.Recovery.Seconds(), r.Err)
@@ -191,15 +250,12 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 // runFault runs one fault in the middle of a stream of updates.
 func (s *stack) runFault(ctx context.Context, fault string) Row {
 	row := Row{Fault: fault}
-	if fault == FaultConsulLeaderLoss || fault == FaultNetworkDisconnected {
-		row.Err = "not run: this fault needs the containers backend (a three-server Consul cluster, stage containers), which pfchaos does not drive yet"
-		return row
-	}
 	s.obs.reset()
 	var faultDone <-chan error
 	var ended time.Time
 	for i := 0; i < s.o.Updates; i++ {
 		if i == s.o.Updates/2 {
+			// The rest of the stream comes once the fault is in effect.
 			faultDone = s.inject(ctx, fault)
 		}
 		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
@@ -240,14 +296,24 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	return row
 }
 
-// inject starts the fault; the channel gets its outcome once it is over.
+// inject starts the fault and returns once it is in effect (the process
+// killed, the broker or Consul stopped, the container cut off, the storm
+// begun); the channel gets its outcome once it is over.
 func (s *stack) inject(ctx context.Context, fault string) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- s.fault(ctx, fault) }()
+	inEffect := make(chan struct{})
+	var once sync.Once
+	started := func() { once.Do(func() { close(inEffect) }) }
+	go func() {
+		err := s.fault(ctx, fault, started)
+		started()
+		done <- err
+	}()
+	<-inEffect
 	return done
 }
 
-func (s *stack) fault(ctx context.Context, fault string) error {
+func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 	switch {
 	case strings.HasPrefix(fault, "kill-"):
 		name := strings.TrimPrefix(fault, "kill-")
@@ -255,12 +321,14 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		p := s.procs[name]
 		s.procMu.Unlock()
 		p.Kill()
+		started()
 		if _, err := s.start(name, ""); err != nil {
 			return err
 		}
 		return nil
 	case fault == FaultBrokerRestart:
 		s.broker.Close()
+		started()
 		return s.startBroker(s.brokerAddr)
 	case fault == FaultConsulDown:
 		s.consulMu.Lock()
@@ -269,6 +337,7 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		if err := a.Stop(); err != nil {
 			return fmt.Errorf("stop Consul: %w", err)
 		}
+		started()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -276,7 +345,12 @@ func (s *stack) fault(ctx context.Context, fault string) error {
 		}
 		return s.startConsul(ctx, s.consulAddr)
 	case fault == FaultRebalanceStorm:
+		started()
 		return s.storm(ctx)
+	case fault == FaultConsulLeaderLoss:
+		return s.cluster.killLeader(ctx, started)
+	case fault == FaultNetworkDisconnected:
+		return s.cluster.disconnect(ctx, ContainerStage, s.o.Disconnected, started)
 	}
 	return fmt.Errorf("unknown fault %q", fault)
 }

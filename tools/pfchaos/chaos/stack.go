@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -48,6 +49,7 @@ type stack struct {
 	consulDir, consulAddr string
 	consulMu              sync.Mutex
 	consul                *devstack.ConsulAgent
+	cluster               *cluster // instead of consul, for the containers faults
 	kafka                 runtime.Kafka
 	kv                    *consulapi.Client
 
@@ -70,7 +72,9 @@ type stack struct {
 // policyID is the i-th policy of the run.
 func policyID(i int) string { return "CHAOS.Config_p" + strconv.Itoa(i) }
 
-func startStack(ctx context.Context, o Options) (s *stack, err error) {
+// startStack starts the stack; withCluster, its Consul is a three-server
+// cluster in containers (startCluster) instead of a local agent.
+func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err error) {
 	s = &stack{o: o, log: o.Log, procs: map[string]*devstack.StageProc{}, opsOf: map[string]string{},
 		policy: map[string]string{}, latest: map[string]int{}}
 	defer func() {
@@ -79,16 +83,34 @@ func startStack(ctx context.Context, o Options) (s *stack, err error) {
 			s = nil
 		}
 	}()
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return s, err
+	}
 	s.brokerDir, s.consulDir = filepath.Join(o.Dir, "broker"), filepath.Join(o.Dir, "consul")
-	if err := s.startBroker("127.0.0.1:0"); err != nil {
+	listen := "127.0.0.1:0"
+	if withCluster {
+		if s.cluster, err = startCluster(ctx, o.ConsulImage); err != nil {
+			return s, err
+		}
+		s.consulAddr = s.cluster.addr
+		// The broker listens where the stage containers reach it too.
+		gw, err := s.cluster.gateway(ctx)
+		if err != nil {
+			return s, err
+		}
+		listen = net.JoinHostPort(gw, "0")
+	}
+	if err := s.startBroker(listen); err != nil {
 		return s, err
 	}
 	s.brokerAddr = s.broker.Addrs[0]
 	s.kafka = runtime.Kafka{Brokers: s.broker.Addrs, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 250 * time.Millisecond}
-	if err := s.startConsul(ctx, "127.0.0.1:0"); err != nil {
-		return s, err
+	if !withCluster {
+		if err := s.startConsul(ctx, "127.0.0.1:0"); err != nil {
+			return s, err
+		}
+		s.consulAddr = s.consul.Addr
 	}
-	s.consulAddr = s.consul.Addr
 	kvc := consulkv.Config{Addr: s.consulAddr}
 	if s.kv, err = kvc.Client(); err != nil {
 		return s, err
@@ -155,17 +177,49 @@ func startStack(ctx context.Context, o Options) (s *stack, err error) {
 		return s, err
 	}
 	s.apiURL = "http://" + apiAddr
+	var procs []string
 	for _, name := range append(append([]string(nil), Stages...), NorthAPI) {
+		if withCluster && name == ContainerStage {
+			if err := s.startContainer(ctx, name); err != nil {
+				return s, err
+			}
+			continue
+		}
 		if _, err := s.start(name, ""); err != nil {
 			return s, err
 		}
+		procs = append(procs, name)
 	}
-	for _, name := range append(append([]string(nil), Stages...), NorthAPI) {
+	for _, name := range procs {
 		if err := s.ready(ctx, name); err != nil {
 			return s, err
 		}
 	}
 	return s, nil
+}
+
+// ContainerStage is the stage that runs in a container on the containers
+// stack, the one network-disconnect cuts off: it needs both the broker and
+// Consul.
+const ContainerStage = topology.StageConsulWriter
+
+// startContainer runs the stage's image (Options.StageImages with the
+// stage's name) on the cluster's network and waits for its /readyz.
+func (s *stack) startContainer(ctx context.Context, name string) error {
+	image := fmt.Sprintf(s.o.StageImages, name)
+	if _, err := docker(ctx, "image", "inspect", "--format", "{{.Id}}", image); err != nil {
+		return fmt.Errorf("the image %s is not here (build it with deploy/build-images.sh %s, PF_IMAGE_TAG for its tag): %w", image, name, err)
+	}
+	ops, err := s.cluster.runStage(ctx, image, name, []string{"PF_TOPIC_PREFIX=" + s.kafka.Prefix, "PF_LOG_LEVEL=info"},
+		append([]string{"--brokers", s.brokerAddr}, s.args(name, "")...))
+	if err != nil {
+		return err
+	}
+	if err := devstack.WaitHTTP(ctx, "http://"+ops+"/readyz", 2*time.Minute); err != nil {
+		logs, _ := docker(ctx, "logs", "--tail", "40", s.cluster.name+"-"+name)
+		return fmt.Errorf("%s container not ready: %w\n%s", name, err, logs)
+	}
+	return nil
 }
 
 func (s *stack) startBroker(listen string) error {
@@ -365,6 +419,9 @@ func (s *stack) close() {
 		_ = s.consul.Stop()
 	}
 	s.consulMu.Unlock()
+	if s.cluster != nil {
+		s.cluster.remove(s.o.Dir)
+	}
 	if s.broker != nil {
 		s.broker.Close()
 	}
