@@ -256,6 +256,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	for i := 0; i < s.o.Updates; i++ {
 		if i == s.o.Updates/2 {
 			// The rest of the stream comes once the fault is in effect.
+			s.obs.faultStarts()
 			faultDone = s.inject(ctx, fault)
 		}
 		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
@@ -271,6 +272,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 					return row
 				}
 				ended = time.Now()
+				s.obs.faultEnds()
 				continue
 			case <-time.After(s.o.Pace):
 			}
@@ -284,6 +286,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 			return row
 		}
 		ended = time.Now()
+		s.obs.faultEnds()
 	}
 	behind, _ := s.settle(ctx)
 	row.Recovery = time.Since(ended)

@@ -31,10 +31,17 @@ type observer struct {
 	// component's item showed.
 	notified map[string][]int
 	consul   map[string]int
-	// gens are the generations delivered to each component, maxGen the
-	// newest.
-	gens   map[string]map[int]bool
+	// gens are the generations delivered to each component (when first),
+	// maxGen the newest.
+	gens   map[string]map[int]time.Time
 	maxGen map[string]int
+	// faultFrom and faultTo bound the fault under way (faultTo zero while
+	// it lasts).
+	faultFrom, faultTo time.Time
+	// redelivered counts generations delivered again because the fault
+	// cut the notifier off between a delivery and the record of its
+	// outcome: at least once, as promised, so not a duplicate.
+	redelivered int
 	// The counts of the fault under way.
 	dup, backwards, consulBackwards int
 	unreadable                      int
@@ -43,7 +50,7 @@ type observer struct {
 
 func newObserver(policyOf map[string]string) *observer {
 	return &observer{policyOf: policyOf, notified: map[string][]int{}, consul: map[string]int{},
-		gens: map[string]map[int]bool{}, maxGen: map[string]int{}}
+		gens: map[string]map[int]time.Time{}, maxGen: map[string]int{}}
 }
 
 // reset starts the counts of a new fault.
@@ -51,6 +58,35 @@ func (o *observer) reset() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.dup, o.backwards, o.consulBackwards, o.unreadable, o.events = 0, 0, 0, 0, nil
+	o.redelivered, o.faultFrom, o.faultTo = 0, time.Time{}, time.Time{}
+}
+
+// faultStarts and faultEnds mark the fault's window.
+func (o *observer) faultStarts() {
+	o.mu.Lock()
+	o.faultFrom = time.Now()
+	o.mu.Unlock()
+}
+
+func (o *observer) faultEnds() {
+	o.mu.Lock()
+	o.faultTo = time.Now()
+	o.mu.Unlock()
+}
+
+// recordWindow is how long after a delivery the agent-notifier may still
+// be recording its outcome in Consul.
+const recordWindow = 2 * time.Second
+
+// excused reports whether a generation first delivered at first may be
+// delivered again: the fault began before its outcome was surely
+// recorded, so the notifier may have been cut off in between (a kill, a
+// Consul it could not reach) and ran it again, at least once as promised.
+func (o *observer) excused(first time.Time) bool {
+	if o.faultFrom.IsZero() || first.Add(recordWindow).Before(o.faultFrom) {
+		return false
+	}
+	return o.faultTo.IsZero() || !first.After(o.faultTo)
 }
 
 // counts returns the counts of the fault under way and what they were.
@@ -105,9 +141,12 @@ func (o *observer) webhook(w http.ResponseWriter, r *http.Request) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.gens[c] == nil {
-		o.gens[c] = map[int]bool{}
+		o.gens[c] = map[int]time.Time{}
 	}
-	if o.gens[c][gen] {
+	if first, seen := o.gens[c][gen]; seen && o.excused(first) {
+		o.redelivered++
+		o.events = append(o.events, fmt.Sprintf("%s notified of generation %d again after the fault cut its first delivery's record (at least once)", c, gen))
+	} else if seen {
 		o.dup++
 		o.events = append(o.events, fmt.Sprintf("%s notified of generation %d again (version %d)", c, gen, v))
 	}
@@ -119,7 +158,9 @@ func (o *observer) webhook(w http.ResponseWriter, r *http.Request) {
 		o.backwards++
 		o.events = append(o.events, fmt.Sprintf("%s notified of version %d after %d", c, v, maxOf(seen)))
 	}
-	o.gens[c][gen] = true
+	if _, seen := o.gens[c][gen]; !seen {
+		o.gens[c][gen] = time.Now()
+	}
 	o.maxGen[c] = max(o.maxGen[c], gen)
 	o.notified[c] = append(o.notified[c], v)
 	w.WriteHeader(http.StatusNoContent)

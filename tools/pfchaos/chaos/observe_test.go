@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
 
@@ -83,5 +84,33 @@ func TestMatrixFailed(t *testing.T) {
 	append(ok, Row{Fault: "broker-restart", Dup: 2, Details: []string{"a notified of generation 3 again"}}).Print(&b)
 	if out := b.String(); !strings.Contains(out, "broker-restart") || !strings.Contains(out, "a notified of generation 3 again") {
 		t.Fatalf("the printed matrix does not show the failed row and its details:\n%s", out)
+	}
+}
+
+// A generation delivered again because the fault cut the notifier off
+// between its delivery and the record of its outcome is at least once, as
+// promised, and not a duplicate; delivered again with no fault in
+// between, it is.
+func TestObserverExcusesRedeliveryAcrossTheFault(t *testing.T) {
+	o := newObserver(map[string]string{"a": "P"})
+	notify(t, o, "a", 1, 1)
+	o.mu.Lock()
+	o.gens["a"][1] = time.Now().Add(-time.Minute) // long before the fault
+	o.mu.Unlock()
+	notify(t, o, "a", 2, 2) // just before the fault
+	o.faultStarts()
+	o.faultEnds()
+	notify(t, o, "a", 2, 2) // run again after the kill
+	if dup, _, ev := o.counts(); dup != 0 || o.redelivered != 1 {
+		t.Fatalf("redelivery across the fault: dup %d redelivered %d: %v", dup, o.redelivered, ev)
+	}
+	notify(t, o, "a", 1, 2) // delivered long before the fault: a duplicate
+	if dup, _, _ := o.counts(); dup != 1 {
+		t.Fatalf("generation 1 again: dup %d, want 1", dup)
+	}
+	notify(t, o, "a", 3, 3)
+	notify(t, o, "a", 3, 3) // both after the fault ended
+	if dup, _, _ := o.counts(); dup != 2 {
+		t.Fatalf("generation 3 twice after the fault: dup %d, want 2", dup)
 	}
 }
