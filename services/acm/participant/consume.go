@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -508,4 +509,17 @@ func (p *Participant) report(ctx context.Context, op *events.ParticipantOperatio
 	if err := p.send(context.WithoutCancel(ctx), m); err != nil {
 		p.log.Error().Err(err).Str("operation", op.MessageID).Str("element", t.el.ElementID).Msg("result not sent")
 	}
+}
+
+// Partitions returns the partitions of acm.participant this replica
+// takes operations from now.
+func (p *Participant) Partitions() []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int32, 0, len(p.parts))
+	for part := range p.parts {
+		out = append(out, part)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -94,7 +94,8 @@ func (p *Participant) ElementState(instanceID, elementID string) (events.Replica
 }
 
 // WaitState waits until cond holds of the state (checked at once and on
-// every change) or ctx ends.
+// every change) or ctx ends. cond runs under the replica's lock: it must
+// not keep the map nor call the replica's methods.
 func (p *Participant) WaitState(ctx context.Context, cond func(State) bool) error {
 	for {
 		p.mu.Lock()
