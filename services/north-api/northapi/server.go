@@ -85,6 +85,7 @@ type Server struct {
 	catalog    *catalogView
 	components *componentsView
 	applied    *appliedView
+	acm        *acmView // acm.sync (participants_http.go)
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -123,6 +124,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		catalog:    newCatalogView(env.Codec),
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
+		acm:        newACMView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -158,6 +160,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,
 		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
 		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
+		env.Kafka.Topic(topology.ACMSync):          s.acm.apply,
 	})
 	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
