@@ -194,4 +194,3 @@ func runACMStatus(ctx context.Context, args []string) error {
 	}
 	return printAnswer(ctx, answer)
 }
-

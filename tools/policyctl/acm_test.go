@@ -20,7 +20,9 @@ func withReplica(t *testing.T, k runtime.Kafka) {
 	env.SessionTimeout, env.TransactionTimeout = 10*time.Second, 10*time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	stageDone := make(chan error, 1)
-	go func() { stageDone <- replicasync.StageWith(replicasync.Config{OfflineAfter: time.Minute}).Run(ctx, env) }()
+	go func() {
+		stageDone <- replicasync.StageWith(replicasync.Config{OfflineAfter: time.Minute}).Run(ctx, env)
+	}()
 	p, err := participant.New(participant.Config{Kafka: k, ParticipantID: "p1", ReplicaID: "r1", Log: runtime.NewLogger(io.Discard, "error", false),
 		Types: map[string]participant.Callbacks{"org.policyflow.Test": {}}})
 	if err != nil {
