@@ -102,6 +102,10 @@ type Config struct {
 	Log            zerolog.Logger
 	// Codec encodes and decodes records (events.Default() when nil).
 	Codec *events.Codec
+	// OnApply, when set, is told of every acm.sync record of the
+	// participant the replica applied (after applying it), from the
+	// reader's goroutine: for metrics and measurements.
+	OnApply func(key string, st *events.ReplicaState)
 }
 
 // NewReplicaID returns a random replica id (a UUID, version 4).

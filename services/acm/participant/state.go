@@ -55,6 +55,9 @@ func (p *Participant) applySync(ctx context.Context, rec *kgo.Record) error {
 	}
 	p.mu.Unlock()
 	p.notify()
+	if p.cfg.OnApply != nil {
+		p.cfg.OnApply(key, st)
+	}
 	return nil
 }
 
