@@ -209,7 +209,7 @@ func Default() []Topic {
 		del(Topic{
 			Name: ACMRuntime, Partitions: ACMPartitions, Key: "participant_id", ValueSchema: "policyflow.ParticipantMessage",
 			Writers: l(RoleParticipants, RoleNorthAPI, StageReplicaSync), Readers: l(StageReplicaSync),
-			Doc: "registrations, heartbeats, results and property changes from participant replicas; resync requests from the runtime; replica-sync's own ticks (partition 0)",
+			Doc: "registrations, heartbeats, results and property changes from participant replicas; resync requests from the runtime; replica-sync's own ticks (one per partition)",
 		}),
 		compact(Topic{
 			Name: ACMSync, Partitions: ACMPartitions, Key: "participant/replica/id, participant/composition/id or participant/instance/id/element", ValueSchema: "policyflow.ReplicaState",

@@ -37,7 +37,14 @@ type Rules struct {
 	// OfflineAfter is how long a replica may stay silent before it is
 	// OFF_LINE (ACM's maxStatusWaitMs; 150 s by default).
 	OfflineAfter time.Duration
+	// Owns, when set, says whether the participant's messages are on the
+	// acm.runtime partition a TICK or an all-participants SYNC came on:
+	// each partition's owner checks and rewrites only its participants,
+	// so two members never write the same key. Nil owns every one.
+	Owns func(participantID string) bool
 }
+
+func (r Rules) owns(participantID string) bool { return r.Owns == nil || r.Owns(participantID) }
 
 // Decide returns the acm.sync changes one message makes. now is the time
 // the stage handles it (used by TICK and stamped on every change). An
@@ -52,7 +59,7 @@ func Decide(r Rules, v View, m *events.ParticipantMessage, now time.Time) ([]Cha
 				return nil, err
 			}
 		}
-		return resync(v, m.ParticipantID, now), nil
+		return resync(r, v, m.ParticipantID, now), nil
 	}
 	if err := acm.CheckID("participant_id", m.ParticipantID); err != nil {
 		return nil, err
@@ -184,6 +191,9 @@ func tick(r Rules, v View, now time.Time) []Change {
 	sort.Strings(keys)
 	for _, key := range keys {
 		st, _ := v.Get(key)
+		if !r.owns(st.ParticipantID) {
+			continue
+		}
 		switch {
 		case st.Kind == acm.KindReplica && st.State == acm.OnLine && now.Sub(time.UnixMilli(st.HeartbeatMs)) > r.OfflineAfter:
 			n := *st
@@ -200,14 +210,16 @@ func tick(r Rules, v View, now time.Time) []Change {
 	return out
 }
 
-// resync writes every state of the participant (every participant when
-// participantID is empty) again, so every replica applies it again.
-func resync(v View, participantID string, now time.Time) []Change {
+// resync writes every state of the participant (every participant of
+// the partition when participantID is empty) again, so every replica
+// applies it again.
+func resync(r Rules, v View, participantID string, now time.Time) []Change {
 	var out []Change
 	keys := v.Keys()
 	sort.Strings(keys)
 	for _, key := range keys {
-		if participantID != "" && acm.ParticipantOf(key) != participantID {
+		p := acm.ParticipantOf(key)
+		if participantID != "" && p != participantID || participantID == "" && !r.owns(p) {
 			continue
 		}
 		st, _ := v.Get(key)

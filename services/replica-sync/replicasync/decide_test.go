@@ -159,3 +159,23 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestTickChecksOnlyOwnedParticipants(t *testing.T) {
+	v := mapView{}
+	for _, p := range []string{"p1", "p2"} {
+		decide(t, v, &events.ParticipantMessage{Kind: acm.MsgRegister, ParticipantID: p, ReplicaID: "r1", SentAt: t0}, t0)
+	}
+	r := Rules{OfflineAfter: time.Second, Owns: func(p string) bool { return p == "p2" }}
+	cs, err := Decide(r, v, &events.ParticipantMessage{Kind: acm.MsgTick}, t0.Add(time.Hour))
+	if err != nil || len(cs) != 1 || cs[0].Key != acm.ReplicaKey("p2", "r1") {
+		t.Fatalf("tick owning p2: %+v %v", cs, err)
+	}
+	cs, err = Decide(r, v, &events.ParticipantMessage{Kind: acm.MsgSync}, t0)
+	if err != nil || len(cs) != 1 || cs[0].Key != acm.ReplicaKey("p2", "r1") {
+		t.Fatalf("resync of the partition owning p2: %+v %v", cs, err)
+	}
+	// A participant's own SYNC comes on its partition: no filter.
+	if cs, _ := Decide(r, v, &events.ParticipantMessage{Kind: acm.MsgSync, ParticipantID: "p1"}, t0); len(cs) != 1 {
+		t.Fatalf("resync of p1: %+v", cs)
+	}
+}

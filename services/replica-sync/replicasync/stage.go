@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
@@ -153,13 +154,21 @@ func (s *syncer) setup(ctx context.Context, env runtime.Env) (runtime.Handler, f
 		table.Close()
 		return nil, nil, fmt.Errorf("replica-sync: read %s: %w", env.Kafka.Topic(topology.ACMSync), err)
 	}
+	parts, err := partitions(ctx, env)
+	if err != nil {
+		table.Close()
+		return nil, nil, err
+	}
 	tctx, stopTicks := context.WithCancel(context.WithoutCancel(ctx))
 	ticks := make(chan struct{})
-	go func() { defer close(ticks); s.tick(tctx, env) }()
-	rules := Rules{OfflineAfter: s.cfg.OfflineAfter}
+	go func() { defer close(ticks); s.tick(tctx, env, parts) }()
+	where := runtime.Partitioner().ForTopic(env.Kafka.Topic(topology.ACMRuntime))
 	h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, m runtime.Msg[*events.ParticipantMessage]) ([]runtime.Output, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		rules := Rules{OfflineAfter: s.cfg.OfflineAfter, Owns: func(participantID string) bool {
+			return int32(where.Partition(&kgo.Record{Key: []byte(participantID)}, int(parts))) == m.Partition
+		}}
 		changes, err := Decide(rules, s, m.Value, time.Now())
 		if err != nil {
 			return nil, runtime.Permanent(err)
@@ -186,9 +195,28 @@ func (s *syncer) rewound(context.Context, runtime.Env, map[string][]int32) error
 	return nil
 }
 
-// tick writes a TICK to partition 0 of acm.runtime every tickEvery, so the
-// member that owns it checks silences and deadlines in its transactions.
-func (s *syncer) tick(ctx context.Context, env runtime.Env) {
+// partitions returns the partition count of acm.runtime.
+func partitions(ctx context.Context, env runtime.Env) (int32, error) {
+	opts, err := env.Kafka.ClientOpts()
+	if err != nil {
+		return 0, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return 0, fmt.Errorf("replica-sync: create an admin client: %w", err)
+	}
+	defer cl.Close()
+	n, err := runtime.PartitionCount(ctx, kadm.NewClient(cl), env.Kafka.Topic(topology.ACMRuntime))
+	if err != nil {
+		return 0, fmt.Errorf("replica-sync: %w", err)
+	}
+	return n, nil
+}
+
+// tick writes a TICK to every partition of acm.runtime every tickEvery,
+// so the member owning each checks the silences and deadlines of that
+// partition's participants in its transactions.
+func (s *syncer) tick(ctx context.Context, env runtime.Env, parts int32) {
 	log := env.Log.With().Str("stage", topology.StageReplicaSync).Logger()
 	opts, err := env.Kafka.ClientOpts()
 	if err != nil {
@@ -219,10 +247,13 @@ func (s *syncer) tick(ctx context.Context, env runtime.Env) {
 				log.Error().Err(err).Msg("ticks: encode")
 				return
 			}
-			rec := &kgo.Record{Topic: env.Kafka.Topic(topology.ACMRuntime), Value: b}
-			runtime.Pin(rec, 0)
+			recs := make([]*kgo.Record, parts)
+			for p := range parts {
+				recs[p] = &kgo.Record{Topic: env.Kafka.Topic(topology.ACMRuntime), Value: b}
+				runtime.Pin(recs[p], p)
+			}
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.tickEvery())
-			if err := cl.ProduceSync(pctx, rec).FirstErr(); err != nil && ctx.Err() == nil {
+			if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil && ctx.Err() == nil {
 				log.Warn().Err(err).Msg("ticks: produce a tick to acm.runtime")
 			}
 			cancel()

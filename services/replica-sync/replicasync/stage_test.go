@@ -34,7 +34,11 @@ func TestStage(t *testing.T) {
 	out := c.Reader(t, topology.ACMSync)
 
 	now := time.Now()
-	c.Produce(t, topology.ACMRuntime, "p1", &events.ParticipantMessage{MessageID: "m1", ParticipantID: "p1", ReplicaID: "r1", Kind: acm.MsgRegister, SupportedElementTypes: []string{"consul"}, Properties: "{}", SentAt: now})
+	// Participants on every partition: each partition's owner checks its own.
+	others := []string{"p2", "p3", "p4", "p5", "p6"}
+	for _, p := range append([]string{"p1"}, others...) {
+		c.Produce(t, topology.ACMRuntime, p, &events.ParticipantMessage{MessageID: "m1" + p, ParticipantID: p, ReplicaID: "r1", Kind: acm.MsgRegister, SupportedElementTypes: []string{"consul"}, Properties: "{}", SentAt: now})
+	}
 	inst, elem, st := "i1", "e1", acm.Deployed
 	c.Produce(t, topology.ACMRuntime, "p1", &events.ParticipantMessage{MessageID: "m2", ParticipantID: "p1", ReplicaID: "r1", Kind: acm.MsgResult, InstanceID: &inst, ElementID: &elem, State: &st, ElementType: "consul", Properties: `{"k":"v"}`, Revision: 3, SentAt: now})
 
@@ -42,8 +46,19 @@ func TestStage(t *testing.T) {
 	var got map[string]*events.ReplicaState
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); out.Poll(200 * time.Millisecond) {
 		got = latest(t, out.Records())
-		if r := got[key]; r != nil && r.State == acm.OffLine {
+		off := 0
+		for _, p := range append([]string{"p1"}, others...) {
+			if r := got[acm.ReplicaKey(p, "r1")]; r != nil && r.State == acm.OffLine {
+				off++
+			}
+		}
+		if off == 1+len(others) {
 			break
+		}
+	}
+	for _, p := range others {
+		if r := got[acm.ReplicaKey(p, "r1")]; r == nil || r.State != acm.OffLine {
+			t.Errorf("registry entry of %s/r1: %+v, want OFF_LINE", p, r)
 		}
 	}
 	r := got[key]
