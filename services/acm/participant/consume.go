@@ -197,14 +197,25 @@ func (p *Participant) handle(ctx context.Context, rec *kgo.Record) {
 		p.begin(rec, 0)
 		return
 	}
-	// Stale: a replica whose state is newer answers and applies nothing.
+	// Stale: a replica whose state is newer answers and applies nothing
+	// of the operation.
+	var newest *events.ReplicaState
 	for _, t := range tasks {
-		if t.prev != nil && op.Revision < t.prev.Revision {
-			detail := fmt.Sprintf("operation %s has revision %d, older than the state's %d (operation %s)", op.MessageID, op.Revision, t.prev.Revision, t.prev.OperationID)
-			p.report(ctx, op, t, t.prev.State, acm.Stale, t.prev.Properties, detail, 0)
-			p.begin(rec, 0)
-			return
+		if t.prev != nil && op.Revision < t.prev.Revision && (newest == nil || t.prev.Revision > newest.Revision) {
+			newest = t.prev
 		}
+	}
+	if newest != nil {
+		detail := fmt.Sprintf("operation %s has revision %d, older than the state's %d (operation %s); nothing of it was applied", op.MessageID, op.Revision, newest.Revision, newest.OperationID)
+		for _, t := range tasks {
+			state, props := "", "{}"
+			if t.prev != nil {
+				state, props = t.prev.State, t.prev.Properties
+			}
+			p.report(ctx, op, t, state, acm.Stale, props, detail, 0)
+		}
+		p.begin(rec, 0)
+		return
 	}
 	p.begin(rec, len(tasks))
 	for _, t := range tasks {

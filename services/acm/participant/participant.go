@@ -92,7 +92,8 @@ func (p *Participant) types() []string {
 
 // Run registers the replica, rebuilds its state from acm.sync, then takes
 // operations until ctx ends; it then leaves the group, cancels what is
-// running (another replica takes it again) and deregisters.
+// running (another replica takes it again) and deregisters. Call it once
+// per Participant.
 func (p *Participant) Run(ctx context.Context) error {
 	opts, err := p.cfg.Kafka.ClientOpts()
 	if err != nil {

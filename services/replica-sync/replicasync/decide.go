@@ -77,6 +77,10 @@ func Decide(r Rules, v View, m *events.ParticipantMessage, now time.Time) ([]Cha
 		}
 		return []Change{{Key: key}}, nil
 	case acm.MsgResult, acm.MsgState:
+		if m.Outcome == acm.Stale {
+			// The replica applied nothing: the state stays as it is.
+			return nil, nil
+		}
 		return element(v, m, now)
 	}
 	return nil, fmt.Errorf("replica-sync: message %s from participant %s replica %s has kind %q, which replica-sync does not handle", m.MessageID, m.ParticipantID, m.ReplicaID, m.Kind)

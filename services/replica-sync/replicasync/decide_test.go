@@ -107,6 +107,12 @@ func TestElementStates(t *testing.T) {
 	if st := v[key]; st.State != acm.Deployed || st.ReplicaID != "r2" || st.DeadlineMs != 0 || st.Properties != `{"a":1,"out":2}` {
 		t.Fatalf("DEPLOYED: %+v", st)
 	}
+	// A STALE answer changes nothing, even naming a newer state.
+	stale := msg(acm.MsgResult, acm.Failed, 9, `{}`)
+	stale.Outcome = acm.Stale
+	if cs := decide(t, v, stale, t0); len(cs) != 0 {
+		t.Fatalf("STALE answer applied: %+v", cs)
+	}
 	// A late answer to an older revision changes nothing.
 	if cs := decide(t, v, msg(acm.MsgResult, acm.Failed, 4, `{}`), t0); len(cs) != 0 {
 		t.Fatalf("stale result applied: %+v", cs)
