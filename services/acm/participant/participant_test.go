@@ -93,6 +93,13 @@ func (r *recorder) replicasThatRan() int {
 // operations.
 func (h *harness) replica(t *testing.T, id string) *Participant {
 	t.Helper()
+	p, _ := h.replicaStop(t, id)
+	return p
+}
+
+// replicaStop is replica with a function that stops it cleanly.
+func (h *harness) replicaStop(t *testing.T, id string) (*Participant, func()) {
+	t.Helper()
 	p, err := New(Config{Kafka: h.c.Kafka, ParticipantID: pid, ReplicaID: id, Types: h.rec.callbacks(id),
 		Heartbeat: 100 * time.Millisecond, SessionTimeout: time.Second,
 		Log: runtime.NewLogger(io.Discard, "error", false)})
@@ -102,12 +109,16 @@ func (h *harness) replica(t *testing.T, id string) *Participant {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("replica %s: %v", id, err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("replica %s: %v", id, err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case <-p.Ready():
 	case err := <-done:
@@ -115,7 +126,7 @@ func (h *harness) replica(t *testing.T, id string) *Participant {
 	case <-time.After(wait):
 		t.Fatalf("replica %s not ready within %s", id, wait)
 	}
-	return p
+	return p, stop
 }
 
 var opSeq int
@@ -464,4 +475,22 @@ func TestHelperReplica(t *testing.T) {
 	}
 	go func() { <-p.Ready(); fmt.Println("ready") }()
 	_ = p.Run(context.Background())
+}
+
+func TestRegistrationHeartbeatsAndDeregistration(t *testing.T) {
+	h := newHarness(t)
+	r1 := h.replica(t, "r1")
+	_, stop := h.replicaStop(t, "r2")
+	waitRegistry(t, r1, func(reg map[string]events.ReplicaState) bool {
+		return reg["r1"].State == acm.OnLine && reg["r2"].State == acm.OnLine && len(reg["r2"].SupportedElementTypes) == 1
+	})
+	// Heartbeats move the last heartbeat on.
+	first := r1.Replicas()["r2"].HeartbeatMs
+	waitRegistry(t, r1, func(reg map[string]events.ReplicaState) bool { return reg["r2"].HeartbeatMs > first })
+	// A clean stop deregisters: the entry goes.
+	stop()
+	waitRegistry(t, r1, func(reg map[string]events.ReplicaState) bool {
+		_, ok := reg["r2"]
+		return !ok && reg["r1"].State == acm.OnLine
+	})
 }
