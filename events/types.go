@@ -335,6 +335,17 @@ type ParticipantOperation struct {
 	Properties    string    `avro:"properties"`
 	TimeoutMs     int64     `avro:"timeout_ms"`
 	SentAt        time.Time `avro:"sent_at"`
+	// ParticipantIDList, when not empty, limits who may act on it.
+	ParticipantIDList []string           `avro:"participant_id_list"`
+	Revision          int64              `avro:"revision"`
+	Elements          []OperationElement `avro:"elements"`
+}
+
+// OperationElement is one element an operation is about.
+type OperationElement struct {
+	ElementID   string `avro:"element_id"`
+	ElementType string `avro:"element_type"`
+	Properties  string `avro:"properties"`
 }
 
 // ParticipantMessage is a message from a participant replica to the runtime.
@@ -353,6 +364,9 @@ type ParticipantMessage struct {
 	Detail                string    `avro:"detail"`
 	Properties            string    `avro:"properties"`
 	SentAt                time.Time `avro:"sent_at"`
+	Revision              int64     `avro:"revision"`
+	ElementType           string    `avro:"element_type"`
+	DeadlineMs            int64     `avro:"deadline_ms"`
 }
 
 // ReplicaState is replicated participant state.
@@ -365,6 +379,17 @@ type ReplicaState struct {
 	Properties    string    `avro:"properties"`
 	Version       int64     `avro:"version"`
 	UpdatedAt     time.Time `avro:"updated_at"`
+	// ReplicaID is the replica described (REPLICA) or the one the change
+	// came from.
+	ReplicaID             string   `avro:"replica_id"`
+	CompositionID         string   `avro:"composition_id"`
+	ElementType           string   `avro:"element_type"`
+	Revision              int64    `avro:"revision"`
+	OperationID           string   `avro:"operation_id"`
+	DeadlineMs            int64    `avro:"deadline_ms"`
+	HeartbeatMs           int64    `avro:"heartbeat_ms"`
+	SupportedElementTypes []string `avro:"supported_element_types"`
+	Detail                string   `avro:"detail"`
 }
 
 // AgentUpgradePolicy says how selected agents upgrade themselves.

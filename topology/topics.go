@@ -33,9 +33,7 @@ const (
 )
 
 // The pipeline stages that are built; each is its own binary and consumer
-// group and owns one dead letter topic, DLQ(stage). The replica-sync stage
-// of the design (seed 003) is not built yet: the ACM topics have no stage
-// among their readers and writers until it is.
+// group and owns one dead letter topic, DLQ(stage).
 const (
 	StagePDPIngest     = "pdp-ingest"
 	StageMatcher       = "matcher"
@@ -43,6 +41,7 @@ const (
 	StageExecutor      = "executor"
 	StageConsulWriter  = "consul-writer"
 	StageAgentNotifier = "agent-notifier"
+	StageReplicaSync   = "replica-sync"
 )
 
 // Roles outside the stages that write or read topics.
@@ -133,6 +132,7 @@ func Stages() []string {
 		StageExecutor,
 		StageConsulWriter,
 		StageAgentNotifier,
+		StageReplicaSync,
 	}
 }
 
@@ -208,19 +208,19 @@ func Default() []Topic {
 			Doc: "what was written to Consul for a component: update_id and Consul index",
 		}),
 		del(Topic{
-			Name: ACMParticipant, Partitions: ACMPartitions, Key: "participant_id", ValueSchema: "policyflow.ParticipantOperation",
-			Writers: l(RoleACMRuntime), Readers: l(RoleParticipants),
-			Doc: "operations from the automation composition runtime to participants",
+			Name: ACMParticipant, Partitions: ACMPartitions, Key: "instance_id (composition_id for priming)", ValueSchema: "policyflow.ParticipantOperation",
+			Writers: l(RoleACMRuntime, RoleNorthAPI), Readers: l(RoleParticipants),
+			Doc: "operations from the automation composition runtime to participants; a participant's replicas share one consumer group, so each operation goes to one of them and one instance's operations stay in order",
 		}),
 		del(Topic{
 			Name: ACMRuntime, Partitions: ACMPartitions, Key: "participant_id", ValueSchema: "policyflow.ParticipantMessage",
-			Writers: l(RoleParticipants), Readers: l(RoleACMRuntime),
-			Doc: "registrations, heartbeats and results from participants to the runtime (no stage reads it yet)",
+			Writers: l(RoleParticipants, RoleNorthAPI, StageReplicaSync), Readers: l(StageReplicaSync),
+			Doc: "registrations, heartbeats, results and property changes from participant replicas; resync requests from the runtime; replica-sync's own ticks (one per partition)",
 		}),
 		compact(Topic{
-			Name: ACMSync, Partitions: ACMPartitions, Key: "participant/instance/element", ValueSchema: "policyflow.ReplicaState",
-			Writers: nil, Readers: l(RoleParticipants),
-			Doc: "replicated participant state; every replica reads all of it from the start with its own reader (reserved: no code writes it yet)",
+			Name: ACMSync, Partitions: ACMPartitions, Key: "participant/replica/id, participant/composition/id or participant/instance/id/element", ValueSchema: "policyflow.ReplicaState",
+			Writers: l(StageReplicaSync), Readers: l(RoleParticipants, StageReplicaSync, RoleNorthAPI),
+			Doc: "replicated participant state and the registry of replicas; every replica reads all of it from the start with its own reader",
 		}),
 		compact(Topic{
 			Name: NMPPolicies, Partitions: LowVolumePartitions, Key: "org/name", ValueSchema: "policyflow.NodeManagementPolicy",
@@ -256,6 +256,14 @@ func Default() []Topic {
 			Doc: "records " + stage + " could not process: original bytes, the reason in headers",
 		}))
 	}
+	// Participant replicas are no stage but dead-letter too: operations
+	// and acm.sync records they cannot process, with the reason.
+	topics = append(topics, del(Topic{
+		Name: DLQ(RoleParticipants), Partitions: LowVolumePartitions, Key: "original key", ValueSchema: "",
+		Retention: DLQRetention,
+		Writers:   l(RoleParticipants), Readers: l(RoleOperators),
+		Doc: "operations and acm.sync records a participant replica could not process: original bytes, the reason in headers",
+	}))
 	return topics
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/policyflow/policyflow/services/matcher/matcher"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
+	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/segmenter/segmenter"
 )
@@ -33,6 +34,9 @@ type Config struct {
 	// CatchupInterval, when not 0, replaces pdp-ingest's time between
 	// periodic catch-ups.
 	CatchupInterval time.Duration
+	// OfflineAfter is replica-sync's silence before a participant replica
+	// is OFF_LINE (0: its default, PF_OFFLINE_AFTER or 150 s).
+	OfflineAfter time.Duration
 }
 
 // All returns every stage with its default settings, in pipeline order.
@@ -60,6 +64,10 @@ func With(cfg Config) []runtime.Stage {
 	if len(cfg.NotifyTargets.ScriptDirs) > 0 || len(cfg.NotifyTargets.WebhookAllow) > 0 {
 		nc.Targets = cfg.NotifyTargets
 	}
+	rc := replicasync.DefaultConfig()
+	if cfg.OfflineAfter > 0 {
+		rc.OfflineAfter = cfg.OfflineAfter
+	}
 	return []runtime.Stage{
 		pdpingest.StageWith(ic),
 		matcher.Stage(),
@@ -67,5 +75,6 @@ func With(cfg Config) []runtime.Stage {
 		executor.Stage(),
 		consulwriter.StageWith(wc),
 		agentnotifier.StageWith(nc),
+		replicasync.StageWith(rc),
 	}
 }

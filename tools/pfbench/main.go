@@ -53,6 +53,11 @@ type options struct {
 	timeout         time.Duration
 	skipAlone       bool
 	skipEndToEnd    bool
+	skipACM         bool
+	acmChanges      int
+	acmRate         int
+	acmElements     int
+	acmOps          int
 	profile         time.Duration
 	until           string
 	logLevel        string
@@ -81,6 +86,11 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for one measured step")
 	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs, their ceilings and the scaling runs")
 	fs.BoolVar(&o.skipEndToEnd, "skip-e2e", false, "skip the end-to-end runs")
+	fs.BoolVar(&o.skipACM, "skip-acm", false, "skip the participant replicas' runs (sync lag, rebuild, operations)")
+	fs.IntVar(&o.acmChanges, "acm-changes", 5000, "participant replicas: changes timed for the sync lag")
+	fs.IntVar(&o.acmRate, "acm-rate", 1000, "participant replicas: changes per second for the sync lag")
+	fs.IntVar(&o.acmElements, "acm-elements", 10_000, "participant replicas: element instances a new replica rebuilds")
+	fs.IntVar(&o.acmOps, "acm-ops", 3000, "participant replicas: operations timed with 1 and with 3 replicas")
 	fs.StringVar(&o.until, "until", "", "stop the stage-alone runs after this stage (matcher, segmenter, executor or consul-writer); each needs the ones before it")
 	fs.DurationVar(&o.profile, "cpu-profile", 0, "save a CPU profile of this long of each stage-alone run, from its first record, as <stage>.cpu.pprof next to the logs (0: none)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level of the bench's own clients and of the embedded broker")
@@ -94,6 +104,8 @@ func (o *options) validate() error {
 		return errors.New("--components, --per-deployment and --policies must be at least 1")
 	case o.work.Changes < 1 || o.work.Changes > o.work.Policies:
 		return fmt.Errorf("--changes %d: want 1 to --policies (%d)", o.work.Changes, o.work.Policies)
+	case o.acmChanges < 100 || o.acmRate < 1 || o.acmElements < 1 || o.acmOps < 1:
+		return fmt.Errorf("--acm-changes %d (at least 100), --acm-rate %d, --acm-elements %d, --acm-ops %d (at least 1)", o.acmChanges, o.acmRate, o.acmElements, o.acmOps)
 	case o.work.BodyBytes < 200:
 		return fmt.Errorf("--body-bytes %d: want at least 200", o.work.BodyBytes)
 	case o.reps < 1 || o.fleet < 1:
@@ -214,6 +226,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}); err != nil {
 			return err
 		}
+	}
+	if !o.skipACM {
+		a, err := acmBench(ctx, o, log, progress)
+		if err != nil {
+			return err
+		}
+		rep.ACM = &a
 	}
 	rep.FinishedAt = time.Now().UTC()
 	rep.Logs = logDir

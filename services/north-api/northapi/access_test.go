@@ -83,13 +83,17 @@ func TestEveryRouteButHealthcheckNeedsAToken(t *testing.T) {
 func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 	s := newStack(t, nil)
 	reads := map[string]bool{
-		"GET /v1/components/{component_id}/status":            true,
-		"GET /policy_latest/{policy_id}":                      true,
-		"POST /policies_latest":                               true,
-		"GET /service_component_all/{service_component_name}": true,
-		"GET /v1/policies/{policy_id}/rollout":                true,
-		"GET /openapi.json":                                   true,
-		"GET /v1/status":                                      true,
+		"GET /v1/components/{component_id}/status":                            true,
+		"GET /policy_latest/{policy_id}":                                      true,
+		"POST /policies_latest":                                               true,
+		"GET /service_component_all/{service_component_name}":                 true,
+		"GET /v2/participants":                                                true,
+		"GET /v2/participants/{participant_id}":                               true,
+		"GET /v2/participants/{participant_id}/compositions/{composition_id}": true,
+		"GET /v2/participants/{participant_id}/instances/{instance_id}":       true,
+		"GET /v1/policies/{policy_id}/rollout":                                true,
+		"GET /openapi.json":                                                   true,
+		"GET /v1/status":                                                      true,
 	}
 	for _, rt := range s.server.routeTable() {
 		if rt.access.public {

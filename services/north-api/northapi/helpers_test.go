@@ -123,7 +123,8 @@ func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ..
 		opts.Tokens = testTokenSet(t)
 	}
 	var topics []string
-	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied, topology.CatchupProgress} {
+	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied,
+		topology.CatchupProgress, topology.ACMSync, topology.ACMRuntime, topology.ACMParticipant} {
 		if !slices.Contains(skipTopics, base) {
 			topics = append(topics, base)
 		}

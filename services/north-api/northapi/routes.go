@@ -20,7 +20,7 @@ type route struct {
 // scoped further in the handlers: to components whose tenant is theirs
 // and to those components' folders; policies are not tenant-scoped.
 func (s *Server) routeTable() []route {
-	return []route{
+	return append([]route{
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
 		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, ownComponents},
 		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
@@ -42,7 +42,7 @@ func (s *Server) routeTable() []route {
 		// data: it asks /v1/status with the token given in its form.
 		{http.MethodGet, "/v1/status", s.pipelineStatus, statusReaders},
 		{http.MethodGet, "/ui/", s.statusPage, anyone},
-	}
+	}, s.participantRoutes()...)
 }
 
 // recordingMux is the API's mux, remembering every pattern registered, so

@@ -90,6 +90,7 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 	progress   *progressView
+	acm        *acmView // acm.sync (participants_http.go)
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -129,6 +130,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
 		progress:   newProgressView(env.Codec),
+		acm:        newACMView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -166,6 +168,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
 		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
 		env.Kafka.Topic(topology.CatchupProgress):  s.progress.apply,
+		env.Kafka.Topic(topology.ACMSync):          s.acm.apply,
 	})
 	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",

@@ -1,0 +1,477 @@
+package northapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// The runtime side of automation-composition participants (seed 003):
+// the registry and the replicated state are read from acm.sync, which
+// replica-sync writes; operations go to acm.participant, where the
+// participant's replicas share one consumer group, so any replica may
+// take one; resync requests go to acm.runtime, for replica-sync.
+
+// acmReaders read the registry and the state; participants are no
+// tenant's.
+var acmReaders = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly}}
+
+// participantRoutes are the /v2 routes; routes.go lists them.
+func (s *Server) participantRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v2/participants", s.listParticipants, acmReaders},
+		{http.MethodGet, "/v2/participants/{participant_id}", s.getParticipant, acmReaders},
+		// PUT /v2/participants/sync: a literal segment beside the
+		// {participant_id} wildcard would conflict in the mux's
+		// method-not-allowed patterns, so the wildcard route takes it.
+		{http.MethodPut, "/v2/participants/{participant_id}", s.syncAll, operators},
+		{http.MethodPut, "/v2/participants/{participant_id}/sync", s.syncParticipants, operators},
+		{http.MethodPost, "/v2/participants/{participant_id}/operations", s.postOperation, operators},
+		{http.MethodGet, "/v2/participants/{participant_id}/compositions/{composition_id}", s.getComposition, acmReaders},
+		{http.MethodGet, "/v2/participants/{participant_id}/instances/{instance_id}", s.getInstance, acmReaders},
+	}
+}
+
+// acmView is acm.sync: every state by key.
+type acmView struct {
+	codec *events.Codec
+	mu    sync.RWMutex
+	byKey map[string]*events.ReplicaState
+}
+
+func newACMView(codec *events.Codec) *acmView {
+	return &acmView{codec: codec, byKey: map[string]*events.ReplicaState{}}
+}
+
+func (v *acmView) apply(ctx context.Context, rec *kgo.Record) error {
+	key := string(rec.Key)
+	if rec.Value == nil {
+		v.mu.Lock()
+		delete(v.byKey, key)
+		v.mu.Unlock()
+		return nil
+	}
+	var st events.ReplicaState
+	if err := v.codec.DecodeInto(ctx, rec.Value, &st); err != nil {
+		return fmt.Errorf("acm.sync view: decode %q: %w", key, err)
+	}
+	v.mu.Lock()
+	v.byKey[key] = &st
+	v.mu.Unlock()
+	return nil
+}
+
+// of returns the states of one participant (all when id is empty).
+func (v *acmView) of(id string) []*events.ReplicaState {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []*events.ReplicaState
+	for _, st := range v.byKey {
+		if id == "" || st.ParticipantID == id {
+			out = append(out, st)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].ParticipantID+"\x00"+out[i].InstanceID+"\x00"+out[i].ElementID+"\x00"+out[i].ReplicaID+"\x00"+out[i].CompositionID <
+			out[j].ParticipantID+"\x00"+out[j].InstanceID+"\x00"+out[j].ElementID+"\x00"+out[j].ReplicaID+"\x00"+out[j].CompositionID
+	})
+	return out
+}
+
+// Replica is one replica in the answers of /v2/participants.
+type Replica struct {
+	ReplicaID             string    `json:"replicaId"`
+	State                 string    `json:"participantState"`
+	LastHeartbeat         time.Time `json:"lastMsg"`
+	SupportedElementTypes []string  `json:"supportedElementTypes"`
+	Detail                string    `json:"detail,omitempty"`
+}
+
+// ParticipantList is the answer of GET /v2/participants.
+type ParticipantList struct {
+	Participants []Participant `json:"participants"`
+}
+
+// Participant is one participant in the answers of /v2/participants.
+type Participant struct {
+	ParticipantID string `json:"participantId"`
+	// State is ON_LINE when a replica is.
+	State                 string    `json:"participantState"`
+	SupportedElementTypes []string  `json:"supportedElementTypes"`
+	Replicas              []Replica `json:"replicas"`
+	Compositions          int       `json:"compositions"`
+	Elements              int       `json:"elementInstances"`
+}
+
+func participantsOf(states []*events.ReplicaState) []Participant {
+	byID := map[string]*Participant{}
+	var order []string
+	get := func(id string) *Participant {
+		p, ok := byID[id]
+		if !ok {
+			p = &Participant{ParticipantID: id, State: acm.OffLine, Replicas: []Replica{}, SupportedElementTypes: []string{}}
+			byID[id] = p
+			order = append(order, id)
+		}
+		return p
+	}
+	for _, st := range states {
+		p := get(st.ParticipantID)
+		switch st.Kind {
+		case acm.KindReplica:
+			p.Replicas = append(p.Replicas, Replica{ReplicaID: st.ReplicaID, State: st.State, LastHeartbeat: time.UnixMilli(st.HeartbeatMs).UTC(),
+				SupportedElementTypes: append([]string{}, st.SupportedElementTypes...), Detail: st.Detail})
+			if st.State == acm.OnLine {
+				p.State = acm.OnLine
+			}
+			for _, t := range st.SupportedElementTypes {
+				if !contains(p.SupportedElementTypes, t) {
+					p.SupportedElementTypes = append(p.SupportedElementTypes, t)
+				}
+			}
+		case acm.KindComposition:
+			p.Compositions++
+		case acm.KindElement:
+			p.Elements++
+		}
+	}
+	sort.Strings(order)
+	out := make([]Participant, 0, len(order))
+	for _, id := range order {
+		sort.Strings(byID[id].SupportedElementTypes)
+		out = append(out, *byID[id])
+	}
+	return out
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) listParticipants(w http.ResponseWriter, _ *http.Request) *httpError {
+	if e := s.needViews(topology.ACMSync); e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, ParticipantList{Participants: participantsOf(s.acm.of(""))})
+	return nil
+}
+
+// participantOr404 returns the participant, or 404 when acm.sync holds
+// nothing of it.
+func (s *Server) participantOr404(id string) (Participant, *httpError) {
+	if err := acm.CheckID("participant_id", id); err != nil {
+		return Participant{}, errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.needViews(topology.ACMSync); e != nil {
+		return Participant{}, e
+	}
+	ps := participantsOf(s.acm.of(id))
+	if len(ps) == 0 {
+		return Participant{}, errorf(http.StatusNotFound, "participant %s is unknown: none of its replicas has registered (GET /v2/participants lists the known ones)", id)
+	}
+	return ps[0], nil
+}
+
+func (s *Server) getParticipant(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.participantOr404(r.PathValue("participant_id"))
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, p)
+	return nil
+}
+
+// SyncAnswer is the answer of PUT /v2/participants[/{id}]/sync.
+type SyncAnswer struct {
+	ParticipantID string `json:"participantId,omitempty"`
+	RequestID     string `json:"requestId"`
+}
+
+// syncAll serves PUT /v2/participants/sync; a PUT on a participant is not
+// served.
+func (s *Server) syncAll(w http.ResponseWriter, r *http.Request) *httpError {
+	if r.PathValue("participant_id") != "sync" {
+		w.Header().Set("Allow", http.MethodGet)
+		return errorf(http.StatusMethodNotAllowed, "PUT %s is not served; use GET, or PUT /v2/participants/sync to resync every participant", r.URL.Path)
+	}
+	r.SetPathValue("participant_id", "")
+	return s.syncParticipants(w, r)
+}
+
+// syncParticipants asks replica-sync to write the state of one
+// participant (or of every participant) to acm.sync again, so every
+// replica applies it again.
+func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *httpError {
+	id := r.PathValue("participant_id")
+	if id != "" {
+		if _, e := s.participantOr404(id); e != nil {
+			return e
+		}
+	}
+	m := &events.ParticipantMessage{MessageID: newID(), ParticipantID: id, ReplicaID: "north-api", Kind: acm.MsgSync,
+		Properties: "{}", SentAt: time.Now().UTC().Truncate(time.Millisecond)}
+	if e := s.produceEvent(r.Context(), topology.ACMRuntime, id, m); e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusAccepted, SyncAnswer{ParticipantID: id, RequestID: m.MessageID})
+	return nil
+}
+
+func (s *Server) produceEvent(ctx context.Context, topic, key string, ev events.Event) *httpError {
+	b, err := s.env.Codec.Encode(ev)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
+	}
+	if err := s.produce(ctx, &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key), Value: b}); err != nil {
+		return s.produceFailed(err)
+	}
+	return nil
+}
+
+// OperationElement is one element of an operation request.
+type OperationElement struct {
+	ID         string         `json:"id"`
+	Type       string         `json:"type"`
+	Properties map[string]any `json:"properties,omitempty"`
+}
+
+// OperationRequest is the body of POST /v2/participants/{id}/operations.
+type OperationRequest struct {
+	// Kind is PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE.
+	Kind          string `json:"kind"`
+	CompositionID string `json:"compositionId"`
+	// InstanceID is required for every kind but PRIME and DEPRIME.
+	InstanceID string `json:"instanceId,omitempty"`
+	// Elements are the element definitions (PRIME) or instance elements
+	// (DEPLOY, UPDATE); for DEPRIME, UNDEPLOY and DELETE they default to
+	// those the replicas hold.
+	Elements  []OperationElement `json:"elements,omitempty"`
+	TimeoutMs int64              `json:"timeoutMs,omitempty"`
+}
+
+// OperationAnswer is the answer of POST /v2/participants/{id}/operations.
+type OperationAnswer struct {
+	OperationID string `json:"operationId"`
+	Revision    int64  `json:"revision"`
+}
+
+const operationExample = `{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i1", "elements": [{"id": "e1", "type": "org.policyflow.ConsulKV", "properties": {"key": "value"}}], "timeoutMs": 30000}`
+
+// maxTimeoutMs bounds an operation's timeout (one day).
+const maxTimeoutMs = int64(24 * time.Hour / time.Millisecond)
+
+func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *httpError {
+	pid := r.PathValue("participant_id")
+	var req OperationRequest
+	if e := decodeJSON(w, r, MaxRequestBytes, &req, true, operationExample); e != nil {
+		return e
+	}
+	p, e := s.participantOr404(pid)
+	if e != nil {
+		return e
+	}
+	req.Kind = strings.ToUpper(req.Kind)
+	instanceOp := true
+	switch req.Kind {
+	case acm.OpPrime, acm.OpDeprime:
+		instanceOp = false
+	case acm.OpDeploy, acm.OpUpdate, acm.OpUndeploy, acm.OpDelete:
+	default:
+		return errorf(http.StatusBadRequest, "kind %q: want PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE; e.g. %s", req.Kind, operationExample)
+	}
+	if err := acm.CheckID("compositionId", req.CompositionID); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	if instanceOp {
+		if err := acm.CheckID("instanceId", req.InstanceID); err != nil {
+			return errorf(http.StatusBadRequest, "%v (a %s is about an instance)", err, req.Kind)
+		}
+	} else if req.InstanceID != "" {
+		return errorf(http.StatusBadRequest, "instanceId %q: a %s is about a composition definition, not an instance; leave instanceId out", req.InstanceID, req.Kind)
+	}
+	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
+		return errorf(http.StatusBadRequest, "timeoutMs %d: want 0 (the participant's default) to %d", req.TimeoutMs, maxTimeoutMs)
+	}
+	held := s.held(pid, req)
+	if len(req.Elements) == 0 {
+		switch req.Kind {
+		case acm.OpDeprime, acm.OpUndeploy, acm.OpDelete:
+			req.Elements = held.elements
+		}
+	}
+	if len(req.Elements) == 0 {
+		return errorf(http.StatusBadRequest, "a %s needs elements, and participant %s holds none for it; e.g. %s", req.Kind, pid, operationExample)
+	}
+	op := &events.ParticipantOperation{
+		MessageID: newID(), ParticipantID: pid, Kind: req.Kind, CompositionID: &req.CompositionID,
+		Properties: "{}", TimeoutMs: req.TimeoutMs, SentAt: time.Now().UTC().Truncate(time.Millisecond),
+		Revision: max(time.Now().UnixMilli(), held.revision+1),
+	}
+	if instanceOp {
+		op.InstanceID = &req.InstanceID
+	}
+	seen := map[string]bool{}
+	for i, el := range req.Elements {
+		if err := acm.CheckID(fmt.Sprintf("elements[%d].id", i), el.ID); err != nil {
+			return errorf(http.StatusBadRequest, "%v", err)
+		}
+		if seen[el.ID] {
+			return errorf(http.StatusBadRequest, "elements[%d].id %q is given twice", i, el.ID)
+		}
+		seen[el.ID] = true
+		if !contains(p.SupportedElementTypes, el.Type) {
+			return errorf(http.StatusBadRequest, "elements[%d] (%s) has type %q, which no replica of participant %s supports (it supports %v)", i, el.ID, el.Type, pid, p.SupportedElementTypes)
+		}
+		props := "{}"
+		if el.Properties != nil {
+			b, err := canonicalJSON(el.Properties)
+			if err != nil {
+				return errorf(http.StatusBadRequest, "elements[%d].properties: %v", i, err)
+			}
+			props = string(b)
+		}
+		op.ElementIDs = append(op.ElementIDs, el.ID)
+		op.Elements = append(op.Elements, events.OperationElement{ElementID: el.ID, ElementType: el.Type, Properties: props})
+	}
+	if p.State != acm.OnLine {
+		return errorf(http.StatusConflict, "participant %s has no replica ON_LINE; the operation would wait for one (start a replica, then retry)", pid)
+	}
+	if e := s.produceEvent(r.Context(), topology.ACMParticipant, acm.OperationKey(pid, req.CompositionID, req.InstanceID), op); e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusAccepted, OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
+	return nil
+}
+
+// heldState is what the replicas hold of an operation's subject: its
+// elements and the highest revision.
+type heldState struct {
+	elements []OperationElement
+	revision int64
+}
+
+func (s *Server) held(pid string, req OperationRequest) heldState {
+	var h heldState
+	for _, st := range s.acm.of(pid) {
+		switch {
+		case req.InstanceID != "" && st.Kind == acm.KindElement && st.InstanceID == req.InstanceID:
+			h.elements = append(h.elements, OperationElement{ID: st.ElementID, Type: st.ElementType})
+		case req.InstanceID == "" && st.Kind == acm.KindComposition && st.CompositionID == req.CompositionID:
+			if defs, err := definitionElements(st.Properties); err == nil {
+				h.elements = defs
+			}
+		default:
+			continue
+		}
+		h.revision = max(h.revision, st.Revision)
+	}
+	return h
+}
+
+// StateAnswer is one element or composition in the answers of the GET
+// routes on compositions and instances.
+type StateAnswer struct {
+	ElementID   string         `json:"elementId,omitempty"`
+	ElementType string         `json:"elementType,omitempty"`
+	State       string         `json:"state"`
+	Properties  map[string]any `json:"properties"`
+	Revision    int64          `json:"revision"`
+	OperationID string         `json:"operationId,omitempty"`
+	ReplicaID   string         `json:"replicaId"`
+	Detail      string         `json:"detail,omitempty"`
+	UpdatedAt   time.Time      `json:"updatedAt"`
+}
+
+func stateAnswer(st *events.ReplicaState) StateAnswer {
+	props := map[string]any{}
+	_ = decodeObject(st.Properties, &props)
+	return StateAnswer{ElementID: st.ElementID, ElementType: st.ElementType, State: st.State, Properties: props,
+		Revision: st.Revision, OperationID: st.OperationID, ReplicaID: st.ReplicaID, Detail: st.Detail, UpdatedAt: st.UpdatedAt}
+}
+
+// InstanceAnswer is the answer of GET /v2/participants/{id}/instances/{iid}.
+type InstanceAnswer struct {
+	ParticipantID string        `json:"participantId"`
+	InstanceID    string        `json:"instanceId"`
+	CompositionID string        `json:"compositionId"`
+	Elements      []StateAnswer `json:"elements"`
+}
+
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *httpError {
+	pid, iid := r.PathValue("participant_id"), r.PathValue("instance_id")
+	if _, e := s.participantOr404(pid); e != nil {
+		return e
+	}
+	a := InstanceAnswer{ParticipantID: pid, InstanceID: iid, Elements: []StateAnswer{}}
+	for _, st := range s.acm.of(pid) {
+		if st.Kind == acm.KindElement && st.InstanceID == iid {
+			a.CompositionID = st.CompositionID
+			a.Elements = append(a.Elements, stateAnswer(st))
+		}
+	}
+	if len(a.Elements) == 0 {
+		return errorf(http.StatusNotFound, "participant %s holds no element of instance %s", pid, iid)
+	}
+	writeJSON(w, http.StatusOK, a)
+	return nil
+}
+
+func (s *Server) getComposition(w http.ResponseWriter, r *http.Request) *httpError {
+	pid, cid := r.PathValue("participant_id"), r.PathValue("composition_id")
+	if _, e := s.participantOr404(pid); e != nil {
+		return e
+	}
+	for _, st := range s.acm.of(pid) {
+		if st.Kind == acm.KindComposition && st.CompositionID == cid {
+			writeJSON(w, http.StatusOK, stateAnswer(st))
+			return nil
+		}
+	}
+	return errorf(http.StatusNotFound, "participant %s holds no composition %s", pid, cid)
+}
+
+// canonicalJSON encodes v as compact JSON.
+func canonicalJSON(v any) ([]byte, error) {
+	return json.Marshal(v)
+}
+
+// decodeObject decodes a JSON object.
+func decodeObject(s string, v *map[string]any) error {
+	return json.Unmarshal([]byte(s), v)
+}
+
+// definitionElements reads the element definitions of a primed
+// composition's properties: {"elements": {id: {"type": ..., "properties": ...}}}.
+func definitionElements(props string) ([]OperationElement, error) {
+	var def struct {
+		Elements map[string]struct {
+			Type string `json:"type"`
+		} `json:"elements"`
+	}
+	if err := json.Unmarshal([]byte(props), &def); err != nil {
+		return nil, err
+	}
+	out := make([]OperationElement, 0, len(def.Elements))
+	for id, e := range def.Elements {
+		out = append(out, OperationElement{ID: id, Type: e.Type})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}

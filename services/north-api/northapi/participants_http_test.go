@@ -1,0 +1,146 @@
+package northapi
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/acm/participant"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+const kvType = "org.policyflow.Test"
+
+// withParticipant runs replica-sync and one replica of participant p1 on
+// the stack's cluster.
+func withParticipant(t *testing.T, s *stack) {
+	t.Helper()
+	s.CreateTopics(t, nil, topology.DLQ(topology.StageReplicaSync), topology.DLQ(acm.DLQStage))
+	stagetest.Run(t, replicasync.StageWith(replicasync.Config{OfflineAfter: time.Minute}), stagetest.Env(s.Kafka))
+	p, err := participant.New(participant.Config{Kafka: s.Kafka, ParticipantID: "p1", ReplicaID: "r1",
+		Log: runtime.NewLogger(io.Discard, "error", false),
+		Types: map[string]participant.Callbacks{kvType: {
+			Deploy: func(_ context.Context, e participant.Element) (json.RawMessage, error) {
+				return json.RawMessage(`{"applied":true}`), nil
+			},
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// eventually calls the API until ok holds of the answer.
+func eventually(t *testing.T, s *stack, path string, ok func(code int, body map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, body, raw := s.call(t, http.MethodGet, path, nil)
+		if ok(code, body) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %d %s", path, code, raw)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestParticipantsAPI(t *testing.T) {
+	s := newStack(t, nil)
+	withParticipant(t, s)
+
+	body := eventually(t, s, "/v2/participants/p1", func(code int, b map[string]any) bool {
+		return code == http.StatusOK && b["participantState"] == acm.OnLine
+	})
+	reps, _ := body["replicas"].([]any)
+	if len(reps) != 1 || reps[0].(map[string]any)["replicaId"] != "r1" || reps[0].(map[string]any)["lastMsg"] == "" {
+		t.Fatalf("replicas of p1: %v", body["replicas"])
+	}
+	list := eventually(t, s, "/v2/participants", func(code int, _ map[string]any) bool { return code == http.StatusOK })
+	if ps, _ := list["participants"].([]any); len(ps) != 1 {
+		t.Fatalf("participants: %v", list)
+	}
+
+	code, ans, raw := s.call(t, http.MethodPost, "/v2/participants/p1/operations", map[string]any{
+		"kind": "deploy", "compositionId": "c1", "instanceId": "i1",
+		"elements": []map[string]any{{"id": "e1", "type": kvType, "properties": map[string]any{"k": "v"}}},
+	})
+	if code != http.StatusAccepted || ans["operationId"] == "" {
+		t.Fatalf("deploy: %d %s", code, raw)
+	}
+	inst := eventually(t, s, "/v2/participants/p1/instances/i1", func(code int, b map[string]any) bool {
+		els, _ := b["elements"].([]any)
+		return code == http.StatusOK && len(els) == 1 && els[0].(map[string]any)["state"] == acm.Deployed
+	})
+	el := inst["elements"].([]any)[0].(map[string]any)
+	if props := el["properties"].(map[string]any); props["k"] != "v" || props["applied"] != true || el["replicaId"] != "r1" || el["operationId"] != ans["operationId"] {
+		t.Errorf("element: %v", el)
+	}
+
+	// Undeploy takes the elements the replicas hold.
+	code, _, raw = s.call(t, http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "UNDEPLOY", "compositionId": "c1", "instanceId": "i1"})
+	if code != http.StatusAccepted {
+		t.Fatalf("undeploy: %d %s", code, raw)
+	}
+	eventually(t, s, "/v2/participants/p1/instances/i1", func(code int, b map[string]any) bool {
+		els, _ := b["elements"].([]any)
+		return code == http.StatusOK && len(els) == 1 && els[0].(map[string]any)["state"] == acm.Undeployed
+	})
+
+	// Resync: one request per call on acm.runtime for replica-sync.
+	for _, path := range []string{"/v2/participants/sync", "/v2/participants/p1/sync"} {
+		if code, _, raw := s.call(t, http.MethodPut, path, nil); code != http.StatusAccepted {
+			t.Fatalf("PUT %s: %d %s", path, code, raw)
+		}
+	}
+	countSyncs := func(recs []*kgo.Record) int {
+		n := 0
+		for _, r := range recs {
+			if r.Value != nil && stagetest.Decode[*events.ParticipantMessage](t, r).Kind == acm.MsgSync {
+				n++
+			}
+		}
+		return n
+	}
+	recs := s.ReadUntil(t, topology.ACMRuntime, 30*time.Second, func(recs []*kgo.Record) bool { return countSyncs(recs) >= 2 })
+	if syncs := countSyncs(recs); syncs != 2 {
+		t.Errorf("%d SYNC requests on acm.runtime, want 2", syncs)
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		code         int
+		frag         string
+	}{
+		{http.MethodGet, "/v2/participants/p9", nil, http.StatusNotFound, "participant p9 is unknown"},
+		{http.MethodPut, "/v2/participants/p9/sync", nil, http.StatusNotFound, "participant p9 is unknown"},
+		{http.MethodPut, "/v2/participants/p1", nil, http.StatusMethodNotAllowed, "PUT /v2/participants/sync"},
+		{http.MethodGet, "/v2/participants/p1/instances/i9", nil, http.StatusNotFound, "no element of instance i9"},
+		{http.MethodPost, "/v2/participants/p9/operations", map[string]any{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i1", "elements": []map[string]any{{"id": "e1", "type": kvType}}}, http.StatusNotFound, "participant p9 is unknown"},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "RESTART", "compositionId": "c1"}, http.StatusBadRequest, `kind "RESTART"`},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "DEPLOY", "compositionId": "c1"}, http.StatusBadRequest, "instanceId"},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i2", "elements": []map[string]any{{"id": "e1", "type": "org.example.Other"}}}, http.StatusBadRequest, "which no replica of participant p1 supports"},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i2", "elements": []map[string]any{{"id": "a/b", "type": kvType}}}, http.StatusBadRequest, "elements[0].id"},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i2"}, http.StatusBadRequest, "needs elements"},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i2", "elements": []map[string]any{{"id": "e1", "type": kvType}}, "timeoutMs": -1}, http.StatusBadRequest, "timeoutMs -1"},
+		{http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "DEPLOY", "extra": 1}, http.StatusBadRequest, "extra"},
+	} {
+		code, body, _ := s.call(t, tc.method, tc.path, tc.body)
+		wantError(t, tc.method+" "+tc.path, code, body, tc.code, tc.frag)
+	}
+}

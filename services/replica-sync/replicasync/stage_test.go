@@ -1,0 +1,89 @@
+package replicasync
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// latest folds acm.sync records into the latest state per key.
+func latest(t *testing.T, recs []*kgo.Record) map[string]*events.ReplicaState {
+	t.Helper()
+	out := map[string]*events.ReplicaState{}
+	for _, r := range recs {
+		if r.Value == nil {
+			delete(out, string(r.Key))
+			continue
+		}
+		out[string(r.Key)] = stagetest.Decode[*events.ReplicaState](t, r)
+	}
+	return out
+}
+
+func TestStage(t *testing.T) {
+	c := stagetest.NewCluster(t, 3, topology.ACMRuntime, topology.ACMSync, topology.DLQ(topology.StageReplicaSync))
+	stagetest.Run(t, StageWith(Config{OfflineAfter: 300 * time.Millisecond, TickEvery: 50 * time.Millisecond}), stagetest.Env(c.Kafka))
+	out := c.Reader(t, topology.ACMSync)
+
+	now := time.Now()
+	// Participants on every partition: each partition's owner checks its own.
+	others := []string{"p2", "p3", "p4", "p5", "p6"}
+	for _, p := range append([]string{"p1"}, others...) {
+		c.Produce(t, topology.ACMRuntime, p, &events.ParticipantMessage{MessageID: "m1" + p, ParticipantID: p, ReplicaID: "r1", Kind: acm.MsgRegister, SupportedElementTypes: []string{"consul"}, Properties: "{}", SentAt: now})
+	}
+	inst, elem, st := "i1", "e1", acm.Deployed
+	c.Produce(t, topology.ACMRuntime, "p1", &events.ParticipantMessage{MessageID: "m2", ParticipantID: "p1", ReplicaID: "r1", Kind: acm.MsgResult, InstanceID: &inst, ElementID: &elem, State: &st, ElementType: "consul", Properties: `{"k":"v"}`, Revision: 3, SentAt: now})
+
+	key := acm.ReplicaKey("p1", "r1")
+	var got map[string]*events.ReplicaState
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); out.Poll(200 * time.Millisecond) {
+		got = latest(t, out.Records())
+		off := 0
+		for _, p := range append([]string{"p1"}, others...) {
+			if r := got[acm.ReplicaKey(p, "r1")]; r != nil && r.State == acm.OffLine {
+				off++
+			}
+		}
+		if off == 1+len(others) {
+			break
+		}
+	}
+	for _, p := range others {
+		if r := got[acm.ReplicaKey(p, "r1")]; r == nil || r.State != acm.OffLine {
+			t.Errorf("registry entry of %s/r1: %+v, want OFF_LINE", p, r)
+		}
+	}
+	r := got[key]
+	if r == nil || r.State != acm.OffLine || !strings.Contains(r.Detail, "no heartbeat") || r.SupportedElementTypes[0] != "consul" {
+		t.Fatalf("registry entry of r1: %+v, want OFF_LINE after 300ms of silence", r)
+	}
+	// It was ON_LINE before.
+	online := false
+	for _, rec := range out.Records() {
+		if string(rec.Key) == key && stagetest.Decode[*events.ReplicaState](t, rec).State == acm.OnLine {
+			online = true
+		}
+	}
+	if !online {
+		t.Error("r1 was never ON_LINE")
+	}
+	e := got[acm.ElementKey("p1", "i1", "e1")]
+	if e == nil || e.State != acm.Deployed || e.Properties != `{"k":"v"}` || e.ReplicaID != "r1" || e.Revision != 3 {
+		t.Fatalf("element: %+v", e)
+	}
+
+	// A message replica-sync cannot apply is dead-lettered with the reason.
+	c.Produce(t, topology.ACMRuntime, "p1", &events.ParticipantMessage{MessageID: "m3", ParticipantID: "p1", ReplicaID: "r1", Kind: acm.MsgResult, State: &st, Properties: "{}", SentAt: now})
+	dlq := c.Read(t, topology.DLQ(topology.StageReplicaSync), 1, 30*time.Second)
+	if len(dlq) != 1 || !strings.Contains(stagetest.Header(dlq[0], runtime.HeaderError), "names neither an instance element") {
+		t.Fatalf("dead letters: %d, want 1 with the reason", len(dlq))
+	}
+}
