@@ -18,6 +18,7 @@ const (
 	SchemaAgentNode            = "policyflow.AgentNode"
 	SchemaAgentDirective       = "policyflow.AgentDirective"
 	SchemaAgentStatus          = "policyflow.AgentStatus"
+	SchemaAgentPackage         = "policyflow.AgentPackage"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -36,6 +37,7 @@ func (*NodeManagementPolicy) SchemaName() string { return SchemaNodeManagementPo
 func (*AgentNode) SchemaName() string            { return SchemaAgentNode }
 func (*AgentDirective) SchemaName() string       { return SchemaAgentDirective }
 func (*AgentStatus) SchemaName() string          { return SchemaAgentStatus }
+func (*AgentPackage) SchemaName() string         { return SchemaAgentPackage }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -55,6 +57,7 @@ var newEvent = map[string]func() Event{
 	SchemaAgentNode:            func() Event { return new(AgentNode) },
 	SchemaAgentDirective:       func() Event { return new(AgentDirective) },
 	SchemaAgentStatus:          func() Event { return new(AgentStatus) },
+	SchemaAgentPackage:         func() Event { return new(AgentPackage) },
 }
 
 // SchemaNames lists the full name of every event schema.
