@@ -278,3 +278,25 @@ func (w *World) PackageList() []*events.AgentPackage {
 	})
 	return out
 }
+
+// OrgNodes lists the keys of an org's nodes.
+func (w *World) OrgNodes(org string) []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]string, 0, len(w.orgNodes[org]))
+	for k := range w.orgNodes[org] {
+		out = append(out, k)
+	}
+	return out
+}
+
+// AllNodes lists the keys of every node.
+func (w *World) AllNodes() []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]string, 0, len(w.nodes))
+	for k := range w.nodes {
+		out = append(out, k)
+	}
+	return out
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/executor/executor"
 	"github.com/policyflow/policyflow/services/matcher/matcher"
+	"github.com/policyflow/policyflow/services/nmp-hub/nmphub"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -59,5 +60,6 @@ func With(cfg Config) []runtime.Stage {
 		executor.Stage(),
 		consulwriter.StageWith(wc),
 		agentnotifier.StageWith(nc),
+		nmphub.Stage(),
 	}
 }
