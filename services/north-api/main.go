@@ -39,6 +39,7 @@ func main() {
 	}
 	var c northapi.Config
 	c.RegisterFlags(fs)
+	packageDir := fs.String("package-dir", os.Getenv("PF_PACKAGE_DIR"), "directory where uploaded agent packages are stored by SHA-256; empty: none are taken (env PF_PACKAGE_DIR)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -62,7 +63,7 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
-	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg}
+	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, PackageDir: *packageDir}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

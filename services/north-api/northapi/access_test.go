@@ -85,6 +85,26 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /policy_latest/{policy_id}":                      true,
 		"POST /policies_latest":                               true,
 		"GET /service_component_all/{service_component_name}": true,
+		"GET /v1/orgs/{org}/nmps":                             true,
+		"GET /v1/orgs/{org}/nmps/{name}":                      true,
+		"GET /v1/orgs/{org}/nmps/{name}/nodes":                true,
+		"GET /v1/orgs/{org}/nmps/{name}/status":               true,
+		"GET /v1/orgs/{org}/nodes/{node}/status":              true,
+		"GET /v1/agentpackages":                               true,
+		"GET /v1/agentpackages/{version}":                     true,
+		"GET /v1/agentpackages/{version}/file":                true,
+	}
+	// Agents register their node, read its directive, report its status
+	// and download packages.
+	agents := map[string]bool{
+		"PUT /v1/orgs/{org}/nodes/{node}":           true,
+		"DELETE /v1/orgs/{org}/nodes/{node}":        true,
+		"GET /v1/orgs/{org}/nodes/{node}/directive": true,
+		"PUT /v1/orgs/{org}/nodes/{node}/status":    true,
+		"GET /v1/orgs/{org}/nodes/{node}/status":    true,
+		"GET /v1/agentpackages":                     true,
+		"GET /v1/agentpackages/{version}":           true,
+		"GET /v1/agentpackages/{version}/file":      true,
 	}
 	for _, rt := range s.server.routeTable() {
 		if rt.access.public {
@@ -96,7 +116,7 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 			allowed     bool
 		}{
 			{"read-only", readOnlyToken, reads[name]},
-			{"agent", agentToken, false},
+			{"agent", agentToken, agents[name]},
 			{"participant", participantToken, false},
 		} {
 			code, body, raw, _ := s.callAs(t, tc.token, rt.method, concrete(rt.path), bodyOf(rt))

@@ -18,7 +18,7 @@ type route struct {
 // scoped further in the handlers: to components whose tenant is theirs
 // and to those components' folders; policies are not tenant-scoped.
 func (s *Server) routeTable() []route {
-	return []route{
+	return append([]route{
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
 		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, ownComponents},
 		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
@@ -30,7 +30,7 @@ func (s *Server) routeTable() []route {
 		{http.MethodPost, "/policies_latest", s.policiesLatest, readers},
 		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, readers},
 		{http.MethodGet, "/healthcheck", s.healthcheck, anyone},
-	}
+	}, s.nodeManagementRoutes()...)
 }
 
 // routes is the API mux. A path served with another method answers 405

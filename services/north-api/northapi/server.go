@@ -70,6 +70,10 @@ type Options struct {
 	// Registration is what a component registration may ask for; the
 	// zero value allows no script and no webhook.
 	Registration Registration
+	// PackageDir is where agent packages are stored (by SHA-256); empty:
+	// the API stores none. MaxPackageBytes bounds one (default 512 MiB).
+	PackageDir      string
+	MaxPackageBytes int64
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -85,6 +89,7 @@ type Server struct {
 	catalog    *catalogView
 	components *componentsView
 	applied    *appliedView
+	nm         *nodeMgmt
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -123,6 +128,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		catalog:    newCatalogView(env.Codec),
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
+		nm:         newNodeMgmt(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -154,11 +160,15 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: %w", err)
 	}
-	s.reader = newReader(env.Kafka, env.Health, s.log, map[string]applyFunc{
+	views := map[string]applyFunc{
 		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,
 		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
 		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
-	})
+	}
+	for base, fn := range s.nm.applyFuncs() {
+		views[env.Kafka.Topic(base)] = fn
+	}
+	s.reader = newReader(env.Kafka, env.Health, s.log, views)
 	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
 	}, []string{"route", "code"})); err == nil {
