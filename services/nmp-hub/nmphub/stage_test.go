@@ -143,7 +143,9 @@ func TestThresholdPausesTheRollout(t *testing.T) {
 		c.Produce(t, topology.AgentNodes, "acme/"+n, nodeRec(n, "amd64", "1.0.0"))
 	}
 	c.Produce(t, topology.NMPPolicies, "acme/p", policy(t, "p", `{"enabled":true,"constraints":["arch == amd64"],"agentUpgradePolicy":{},"failureThreshold":{"count":1}}`, t0))
-	latest(t, c, func(m map[string]*events.AgentDirective) bool { return len(m) == 3 && at(m, "acme/n3").Action == nmp.ActionUpgrade })
+	latest(t, c, func(m map[string]*events.AgentDirective) bool {
+		return len(m) == 3 && at(m, "acme/n3").Action == nmp.ActionUpgrade
+	})
 	c.Produce(t, topology.AgentStatus, "acme/n1", &events.AgentStatus{Org: "acme", Node: "n1", Policy: "acme/p", Status: nmp.StateRollbackSuccessful, FailedVersion: "1.1.0", ReportedAt: t0})
 	got := latest(t, c, func(m map[string]*events.AgentDirective) bool {
 		return at(m, "acme/n2").Action == nmp.ActionPaused && at(m, "acme/n3").Action == nmp.ActionPaused
