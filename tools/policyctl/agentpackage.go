@@ -180,4 +180,3 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 	fmt.Fprintf(stdout(ctx), "published agent package %s (%d bytes, sha256 %s)\n", man.Version, len(pkg), hexSum)
 	return nil
 }
-
