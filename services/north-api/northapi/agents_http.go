@@ -15,8 +15,18 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
-// MaxDirectiveWait bounds a directive long poll.
+// MaxDirectiveWait bounds a directive long poll; a wait is also kept 10s
+// under the server's write timeout, so the answer is never cut.
 const MaxDirectiveWait = 5 * time.Minute
+
+// maxWait is the longest wait this server grants.
+func (s *Server) maxWait() time.Duration {
+	wt := s.opts.HTTP.WriteTimeout
+	if wt <= 0 {
+		wt = DefaultWriteTimeout
+	}
+	return max(min(MaxDirectiveWait, wt-10*time.Second), time.Second)
+}
 
 // NodeRequest is what an agent registers for its node.
 type NodeRequest struct {
@@ -131,13 +141,13 @@ func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *httpError
 		if err != nil {
 			return errorf(http.StatusBadRequest, "index %q: want the index of the directive you have", idx)
 		}
-		after, wait = n, 60*time.Second
+		after, wait = n, min(60*time.Second, s.maxWait())
 		if ws := q.Get("wait"); ws != "" {
 			d, err := time.ParseDuration(ws)
 			if err != nil || d < 0 || d > MaxDirectiveWait {
 				return errorf(http.StatusBadRequest, "wait %q: want a duration up to %s (30s)", ws, MaxDirectiveWait)
 			}
-			wait = d
+			wait = min(d, s.maxWait())
 		}
 	}
 	d, index := s.nm.directive(r.Context(), keyOf(org, node), after, wait)
