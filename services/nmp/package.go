@@ -27,6 +27,29 @@ var PackageDirs = []string{"packages", "ssl", "config"}
 // MaxManifestBytes bounds package.json.
 const MaxManifestBytes = 64 << 10
 
+// Bounds of an unpacked package, so a small upload cannot unpack into
+// an endless one.
+const (
+	MaxUnpackedBytes = 4 << 30
+	MaxEntries       = 100_000
+)
+
+// countingReader fails once more than limit bytes were read.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	limit int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.n > c.limit {
+		return n, fmt.Errorf("the package unpacks to more than %d bytes", c.limit)
+	}
+	return n, err
+}
+
 // ReadPackage checks an agent package (a gzipped tar) and returns its
 // manifest: package.json at the root with a semantic version (and
 // semantic versions in the other fields when given), every other entry
@@ -37,10 +60,13 @@ func ReadPackage(r io.Reader) (*Manifest, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("the package is not a gzipped tar: %w", err)
 	}
-	tr := tar.NewReader(gz)
+	tr := tar.NewReader(&countingReader{r: gz, limit: MaxUnpackedBytes})
 	var man *Manifest
 	var raw []byte
-	for {
+	for entries := 0; ; entries++ {
+		if entries > MaxEntries {
+			return nil, nil, fmt.Errorf("the package holds more than %d entries", MaxEntries)
+		}
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
