@@ -190,6 +190,15 @@ func (h *hub) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, e
 	if err := h.follow.WaitFor(ctx, in.Topic, in.Partition, in.Offset); err != nil {
 		return nil, fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", in.Topic, in.Partition, in.Offset, err)
 	}
+	if in.Topic == topology.NMPPolicies || in.Topic == topology.AgentPackages {
+		// An org-wide or fleet-wide recomputation reads every node and
+		// status committed before it, not only those this member's
+		// follower happened to have read (NMPs and packages change
+		// rarely, so the cost of asking the brokers is small).
+		if err := h.follow.WaitCaughtUp(ctx); err != nil {
+			return nil, fmt.Errorf("nmp-hub: catch up before recomputing for %s %q: %w", in.Topic, in.Key, err)
+		}
+	}
 	keys, err := h.check(in)
 	if err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("nmp-hub: %s record %q: %w", in.Topic, in.Key, err))
