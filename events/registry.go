@@ -19,6 +19,7 @@ const (
 	SchemaAgentDirective       = "policyflow.AgentDirective"
 	SchemaAgentStatus          = "policyflow.AgentStatus"
 	SchemaAgentPackage         = "policyflow.AgentPackage"
+	SchemaNodeRecompute        = "policyflow.NodeRecompute"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -38,6 +39,7 @@ func (*AgentNode) SchemaName() string            { return SchemaAgentNode }
 func (*AgentDirective) SchemaName() string       { return SchemaAgentDirective }
 func (*AgentStatus) SchemaName() string          { return SchemaAgentStatus }
 func (*AgentPackage) SchemaName() string         { return SchemaAgentPackage }
+func (*NodeRecompute) SchemaName() string        { return SchemaNodeRecompute }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -58,6 +60,7 @@ var newEvent = map[string]func() Event{
 	SchemaAgentDirective:       func() Event { return new(AgentDirective) },
 	SchemaAgentStatus:          func() Event { return new(AgentStatus) },
 	SchemaAgentPackage:         func() Event { return new(AgentPackage) },
+	SchemaNodeRecompute:        func() Event { return new(NodeRecompute) },
 }
 
 // SchemaNames lists the full name of every event schema.

@@ -417,3 +417,14 @@ type AgentPackage struct {
 	UploadedBy      string    `avro:"uploaded_by"`
 	UploadedAt      time.Time `avro:"uploaded_at"`
 }
+
+// NodeRecompute asks the nmp-hub member owning one partition of
+// agent.nodes to recompute the directives of its nodes of an org.
+type NodeRecompute struct {
+	Org             string    `avro:"org"`
+	Cause           string    `avro:"cause"`
+	SourceTopic     string    `avro:"source_topic"`
+	SourcePartition int32     `avro:"source_partition"`
+	SourceOffset    int64     `avro:"source_offset"`
+	IssuedAt        time.Time `avro:"issued_at"`
+}

@@ -29,6 +29,7 @@ const (
 	AgentDirectives   = "agent.directives"
 	AgentStatus       = "agent.status"
 	AgentPackages     = "agent.packages"
+	NMPRecompute      = "nmp.recompute"
 	Schemas           = "schemas"
 )
 
@@ -79,7 +80,8 @@ const (
 // see a handful of records a day get one, which also keeps them in order.
 // The co-partitioned topics (policy.changes, deploy.components,
 // catchup.requests, component.policies; pdp.notifications and
-// policy.catalog) must keep equal partition counts.
+// policy.catalog; agent.nodes, agent.status and nmp.recompute) must keep
+// equal partition counts.
 const (
 	DefaultPartitions   int32 = 6
 	ACMPartitions       int32 = 3
@@ -243,6 +245,11 @@ func Default() []Topic {
 			Name: AgentPackages, Partitions: LowVolumePartitions, Key: "version", ValueSchema: "policyflow.AgentPackage",
 			Writers: l(RoleNorthAPI), Readers: l(StageNMPHub, RoleNorthAPI),
 			Doc: "agent packages on the hub: manifest, SHA-256 and size (the tar.gz is in the North API's package store); tombstone when removed",
+		}),
+		del(Topic{
+			Name: NMPRecompute, Partitions: DefaultPartitions, Key: "org", ValueSchema: "policyflow.NodeRecompute",
+			Writers: l(StageNMPHub), Readers: l(StageNMPHub),
+			Doc: "a changed NMP, package or rollout pause copied to every partition, so that the owner of each agent.nodes partition recomputes its nodes' directives (co-partitioned with agent.nodes and agent.status)",
 		}),
 		compact(Topic{
 			Name: Schemas, Partitions: LowVolumePartitions, Key: "schema fingerprint (hex)", ValueSchema: "",

@@ -86,8 +86,11 @@ func Compile(p *events.NodeManagementPolicy) (*Policy, error) {
 
 // Node is a node compiled for selection.
 type Node struct {
-	Ev          *events.AgentNode
-	Key         string
+	Ev  *events.AgentNode
+	Key string
+	// Partition is the agent.nodes partition the node's record is in
+	// (the hub recomputes a partition's nodes on its owner).
+	Partition   int32
 	props       constraint.Properties
 	constraints constraint.List
 }

@@ -300,3 +300,24 @@ func (w *World) AllNodes() []string {
 	}
 	return out
 }
+
+// NodesIn lists the keys of the nodes of org ("" for every org) whose
+// record is in an agent.nodes partition.
+func (w *World) NodesIn(org string, partition int32) []string {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	var out []string
+	add := func(m map[string]*Node) {
+		for k, n := range m {
+			if n.Partition == partition {
+				out = append(out, k)
+			}
+		}
+	}
+	if org == "" {
+		add(w.nodes)
+	} else {
+		add(w.orgNodes[org])
+	}
+	return out
+}

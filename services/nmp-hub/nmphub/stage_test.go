@@ -1,6 +1,7 @@
 package nmphub
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ var t0 = time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
 func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
 	return stagetest.NewCluster(t, 3, topology.NMPPolicies, topology.AgentNodes, topology.AgentPackages,
-		topology.AgentStatus, topology.AgentDirectives, topology.DLQ(topology.StageNMPHub))
+		topology.AgentStatus, topology.AgentDirectives, topology.NMPRecompute, topology.DLQ(topology.StageNMPHub))
 }
 
 func policy(t *testing.T, name, body string, at time.Time) *events.NodeManagementPolicy {
@@ -155,6 +156,28 @@ func TestThresholdPausesTheRollout(t *testing.T) {
 	}
 }
 
+// Two members share the partitions; each node's directive is written by
+// the owner of its partition and all are right.
+func TestTwoMembers(t *testing.T) {
+	c := newCluster(t)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+	c.Produce(t, topology.AgentPackages, "1.1.0", pkg("1.1.0"))
+	for i := range 20 {
+		n := fmt.Sprint("n", i)
+		c.Produce(t, topology.AgentNodes, "acme/"+n, nodeRec(n, "amd64", "1.0.0"))
+	}
+	c.Produce(t, topology.NMPPolicies, "acme/p", policy(t, "p", `{"enabled":true,"constraints":["arch == amd64"],"agentUpgradePolicy":{}}`, t0))
+	latest(t, c, func(m map[string]*events.AgentDirective) bool {
+		for i := range 20 {
+			if at(m, fmt.Sprint("acme/n", i)).Action != nmp.ActionUpgrade {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func TestBadRecordsAreDeadLettered(t *testing.T) {
 	c := newCluster(t)
 	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
@@ -164,10 +187,14 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 	c.Produce(t, topology.AgentNodes, "acme/wrongkey", nodeRec("n1", "amd64", "1.0.0"))
 	c.Produce(t, topology.AgentStatus, "acme/n1", &events.AgentStatus{Org: "acme", Node: "n1", Status: "exploded", ReportedAt: t0})
 	dlq := c.Read(t, topology.DLQ(topology.StageNMPHub), 3, 20*time.Second)
-	want := []string{"at position 7", "the key must be org/node", "is not one of"}
-	for i, r := range dlq {
-		if why := stagetest.Header(r, runtime.HeaderError); !strings.Contains(why, want[i]) {
-			t.Errorf("dead letter %d (%s): %q, want %q", i, r.Key, why, want[i])
+	want := map[string]string{"acme/bad": "at position 7", "acme/wrongkey": "the key must be org/node", "acme/n1": "is not one of"}
+	for _, r := range dlq {
+		if why := stagetest.Header(r, runtime.HeaderError); !strings.Contains(why, want[string(r.Key)]) {
+			t.Errorf("dead letter %s: %q, want %q", r.Key, why, want[string(r.Key)])
 		}
+		delete(want, string(r.Key))
+	}
+	if len(want) != 0 {
+		t.Errorf("not dead-lettered: %v", want)
 	}
 }
