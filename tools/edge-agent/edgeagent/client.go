@@ -178,7 +178,10 @@ func (c *Client) Download(ctx context.Context, version, want, dest string) error
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
-	resp, err := c.HTTP.Do(req)
+	// A package may take longer than a poll: no overall timeout, the
+	// context bounds it.
+	dl := &http.Client{Transport: c.HTTP.Transport}
+	resp, err := dl.Do(req)
 	if err != nil {
 		return fmt.Errorf("download package %s: %w", version, err)
 	}
