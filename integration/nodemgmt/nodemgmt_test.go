@@ -1,8 +1,10 @@
 // Package nodemgmt_test runs node management end to end on the chosen
 // backend: the nmp-hub stage, the North API with its package store, and a
-// fleet of reference edge agents (processes of tools/edge-agent), and
-// checks what an operator would: each node's reported status, the NMP's
-// status, the directives and what the agents' install commands ran.
+// fleet of reference edge agents (tools/edge-agent: processes on the
+// embedded backend, containers of an image built FROM scratch on the
+// containers backend), and checks what an operator would: each node's
+// reported status, the NMP's status, the directives and what the agents'
+// install commands ran.
 package nodemgmt_test
 
 import (
@@ -43,6 +45,7 @@ type hub struct {
 	agent      string // agent token
 	control    string // what the install script reads and writes
 	installCmd string
+	containers bool // agents run as containers of agentImage
 	agents     map[string]*agentProc
 	mu         sync.Mutex
 }
@@ -63,9 +66,16 @@ func edgeAgent(t *testing.T) string {
 			return
 		}
 		agentBin = filepath.Join(dir, "edge-agent")
-		out, err := exec.Command("go", "build", "-o", agentBin, "github.com/policyflow/policyflow/tools/edge-agent").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build edge-agent: %v\n%s", err, out)
+		for _, b := range []struct{ out, pkg string }{
+			{agentBin, "github.com/policyflow/policyflow/tools/edge-agent"},
+			{filepath.Join(dir, "installer"), "github.com/policyflow/policyflow/integration/nodemgmt/installer"},
+		} {
+			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
 		}
 	})
 	if buildErr != nil {
@@ -74,7 +84,7 @@ func edgeAgent(t *testing.T) string {
 	return agentBin
 }
 
-// installScript records each install in <control>/installed-<node> and
+// installScript (and, in containers, the installer command) records each install in <control>/installed-<node> and
 // fails when <control>/fail-<node>-<version> exists; it hangs while
 // <control>/hang-<node>-<version> exists.
 const installScript = `#!/bin/sh
@@ -84,6 +94,32 @@ echo "$1 $3" >> "$C/installed-$PF_NODE"
 if [ -f "$C/fail-$PF_NODE-$3" ]; then echo "cannot install $3" >&2; exit 3; fi
 exit 0
 `
+
+// agentImage is the image of the edge agents on the containers backend:
+// FROM scratch, the edge-agent and the installer.
+const agentImage = "policyflow-test/edge-agent:dev"
+
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+func buildAgentImage(t *testing.T) {
+	t.Helper()
+	imageOnce.Do(func() {
+		dir := filepath.Dir(agentBin)
+		df := "FROM scratch\nCOPY edge-agent installer /\nENTRYPOINT [\"/edge-agent\"]\n"
+		if imageErr = os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); imageErr != nil {
+			return
+		}
+		if out, err := exec.Command("docker", "build", "-q", "-t", agentImage, dir).CombinedOutput(); err != nil {
+			imageErr = fmt.Errorf("docker build %s: %v\n%s", agentImage, err, out)
+		}
+	})
+	if imageErr != nil {
+		t.Fatal(imageErr)
+	}
+}
 
 func start(t *testing.T) *hub {
 	t.Helper()
@@ -96,6 +132,15 @@ func start(t *testing.T) *hub {
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
 	h := &hub{t: t, control: t.TempDir(), agents: map[string]*agentProc{}}
+	// On the containers backend the agents are containers too (host
+	// network, so they reach the North API this process serves).
+	if b.Kind == backend.KindContainers {
+		buildAgentImage(t)
+		h.containers = true
+		if err := os.Chmod(h.control, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var err error
 	if h.admin, err = auth.NewToken(); err != nil {
 		t.Fatal(err)
@@ -235,10 +280,20 @@ func (h *hub) publishPackage(version string) {
 type agentProc struct {
 	node, dir string
 	cmd       *exec.Cmd
+	container string // the container's id, on the containers backend
 	done      chan struct{}
 }
 
 func (a *agentProc) stop(sig syscall.Signal) {
+	if a.container != "" {
+		name := "TERM"
+		if sig == syscall.SIGKILL {
+			name = "KILL"
+		}
+		_ = exec.Command("docker", "kill", "-s", name, a.container).Run()
+		_ = exec.Command("docker", "wait", a.container).Run()
+		return
+	}
 	if a.cmd.Process == nil {
 		return
 	}
@@ -258,6 +313,9 @@ func (h *hub) startAgent(node, version, arch string, dir string) *agentProc {
 	if dir == "" {
 		dir = filepath.Join(h.control, "state-"+node)
 	}
+	if h.containers {
+		return h.startContainer(node, version, arch, dir)
+	}
 	cmd := exec.Command(agentBin, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", dir, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
 		"--install-cmd", h.installCmd, "--poll-wait", "5s", "--log-level", "info")
@@ -276,6 +334,42 @@ func (h *hub) startAgent(node, version, arch string, dir string) *agentProc {
 	h.agents[node] = a
 	h.mu.Unlock()
 	return a
+}
+
+// startContainer runs an edge agent in a container of agentImage, with
+// the control directory at /control.
+func (h *hub) startContainer(node, version, arch, dir string) *agentProc {
+	h.t.Helper()
+	rel, err := filepath.Rel(h.control, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		h.t.Fatalf("state dir %s is not under the control dir", dir)
+	}
+	out, err := exec.Command("docker", "run", "-d", "--network", "host", "-v", h.control+":/control", "-e", "PF_TOKEN="+h.agent,
+		agentImage, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
+		"--state-dir", "/control/"+rel, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
+		"--install-cmd", "/installer", "--poll-wait", "5s", "--log-level", "info").CombinedOutput()
+	if err != nil {
+		h.t.Fatalf("docker run edge agent %s: %v\n%s", node, err, out)
+	}
+	a := &agentProc{node: node, dir: dir, container: strings.TrimSpace(string(out)), done: make(chan struct{})}
+	h.t.Cleanup(func() { _ = exec.Command("docker", "rm", "-f", a.container).Run() })
+	h.mu.Lock()
+	h.agents[node] = a
+	h.mu.Unlock()
+	return a
+}
+
+// agentLog is what a node's agent logged.
+func (h *hub) agentLog(node string) []byte {
+	h.mu.Lock()
+	a := h.agents[node]
+	h.mu.Unlock()
+	if a != nil && a.container != "" {
+		out, _ := exec.Command("docker", "logs", a.container).CombinedOutput()
+		return out
+	}
+	b, _ := os.ReadFile(filepath.Join(h.control, "log-"+node))
+	return b
 }
 
 // nodeStatus is a node's last report as the API answers it.
@@ -314,8 +408,7 @@ func (h *hub) waitStatus(node, state, version string) nodeStatus {
 		var ok bool
 		s, ok = h.status(node)
 		if !ok || s.Status != state || s.SoftwareVersion != version {
-			logs, _ := os.ReadFile(filepath.Join(h.control, "log-"+node))
-			return fmt.Errorf("status %+v\nagent log:\n%s", s, tail(logs))
+			return fmt.Errorf("status %+v\nagent log:\n%s", s, tail(h.agentLog(node)))
 		}
 		return nil
 	})
