@@ -200,3 +200,35 @@ func TestAgentRestartedMidUpgrade(t *testing.T) {
 		t.Errorf("n1 ran %v", got)
 	}
 }
+
+// A rollback order takes the nodes an NMP upgraded back to their
+// previous version; a node it did not upgrade does not start.
+func TestRollbackOrder(t *testing.T) {
+	h := start(t)
+	h.publishPackage("1.0.0")
+	h.publishPackage("1.1.0")
+	h.startAgent("n1", "1.0.0", "amd64", "")
+	h.startAgent("n2", "1.0.0", "amd64", "")
+	h.must(http.MethodPut, "/v1/orgs/acme/nmps/p", amd64NMP("1.1.0", nil))
+	h.waitStatus("n1", "successful", "1.1.0")
+	h.waitStatus("n2", "successful", "1.1.0")
+	h.must(http.MethodPost, "/v1/orgs/acme/nmps/p/rollback", nil)
+	for _, n := range []string{"n1", "n2"} {
+		h.waitStatus(n, "rollback successful", "1.0.0")
+		if got := h.installLines(n); !slices.Equal(got, []string{"packages 1.1.0", "config 1.1.0", "packages 1.0.0", "config 1.0.0"}) {
+			t.Errorf("%s ran %v", n, got)
+		}
+	}
+	// A node that comes now is not started.
+	h.startAgent("n3", "1.0.0", "amd64", "")
+	eventually(t, "n3 paused", time.Minute, func() error {
+		code, out := h.do(http.MethodGet, "/v1/orgs/acme/nodes/n3/directive", nil)
+		if code != 200 || !strings.Contains(string(out), `"action": "paused"`) {
+			return errorf("n3: %d %s", code, out)
+		}
+		return nil
+	})
+	if d := h.directive("n1"); d.Action != "paused" {
+		t.Errorf("n1 after its rollback: %+v", d)
+	}
+}
