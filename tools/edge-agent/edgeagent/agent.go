@@ -179,6 +179,14 @@ func (a *Agent) consider(ctx context.Context, d *Directive) (*Directive, <-chan 
 	cur, _ := nmp.ParseSemver(a.st.Version)
 	if c := target.Compare(cur); c == 0 || (c < 0 && d.Action == nmp.ActionUpgrade && !d.AllowDowngrade) {
 		a.st.Handled = d.DirectiveID
+		// A directive re-issued by the same policy (its window moved)
+		// after this node reached the version changes nothing: the
+		// report stays the one that says so.
+		if l := a.st.LastStatus; l != nil && l.Policy == d.Policy && l.SoftwareVersion == a.st.Version &&
+			(l.Status == nmp.StateSuccessful || l.Status == nmp.StateNoActionRequired || l.Status == nmp.StateRollbackSuccessful) {
+			_ = a.save()
+			return nil, nil
+		}
 		a.report(ctx, d, nmp.StateNoActionRequired, "")
 		return nil, nil
 	}
