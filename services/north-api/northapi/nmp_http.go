@@ -166,28 +166,36 @@ func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *httpError {
 }
 
 func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name string, doc *nmp.Document, dry bool) *httpError {
-	ev, err := nmp.Build(org, name, doc, time.Now())
+	if e := s.nmpViews(); e != nil {
+		return e
+	}
+	key := keyOf(org, name)
+	unlock := s.locks.lock("nmp " + key)
+	defer unlock()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	// lastUpdated moves forward with every change of an NMP, even two in
+	// one millisecond: it orders NMPs ("the newer wins") and tells when
+	// the view shows this change.
+	if old := s.nm.world.Policy(key); old != nil && !now.After(old.Ev.LastUpdated) {
+		now = old.Ev.LastUpdated.Add(time.Millisecond)
+	}
+	ev, err := nmp.Build(org, name, doc, now)
 	if err != nil {
 		var ref *nmp.Refusal
 		if errors.As(err, &ref) {
 			return errorf(http.StatusConflict, "%v", err)
 		}
-		return errorf(http.StatusBadRequest, "NMP %s/%s: %v", org, name, err)
-	}
-	if e := s.nmpViews(); e != nil {
-		return e
+		return errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
 	}
 	c, err := nmp.Compile(ev)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "NMP %s/%s: %v", org, name, err)
+		return errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
 	}
 	ans := NMPAnswer{Org: org, Name: name, NMP: nmp.ToDocument(ev), Nodes: s.nm.world.NodesOf(c), Conflicts: s.nm.world.Conflicts(c), DryRun: dry}
 	if dry {
 		writeJSON(w, http.StatusOK, ans)
 		return nil
 	}
-	unlock := s.locks.lock("nmp " + c.Key)
-	defer unlock()
 	val, err := s.env.Codec.Encode(ev)
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "encode NMP %s: %v", c.Key, err)
@@ -218,6 +226,8 @@ func (s *Server) deleteNMP(w http.ResponseWriter, r *http.Request) *httpError {
 	if e != nil {
 		return e
 	}
+	unlock := s.locks.lock("nmp " + p.Key)
+	defer unlock()
 	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(p.Key)}); err != nil {
 		return errorf(http.StatusServiceUnavailable, "remove NMP %s: %v; retry", p.Key, err)
 	}

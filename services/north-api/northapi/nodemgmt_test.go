@@ -61,6 +61,12 @@ func TestNMPsAreCheckedStoredAndReported(t *testing.T) {
 	wantError(t, "bad status", code, body, 400, "want one of")
 	code, body, _ = s.call(t, http.MethodPut, "/v1/orgs/acme/nodes/n3", map[string]any{"constraints": []string{"(a == 1"}, "softwareVersion": "1.0.0"})
 	wantError(t, "bad node constraint", code, body, 400, "never closed")
+	code, body, _ = s.call(t, http.MethodPut, "/v1/orgs/acme/nodes/n3", map[string]any{"pattern": "web", "constraints": []string{"a == 1"}, "softwareVersion": "1.0.0"})
+	wantError(t, "pattern and policy", code, body, 400, "not both")
+	code, body, _ = s.call(t, http.MethodPut, "/v1/orgs/acme/nodes/n3", map[string]any{"softwareVersion": "1.0"})
+	wantError(t, "bad version", code, body, 400, "semantic version")
+	code, body, _ = s.call(t, http.MethodPut, "/v1/orgs/acme/nodes/n3/status", map[string]any{"status": "successful", "softwareVersion": "x"})
+	wantError(t, "bad status version", code, body, 400, "softwareVersion")
 	deadline := time.Now().Add(10 * time.Second)
 	for s.server.nm.world.Status("acme/n1") == nil && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
