@@ -13,10 +13,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -39,6 +41,7 @@ func main() {
 	}
 	var c northapi.Config
 	c.RegisterFlags(fs)
+	orgs := fs.String("orgs", os.Getenv("PF_ORGS"), "comma-separated orgs node management serves; a request for another org answers 404; empty: any (env PF_ORGS)")
 	packageDir := fs.String("package-dir", os.Getenv("PF_PACKAGE_DIR"), "directory where uploaded agent packages are stored by SHA-256; empty: none are taken (env PF_PACKAGE_DIR)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -59,11 +62,22 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
+	var orgList []string
+	for _, o := range strings.Split(*orgs, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if err := nmp.CheckName("--orgs org", o); err != nil {
+			log.Error().Err(err).Msg("invalid configuration")
+			os.Exit(2)
+		}
+		orgList = append(orgList, o)
+	}
 	if _, err := reg.Rules(); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
-	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, PackageDir: *packageDir}
+	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, PackageDir: *packageDir, Orgs: orgList}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -41,7 +41,7 @@ type NodeRequest struct {
 const nodeExample = `{"properties": [{"name": "arch", "value": "amd64"}], "constraints": [], "softwareVersion": "1.0.0"}`
 
 func (s *Server) nodeKey(r *http.Request) (string, string, *httpError) {
-	org, e := inOrg(r)
+	org, e := s.inOrg(r)
 	if e != nil {
 		return "", "", e
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -52,11 +54,15 @@ func (s *Server) nodeManagementRoutes() []route {
 	}
 }
 
-// inOrg checks the org name and that the caller may act in it.
-func inOrg(r *http.Request) (string, *httpError) {
+// inOrg checks the org name, that the org is one the API serves (when
+// Options.Orgs names them) and that the caller may act in it.
+func (s *Server) inOrg(r *http.Request) (string, *httpError) {
 	org := r.PathValue("org")
 	if err := orgOK(org); err != nil {
 		return "", errorf(http.StatusBadRequest, "%v", err)
+	}
+	if len(s.opts.Orgs) > 0 && !slices.Contains(s.opts.Orgs, org) {
+		return "", errorf(http.StatusNotFound, "unknown org %s: this hub serves the orgs %s (--orgs)", org, strings.Join(s.opts.Orgs, ", "))
 	}
 	p := principalOf(r.Context())
 	if (p.Role == auth.RoleTenant || p.Role == auth.RoleAgent) && p.Tenant != "" && p.Tenant != org {
@@ -96,7 +102,7 @@ type RolloutAnswer struct {
 }
 
 func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *httpError {
-	org, e := inOrg(r)
+	org, e := s.inOrg(r)
 	if e != nil {
 		return e
 	}
@@ -112,7 +118,7 @@ func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *httpError {
 }
 
 func (s *Server) lookupNMP(r *http.Request) (*nmp.Policy, *httpError) {
-	org, e := inOrg(r)
+	org, e := s.inOrg(r)
 	if e != nil {
 		return nil, e
 	}
@@ -146,7 +152,7 @@ const nmpExample = `{"constraints": ["arch == amd64"], "enabled": true, "agentUp
 // putNMP creates or replaces an NMP. ?dryRun=true answers what it would
 // do (the nodes it applies to, the conflicts) without storing it.
 func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *httpError {
-	org, e := inOrg(r)
+	org, e := s.inOrg(r)
 	if e != nil {
 		return e
 	}

@@ -127,6 +127,17 @@ func TestNMPsAreCheckedStoredAndReported(t *testing.T) {
 	}
 }
 
+func TestUnknownOrg(t *testing.T) {
+	s := newStackWith(t, Options{Orgs: []string{"acme"}}, nil)
+	code, body, _ := s.call(t, http.MethodPut, "/v1/orgs/other/nmps/p", map[string]any{})
+	wantError(t, "unknown org", code, body, 404, "unknown org other", "acme")
+	code, body, _, _ = s.callAs(t, agentToken, http.MethodPut, "/v1/orgs/other/nodes/n1", map[string]any{"softwareVersion": "1.0.0"})
+	wantError(t, "node of an unknown org", code, body, 404, "unknown org other")
+	if code, _, raw := s.call(t, http.MethodPut, "/v1/orgs/acme/nmps/p", map[string]any{}); code != 200 {
+		t.Fatalf("known org: %d %s", code, raw)
+	}
+}
+
 func TestDirectiveLongPoll(t *testing.T) {
 	s := newStack(t, nil)
 	code, body, _, _ := s.callAs(t, agentToken, http.MethodGet, "/v1/orgs/acme/nodes/n1/directive", nil)

@@ -74,6 +74,9 @@ type Options struct {
 	// the API stores none. MaxPackageBytes bounds one (default 512 MiB).
 	PackageDir      string
 	MaxPackageBytes int64
+	// Orgs, when set, are the orgs node management serves; a request for
+	// another org answers 404. Empty: any well-formed org name.
+	Orgs []string
 }
 
 // Server is the North API: a producer, the read views and the HTTP
