@@ -72,6 +72,11 @@ func readJSONArg(ctx context.Context, arg string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return checkJSON(arg, data)
+}
+
+// checkJSON checks that data (read from FILE|-) is one JSON value.
+func checkJSON(arg string, data []byte) ([]byte, error) {
 	name := arg
 	if arg == "-" {
 		name = "stdin"

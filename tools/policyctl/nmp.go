@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +18,7 @@ import (
 
 const (
 	nmpListSummary     = "list the node management policies (NMPs) of an org"
-	nmpNewSummary      = "print an NMP template to fill in, as `hzn exchange nm new` does"
+	nmpNewSummary      = "print an NMP template to fill in, as `hzn exchange nm new` does; nmp publish takes it with its comments"
 	nmpPublishSummary  = "create or replace an NMP from a JSON file (- for stdin); --dry-run shows the nodes it applies to and the conflicts"
 	nmpRemoveSummary   = "remove an NMP"
 	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
@@ -69,6 +70,40 @@ const nmpTemplate = `{
 }
 `
 
+// stripComments drops the /* ... */ comments of a template from `nmp
+// new` (outside strings), so that it publishes as printed once filled in.
+func stripComments(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			out = append(out, c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+			out = append(out, c)
+		case c == '/' && i+1 < len(b) && b[i+1] == '*':
+			end := bytes.Index(b[i+2:], []byte("*/"))
+			if end < 0 {
+				return append(out, b[i:]...) // unterminated: let the JSON check say where
+			}
+			i += end + 3
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func registerOrgFlag(fs *flag.FlagSet) *string {
 	return fs.String("org", runtime.EnvOr("PF_ORG", ""), "the org (env PF_ORG)")
 }
@@ -85,7 +120,7 @@ func needOrg(org string) error {
 }
 
 func runNMPNew(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nRemove the /* */ comments and the fields you do not need before publishing.", "")
+	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nFill it in and remove the fields you do not need; `nmp publish` drops the /* */ comments.", "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -209,7 +244,11 @@ func runNMPPublish(ctx context.Context, args []string) error {
 		return usageErrorf("nmp publish takes NAME and FILE (or - for stdin), got %d arguments", fs.NArg())
 	}
 	name := fs.Arg(0)
-	data, err := readJSONArg(ctx, fs.Arg(1))
+	raw, err := readFileArg(ctx, fs.Arg(1))
+	if err != nil {
+		return err
+	}
+	data, err := checkJSON(fs.Arg(1), stripComments(raw))
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,12 @@ func TestNMPCommands(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, `"atLeastVersion": "current"`) || !strings.Contains(r.out, `"failureThreshold"`) {
 		t.Fatalf("nmp new: exit %d %q", r.code, r.out)
 	}
+	// The template, filled in, publishes with its comments.
+	filled := strings.NewReplacer(`{"name": "", "value": null}`, `{"name": "tier", "value": "edge"}`, `    ""`, `    "web"`).Replace(r.out)
+	r = policyctl(t, "nmp", "publish", "--dry-run", "tmpl", writeFile(t, "tmpl.json", filled))
+	if r.code != 0 || !strings.Contains(r.out, "NMP acme/tmpl would be published") {
+		t.Fatalf("template: exit %d %q %q\n%s", r.code, r.out, r.errOut, filled)
+	}
 	all := writeFile(t, "all.json", `{"enabled": true, "agentUpgradePolicy": {"duration": 600}}`)
 	r = policyctl(t, "nmp", "publish", "fleet", all)
 	if r.code != 1 || !strings.Contains(r.errOut, "no constraints") || !strings.Contains(r.errOut, "--yes-all-nodes") {
