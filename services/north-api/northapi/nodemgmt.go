@@ -3,6 +3,7 @@ package northapi
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"sync"
 	"time"
@@ -25,14 +26,26 @@ type nodeMgmt struct {
 	mu      sync.Mutex
 	dirs    map[string]*directiveRow
 	waiters map[string]chan struct{} // closed when the key's directive changes
-	index   uint64                   // bumped on every change
 }
 
-// directiveRow is a node's latest directive and the index of its last
-// change (changes to IssuedAt alone are not changes).
+// directiveRow is a node's latest directive and its index: a hash of what
+// the directive asks and reports (not of IssuedAt), so that it is the
+// same on every replica and after a restart, and an agent polling another
+// replica is not woken by a directive it already has.
 type directiveRow struct {
 	d     *events.AgentDirective
 	index uint64
+}
+
+// directiveIndex is the index of a directive; never 0 (no directive).
+func directiveIndex(d *events.AgentDirective) uint64 {
+	h := fnv.New64a()
+	for _, s := range append([]string{d.DirectiveID, d.Reason, d.Manifest, d.RollbackTo}, d.Conflicts...) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	// 53 bits: exact as a JSON number in any client.
+	return max(h.Sum64()&(1<<53-1), 1)
 }
 
 func newNodeMgmt(codec *events.Codec) *nodeMgmt {
@@ -123,11 +136,10 @@ func (m *nodeMgmt) applyDirective(ctx context.Context, rec *kgo.Record) error {
 	if row != nil && nmp.Same(row.d, d) {
 		return nil
 	}
-	m.index++
 	if d == nil {
 		delete(m.dirs, key)
 	} else {
-		m.dirs[key] = &directiveRow{d: d, index: m.index}
+		m.dirs[key] = &directiveRow{d: d, index: directiveIndex(d)}
 	}
 	if ch := m.waiters[key]; ch != nil {
 		close(ch)
