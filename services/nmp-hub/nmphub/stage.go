@@ -255,7 +255,7 @@ func (h *hub) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, e
 	case topology.AgentPackages:
 		return h.fanOut(in, "", "package")
 	case topology.AgentNodes:
-		if in.Tombstone() {
+		if n, _ := in.Value.(*events.AgentNode); in.Tombstone() || (n != nil && n.Deleted) {
 			h.mu.Lock()
 			h.sent[key] = nil
 			h.mu.Unlock()

@@ -289,7 +289,12 @@ func (a *Agent) fail(ctx context.Context, d *Directive, state string, cause erro
 		a.report(ctx, d, state, cause.Error())
 		return
 	}
-	a.report(ctx, d, nmp.StateFailed, cause.Error())
+	if a.st.Rollback {
+		// A rollback order that fails: back to the version it left.
+		a.report(ctx, d, nmp.StateRollbackFailed, cause.Error())
+	} else {
+		a.report(ctx, d, nmp.StateFailed, cause.Error())
+	}
 	a.rollback(ctx, d, cause)
 }
 
