@@ -4,7 +4,7 @@
 // enables an NMP, and reports:
 //
 //   - how long the hub takes to write every node's directive after the NMP
-//     is enabled (the goal: 100,000 nodes within 5 s);
+//     is enabled (the goal: 100,000 nodes within 5 s);
 //   - the rollout of a --duration window on a compressed clock: the start
 //     times the hub gave, as a histogram of download starts per second,
 //     its flatness, and the peak of downloads running at once when each
