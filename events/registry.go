@@ -19,6 +19,8 @@ const (
 	SchemaAgentNode            = "policyflow.AgentNode"
 	SchemaAgentDirective       = "policyflow.AgentDirective"
 	SchemaAgentStatus          = "policyflow.AgentStatus"
+	SchemaAgentPackage         = "policyflow.AgentPackage"
+	SchemaNodeRecompute        = "policyflow.NodeRecompute"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -38,6 +40,8 @@ func (*NodeManagementPolicy) SchemaName() string { return SchemaNodeManagementPo
 func (*AgentNode) SchemaName() string            { return SchemaAgentNode }
 func (*AgentDirective) SchemaName() string       { return SchemaAgentDirective }
 func (*AgentStatus) SchemaName() string          { return SchemaAgentStatus }
+func (*AgentPackage) SchemaName() string         { return SchemaAgentPackage }
+func (*NodeRecompute) SchemaName() string        { return SchemaNodeRecompute }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -58,6 +62,8 @@ var newEvent = map[string]func() Event{
 	SchemaAgentNode:            func() Event { return new(AgentNode) },
 	SchemaAgentDirective:       func() Event { return new(AgentDirective) },
 	SchemaAgentStatus:          func() Event { return new(AgentStatus) },
+	SchemaAgentPackage:         func() Event { return new(AgentPackage) },
+	SchemaNodeRecompute:        func() Event { return new(NodeRecompute) },
 }
 
 // SchemaNames lists the full name of every event schema.

@@ -398,6 +398,7 @@ type AgentUpgradePolicy struct {
 	Start          string `avro:"start"`
 	DurationS      int64  `avro:"duration_s"`
 	Manifest       string `avro:"manifest"`
+	AllowDowngrade bool   `avro:"allow_downgrade"`
 }
 
 // NodeManagementPolicy selects edge nodes and says how their agents upgrade.
@@ -413,6 +414,13 @@ type NodeManagementPolicy struct {
 	Enabled      bool                `avro:"enabled"`
 	AgentUpgrade *AgentUpgradePolicy `avro:"agent_upgrade"`
 	LastUpdated  time.Time           `avro:"last_updated"`
+	// Safe rollout: the failure threshold, the last resume and a rollback
+	// order.
+	FailureCount      int64   `avro:"failure_count"`
+	FailureRatio      float64 `avro:"failure_ratio"`
+	FailureMinStarted int64   `avro:"failure_min_started"`
+	ResumedAt         int64   `avro:"resumed_at"`
+	Rollback          bool    `avro:"rollback"`
 }
 
 // AgentNode is an edge node and its agent.
@@ -431,15 +439,20 @@ type AgentNode struct {
 
 // AgentDirective says what one node's agent must do now.
 type AgentDirective struct {
-	Org           string    `avro:"org"`
-	Node          string    `avro:"node"`
-	DirectiveID   string    `avro:"directive_id"`
-	Policy        string    `avro:"policy"`
-	TargetVersion string    `avro:"target_version"`
-	Manifest      string    `avro:"manifest"`
-	StartAt       time.Time `avro:"start_at"`
-	RollbackTo    string    `avro:"rollback_to"`
-	IssuedAt      time.Time `avro:"issued_at"`
+	Org            string    `avro:"org"`
+	Node           string    `avro:"node"`
+	DirectiveID    string    `avro:"directive_id"`
+	Policy         string    `avro:"policy"`
+	TargetVersion  string    `avro:"target_version"`
+	Manifest       string    `avro:"manifest"`
+	StartAt        time.Time `avro:"start_at"`
+	RollbackTo     string    `avro:"rollback_to"`
+	IssuedAt       time.Time `avro:"issued_at"`
+	Action         string    `avro:"action"`
+	PackageSHA256  string    `avro:"package_sha256"`
+	AllowDowngrade bool      `avro:"allow_downgrade"`
+	Reason         string    `avro:"reason"`
+	Conflicts      []string  `avro:"conflicts"`
 }
 
 // AgentStatus is an agent's report on its upgrade.
@@ -455,4 +468,30 @@ type AgentStatus struct {
 	UpgradeEnd      *time.Time `avro:"upgrade_end"`
 	ErrorMessage    string     `avro:"error_message"`
 	ReportedAt      time.Time  `avro:"reported_at"`
+	Package         string     `avro:"package"`
+	PreviousVersion string     `avro:"previous_version"`
+}
+
+// AgentPackage is an agent package stored on the hub.
+type AgentPackage struct {
+	Version         string    `avro:"version"`
+	PackagesVersion string    `avro:"packages_version"`
+	SSLVersion      string    `avro:"ssl_version"`
+	ConfigVersion   string    `avro:"config_version"`
+	Manifest        string    `avro:"manifest"`
+	SHA256          string    `avro:"sha256"`
+	Size            int64     `avro:"size"`
+	UploadedBy      string    `avro:"uploaded_by"`
+	UploadedAt      time.Time `avro:"uploaded_at"`
+}
+
+// NodeRecompute asks the nmp-hub member owning one partition of
+// agent.nodes to recompute the directives of its nodes of an org.
+type NodeRecompute struct {
+	Org             string    `avro:"org"`
+	Cause           string    `avro:"cause"`
+	SourceTopic     string    `avro:"source_topic"`
+	SourcePartition int32     `avro:"source_partition"`
+	SourceOffset    int64     `avro:"source_offset"`
+	IssuedAt        time.Time `avro:"issued_at"`
 }

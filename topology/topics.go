@@ -29,6 +29,8 @@ const (
 	AgentNodes        = "agent.nodes"
 	AgentDirectives   = "agent.directives"
 	AgentStatus       = "agent.status"
+	AgentPackages     = "agent.packages"
+	NMPRecompute      = "nmp.recompute"
 	Schemas           = "schemas"
 )
 
@@ -42,6 +44,7 @@ const (
 	StageConsulWriter  = "consul-writer"
 	StageAgentNotifier = "agent-notifier"
 	StageReplicaSync   = "replica-sync"
+	StageNMPHub        = "nmp-hub"
 )
 
 // Roles outside the stages that write or read topics.
@@ -77,7 +80,8 @@ const (
 // see a handful of records a day get one, which also keeps them in order.
 // The co-partitioned topics (policy.changes, deploy.components,
 // catchup.requests, component.policies; pdp.notifications and
-// policy.catalog) must keep equal partition counts.
+// policy.catalog; agent.nodes, agent.status and nmp.recompute) must keep
+// equal partition counts.
 const (
 	DefaultPartitions   int32 = 6
 	ACMPartitions       int32 = 3
@@ -133,6 +137,7 @@ func Stages() []string {
 		StageConsulWriter,
 		StageAgentNotifier,
 		StageReplicaSync,
+		StageNMPHub,
 	}
 }
 
@@ -224,23 +229,33 @@ func Default() []Topic {
 		}),
 		compact(Topic{
 			Name: NMPPolicies, Partitions: LowVolumePartitions, Key: "org/name", ValueSchema: "policyflow.NodeManagementPolicy",
-			Writers: nil, Readers: nil,
-			Doc: "node management policies with their agent upgrade policy (reserved: no code reads or writes it yet)",
+			Writers: l(RoleNorthAPI), Readers: l(StageNMPHub, RoleNorthAPI),
+			Doc: "node management policies with their agent upgrade policy and failure threshold; tombstone when removed",
 		}),
 		compact(Topic{
 			Name: AgentNodes, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentNode",
-			Writers: nil, Readers: nil,
-			Doc: "edge node records: properties and registered agent (reserved: no code reads or writes it yet)",
+			Writers: l(RoleNorthAPI), Readers: l(StageNMPHub, RoleNorthAPI),
+			Doc: "edge nodes registered by their agents: pattern or node policy, agent version; tombstone when unregistered",
 		}),
 		compact(Topic{
 			Name: AgentDirectives, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentDirective",
-			Writers: nil, Readers: nil,
-			Doc: "per-node agent upgrade directive with its start window (reserved: no code reads or writes it yet)",
+			Writers: l(StageNMPHub), Readers: l(RoleNorthAPI),
+			Doc: "per-node agent directive: version to reach, start time in the policy's window, conflicts; agents long-poll it through the North API",
 		}),
 		compact(Topic{
 			Name: AgentStatus, Partitions: DefaultPartitions, Key: "org/node", ValueSchema: "policyflow.AgentStatus",
-			Writers: nil, Readers: nil,
-			Doc: "agent upgrade status and agent versions reported by each node (reserved: no code reads or writes it yet)",
+			Writers: l(RoleNorthAPI), Readers: l(StageNMPHub, RoleNorthAPI),
+			Doc: "agent upgrade status and agent versions reported by each node",
+		}),
+		compact(Topic{
+			Name: AgentPackages, Partitions: LowVolumePartitions, Key: "version", ValueSchema: "policyflow.AgentPackage",
+			Writers: l(RoleNorthAPI), Readers: l(StageNMPHub, RoleNorthAPI),
+			Doc: "agent packages on the hub: manifest, SHA-256 and size (the tar.gz is in the North API's package store); tombstone when removed",
+		}),
+		del(Topic{
+			Name: NMPRecompute, Partitions: DefaultPartitions, Key: "org", ValueSchema: "policyflow.NodeRecompute",
+			Writers: l(StageNMPHub), Readers: l(StageNMPHub),
+			Doc: "a changed NMP, package or rollout pause copied to every partition, so that the owner of each agent.nodes partition recomputes its nodes' directives (co-partitioned with agent.nodes and agent.status)",
 		}),
 		compact(Topic{
 			Name: Schemas, Partitions: LowVolumePartitions, Key: "schema fingerprint (hex)", ValueSchema: "",

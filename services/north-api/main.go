@@ -13,10 +13,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -32,6 +34,8 @@ type settings struct {
 	consul consulkv.Config
 	reg    northapi.Registration
 	c      northapi.Config
+	// orgs and packageDir are node management's (see Options).
+	orgs, packageDir string
 }
 
 // flags is the North API's command line, filled into the returned
@@ -46,6 +50,8 @@ func flags() (*flag.FlagSet, *settings) {
 		st.o.HTTPAddr, f.DefValue = defaultOpsAddr, defaultOpsAddr
 	}
 	st.c.RegisterFlags(fs)
+	fs.StringVar(&st.orgs, "orgs", os.Getenv("PF_ORGS"), "comma-separated orgs node management serves; a request for another org answers 404; empty: any (env PF_ORGS)")
+	fs.StringVar(&st.packageDir, "package-dir", os.Getenv("PF_PACKAGE_DIR"), "directory where uploaded agent packages are stored by SHA-256; empty: none are taken (env PF_PACKAGE_DIR)")
 	return fs, st
 }
 
@@ -72,11 +78,23 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
+	var orgList []string
+	for _, o := range strings.Split(st.orgs, ",") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		if err := nmp.CheckName("--orgs org", o); err != nil {
+			log.Error().Err(err).Msg("invalid configuration")
+			os.Exit(2)
+		}
+		orgList = append(orgList, o)
+	}
 	if _, err := reg.Rules(); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
-	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps}
+	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps,
+		PackageDir: st.packageDir, Orgs: orgList}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -10,6 +10,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/executor/executor"
 	"github.com/policyflow/policyflow/services/matcher/matcher"
+	"github.com/policyflow/policyflow/services/nmp-hub/nmphub"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
 	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
@@ -76,5 +77,6 @@ func With(cfg Config) []runtime.Stage {
 		consulwriter.StageWith(wc),
 		agentnotifier.StageWith(nc),
 		replicasync.StageWith(rc),
+		nmphub.Stage(),
 	}
 }

@@ -72,6 +72,11 @@ func readJSONArg(ctx context.Context, arg string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return checkJSON(arg, data)
+}
+
+// checkJSON checks that data (read from FILE|-) is one JSON value.
+func checkJSON(arg string, data []byte) ([]byte, error) {
 	name := arg
 	if arg == "-" {
 		name = "stdin"
@@ -141,6 +146,11 @@ func (e *apiError) Error() string { return e.reason }
 // do sends a request and returns the answer's body when it is 2xx.
 // Anything else becomes an error with the API's reason and what to do.
 func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	return c.doType(ctx, method, path, body, "application/json")
+}
+
+// doType is do with a body of another content type.
+func (c *apiClient) doType(ctx context.Context, method, path string, body []byte, contentType string) ([]byte, error) {
 	base := strings.TrimRight(c.base, "/")
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -161,7 +171,7 @@ func (c *apiClient) do(ctx context.Context, method, path string, body []byte) ([
 		return nil, fmt.Errorf("build request %s %s: %w", method, path, err)
 	}
 	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", "application/json")
 	if token != "" {

@@ -53,7 +53,7 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 		t.Fatalf("topology apply: exit %d %s", r.code, r.errOut)
 	}
 	env := runtime.NewEnv(k, runtime.NewLogger(io.Discard, "error", false))
-	srv, err := northapi.New(env, northapi.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: tokens,
+	srv, err := northapi.New(env, northapi.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: tokens, PackageDir: t.TempDir(),
 		Registration: northapi.Registration{Targets: notifytarget.Config{WebhookAllow: []string{"127.0.0.1"}}}})
 	if err != nil {
 		t.Fatal(err)

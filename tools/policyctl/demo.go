@@ -119,7 +119,24 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 	go devAPITokens.Watch(ctx, auth.DefaultReloadInterval, s.Env.Log)
 	reg := northapi.RegistrationFromEnv()
 	reg.Targets = s.Targets
-	return northapi.ServeListener(ctx, s.Env, devAPIListener, northapi.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg})
+	// Agent packages: under the data dir, or for this run only.
+	pkgDir := runtime.EnvOr("PF_PACKAGE_DIR", "")
+	if pkgDir == "" {
+		if s.DataDir != "" {
+			pkgDir = filepath.Join(s.DataDir, "agent-packages")
+		} else {
+			tmp, err := os.MkdirTemp("", "policyflow-agent-packages")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			pkgDir = tmp
+		}
+	}
+	if err := os.MkdirAll(pkgDir, 0o700); err != nil {
+		return fmt.Errorf("agent package store %s: %w", pkgDir, err)
+	}
+	return northapi.ServeListener(ctx, s.Env, devAPIListener, northapi.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg, PackageDir: pkgDir})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {

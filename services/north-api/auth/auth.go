@@ -31,8 +31,9 @@ const (
 	RoleTenant Role = "tenant"
 	// RoleReadOnly may call the routes that only read.
 	RoleReadOnly Role = "read-only"
-	// RoleAgent is an edge agent (node management); no route grants it
-	// anything yet.
+	// RoleAgent is an edge agent (node management): it registers nodes,
+	// reads their directives, reports their status and downloads agent
+	// packages; with a tenant, only for nodes of the org of that name.
 	RoleAgent Role = "agent"
 	// RoleParticipant is an automation-composition participant; no route
 	// grants it anything yet.
@@ -46,7 +47,8 @@ var Roles = []Role{RoleAdmin, RoleOperator, RoleTenant, RoleReadOnly, RoleAgent,
 func (r Role) Valid() bool { return slices.Contains(Roles, r) }
 
 // Principal is the authenticated caller: the token's name, role and, for
-// the tenant role, the tenant it is scoped to.
+// the tenant role (and optionally the agent role), the tenant (org) it is
+// scoped to.
 type Principal struct {
 	Name   string
 	Role   Role

@@ -59,8 +59,8 @@ func (f File) Check() error {
 		switch {
 		case e.Role == RoleTenant && e.Tenant == "":
 			return fmt.Errorf("%s: role tenant needs the tenant the token is scoped to", where)
-		case e.Role != RoleTenant && e.Tenant != "":
-			return fmt.Errorf("%s: role %s takes no tenant (only role tenant is scoped to one)", where, e.Role)
+		case e.Role != RoleTenant && e.Role != RoleAgent && e.Tenant != "":
+			return fmt.Errorf("%s: role %s takes no tenant (only roles tenant and agent are scoped to one)", where, e.Role)
 		}
 		sum := strings.ToLower(e.SHA256)
 		if b, err := hex.DecodeString(sum); err != nil || len(b) != 32 {

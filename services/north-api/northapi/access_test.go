@@ -94,6 +94,26 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /v1/policies/{policy_id}/rollout":                                true,
 		"GET /openapi.json":                                                   true,
 		"GET /v1/status":                                                      true,
+		"GET /v1/orgs/{org}/nmps":                                             true,
+		"GET /v1/orgs/{org}/nmps/{name}":                                      true,
+		"GET /v1/orgs/{org}/nmps/{name}/nodes":                                true,
+		"GET /v1/orgs/{org}/nmps/{name}/status":                               true,
+		"GET /v1/orgs/{org}/nodes/{node}/status":                              true,
+		"GET /v1/agentpackages":                                               true,
+		"GET /v1/agentpackages/{version}":                                     true,
+		"GET /v1/agentpackages/{version}/file":                                true,
+	}
+	// Agents register their node, read its directive, report its status
+	// and download packages.
+	agents := map[string]bool{
+		"PUT /v1/orgs/{org}/nodes/{node}":           true,
+		"DELETE /v1/orgs/{org}/nodes/{node}":        true,
+		"GET /v1/orgs/{org}/nodes/{node}/directive": true,
+		"PUT /v1/orgs/{org}/nodes/{node}/status":    true,
+		"GET /v1/orgs/{org}/nodes/{node}/status":    true,
+		"GET /v1/agentpackages":                     true,
+		"GET /v1/agentpackages/{version}":           true,
+		"GET /v1/agentpackages/{version}/file":      true,
 	}
 	for _, rt := range s.server.routeTable() {
 		if rt.access.public {
@@ -105,7 +125,7 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 			allowed     bool
 		}{
 			{"read-only", readOnlyToken, reads[name]},
-			{"agent", agentToken, false},
+			{"agent", agentToken, agents[name]},
 			{"participant", participantToken, false},
 		} {
 			code, body, raw, _ := s.callAs(t, tc.token, rt.method, concrete(rt.path), bodyOf(rt))

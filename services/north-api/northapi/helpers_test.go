@@ -124,7 +124,8 @@ func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ..
 	}
 	var topics []string
 	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied,
-		topology.CatchupProgress, topology.ACMSync, topology.ACMRuntime, topology.ACMParticipant} {
+		topology.CatchupProgress, topology.ACMSync, topology.ACMRuntime, topology.ACMParticipant,
+		topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages, topology.AgentDirectives} {
 		if !slices.Contains(skipTopics, base) {
 			topics = append(topics, base)
 		}

@@ -74,6 +74,13 @@ type Options struct {
 	// whose /readyz and /metrics the status page reads; when empty it
 	// shows the stages running in this process (the dev stack).
 	StageOps []string
+	// PackageDir is where agent packages are stored (by SHA-256); empty:
+	// the API stores none. MaxPackageBytes bounds one (default 512 MiB).
+	PackageDir      string
+	MaxPackageBytes int64
+	// Orgs, when set, are the orgs node management serves; a request for
+	// another org answers 404. Empty: any well-formed org name.
+	Orgs []string
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -91,6 +98,7 @@ type Server struct {
 	applied    *appliedView
 	progress   *progressView
 	acm        *acmView // acm.sync (participants_http.go)
+	nm         *nodeMgmt
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -131,6 +139,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		applied:    newAppliedView(env.Codec),
 		progress:   newProgressView(env.Codec),
 		acm:        newACMView(env.Codec),
+		nm:         newNodeMgmt(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -163,13 +172,17 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: %w", err)
 	}
-	s.reader = newReader(env.Kafka, env.Health, s.log, map[string]applyFunc{
+	views := map[string]applyFunc{
 		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,
 		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
 		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
 		env.Kafka.Topic(topology.CatchupProgress):  s.progress.apply,
 		env.Kafka.Topic(topology.ACMSync):          s.acm.apply,
-	})
+	}
+	for base, fn := range s.nm.applyFuncs() {
+		views[env.Kafka.Topic(base)] = fn
+	}
+	s.reader = newReader(env.Kafka, env.Health, s.log, views)
 	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
 	}, []string{"route", "code"})); err == nil {

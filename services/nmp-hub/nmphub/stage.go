@@ -1,0 +1,372 @@
+// Package nmphub is the nmp-hub stage: the hub's side of node management.
+// Every member follows nmp.policies, agent.nodes, agent.packages and
+// agent.status whole (an nmp.World). The group consumes them and
+// nmp.recompute, co-partitioned: the member that owns partition p of
+// agent.nodes also owns partition p of agent.status and of nmp.recompute,
+// and it alone writes the directives of the nodes of that partition, one
+// record after another, so the last directive written for a node is the
+// one its latest inputs give. A node or status record recomputes its node;
+// an NMP or package record is copied to every partition of nmp.recompute
+// (as is a status that moves an NMP across its failure threshold), and
+// each partition's owner recomputes its nodes of the org. A directive is
+// written to agent.directives only when it asks or reports something new,
+// in the transaction that consumes its cause.
+package nmphub
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// followed are the topics every member reads whole.
+var followed = []string{topology.NMPPolicies, topology.AgentNodes, topology.AgentPackages, topology.AgentStatus}
+
+// Stage is the nmp-hub stage. Every call returns a stage with state of
+// its own.
+func Stage() runtime.Stage {
+	h := &hub{}
+	return runtime.Stage{
+		Name:          topology.StageNMPHub,
+		Mode:          runtime.Transactional,
+		Inputs:        append(append([]string{}, followed...), topology.NMPRecompute),
+		CoPartitioned: true,
+		Setup:         h.setup,
+		Rewound:       h.rewound,
+		Revoked:       h.revoked,
+	}
+}
+
+type hub struct {
+	env    runtime.Env
+	log    zerolog.Logger
+	world  *nmp.World
+	follow *runtime.Follower
+	fanout atomic.Int32 // partitions of nmp.recompute
+
+	// mu guards sent and paused. sent is what this member wrote for
+	// each node since its last rewind, so that an unchanged directive
+	// is not written again; paused is whether each NMP's rollout was
+	// paused when this member last looked.
+	mu     sync.Mutex
+	sent   map[string]*events.AgentDirective
+	paused map[string]bool
+}
+
+func (h *hub) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+	h.env = env
+	h.log = env.Log.With().Str("stage", topology.StageNMPHub).Logger()
+	h.world = nmp.NewWorld()
+	h.sent = map[string]*events.AgentDirective{}
+	h.paused = map[string]bool{}
+	if err := h.readFanout(ctx); err != nil {
+		return nil, nil, err
+	}
+	apply := map[string]runtime.ApplyFunc{}
+	for _, t := range followed {
+		apply[t] = h.applyRow
+	}
+	var err error
+	if h.follow, err = runtime.Follow(env.Kafka, h.log, apply); err != nil {
+		return nil, nil, fmt.Errorf("nmp-hub: %w", err)
+	}
+	start := time.Now()
+	if err := h.follow.WaitCaughtUp(ctx); err != nil {
+		h.follow.Close()
+		return nil, nil, fmt.Errorf("nmp-hub: %w", err)
+	}
+	h.log.Info().Dur("took", time.Since(start)).Int32("recompute_partitions", h.fanout.Load()).
+		Msg("read nmp.policies, agent.nodes, agent.packages and agent.status")
+	return h.handle, h.follow.Close, nil
+}
+
+// readFanout reads the partition count of nmp.recompute.
+func (h *hub) readFanout(ctx context.Context) error {
+	opts, err := h.env.Kafka.ClientOpts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.WithLogger(runtime.KgoLogger(h.log)))...)
+	if err != nil {
+		return fmt.Errorf("nmp-hub: create admin client: %w", err)
+	}
+	defer cl.Close()
+	topic := h.env.Kafka.Topic(topology.NMPRecompute)
+	for attempt := 0; ; attempt++ {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := runtime.PartitionCount(lctx, kadm.NewClient(cl), topic)
+		cancel()
+		if err == nil {
+			h.fanout.Store(n)
+			return nil
+		}
+		h.env.Health.NotReady(topology.StageNMPHub, "waiting for topic "+topic+": "+err.Error())
+		h.log.Warn().Err(err).Str("topic", topic).Msg("cannot read the partition count of nmp.recompute; retrying")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nmp-hub: read partitions of %s: %w", topic, ctx.Err())
+		case <-time.After(h.env.Retry.Next(attempt)):
+		}
+	}
+}
+
+// applyRow folds a record of a followed topic into the world. A record
+// that does not pass is left out (and dead-lettered where it is consumed).
+func (h *hub) applyRow(ctx context.Context, rec *kgo.Record) error {
+	in := runtime.Input{Topic: strings.TrimPrefix(rec.Topic, h.env.Kafka.Prefix), Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Raw: rec.Value}
+	if rec.Value != nil {
+		v, err := h.env.Codec.Decode(ctx, rec.Value)
+		if err != nil {
+			h.log.Warn().Err(err).Str("topic", rec.Topic).Int64("offset", rec.Offset).Msg("record left out of the hub's state")
+			return nil
+		}
+		in.Value = v
+	}
+	if err := fold(h.world, in); err != nil {
+		h.log.Warn().Err(err).Str("topic", rec.Topic).Int64("offset", rec.Offset).Msg("record left out of the hub's state")
+	}
+	return nil
+}
+
+// fold applies one record to a world; an error says why the record is
+// refused.
+func fold(w *nmp.World, in runtime.Input) error {
+	key := string(in.Key)
+	switch in.Topic {
+	case topology.NMPPolicies:
+		if in.Tombstone() {
+			w.SetPolicy(key, nil)
+			return nil
+		}
+		ev, ok := in.Value.(*events.NodeManagementPolicy)
+		if !ok {
+			return fmt.Errorf("want a %s, got %s", events.SchemaNodeManagementPolicy, schemaOf(in.Value))
+		}
+		if k := nmp.Key(ev.Org, ev.Name); k != key {
+			return fmt.Errorf("NMP %s under key %q: the key must be org/name", k, key)
+		}
+		p, err := nmp.Compile(ev)
+		if err != nil {
+			return err
+		}
+		w.SetPolicy(key, p)
+	case topology.AgentNodes:
+		if in.Tombstone() {
+			w.SetNode(key, nil)
+			return nil
+		}
+		ev, ok := in.Value.(*events.AgentNode)
+		if !ok {
+			return fmt.Errorf("want a %s, got %s", events.SchemaAgentNode, schemaOf(in.Value))
+		}
+		if k := nmp.Key(ev.Org, ev.Node); k != key {
+			return fmt.Errorf("node %s under key %q: the key must be org/node", k, key)
+		}
+		if ev.Deleted {
+			w.SetNode(key, nil)
+			return nil
+		}
+		n, err := nmp.CompileNode(ev)
+		if err != nil {
+			return err
+		}
+		n.Partition = in.Partition
+		w.SetNode(key, n)
+	case topology.AgentPackages:
+		if in.Tombstone() {
+			w.SetPackage(key, nil)
+			return nil
+		}
+		ev, ok := in.Value.(*events.AgentPackage)
+		if !ok {
+			return fmt.Errorf("want a %s, got %s", events.SchemaAgentPackage, schemaOf(in.Value))
+		}
+		if ev.Version != key {
+			return fmt.Errorf("package %s under key %q: the key must be its version", ev.Version, key)
+		}
+		if _, err := nmp.ParseSemver(ev.Version); err != nil {
+			return err
+		}
+		if len(ev.SHA256) != 64 {
+			return fmt.Errorf("package %s: sha256 %q is not 64 hex digits", ev.Version, ev.SHA256)
+		}
+		w.SetPackage(key, ev)
+	case topology.AgentStatus:
+		if in.Tombstone() {
+			w.SetStatus(key, nil)
+			return nil
+		}
+		ev, ok := in.Value.(*events.AgentStatus)
+		if !ok {
+			return fmt.Errorf("want a %s, got %s", events.SchemaAgentStatus, schemaOf(in.Value))
+		}
+		if k := nmp.Key(ev.Org, ev.Node); k != key {
+			return fmt.Errorf("status of %s under key %q: the key must be org/node", k, key)
+		}
+		if ev.Status != "" && !nmp.ValidState(ev.Status) {
+			return fmt.Errorf("status %q of %s is not one of %v", ev.Status, key, nmp.States)
+		}
+		w.SetStatus(key, ev)
+	default:
+		return fmt.Errorf("no handler for topic %s", in.Topic)
+	}
+	return nil
+}
+
+func schemaOf(e events.Event) string {
+	if e == nil {
+		return "a record that is not an event"
+	}
+	return e.SchemaName()
+}
+
+// handle decides what a record changes. The world is folded by the
+// follower; the handler waits until the follower has read the record (or,
+// for a recomputation, the record that caused it), so the world holds it
+// and everything before it.
+func (h *hub) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+	if in.Topic == topology.NMPRecompute {
+		return h.recompute(ctx, in)
+	}
+	if err := h.follow.WaitFor(ctx, in.Topic, in.Partition, in.Offset); err != nil {
+		return nil, fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", in.Topic, in.Partition, in.Offset, err)
+	}
+	// The checks fold makes, on a world of its own (this record only).
+	if err := fold(nmp.NewWorld(), in); err != nil {
+		return nil, runtime.Permanent(fmt.Errorf("nmp-hub: %s record %q: %w", in.Topic, in.Key, err))
+	}
+	key := string(in.Key)
+	switch in.Topic {
+	case topology.NMPPolicies:
+		org, _, _ := strings.Cut(key, "/")
+		return h.fanOut(in, org, "nmp")
+	case topology.AgentPackages:
+		return h.fanOut(in, "", "package")
+	case topology.AgentNodes:
+		if n, _ := in.Value.(*events.AgentNode); in.Tombstone() || (n != nil && n.Deleted) {
+			h.mu.Lock()
+			h.sent[key] = nil
+			h.mu.Unlock()
+			return []runtime.Output{{Topic: topology.AgentDirectives, Key: in.Key}}, nil
+		}
+		return h.directives([]string{key}), nil
+	case topology.AgentStatus:
+		outs := h.directives([]string{key})
+		st, _ := in.Value.(*events.AgentStatus)
+		if st == nil || st.Policy == "" {
+			return outs, nil
+		}
+		// A report that moved its NMP across the failure threshold
+		// concerns every node of the org.
+		paused := h.world.Rollout(st.Policy).Paused
+		h.mu.Lock()
+		was := h.paused[st.Policy]
+		h.paused[st.Policy] = paused
+		h.mu.Unlock()
+		if paused != was {
+			more, err := h.fanOut(in, st.Org, "threshold")
+			if err != nil {
+				return nil, err
+			}
+			outs = append(outs, more...)
+		}
+		return outs, nil
+	}
+	return nil, runtime.Permanentf("nmp-hub: record at %s[%d]@%d: no handler for topic %s", in.Topic, in.Partition, in.Offset, in.Topic)
+}
+
+// fanOut copies a change to every partition of nmp.recompute.
+func (h *hub) fanOut(in runtime.Input, org, cause string) ([]runtime.Output, error) {
+	r := &events.NodeRecompute{Org: org, Cause: cause, SourceTopic: in.Topic, SourcePartition: in.Partition, SourceOffset: in.Offset, IssuedAt: time.Now().UTC()}
+	raw, err := h.env.Codec.Encode(r)
+	if err != nil {
+		return nil, fmt.Errorf("nmp-hub: encode a recomputation: %w", err)
+	}
+	n := h.fanout.Load()
+	outs := make([]runtime.Output, 0, n)
+	for p := int32(0); p < n; p++ {
+		outs = append(outs, runtime.Output{Topic: topology.NMPRecompute, Key: []byte(org), Raw: raw, Partition: p, Explicit: true})
+	}
+	return outs, nil
+}
+
+// recompute recomputes the directives of this partition's nodes of an
+// org, once the world holds the record that caused it and every node and
+// status committed before.
+func (h *hub) recompute(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+	r, ok := in.Value.(*events.NodeRecompute)
+	if !ok {
+		return nil, runtime.Permanentf("nmp-hub: record at %s[%d]@%d is %s, want %s", in.Topic, in.Partition, in.Offset, schemaOf(in.Value), events.SchemaNodeRecompute)
+	}
+	switch r.SourceTopic {
+	case topology.NMPPolicies, topology.AgentPackages, topology.AgentStatus:
+	default:
+		return nil, runtime.Permanentf("nmp-hub: recomputation at %s[%d]@%d names source topic %q", in.Topic, in.Partition, in.Offset, r.SourceTopic)
+	}
+	if r.SourceOffset >= 0 {
+		if err := h.follow.WaitFor(ctx, r.SourceTopic, r.SourcePartition, r.SourceOffset); err != nil {
+			return nil, fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", r.SourceTopic, r.SourcePartition, r.SourceOffset, err)
+		}
+	}
+	// The nodes and statuses of this partition committed before it
+	// (those handled already are in the view; this also covers nodes
+	// whose records this member has not been handed yet).
+	if err := h.follow.WaitCaughtUp(ctx, topology.AgentNodes, topology.AgentStatus); err != nil {
+		return nil, fmt.Errorf("nmp-hub: catch up before recomputing: %w", err)
+	}
+	return h.directives(h.world.NodesIn(r.Org, in.Partition)), nil
+}
+
+// directives computes the directives of nodes and returns the ones that
+// changed.
+func (h *hub) directives(keys []string) []runtime.Output {
+	now := time.Now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var outs []runtime.Output
+	for _, k := range keys {
+		d := h.world.Directive(k, now)
+		prev, had := h.sent[k]
+		if d == nil {
+			if had && prev != nil {
+				h.sent[k] = nil
+				outs = append(outs, runtime.Output{Topic: topology.AgentDirectives, Key: []byte(k)})
+			}
+			continue
+		}
+		if had && nmp.Same(prev, d) {
+			continue
+		}
+		h.sent[k] = d
+		outs = append(outs, runtime.Output{Topic: topology.AgentDirectives, Key: []byte(k), Value: d})
+	}
+	return outs
+}
+
+// rewound forgets what this member wrote: the aborted transaction's
+// directives never reached the topic.
+func (h *hub) rewound(context.Context, runtime.Env, map[string][]int32) error {
+	h.forget()
+	return nil
+}
+
+func (h *hub) revoked(context.Context, runtime.Env, map[string][]int32) { h.forget() }
+
+func (h *hub) forget() {
+	h.mu.Lock()
+	h.sent = map[string]*events.AgentDirective{}
+	h.paused = map[string]bool{}
+	h.mu.Unlock()
+}

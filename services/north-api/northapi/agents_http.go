@@ -1,0 +1,252 @@
+package northapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/nmp/constraint"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// MaxDirectiveWait bounds a directive long poll; a wait is also kept 10s
+// under the server's write timeout, so the answer is never cut.
+const MaxDirectiveWait = 5 * time.Minute
+
+// maxWait is the longest wait this server grants.
+func (s *Server) maxWait() time.Duration {
+	wt := s.opts.HTTP.WriteTimeout
+	if wt <= 0 {
+		wt = DefaultWriteTimeout
+	}
+	return max(min(MaxDirectiveWait, wt-10*time.Second), time.Second)
+}
+
+// NodeRequest is what an agent registers for its node.
+type NodeRequest struct {
+	Pattern         string                `json:"pattern,omitempty"`
+	Properties      []constraint.Property `json:"properties,omitempty"`
+	Constraints     []string              `json:"constraints,omitempty"`
+	SoftwareVersion string                `json:"softwareVersion"`
+	ConfigVersion   string                `json:"configVersion,omitempty"`
+	CertVersion     string                `json:"certVersion,omitempty"`
+}
+
+const nodeExample = `{"properties": [{"name": "arch", "value": "amd64"}], "constraints": [], "softwareVersion": "1.0.0"}`
+
+func (s *Server) nodeKey(r *http.Request) (string, string, *httpError) {
+	org, e := s.inOrg(r)
+	if e != nil {
+		return "", "", e
+	}
+	node := r.PathValue("node")
+	if err := nmp.CheckName("node id", node); err != nil {
+		return "", "", errorf(http.StatusBadRequest, "%v", err)
+	}
+	return org, node, nil
+}
+
+func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *httpError {
+	org, node, e := s.nodeKey(r)
+	if e != nil {
+		return e
+	}
+	var req NodeRequest
+	if e := decodeJSON(w, r, nmp.MaxBodyBytes, &req, true, nodeExample); e != nil {
+		return e
+	}
+	props, err := json.Marshal(req.Properties)
+	if err != nil || req.Properties == nil {
+		props = []byte("[]")
+	}
+	ev := &events.AgentNode{Org: org, Node: node, Pattern: req.Pattern, Properties: string(props), Constraints: req.Constraints,
+		SoftwareVersion: req.SoftwareVersion, ConfigVersion: req.ConfigVersion, CertVersion: req.CertVersion, UpdatedAt: time.Now().UTC()}
+	if ev.Constraints == nil {
+		ev.Constraints = []string{}
+	}
+	if req.Pattern != "" && (len(req.Properties) > 0 || len(req.Constraints) > 0) {
+		return errorf(http.StatusBadRequest, "node %s/%s: a node uses a pattern or a node policy (properties, constraints), not both", org, node)
+	}
+	if _, err := nmp.CompileNode(ev); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	return s.produceAndAnswer(w, r, topology.AgentNodes, keyOf(org, node), ev, map[string]any{"org": org, "node": node, "registered": true})
+}
+
+func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *httpError {
+	org, node, e := s.nodeKey(r)
+	if e != nil {
+		return e
+	}
+	return s.produceAndAnswer(w, r, topology.AgentNodes, keyOf(org, node), nil, map[string]any{"org": org, "node": node, "removed": true})
+}
+
+func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *httpError {
+	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key)}
+	if ev != nil {
+		val, err := s.env.Codec.Encode(ev)
+		if err != nil {
+			return errorf(http.StatusInternalServerError, "encode %s: %v", key, err)
+		}
+		rec.Value = val
+	}
+	if err := s.produce(r.Context(), rec); err != nil {
+		return errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
+	}
+	writeJSON(w, http.StatusOK, answer)
+	return nil
+}
+
+// DirectiveAnswer is a node's directive as agents read it.
+type DirectiveAnswer struct {
+	Index          uint64    `json:"index"`
+	DirectiveID    string    `json:"directiveId"`
+	Policy         string    `json:"policy,omitempty"`
+	Action         string    `json:"action"`
+	TargetVersion  string    `json:"targetVersion,omitempty"`
+	PackageSHA256  string    `json:"packageSha256,omitempty"`
+	AllowDowngrade bool      `json:"allowDowngrade,omitempty"`
+	StartAt        time.Time `json:"startAt"`
+	Reason         string    `json:"reason,omitempty"`
+	Conflicts      []string  `json:"conflicts,omitempty"`
+}
+
+// getDirective answers a node's directive. With ?index=N (or
+// If-None-Match: "N") it waits, up to ?wait= (default 60s, at most 5m),
+// until the directive's index differs from N, then answers it, or 304
+// when nothing changed.
+func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *httpError {
+	org, node, e := s.nodeKey(r)
+	if e != nil {
+		return e
+	}
+	if e := s.needViews(topology.AgentDirectives); e != nil {
+		return e
+	}
+	q := r.URL.Query()
+	var after uint64
+	var wait time.Duration
+	idx := q.Get("index")
+	if inm := strings.Trim(r.Header.Get("If-None-Match"), `"`); idx == "" && inm != "" {
+		idx = inm
+	}
+	if idx != "" {
+		n, err := strconv.ParseUint(idx, 10, 64)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "index %q: want the index of the directive you have", idx)
+		}
+		after, wait = n, min(60*time.Second, s.maxWait())
+		if ws := q.Get("wait"); ws != "" {
+			d, err := time.ParseDuration(ws)
+			if err != nil || d < 0 || d > MaxDirectiveWait {
+				return errorf(http.StatusBadRequest, "wait %q: want a duration up to %s (30s)", ws, MaxDirectiveWait)
+			}
+			wait = min(d, s.maxWait())
+		}
+	}
+	d, index := s.nm.directive(r.Context(), keyOf(org, node), after, wait)
+	if d == nil {
+		if idx != "" && index == after {
+			w.Header().Set("ETag", `"0"`)
+			w.WriteHeader(http.StatusNotModified)
+			return nil
+		}
+		return errorf(http.StatusNotFound, "node %s/%s has no directive yet (register it with PUT /v1/orgs/%s/nodes/%s)", org, node, org, node)
+	}
+	w.Header().Set("ETag", `"`+strconv.FormatUint(index, 10)+`"`)
+	if idx != "" && index == after {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, DirectiveAnswer{Index: index, DirectiveID: d.DirectiveID, Policy: d.Policy, Action: d.Action, TargetVersion: d.TargetVersion,
+		PackageSHA256: d.PackageSHA256, AllowDowngrade: d.AllowDowngrade, StartAt: d.StartAt.UTC(), Reason: d.Reason, Conflicts: d.Conflicts})
+	return nil
+}
+
+// StatusRequest is an agent's report, in Open Horizon's shape.
+type StatusRequest struct {
+	DirectiveID     string       `json:"directiveId,omitempty"`
+	Policy          string       `json:"policy,omitempty"`
+	Status          string       `json:"status"`
+	SoftwareVersion string       `json:"softwareVersion,omitempty"`
+	PreviousVersion string       `json:"previousVersion,omitempty"`
+	Error           string       `json:"error,omitempty"`
+	AgentVersion    AgentVersion `json:"agentVersion"`
+}
+
+// AgentVersion is Open Horizon's agentVersion status.
+type AgentVersion struct {
+	Package      json.RawMessage `json:"package,omitempty"`
+	Failed       string          `json:"failed,omitempty"`
+	UpgradeStart *time.Time      `json:"upgradeStart,omitempty"`
+	UpgradeEnd   *time.Time      `json:"upgradeEnd,omitempty"`
+}
+
+const statusExample = `{"directiveId": "…", "policy": "org/nmp", "status": "successful", "softwareVersion": "1.1.0", "agentVersion": {"package": {"version": "1.1.0"}, "failed": "", "upgradeStart": "2026-01-02T15:04:05Z"}}`
+
+func (s *Server) putNodeStatus(w http.ResponseWriter, r *http.Request) *httpError {
+	org, node, e := s.nodeKey(r)
+	if e != nil {
+		return e
+	}
+	var req StatusRequest
+	if e := decodeJSON(w, r, nmp.MaxBodyBytes, &req, true, statusExample); e != nil {
+		return e
+	}
+	if !nmp.ValidState(req.Status) {
+		return errorf(http.StatusBadRequest, "status %q: want one of %s", req.Status, strings.Join(nmp.States, ", "))
+	}
+	for _, v := range []struct{ what, v string }{{"softwareVersion", req.SoftwareVersion}, {"previousVersion", req.PreviousVersion}, {"agentVersion.failed", req.AgentVersion.Failed}} {
+		if v.v != "" {
+			if _, err := nmp.ParseSemver(v.v); err != nil {
+				return errorf(http.StatusBadRequest, "%s: %v", v.what, err)
+			}
+		}
+	}
+	ev := &events.AgentStatus{Org: org, Node: node, DirectiveID: req.DirectiveID, Policy: req.Policy, Status: req.Status,
+		SoftwareVersion: req.SoftwareVersion, FailedVersion: req.AgentVersion.Failed, UpgradeStart: req.AgentVersion.UpgradeStart,
+		UpgradeEnd: req.AgentVersion.UpgradeEnd, ErrorMessage: req.Error, ReportedAt: time.Now().UTC(), Package: string(req.AgentVersion.Package),
+		PreviousVersion: req.PreviousVersion}
+	return s.produceAndAnswer(w, r, topology.AgentStatus, keyOf(org, node), ev, map[string]any{"org": org, "node": node, "status": req.Status})
+}
+
+// NodeStatusAnswer is a node's last report.
+type NodeStatusAnswer struct {
+	Org             string       `json:"org"`
+	Node            string       `json:"node"`
+	Policy          string       `json:"policy,omitempty"`
+	Status          string       `json:"status"`
+	SoftwareVersion string       `json:"softwareVersion,omitempty"`
+	PreviousVersion string       `json:"previousVersion,omitempty"`
+	Error           string       `json:"error,omitempty"`
+	AgentVersion    AgentVersion `json:"agentVersion"`
+	ReportedAt      time.Time    `json:"reportedAt"`
+}
+
+func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *httpError {
+	org, node, e := s.nodeKey(r)
+	if e != nil {
+		return e
+	}
+	if e := s.nmpViews(); e != nil {
+		return e
+	}
+	st := s.nm.world.Status(keyOf(org, node))
+	if st == nil {
+		return errorf(http.StatusNotFound, "node %s/%s has reported no status", org, node)
+	}
+	a := NodeStatusAnswer{Org: org, Node: node, Policy: st.Policy, Status: st.Status, SoftwareVersion: st.SoftwareVersion, PreviousVersion: st.PreviousVersion,
+		Error: st.ErrorMessage, ReportedAt: st.ReportedAt,
+		AgentVersion: AgentVersion{Failed: st.FailedVersion, UpgradeStart: st.UpgradeStart, UpgradeEnd: st.UpgradeEnd}}
+	if st.Package != "" && json.Valid([]byte(st.Package)) {
+		a.AgentVersion.Package = json.RawMessage(st.Package)
+	}
+	writeJSON(w, http.StatusOK, a)
+	return nil
+}

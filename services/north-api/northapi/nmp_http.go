@@ -1,0 +1,329 @@
+package northapi
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// Who may call the node management routes. Tenants and agents whose token
+// names a tenant act only in the org of that name.
+var (
+	nmpWriters        = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
+	nmpReaders        = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant}}
+	agentCallers      = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent}}
+	packageWriters    = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator}}
+	nodeStatusReaders = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent}}
+	packageReaders    = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent}}
+)
+
+// nodeManagementRoutes are the routes of node management (NMPs, nodes and
+// their agents, agent packages).
+func (s *Server) nodeManagementRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v1/orgs/{org}/nmps", s.listNMPs, nmpReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}", s.getNMP, nmpReaders},
+		{http.MethodPut, "/v1/orgs/{org}/nmps/{name}", s.putNMP, nmpWriters},
+		{http.MethodDelete, "/v1/orgs/{org}/nmps/{name}", s.deleteNMP, nmpWriters},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/nodes", s.nmpNodes, nmpReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/status", s.nmpStatus, nmpReaders},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/enable", s.nmpAction("enable"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/disable", s.nmpAction("disable"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/resume", s.nmpAction("resume"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/rollback", s.nmpAction("rollback"), nmpWriters},
+		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}", s.putNode, agentCallers},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}", s.deleteNode, agentCallers},
+		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.getDirective, agentCallers},
+		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.putNodeStatus, agentCallers},
+		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.getNodeStatus, nodeStatusReaders},
+		{http.MethodGet, "/v1/agentpackages", s.listPackages, packageReaders},
+		{http.MethodPost, "/v1/agentpackages", s.uploadPackage, packageWriters},
+		{http.MethodGet, "/v1/agentpackages/{version}", s.getPackage, packageReaders},
+		{http.MethodGet, "/v1/agentpackages/{version}/file", s.downloadPackage, packageReaders},
+	}
+}
+
+// inOrg checks the org name, that the org is one the API serves (when
+// Options.Orgs names them) and that the caller may act in it.
+func (s *Server) inOrg(r *http.Request) (string, *httpError) {
+	org := r.PathValue("org")
+	if err := orgOK(org); err != nil {
+		return "", errorf(http.StatusBadRequest, "%v", err)
+	}
+	if len(s.opts.Orgs) > 0 && !slices.Contains(s.opts.Orgs, org) {
+		return "", errorf(http.StatusNotFound, "unknown org %s: this hub serves the orgs %s (--orgs)", org, strings.Join(s.opts.Orgs, ", "))
+	}
+	p := principalOf(r.Context())
+	if (p.Role == auth.RoleTenant || p.Role == auth.RoleAgent) && p.Tenant != "" && p.Tenant != org {
+		return "", errorf(http.StatusForbidden, "token %s acts for org %s, not %s", p.Name, p.Tenant, org)
+	}
+	if p.Role == auth.RoleTenant && p.Tenant == "" {
+		return "", errorf(http.StatusForbidden, "token %s has role tenant without a tenant; it may act in no org", p.Name)
+	}
+	return org, nil
+}
+
+func (s *Server) nmpViews() *httpError {
+	return s.needViews(topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages)
+}
+
+// NMPAnswer is an NMP with its name, and what publishing it does.
+type NMPAnswer struct {
+	Org  string        `json:"org"`
+	Name string        `json:"name"`
+	NMP  *nmp.Document `json:"nmp"`
+	// Nodes are the nodes it applies to (enabled or not).
+	Nodes []string `json:"nodes,omitempty"`
+	// Conflicts are the nodes where another NMP with a different
+	// intent is already enacted, so this one is ignored there: node ->
+	// that NMP.
+	Conflicts map[string]string `json:"conflicts,omitempty"`
+	DryRun    bool              `json:"dryRun,omitempty"`
+	Rollout   *RolloutAnswer    `json:"rollout,omitempty"`
+}
+
+// RolloutAnswer is an NMP's safe-rollout state.
+type RolloutAnswer struct {
+	Started int64  `json:"started"`
+	Failed  int64  `json:"failed"`
+	Paused  bool   `json:"paused"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *httpError {
+	org, e := s.inOrg(r)
+	if e != nil {
+		return e
+	}
+	if e := s.nmpViews(); e != nil {
+		return e
+	}
+	out := []NMPAnswer{}
+	for _, p := range s.nm.world.Policies(org) {
+		out = append(out, NMPAnswer{Org: org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"org": org, "nmps": out})
+	return nil
+}
+
+func (s *Server) lookupNMP(r *http.Request) (*nmp.Policy, *httpError) {
+	org, e := s.inOrg(r)
+	if e != nil {
+		return nil, e
+	}
+	name := r.PathValue("name")
+	if err := nmp.CheckName("NMP name", name); err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.nmpViews(); e != nil {
+		return nil, e
+	}
+	p := s.nm.world.Policy(keyOf(org, name))
+	if p == nil {
+		return nil, errorf(http.StatusNotFound, "org %s has no node management policy %s", org, name)
+	}
+	return p, nil
+}
+
+func (s *Server) getNMP(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.lookupNMP(r)
+	if e != nil {
+		return e
+	}
+	ro := s.nm.world.Rollout(p.Key)
+	writeJSON(w, http.StatusOK, NMPAnswer{Org: p.Ev.Org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev),
+		Rollout: &RolloutAnswer{Started: ro.Started, Failed: ro.Failed, Paused: ro.Paused, Reason: ro.Reason}})
+	return nil
+}
+
+const nmpExample = `{"constraints": ["arch == amd64"], "enabled": true, "agentUpgradePolicy": {"atLeastVersion": "current", "start": "now", "duration": 600}}`
+
+// putNMP creates or replaces an NMP. ?dryRun=true answers what it would
+// do (the nodes it applies to, the conflicts) without storing it.
+func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *httpError {
+	org, e := s.inOrg(r)
+	if e != nil {
+		return e
+	}
+	name := r.PathValue("name")
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, nmp.MaxBodyBytes))
+	if err != nil {
+		return errorf(http.StatusRequestEntityTooLarge, "the NMP is over %d bytes", nmp.MaxBodyBytes)
+	}
+	doc, err := nmp.Decode(raw)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "%v; send JSON such as %s", err, nmpExample)
+	}
+	if doc.Owner == "" {
+		doc.Owner = principalOf(r.Context()).Name
+	}
+	return s.publishNMP(w, r, org, name, doc, r.URL.Query().Get("dryRun") == "true")
+}
+
+func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name string, doc *nmp.Document, dry bool) *httpError {
+	if e := s.nmpViews(); e != nil {
+		return e
+	}
+	key := keyOf(org, name)
+	unlock := s.locks.lock("nmp " + key)
+	defer unlock()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	// lastUpdated moves forward with every change of an NMP, even two in
+	// one millisecond: it orders NMPs ("the newer wins") and tells when
+	// the view shows this change.
+	if old := s.nm.world.Policy(key); old != nil && !now.After(old.Ev.LastUpdated) {
+		now = old.Ev.LastUpdated.Add(time.Millisecond)
+	}
+	ev, err := nmp.Build(org, name, doc, now)
+	if err != nil {
+		var ref *nmp.Refusal
+		if errors.As(err, &ref) {
+			return errorf(http.StatusConflict, "%v", err)
+		}
+		return errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
+	}
+	c, err := nmp.Compile(ev)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
+	}
+	ans := NMPAnswer{Org: org, Name: name, NMP: nmp.ToDocument(ev), Nodes: s.nm.world.NodesOf(c), Conflicts: s.nm.world.Conflicts(c), DryRun: dry}
+	if dry {
+		writeJSON(w, http.StatusOK, ans)
+		return nil
+	}
+	val, err := s.env.Codec.Encode(ev)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode NMP %s: %v", c.Key, err)
+	}
+	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(c.Key), Value: val}); err != nil {
+		return errorf(http.StatusServiceUnavailable, "store NMP %s: %v; nothing was stored, retry", c.Key, err)
+	}
+	s.waitNMP(r, c.Key, ev.LastUpdated)
+	writeJSON(w, http.StatusOK, ans)
+	return nil
+}
+
+// waitNMP waits (bounded) until the view shows the NMP as stored, so the
+// caller's next read sees it.
+func (s *Server) waitNMP(r *http.Request, key string, at time.Time) {
+	deadline := time.Now().Add(s.opts.ViewWait)
+	for time.Now().Before(deadline) && r.Context().Err() == nil {
+		p := s.nm.world.Policy(key)
+		if (at.IsZero() && p == nil) || (p != nil && p.Ev.LastUpdated.Equal(at)) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *Server) deleteNMP(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.lookupNMP(r)
+	if e != nil {
+		return e
+	}
+	unlock := s.locks.lock("nmp " + p.Key)
+	defer unlock()
+	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(p.Key)}); err != nil {
+		return errorf(http.StatusServiceUnavailable, "remove NMP %s: %v; retry", p.Key, err)
+	}
+	s.waitNMP(r, p.Key, time.Time{})
+	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "removed": true})
+	return nil
+}
+
+func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.lookupNMP(r)
+	if e != nil {
+		return e
+	}
+	nodes := []string{}
+	for _, k := range s.nm.world.NodesOf(p) {
+		_, n := splitKey(k)
+		nodes = append(nodes, n)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "conflicts": s.nm.world.Conflicts(p)})
+	return nil
+}
+
+// NMPStatus is an NMP's rollout: nodes per state and the failing nodes.
+type NMPStatus struct {
+	Org     string         `json:"org"`
+	Name    string         `json:"name"`
+	Enabled bool           `json:"enabled"`
+	Nodes   int            `json:"nodes"`
+	States  map[string]int `json:"states"`
+	Failing []NodeState    `json:"failing"`
+	Rollout RolloutAnswer  `json:"rollout"`
+}
+
+func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.lookupNMP(r)
+	if e != nil {
+		return e
+	}
+	counts, failing := s.nm.stateCounts(p)
+	sort.Slice(failing, func(i, j int) bool { return failing[i].Node < failing[j].Node })
+	if failing == nil {
+		failing = []NodeState{}
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	ro := s.nm.world.Rollout(p.Key)
+	writeJSON(w, http.StatusOK, NMPStatus{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: n, States: counts, Failing: failing,
+		Rollout: RolloutAnswer{Started: ro.Started, Failed: ro.Failed, Paused: ro.Paused, Reason: ro.Reason}})
+	return nil
+}
+
+// nmpAction is POST .../nmps/{name}/enable|disable|resume|rollback.
+// enable takes {"confirmAllNodes": true} for an NMP that reaches every node.
+func (s *Server) nmpAction(act string) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) *httpError { return s.doNMPAction(w, r, act) }
+}
+
+func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string) *httpError {
+	p, e := s.lookupNMP(r)
+	if e != nil {
+		return e
+	}
+	var body struct {
+		ConfirmAllNodes bool `json:"confirmAllNodes"`
+	}
+	if raw, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096)); len(raw) > 0 {
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return errorf(http.StatusBadRequest, "the body is optional, else {\"confirmAllNodes\": true}: %v", err)
+		}
+	}
+	doc := nmp.ToDocument(p.Ev)
+	doc.LastUpdated = ""
+	// Only enabling needs a confirmation: an NMP stored enabled was
+	// confirmed when it was enabled.
+	doc.ConfirmAllNodes = true
+	switch act {
+	case "enable":
+		doc.Enabled = true
+		doc.ConfirmAllNodes = body.ConfirmAllNodes
+	case "disable":
+		doc.Enabled = false
+	case "resume":
+		doc.ResumedAt = time.Now().UTC().Format(time.RFC3339Nano)
+		doc.Rollback = false
+	case "rollback":
+		doc.Rollback = true
+	default:
+		return errorf(http.StatusNotFound, "no action %q on an NMP; use enable, disable, resume or rollback", act)
+	}
+	return s.publishNMP(w, r, p.Ev.Org, p.Ev.Name, doc, false)
+}

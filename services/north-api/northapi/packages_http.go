@@ -1,0 +1,178 @@
+package northapi
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// DefaultMaxPackageBytes bounds an uploaded agent package.
+const DefaultMaxPackageBytes = 512 << 20
+
+// PackageAnswer is an agent package's metadata.
+type PackageAnswer struct {
+	Version         string    `json:"version"`
+	PackagesVersion string    `json:"packagesVersion,omitempty"`
+	SSLVersion      string    `json:"sslVersion,omitempty"`
+	ConfigVersion   string    `json:"configVersion,omitempty"`
+	SHA256          string    `json:"sha256"`
+	Size            int64     `json:"size"`
+	UploadedBy      string    `json:"uploadedBy,omitempty"`
+	UploadedAt      time.Time `json:"uploadedAt"`
+}
+
+func packageAnswer(p *events.AgentPackage) PackageAnswer {
+	return PackageAnswer{Version: p.Version, PackagesVersion: p.PackagesVersion, SSLVersion: p.SSLVersion, ConfigVersion: p.ConfigVersion,
+		SHA256: p.SHA256, Size: p.Size, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
+}
+
+func (s *Server) packageDir() (string, *httpError) {
+	if s.opts.PackageDir == "" {
+		return "", errorf(http.StatusServiceUnavailable, "this North API stores no agent packages: start it with --package-dir")
+	}
+	return s.opts.PackageDir, nil
+}
+
+func (s *Server) listPackages(w http.ResponseWriter, r *http.Request) *httpError {
+	if e := s.needViews(topology.AgentPackages); e != nil {
+		return e
+	}
+	out := []PackageAnswer{}
+	for _, p := range s.nm.world.PackageList() {
+		out = append(out, packageAnswer(p))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"packages": out})
+	return nil
+}
+
+func (s *Server) lookupPackage(r *http.Request) (*events.AgentPackage, *httpError) {
+	v := r.PathValue("version")
+	if _, err := nmp.ParseSemver(v); err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.needViews(topology.AgentPackages); e != nil {
+		return nil, e
+	}
+	p := s.nm.world.Package(v)
+	if p == nil {
+		return nil, errorf(http.StatusNotFound, "the hub has no agent package %s", v)
+	}
+	return p, nil
+}
+
+func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.lookupPackage(r)
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, packageAnswer(p))
+	return nil
+}
+
+// downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256
+// and Digest.
+func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpError {
+	p, e := s.lookupPackage(r)
+	if e != nil {
+		return e
+	}
+	dir, e := s.packageDir()
+	if e != nil {
+		return e
+	}
+	f, err := os.Open(filepath.Join(dir, p.SHA256+".tar.gz"))
+	if err != nil {
+		return errorf(http.StatusServiceUnavailable, "agent package %s (%s) is not in this North API's package store %s: %v", p.Version, p.SHA256, dir, err)
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/gzip")
+	w.Header().Set("X-Checksum-Sha256", p.SHA256)
+	w.Header().Set("ETag", `"`+p.SHA256+`"`)
+	http.ServeContent(w, r, p.Version+".tar.gz", p.UploadedAt, f)
+	return nil
+}
+
+// uploadPackage takes a tar.gz as the body. ?sha256= (or the header
+// X-Checksum-Sha256), when given, must be the body's SHA-256. The package
+// is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
+// announced on agent.packages; a version already on the hub with other
+// content is refused.
+func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpError {
+	dir, e := s.packageDir()
+	if e != nil {
+		return e
+	}
+	if e := s.needViews(topology.AgentPackages); e != nil {
+		return e
+	}
+	want := strings.ToLower(r.URL.Query().Get("sha256"))
+	if want == "" {
+		want = strings.ToLower(r.Header.Get("X-Checksum-Sha256"))
+	}
+	tmp, err := os.CreateTemp(dir, ".upload-*")
+	if err != nil {
+		return errorf(http.StatusServiceUnavailable, "package store %s: %v", dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	max := s.opts.MaxPackageBytes
+	if max <= 0 {
+		max = DefaultMaxPackageBytes
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, "the package is over %d bytes", max)
+		}
+		return errorf(http.StatusBadRequest, "read the package: %v", err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if want != "" && want != sum {
+		return errorf(http.StatusBadRequest, "the package's SHA-256 is %s, not %s as given: it was damaged or is not the file meant", sum, want)
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return errorf(http.StatusInternalServerError, "reread the upload: %v", err)
+	}
+	man, raw, err := nmp.ReadPackage(tmp)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	unlock := s.locks.lock("package " + man.Version)
+	defer unlock()
+	if old := s.nm.world.Package(man.Version); old != nil {
+		if old.SHA256 == sum {
+			writeJSON(w, http.StatusOK, packageAnswer(old))
+			return nil
+		}
+		return errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
+	}
+	if err := tmp.Sync(); err != nil {
+		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
+	}
+	final := filepath.Join(dir, sum+".tar.gz")
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
+	}
+	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
+		Manifest: string(raw), SHA256: sum, Size: n, UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
+	if e := s.produceAndAnswer(w, r, topology.AgentPackages, man.Version, ev, packageAnswer(ev)); e != nil {
+		return e
+	}
+	deadline := time.Now().Add(s.opts.ViewWait)
+	for s.nm.world.Package(man.Version) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}

@@ -1,0 +1,220 @@
+package edgeagent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client talks to the hub's North API as one node's agent.
+type Client struct {
+	Hub   string // base URL
+	Token string
+	Org   string
+	Node  string
+	HTTP  *http.Client
+}
+
+// Directive is what the hub asks of the node.
+type Directive struct {
+	Index          uint64    `json:"index"`
+	DirectiveID    string    `json:"directiveId"`
+	Policy         string    `json:"policy"`
+	Action         string    `json:"action"`
+	TargetVersion  string    `json:"targetVersion"`
+	PackageSHA256  string    `json:"packageSha256"`
+	AllowDowngrade bool      `json:"allowDowngrade"`
+	StartAt        time.Time `json:"startAt"`
+	Reason         string    `json:"reason"`
+	Conflicts      []string  `json:"conflicts"`
+}
+
+// Registration is the node's registration.
+type Registration struct {
+	Pattern         string          `json:"pattern,omitempty"`
+	Properties      json.RawMessage `json:"properties,omitempty"`
+	Constraints     []string        `json:"constraints,omitempty"`
+	SoftwareVersion string          `json:"softwareVersion"`
+}
+
+// Report is a status report.
+type Report struct {
+	DirectiveID     string       `json:"directiveId,omitempty"`
+	Policy          string       `json:"policy,omitempty"`
+	Status          string       `json:"status"`
+	SoftwareVersion string       `json:"softwareVersion,omitempty"`
+	PreviousVersion string       `json:"previousVersion,omitempty"`
+	Error           string       `json:"error,omitempty"`
+	AgentVersion    AgentVersion `json:"agentVersion"`
+}
+
+// AgentVersion is Open Horizon's agentVersion status.
+type AgentVersion struct {
+	Package      json.RawMessage `json:"package,omitempty"`
+	Failed       string          `json:"failed,omitempty"`
+	UpgradeStart *time.Time      `json:"upgradeStart,omitempty"`
+	UpgradeEnd   *time.Time      `json:"upgradeEnd,omitempty"`
+}
+
+// HTTPError is an answer other than the one wanted.
+type HTTPError struct {
+	Code int
+	Msg  string
+}
+
+func (e *HTTPError) Error() string { return fmt.Sprintf("hub answered %d: %s", e.Code, e.Msg) }
+
+func (c *Client) nodePath() string {
+	return "/v1/orgs/" + url.PathEscape(c.Org) + "/nodes/" + url.PathEscape(c.Node)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.Hub, "/")+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode == http.StatusNotModified {
+		return resp, nil
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		if e.Error == "" {
+			e.Error = strings.TrimSpace(string(raw))
+		}
+		return resp, &HTTPError{Code: resp.StatusCode, Msg: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return resp, fmt.Errorf("%s %s: answer is not the JSON expected: %w", method, path, err)
+		}
+	}
+	return resp, nil
+}
+
+// Register registers (or updates) the node.
+func (c *Client) Register(ctx context.Context, r Registration) error {
+	_, err := c.do(ctx, http.MethodPut, c.nodePath(), r, nil)
+	if err != nil {
+		return fmt.Errorf("register node %s/%s: %w", c.Org, c.Node, err)
+	}
+	return nil
+}
+
+// Report sends a status report.
+func (c *Client) Report(ctx context.Context, r Report) error {
+	_, err := c.do(ctx, http.MethodPut, c.nodePath()+"/status", r, nil)
+	if err != nil {
+		return fmt.Errorf("report %q for node %s/%s: %w", r.Status, c.Org, c.Node, err)
+	}
+	return nil
+}
+
+// Poll long-polls the directive: it answers when the directive's index is
+// not index (nil when nothing changed within wait, or the node has none).
+func (c *Client) Poll(ctx context.Context, index uint64, wait time.Duration) (*Directive, error) {
+	path := c.nodePath() + "/directive"
+	if index > 0 {
+		path += "?index=" + strconv.FormatUint(index, 10) + "&wait=" + wait.String()
+	}
+	var d Directive
+	resp, err := c.do(ctx, http.MethodGet, path, nil, &d)
+	if err != nil {
+		var he *HTTPError
+		if ok := asHTTP(err, &he); ok && he.Code == http.StatusNotFound {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusNotModified {
+		return nil, nil
+	}
+	return &d, nil
+}
+
+func asHTTP(err error, he **HTTPError) bool {
+	e, ok := err.(*HTTPError)
+	if ok {
+		*he = e
+	}
+	return ok
+}
+
+// Download fetches a package version into a file and checks its SHA-256
+// against want (and the hub's X-Checksum-Sha256).
+func (c *Client) Download(ctx context.Context, version, want, dest string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.Hub, "/")+"/v1/agentpackages/"+url.PathEscape(version)+"/file", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	// A package may take longer than a poll: no overall timeout, the
+	// context bounds it.
+	dl := &http.Client{Transport: c.HTTP.Transport}
+	resp, err := dl.Do(req)
+	if err != nil {
+		return fmt.Errorf("download package %s: %w", version, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("download package %s: %w", version, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(raw))})
+	}
+	f, err := os.Create(dest)
+	if err != nil {
+		return fmt.Errorf("download package %s: %w", version, err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("download package %s: %w", version, err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if hdr := resp.Header.Get("X-Checksum-Sha256"); want == "" {
+		want = hdr
+	}
+	if want == "" || got != want {
+		return &HashError{Version: version, Got: got, Want: want}
+	}
+	return nil
+}
+
+// HashError is a downloaded package whose SHA-256 is not the one expected.
+type HashError struct{ Version, Got, Want string }
+
+func (e *HashError) Error() string {
+	return fmt.Sprintf("package %s: SHA-256 %s, want %s", e.Version, e.Got, e.Want)
+}

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/policyflow/policyflow/services/runtime"
+)
+
+const (
+	nmpListSummary     = "list the node management policies (NMPs) of an org"
+	nmpNewSummary      = "print an NMP template to fill in, as `hzn exchange nm new` does; nmp publish takes it with its comments"
+	nmpPublishSummary  = "create or replace an NMP from a JSON file (- for stdin); --dry-run shows the nodes it applies to and the conflicts"
+	nmpRemoveSummary   = "remove an NMP"
+	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
+	nmpDisableSummary  = "disable an NMP: nodes that have not started do not start"
+	nmpStatusSummary   = "show an NMP's rollout: nodes per state, the failing nodes, whether it is paused"
+	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict"
+	nmpResumeSummary   = "resume a rollout paused by its failure threshold (failures so far no longer count)"
+	nmpRollbackSummary = "order the nodes an NMP upgraded back to their previous version; nodes it did not upgrade do not start"
+)
+
+func init() {
+	register(command{name: "nmp list", summary: nmpListSummary, run: runNMPList})
+	register(command{name: "nmp new", summary: nmpNewSummary, run: runNMPNew})
+	register(command{name: "nmp publish", summary: nmpPublishSummary, run: runNMPPublish})
+	register(command{name: "nmp remove", summary: nmpRemoveSummary, run: nmpOne("remove", nmpRemoveSummary, http.MethodDelete, "")})
+	register(command{name: "nmp enable", summary: nmpEnableSummary, run: runNMPEnable})
+	register(command{name: "nmp disable", summary: nmpDisableSummary, run: nmpOne("disable", nmpDisableSummary, http.MethodPost, "/disable")})
+	register(command{name: "nmp resume", summary: nmpResumeSummary, run: nmpOne("resume", nmpResumeSummary, http.MethodPost, "/resume")})
+	register(command{name: "nmp rollback", summary: nmpRollbackSummary, run: nmpOne("rollback", nmpRollbackSummary, http.MethodPost, "/rollback")})
+	register(command{name: "nmp status", summary: nmpStatusSummary, run: runNMPStatus})
+	register(command{name: "nmp nodes", summary: nmpNodesSummary, run: nmpOne("nodes", nmpNodesSummary, http.MethodGet, "/nodes")})
+}
+
+// nmpTemplate is what `nmp new` prints: every field, with its meaning.
+const nmpTemplate = `{
+  "label": "",                           /* (optional) a short description */
+  "description": "",                     /* (optional) a longer description */
+  "constraints": [                       /* nodes using a node policy are selected by these (and their own constraints on "properties") */
+    "myproperty == myvalue"
+  ],
+  "properties": [                        /* (optional) properties node constraints may test */
+    {"name": "", "value": null}
+  ],
+  "patterns": [                          /* (optional) nodes using one of these patterns (org/name; "*": any pattern) */
+    ""
+  ],
+  "enabled": false,                      /* a disabled NMP selects no node for an upgrade */
+  "agentUpgradePolicy": {
+    "atLeastVersion": "current",         /* the version to reach (1.2.3), or "current": the newest package on the hub */
+    "start": "now",                      /* RFC3339 time to start, or "now" */
+    "duration": 0,                       /* seconds: each node starts at a time of its own in [start, start+duration] */
+    "allowDowngrade": false              /* the version may be older than a node's */
+  },
+  "failureThreshold": {                  /* (optional) pause the rollout when this many, or this ratio of started nodes, failed */
+    "count": 0,
+    "ratio": 0,
+    "minStarted": 0
+  }
+}
+`
+
+// stripComments drops the /* ... */ comments of a template from `nmp
+// new` (outside strings), so that it publishes as printed once filled in.
+func stripComments(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			out = append(out, c)
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+			out = append(out, c)
+		case c == '/' && i+1 < len(b) && b[i+1] == '*':
+			end := bytes.Index(b[i+2:], []byte("*/"))
+			if end < 0 {
+				return append(out, b[i:]...) // unterminated: let the JSON check say where
+			}
+			i += end + 3
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func registerOrgFlag(fs *flag.FlagSet) *string {
+	return fs.String("org", runtime.EnvOr("PF_ORG", ""), "the org (env PF_ORG)")
+}
+
+func nmpPath(org, name string) string {
+	return "/v1/orgs/" + url.PathEscape(org) + "/nmps/" + url.PathEscape(name)
+}
+
+func needOrg(org string) error {
+	if org == "" {
+		return usageErrorf("give the org with --org or PF_ORG")
+	}
+	return nil
+}
+
+func runNMPNew(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nFill it in and remove the fields you do not need; `nmp publish` drops the /* */ comments.", "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	_, err := fmt.Fprint(stdout(ctx), nmpTemplate)
+	return err
+}
+
+type nmpItem struct {
+	Name string `json:"name"`
+	NMP  struct {
+		Label              string `json:"label"`
+		Enabled            bool   `json:"enabled"`
+		AgentUpgradePolicy *struct {
+			AtLeastVersion string `json:"atLeastVersion"`
+			Start          string `json:"start"`
+			Duration       *int64 `json:"duration"`
+		} `json:"agentUpgradePolicy"`
+		LastUpdated string `json:"lastUpdated"`
+	} `json:"nmp"`
+}
+
+func runNMPList(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "nmp list", nmpListSummary, "")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := needOrg(*org); err != nil {
+		return err
+	}
+	data, err := api.do(ctx, http.MethodGet, "/v1/orgs/"+url.PathEscape(*org)+"/nmps", nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printAnswer(ctx, data)
+	}
+	var ans struct {
+		NMPs []nmpItem `json:"nmps"`
+	}
+	if err := json.Unmarshal(data, &ans); err != nil {
+		return fmt.Errorf("the North API's answer is not the list expected: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tENABLED\tVERSION\tSTART\tDURATION\tLAST UPDATED\tLABEL")
+	for _, p := range ans.NMPs {
+		v, s, d := "-", "-", "-"
+		if u := p.NMP.AgentUpgradePolicy; u != nil {
+			v, s = u.AtLeastVersion, u.Start
+			if u.Duration != nil {
+				d = fmt.Sprintf("%ds", *u.Duration)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.NMP.Enabled, v, s, d, p.NMP.LastUpdated, p.NMP.Label)
+	}
+	return tw.Flush()
+}
+
+// publishAnswer is what publishing (or a dry run) answers.
+type publishAnswer struct {
+	Nodes     []string          `json:"nodes"`
+	Conflicts map[string]string `json:"conflicts"`
+	DryRun    bool              `json:"dryRun"`
+}
+
+func printPublish(ctx context.Context, org, name string, data []byte) error {
+	var a publishAnswer
+	if err := json.Unmarshal(data, &a); err != nil {
+		return printAnswer(ctx, data)
+	}
+	w := stdout(ctx)
+	verb := "published"
+	if a.DryRun {
+		verb = "would be published (dry run, nothing stored)"
+	}
+	fmt.Fprintf(w, "NMP %s/%s %s; it applies to %d node(s)\n", org, name, verb, len(a.Nodes))
+	for _, n := range a.Nodes {
+		fmt.Fprintf(w, "  %s\n", n)
+	}
+	if len(a.Conflicts) > 0 {
+		keys := make([]string, 0, len(a.Conflicts))
+		for k := range a.Conflicts {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintf(w, "It is ignored on %d node(s) where a conflicting NMP is already enacted:\n", len(keys))
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s (enacted: %s)\n", k, a.Conflicts[k])
+		}
+	}
+	return nil
+}
+
+// confirmHint turns the API's refusal of an unconfirmed all-node NMP into
+// what to type.
+func confirmHint(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.status == http.StatusConflict && strings.Contains(ae.reason, "confirmAllNodes") {
+		return fmt.Errorf("%w\nIf every such node should upgrade, run the command again with --yes-all-nodes", err)
+	}
+	return err
+}
+
+func runNMPPublish(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "nmp publish", nmpPublishSummary+
+		"\n\nAn enabled NMP with no constraints, or with the pattern \"*\", reaches every node of its kind and is refused"+
+		"\nunless --yes-all-nodes confirms it. `policyctl nmp new` prints a template.", "NAME FILE|-")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	yes := fs.Bool("yes-all-nodes", false, "confirm an enabled NMP that applies to every node of its kind")
+	dry := fs.Bool("dry-run", false, "show the nodes it applies to and the conflicts; store nothing")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := needOrg(*org); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 {
+		return usageErrorf("nmp publish takes NAME and FILE (or - for stdin), got %d arguments", fs.NArg())
+	}
+	name := fs.Arg(0)
+	raw, err := readFileArg(ctx, fs.Arg(1))
+	if err != nil {
+		return err
+	}
+	data, err := checkJSON(fs.Arg(1), stripComments(raw))
+	if err != nil {
+		return err
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("%s must hold one JSON object (the NMP): %w", fs.Arg(1), err)
+	}
+	if *yes {
+		doc["confirmAllNodes"] = json.RawMessage("true")
+	}
+	body, _ := json.Marshal(doc)
+	path := nmpPath(*org, name)
+	if *dry {
+		path += "?dryRun=true"
+	}
+	ans, err := api.do(ctx, http.MethodPut, path, body)
+	if err != nil {
+		return confirmHint(err)
+	}
+	return printPublish(ctx, *org, name, ans)
+}
+
+func runNMPEnable(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "nmp enable", nmpEnableSummary, "NAME")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	yes := fs.Bool("yes-all-nodes", false, "confirm an NMP that applies to every node of its kind")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := needOrg(*org); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErrorf("nmp enable takes the NMP's NAME, got %d arguments", fs.NArg())
+	}
+	body := []byte(`{}`)
+	if *yes {
+		body = []byte(`{"confirmAllNodes": true}`)
+	}
+	ans, err := api.do(ctx, http.MethodPost, nmpPath(*org, fs.Arg(0))+"/enable", body)
+	if err != nil {
+		return confirmHint(err)
+	}
+	return printPublish(ctx, *org, fs.Arg(0), ans)
+}
+
+// nmpOne is a command on one NMP that prints the API's answer.
+func nmpOne(verb, summary, method, suffix string) func(ctx context.Context, args []string) error {
+	return func(ctx context.Context, args []string) error {
+		fs := newFlagSet(ctx, "nmp "+verb, summary, "NAME")
+		api := registerAPIFlags(fs)
+		org := registerOrgFlag(fs)
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if err := needOrg(*org); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usageErrorf("nmp %s takes the NMP's NAME, got %d arguments", verb, fs.NArg())
+		}
+		var body []byte
+		if method == http.MethodPost {
+			body = []byte(`{}`)
+		}
+		ans, err := api.do(ctx, method, nmpPath(*org, fs.Arg(0))+suffix, body)
+		if err != nil {
+			return err
+		}
+		return printAnswer(ctx, ans)
+	}
+}
+
+func runNMPStatus(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "nmp status", nmpStatusSummary, "NAME")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := needOrg(*org); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErrorf("nmp status takes the NMP's NAME, got %d arguments", fs.NArg())
+	}
+	data, err := api.do(ctx, http.MethodGet, nmpPath(*org, fs.Arg(0))+"/status", nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printAnswer(ctx, data)
+	}
+	var st struct {
+		Enabled bool           `json:"enabled"`
+		Nodes   int            `json:"nodes"`
+		States  map[string]int `json:"states"`
+		Failing []struct {
+			Node, Status, FailedVersion, Error string
+		} `json:"failing"`
+		Rollout struct {
+			Started, Failed int64
+			Paused          bool
+			Reason          string
+		} `json:"rollout"`
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("the North API's answer is not the status expected: %w", err)
+	}
+	w := stdout(ctx)
+	fmt.Fprintf(w, "NMP %s/%s: enabled %v, %d node(s)\n", *org, fs.Arg(0), st.Enabled, st.Nodes)
+	if st.Rollout.Paused {
+		fmt.Fprintf(w, "PAUSED: %s\n", st.Rollout.Reason)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tNODES")
+	states := make([]string, 0, len(st.States))
+	for s := range st.States {
+		states = append(states, s)
+	}
+	sort.Strings(states)
+	for _, s := range states {
+		fmt.Fprintf(tw, "%s\t%d\n", s, st.States[s])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(st.Failing) > 0 {
+		fmt.Fprintln(w, "Failing nodes:")
+		for _, f := range st.Failing {
+			fmt.Fprintf(w, "  %s: %s (version %s) %s\n", f.Node, f.Status, f.FailedVersion, f.Error)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/topology"
+)
+
+func TestNMPCommands(t *testing.T) {
+	url, k := northAPI(t)
+	t.Setenv("PF_API", url)
+	t.Setenv("PF_ORG", "acme")
+
+	r := policyctl(t, "nmp", "new")
+	if r.code != 0 || !strings.Contains(r.out, `"atLeastVersion": "current"`) || !strings.Contains(r.out, `"failureThreshold"`) {
+		t.Fatalf("nmp new: exit %d %q", r.code, r.out)
+	}
+	// The template, filled in, publishes with its comments.
+	filled := strings.NewReplacer(`{"name": "", "value": null}`, `{"name": "tier", "value": "edge"}`, `    ""`, `    "web"`).Replace(r.out)
+	r = policyctl(t, "nmp", "publish", "--dry-run", "tmpl", writeFile(t, "tmpl.json", filled))
+	if r.code != 0 || !strings.Contains(r.out, "NMP acme/tmpl would be published") {
+		t.Fatalf("template: exit %d %q %q\n%s", r.code, r.out, r.errOut, filled)
+	}
+	all := writeFile(t, "all.json", `{"enabled": true, "agentUpgradePolicy": {"duration": 600}}`)
+	r = policyctl(t, "nmp", "publish", "fleet", all)
+	if r.code != 1 || !strings.Contains(r.errOut, "no constraints") || !strings.Contains(r.errOut, "--yes-all-nodes") {
+		t.Fatalf("unconfirmed: exit %d %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "nmp", "publish", "--dry-run", "--yes-all-nodes", "fleet", all)
+	if r.code != 0 || !strings.Contains(r.out, "dry run, nothing stored") {
+		t.Fatalf("dry run: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	r = policyctl(t, "nmp", "publish", "--yes-all-nodes", "fleet", all)
+	if r.code != 0 || !strings.Contains(r.out, "NMP acme/fleet published") {
+		t.Fatalf("publish: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	recs := readTopic(t, k, topology.NMPPolicies, 1)
+	var p events.NodeManagementPolicy
+	if err := events.Default().DecodeInto(context.Background(), recs[0].Value, &p); err != nil {
+		t.Fatal(err)
+	}
+	if string(recs[0].Key) != "acme/fleet" || !p.Enabled || p.AgentUpgrade.DurationS != 600 {
+		t.Fatalf("stored %s %+v", recs[0].Key, p)
+	}
+	bad := writeFile(t, "bad.json", `{"constraints": ["arch == amd64 &&"]}`)
+	r = policyctl(t, "nmp", "publish", "other", bad)
+	if r.code != 1 || !strings.Contains(r.errOut, "at position 16") || !strings.Contains(r.errOut, "Fix the input") {
+		t.Fatalf("bad constraint: exit %d %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "nmp", "list")
+	if r.code != 0 || !strings.Contains(r.out, "fleet") || !strings.Contains(r.out, "600s") {
+		t.Fatalf("list: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	for _, verb := range []string{"disable", "resume", "rollback", "nodes"} {
+		if r := policyctl(t, "nmp", verb, "fleet"); r.code != 0 {
+			t.Fatalf("%s: exit %d %q", verb, r.code, r.errOut)
+		}
+	}
+	r = policyctl(t, "nmp", "enable", "fleet")
+	if r.code != 1 || !strings.Contains(r.errOut, "--yes-all-nodes") {
+		t.Fatalf("enable unconfirmed: exit %d %q", r.code, r.errOut)
+	}
+	if r := policyctl(t, "nmp", "enable", "--yes-all-nodes", "fleet"); r.code != 0 {
+		t.Fatalf("enable: exit %d %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "nmp", "status", "fleet")
+	if r.code != 0 || !strings.Contains(r.out, "enabled true, 0 node(s)") {
+		t.Fatalf("status: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	if r := policyctl(t, "nmp", "remove", "fleet"); r.code != 0 {
+		t.Fatalf("remove: exit %d %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "nmp", "status", "fleet")
+	if r.code != 1 || !strings.Contains(r.errOut, "no node management policy fleet") {
+		t.Fatalf("status after remove: exit %d %q", r.code, r.errOut)
+	}
+	t.Setenv("PF_ORG", "")
+	if r := policyctl(t, "nmp", "list"); r.code != 2 || !strings.Contains(r.errOut, "--org") {
+		t.Fatalf("no org: exit %d %q", r.code, r.errOut)
+	}
+}
+
+func TestAgentPackageCommands(t *testing.T) {
+	url, k := northAPI(t)
+	t.Setenv("PF_API", url)
+	dir := filepath.Join(t.TempDir(), "pkg")
+	if r := policyctl(t, "agentpackage", "new", "1.1.0", dir); r.code != 0 {
+		t.Fatalf("new: exit %d %q", r.code, r.errOut)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config", "agent.cfg"), []byte("HUB=x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := policyctl(t, "agentpackage", "publish", dir)
+	if r.code != 0 || !strings.Contains(r.out, "published agent package 1.1.0") {
+		t.Fatalf("publish: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	rec := readTopic(t, k, topology.AgentPackages, 1)[0]
+	var p events.AgentPackage
+	if err := events.Default().DecodeInto(context.Background(), rec.Value, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Version != "1.1.0" || !strings.Contains(r.out, p.SHA256) {
+		t.Fatalf("stored %+v, printed %q", p, r.out)
+	}
+	r = policyctl(t, "agentpackage", "list")
+	if r.code != 0 || !strings.Contains(r.out, p.SHA256) {
+		t.Fatalf("list: exit %d %q", r.code, r.out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"version": "1.2"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = policyctl(t, "agentpackage", "publish", dir)
+	if r.code != 1 || !strings.Contains(r.errOut, "semantic version") {
+		t.Fatalf("bad manifest: exit %d %q", r.code, r.errOut)
+	}
+	if r := policyctl(t, "agentpackage", "new", "1.x", t.TempDir()+"/p"); r.code != 2 {
+		t.Fatalf("bad version: exit %d %q", r.code, r.errOut)
+	}
+}
