@@ -18,6 +18,9 @@ const (
 	SchemaAgentNode            = "policyflow.AgentNode"
 	SchemaAgentDirective       = "policyflow.AgentDirective"
 	SchemaAgentStatus          = "policyflow.AgentStatus"
+	SchemaDeploymentRequest    = "policyflow.DeploymentRequest"
+	SchemaAdmissionVerdict     = "policyflow.AdmissionVerdict"
+	SchemaAppPolicy            = "policyflow.AppPolicy"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -36,6 +39,9 @@ func (*NodeManagementPolicy) SchemaName() string { return SchemaNodeManagementPo
 func (*AgentNode) SchemaName() string            { return SchemaAgentNode }
 func (*AgentDirective) SchemaName() string       { return SchemaAgentDirective }
 func (*AgentStatus) SchemaName() string          { return SchemaAgentStatus }
+func (*DeploymentRequest) SchemaName() string    { return SchemaDeploymentRequest }
+func (*AdmissionVerdict) SchemaName() string     { return SchemaAdmissionVerdict }
+func (*AppPolicy) SchemaName() string            { return SchemaAppPolicy }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -55,6 +61,9 @@ var newEvent = map[string]func() Event{
 	SchemaAgentNode:            func() Event { return new(AgentNode) },
 	SchemaAgentDirective:       func() Event { return new(AgentDirective) },
 	SchemaAgentStatus:          func() Event { return new(AgentStatus) },
+	SchemaDeploymentRequest:    func() Event { return new(DeploymentRequest) },
+	SchemaAdmissionVerdict:     func() Event { return new(AdmissionVerdict) },
+	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
 }
 
 // SchemaNames lists the full name of every event schema.

@@ -449,8 +449,8 @@ func TestDefaultTopologyIsConsistent(t *testing.T) {
 		t.Fatalf("default topology is invalid: %v", err)
 	}
 	stages := topology.Stages()
-	if len(stages) != 6 {
-		t.Errorf("%d stages, want the 6 that are built", len(stages))
+	if len(stages) != 7 {
+		t.Errorf("%d stages, want the 7 that are built", len(stages))
 	}
 	for _, s := range stages {
 		d, ok := topology.Find(topology.DLQ(s))
