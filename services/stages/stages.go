@@ -3,6 +3,7 @@
 package stages
 
 import (
+	"github.com/policyflow/policyflow/services/admission/admission"
 	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
 	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
@@ -53,6 +54,7 @@ func With(cfg Config) []runtime.Stage {
 		nc.Targets = cfg.NotifyTargets
 	}
 	return []runtime.Stage{
+		admission.Stage(),
 		pdpingest.StageWith(ic),
 		matcher.Stage(),
 		segmenter.StageWith(sc),
