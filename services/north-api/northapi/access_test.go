@@ -85,6 +85,10 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /policy_latest/{policy_id}":                      true,
 		"POST /policies_latest":                               true,
 		"GET /service_component_all/{service_component_name}": true,
+		"GET /v1/deployments/{deployment_id}":                 true,
+		"GET /policies":                                       true,
+		"GET /policies/{policy_id}":                           true,
+		"GET /policies/{policy_id}/violations":                true,
 	}
 	for _, rt := range s.server.routeTable() {
 		if rt.access.public {

@@ -123,7 +123,7 @@ func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ..
 		opts.Tokens = testTokenSet(t)
 	}
 	var topics []string
-	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied} {
+	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied, topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployRequests} {
 		if !slices.Contains(skipTopics, base) {
 			topics = append(topics, base)
 		}

@@ -18,7 +18,7 @@ type route struct {
 // scoped further in the handlers: to components whose tenant is theirs
 // and to those components' folders; policies are not tenant-scoped.
 func (s *Server) routeTable() []route {
-	return []route{
+	return append([]route{
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
 		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, ownComponents},
 		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
@@ -30,7 +30,7 @@ func (s *Server) routeTable() []route {
 		{http.MethodPost, "/policies_latest", s.policiesLatest, readers},
 		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, readers},
 		{http.MethodGet, "/healthcheck", s.healthcheck, anyone},
-	}
+	}, s.admissionRoutes()...)
 }
 
 // routes is the API mux. A path served with another method answers 405
@@ -56,7 +56,7 @@ func (s *Server) routes() http.Handler {
 		})))
 	}
 	mux.Handle("/", s.wrap("not found", s.guard(authenticated, func(_ http.ResponseWriter, r *http.Request) *httpError {
-		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves /v1/components/{component_id}, /v1/components/{component_id}/status, /v1/pdp/notifications, /v1/policies, /v1/catchup, /policy_latest/{policy_id}, /policies_latest, /service_component_all/{service_component_name}, /healthcheck", r.URL.Path)
+		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves /v1/components/{component_id}, /v1/components/{component_id}/status, /v1/pdp/notifications, /v1/policies, /v1/catchup, /policy_latest/{policy_id}, /policies_latest, /service_component_all/{service_component_name}, /healthcheck, /v1/deployments, /v1/deployments/{deployment_id}, /policies, /policies/{policy_id}, /policies/{policy_id}/violations", r.URL.Path)
 	})))
 	return mux
 }

@@ -85,6 +85,8 @@ type Server struct {
 	catalog    *catalogView
 	components *componentsView
 	applied    *appliedView
+	appPols    *appPoliciesView
+	verdicts   *verdictsView
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -123,6 +125,8 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		catalog:    newCatalogView(env.Codec),
 		components: newComponentsView(env.Codec),
 		applied:    newAppliedView(env.Codec),
+		appPols:    newAppPoliciesView(env.Codec),
+		verdicts:   newVerdictsView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -155,9 +159,11 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("north api: %w", err)
 	}
 	s.reader = newReader(env.Kafka, env.Health, s.log, map[string]applyFunc{
-		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,
-		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
-		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
+		env.Kafka.Topic(topology.PolicyCatalog):     s.catalog.apply,
+		env.Kafka.Topic(topology.DeployComponents):  s.components.apply,
+		env.Kafka.Topic(topology.ComponentApplied):  s.applied.apply,
+		env.Kafka.Topic(topology.AppPolicies):       s.appPols.apply,
+		env.Kafka.Topic(topology.AdmissionVerdicts): s.verdicts.apply,
 	})
 	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
