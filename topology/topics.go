@@ -163,7 +163,7 @@ func Default() []Topic {
 	topics := []Topic{
 		del(Topic{
 			Name: PDPNotifications, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PdpNotification",
-			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl), Readers: l(StagePDPIngest),
+			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl, StageAdmission), Readers: l(StagePDPIngest),
 			Doc: "policy engine notifications: loaded and removed policies with name, version and matching conditions",
 		}),
 		compact(Topic{

@@ -125,9 +125,14 @@ func Stage() runtime.Stage {
 	}
 }
 
+// Source names the admission stage in the events it writes.
+const Source = "admission"
+
 // Decide is the admission of one deployment request: its verdict on
 // admission.verdicts, preceded, when admitted, by the registration of its
-// components on deploy.components. A request that cannot be read (its
+// components on deploy.components and by each application's settings
+// policy (admit.SettingsPolicy) pushed on pdp.notifications, which the
+// policy flow delivers to the component's Consul folder. A request that cannot be read (its
 // JSON, no tenant, a bad class name, a record whose deployment or tenant
 // disagrees with its JSON) is denied with the reason; only a record that
 // names no deployment at all, so no verdict can be keyed, is an error
@@ -158,9 +163,18 @@ func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled
 		if err != nil {
 			return refuse(err.Error()), nil
 		}
-		for _, c := range comps {
+		for i, c := range comps {
+			id, body, err := admit.SettingsPolicy(v.Request, &v.Request.Applications[i], dr.SubmittedAt.UnixMilli())
+			if err != nil {
+				return refuse(err.Error()), nil
+			}
 			ids = append(ids, c.ComponentID)
-			outs = append(outs, runtime.Output{Topic: topology.DeployComponents, Key: []byte(c.ComponentID), Value: c})
+			outs = append(outs,
+				runtime.Output{Topic: topology.PDPNotifications, Key: []byte(id), Value: &events.PdpNotification{
+					NotificationID: dr.RequestID + "/" + id, Source: Source, ReceivedAt: now.UTC(),
+					LoadedPolicies: []events.LoadedPolicy{}, RemovedPolicies: []events.UnloadedPolicy{}, PushedBodies: []string{string(body)},
+				}},
+				runtime.Output{Topic: topology.DeployComponents, Key: []byte(c.ComponentID), Value: c})
 		}
 	}
 	ve, err := admit.VerdictEvent(dr.RequestID, req, v, ids, now)

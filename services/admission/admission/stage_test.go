@@ -16,7 +16,7 @@ func request(id, dep, tenant, body string) *events.DeploymentRequest {
 }
 
 func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
-	c := stagetest.NewCluster(t, 3, topology.DeployRequests, topology.AdmissionVerdicts, topology.DeployComponents,
+	c := stagetest.NewCluster(t, 3, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
 		topology.AppPolicies, topology.DLQ(topology.StageAdmission))
 	tenants := []string{"t1"}
 	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{
@@ -62,8 +62,15 @@ func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 	comps := c.Read(t, topology.DeployComponents, 1, 30*time.Second)
 	comp := stagetest.Decode[*events.Component](t, comps[0])
 	if comp.ComponentID != "d-ok.an" || comp.Tenant != "t1" || comp.DeploymentID != "d-ok" || comp.ServiceComponentName != "d-ok.an" ||
+		len(comp.PolicyIDs) != 1 || comp.PolicyIDs[0] != "admission.d-ok.an" ||
 		comp.Config != `{"application":"an","environment":"prod","class":"com.example.Analytics","instances":1,"flavor":"m1.xlarge","image":"ubuntu-promoted"}` {
 		t.Errorf("component = %+v", comp)
+	}
+	notes := c.Read(t, topology.PDPNotifications, 1, 30*time.Second)
+	note := stagetest.Decode[*events.PdpNotification](t, notes[0])
+	if string(notes[0].Key) != "admission.d-ok.an" || len(note.PushedBodies) != 1 ||
+		note.PushedBodies[0] != `{"config":{"application":"an","class":"com.example.Analytics","environment":"prod","flavor":"m1.xlarge","image":"ubuntu-promoted","instances":1},"matchingConditions":{"ConfigName":"d-ok.an","ONAPName":"admission"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"admission.d-ok.an.1700000000000.json","policyVersion":"1700000000000"}` {
+		t.Errorf("settings policy %q = %+v", notes[0].Key, note)
 	}
 	dlq := c.Read(t, topology.DLQ(topology.StageAdmission), 1, 30*time.Second)
 	if string(dlq[0].Key) != "junk" {

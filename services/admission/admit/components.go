@@ -28,8 +28,8 @@ type AppConfig struct {
 
 // Components are the deploy.components records of an admitted request:
 // one per application, <deployment_id>.<name>, with the application's
-// admitted settings as config and its policy ids, filters and notify
-// target. generation is the registration's generation. A component
+// admitted settings as config and its policy ids (its settings policy,
+// SettingsPolicyID, first), filters and notify target. generation is the registration's generation. A component
 // specification that cannot be registered (a filter Go cannot compile, a
 // policy_id that is a full policy name, an unknown notify kind) is an
 // error naming the application and the field. Notify targets are checked
@@ -40,10 +40,7 @@ func Components(r *Request, generation int64, at time.Time) ([]*events.Component
 	for i := range r.Applications {
 		a := &r.Applications[i]
 		f := fmt.Sprintf("applications[%d].component", i)
-		cfg, err := json.Marshal(AppConfig{
-			Application: a.Name, Environment: r.Environment, Package: a.Package, Class: a.Class,
-			Instances: a.Instances, Flavor: a.Flavor, Image: a.Image, Properties: a.Properties, Scripts: a.Scripts,
-		})
+		cfg, err := json.Marshal(appConfig(r, a))
 		if err != nil {
 			return nil, reqErr(f, "config: %v", err)
 		}
@@ -52,7 +49,7 @@ func Components(r *Request, generation int64, at time.Time) ([]*events.Component
 			DeploymentID:         r.DeploymentID,
 			ServiceComponentName: r.ServiceComponentName(a),
 			Tenant:               r.Tenant,
-			PolicyIDs:            []string{},
+			PolicyIDs:            []string{SettingsPolicyID(r.ComponentID(a.Name))},
 			PolicyFilters:        []events.PolicyFilter{},
 			Notify:               events.NotifyTarget{Kind: events.NotifyNone},
 			Config:               string(cfg),
@@ -60,7 +57,7 @@ func Components(r *Request, generation int64, at time.Time) ([]*events.Component
 			UpdatedAt:            at.UTC(),
 		}
 		if spec := a.Component; spec != nil {
-			seen := map[string]bool{}
+			seen := map[string]bool{c.PolicyIDs[0]: true}
 			for j, id := range spec.PolicyIDs {
 				derived, err := policy.PolicyID(id)
 				if err != nil || derived != id || seen[id] {
