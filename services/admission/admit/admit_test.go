@@ -199,6 +199,19 @@ func TestEvaluate(t *testing.T) {
 			},
 		},
 		{
+			name: "CEL over fields the request leaves out, and the README's examples",
+			policies: func(t *testing.T) []*Compiled {
+				return []*Compiled{mustCompile(t, "c-readme", `{"validations":[{"expression":"app.instances <= 4 || app.flavor == 'm1.small'","message":"more than 4 instances only on m1.small"},{"expression":"request.applications.exists(a, a['class'] == 'io.policyflow.Monitoring')","message":"every environment runs monitoring","scope":"request"},{"expression":"app.image == '' && size(app.scripts) == 0 && request.environment == ''","message":"defaults"}],"mutations":[{"field":"properties.owner","expression":"request.tenant + '/' + app.name"}],"?":{"type":"io.policyflow.admission.CEL"}}`, "")}
+			},
+			request:   `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"a","class":"x.A","instances":5,"flavor":"m1.large"},{"name":"m","class":"io.policyflow.Monitoring"}]}`,
+			violation: []string{`application "a" (x.A): more than 4 instances only on m1.small (rule validations[0] of policy c-readme)`},
+			check: func(t *testing.T, v Verdict) {
+				if got := v.Request.Applications[0].Properties["owner"]; got != "t1/a" {
+					t.Errorf("owner = %v", got)
+				}
+			},
+		},
+		{
 			name: "a CEL evaluation over the cost limit denies with the reason",
 			policies: func(t *testing.T) []*Compiled {
 				return []*Compiled{mustCompile(t, "c-cost", `{"validations":[{"expression":"[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))","message":"costly"}],"?":{"type":"io.policyflow.admission.CEL"}}`, "")}

@@ -225,7 +225,34 @@ func celValue(v any) map[string]any {
 	if err := dec.Decode(&m); err != nil {
 		return map[string]any{}
 	}
-	return ints(m).(map[string]any)
+	m = ints(m).(map[string]any)
+	if apps, ok := m["applications"].([]any); ok {
+		m["environment"] = orDefault(m["environment"], "")
+		for _, a := range apps {
+			if am, ok := a.(map[string]any); ok {
+				appDefaults(am)
+			}
+		}
+	} else if _, ok := m["class"]; ok {
+		appDefaults(m)
+	}
+	return m
+}
+
+// appDefaults gives an application every field an expression may read,
+// so that app.image is "" rather than a missing key when none was given.
+func appDefaults(m map[string]any) {
+	for k, def := range map[string]any{"package": "", "flavor": "", "image": "", "inherits": []any{}, "properties": map[string]any{}, "scripts": []any{}} {
+		m[k] = orDefault(m[k], def)
+	}
+	delete(m, "component")
+}
+
+func orDefault(v, def any) any {
+	if v == nil {
+		return def
+	}
+	return v
 }
 
 func ints(v any) any {
