@@ -86,6 +86,14 @@ func (p *Policies) Get(id string) (*admit.Compiled, bool) {
 	return c, ok
 }
 
+// ClockSkew is how far the clocks of the North API (which stamps a
+// request when it writes it) and the admission stage may disagree. Before
+// deciding a request the stage catches up with app.policies, so that every
+// policy written before the request decides it, unless it last caught up
+// more than ClockSkew after the request's time stamp (a backlog of old
+// requests is decided without a round trip each).
+const ClockSkew = 2 * time.Second
+
 // Stage is the admission stage.
 func Stage() runtime.Stage {
 	return runtime.Stage{
@@ -106,11 +114,17 @@ func Stage() runtime.Stage {
 				return nil, nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
 			}
 			log.Info().Int("policies", len(pols.All())).Msg("application policies read")
+			caughtUp := time.Now()
 			h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
 				// A policy written before the request was must decide it:
-				// catch up with app.policies first.
-				if err := table.WaitCaughtUp(ctx); err != nil {
-					return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
+				// catch up with app.policies first, unless a catch-up
+				// that began well after the request was written did.
+				if !caughtUp.After(in.Timestamp.Add(ClockSkew)) {
+					began := time.Now()
+					if err := table.WaitCaughtUp(ctx); err != nil {
+						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
+					}
+					caughtUp = began
 				}
 				outs, err := Decide(in.Value, in.Key, pols.All(), time.Now())
 				if err == nil {
