@@ -27,7 +27,9 @@ type Report struct {
 	// count of --members, the first run of each stage first.
 	Scaling  []ScaleRun `json:"scaling,omitempty"`
 	EndToEnd *EndToEnd  `json:"end_to_end,omitempty"`
-	Logs     string     `json:"logs"`
+	// Admission is the admission stage's section.
+	Admission *AdmissionRun `json:"admission,omitempty"`
+	Logs      string        `json:"logs"`
 }
 
 // Ceilings are the raw rates the stages are compared with. The Kafka
@@ -147,6 +149,10 @@ func (r Report) table(w io.Writer) {
 			fmt.Fprintf(w, "consul: %.0f keys/s (%d keys of %d B, %d per transaction, %d concurrent writers: the best of %d runs)\n",
 				c.KeysPerSec, c.Keys, c.ValueBytes, c.OpsPerTxn, c.Clients, len(r.Ceilings.ConsulSweep))
 		}
+		fmt.Fprintln(w)
+	}
+	if r.Admission != nil {
+		r.admissionTable(w)
 		fmt.Fprintln(w)
 	}
 	if e := r.EndToEnd; e != nil {

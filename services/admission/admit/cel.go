@@ -139,10 +139,10 @@ func compileCEL(p params) (ruleSet, error) {
 		}
 		field := m.Field
 		rs.mutators = append(rs.mutators, mutator{rule: f, fn: func(r *Request, emit func(Mutation)) error {
-			reqV := celValue(r)
+			reqV := celRequest(r)
 			for i := range r.Applications {
 				a := &r.Applications[i]
-				out, _, err := prg.Eval(map[string]any{"request": reqV, "app": celValue(a)})
+				out, _, err := prg.Eval(map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]})
 				if err != nil {
 					return fmt.Errorf("%s: %s: %w", a.describe(), f, err)
 				}
@@ -181,25 +181,25 @@ func compileCEL(p params) (ruleSet, error) {
 			return ruleSet{}, err
 		}
 		msg, expr, scope := v.Message, v.Expression, v.Scope
-		check := func(vars map[string]any, object string, emit func(string, string)) {
+		check := func(vars map[string]any, object func() string, emit func(string, string)) {
 			out, _, err := prg.Eval(vars)
 			if err != nil {
-				emit(object, fmt.Sprintf("%s (the expression %q could not be evaluated: %v)", msg, expr, err))
+				emit(object(), fmt.Sprintf("%s (the expression %q could not be evaluated: %v)", msg, expr, err))
 				return
 			}
 			if ok, isBool := out.Value().(bool); !isBool || !ok {
-				emit(object, msg)
+				emit(object(), msg)
 			}
 		}
 		rs.validators = append(rs.validators, validator{rule: f, fn: func(r *Request, emit func(string, string)) {
-			reqV := celValue(r)
+			reqV := celRequest(r)
 			if scope == ScopeRequest {
-				check(map[string]any{"request": reqV}, fmt.Sprintf("environment %q", r.Environment), emit)
+				check(map[string]any{"request": reqV}, func() string { return fmt.Sprintf("environment %q", r.Environment) }, emit)
 				return
 			}
 			for i := range r.Applications {
 				a := &r.Applications[i]
-				check(map[string]any{"request": reqV, "app": celValue(a)}, a.describe(), emit)
+				check(map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]}, a.describe, emit)
 			}
 		}})
 	}
@@ -213,44 +213,62 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 	return dec.Decode(v)
 }
 
-// celValue is v as CEL sees it: its JSON form, whole numbers as int.
-func celValue(v any) map[string]any {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return map[string]any{}
+// celRequest is the request as CEL sees it: its JSON form with every
+// field present (app.image is "" rather than a missing key when none was
+// given) and whole numbers as int.
+func celRequest(r *Request) map[string]any {
+	apps := make([]any, len(r.Applications))
+	for i := range r.Applications {
+		apps[i] = celApp(&r.Applications[i])
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return map[string]any{}
+	return map[string]any{"deployment_id": r.DeploymentID, "tenant": r.Tenant, "environment": r.Environment, "applications": apps}
+}
+
+// celApp is an application as CEL sees it.
+func celApp(a *Application) map[string]any {
+	inherits := make([]any, len(a.Inherits))
+	for i, c := range a.Inherits {
+		inherits[i] = c
 	}
-	m = ints(m).(map[string]any)
-	if apps, ok := m["applications"].([]any); ok {
-		m["environment"] = orDefault(m["environment"], "")
-		for _, a := range apps {
-			if am, ok := a.(map[string]any); ok {
-				appDefaults(am)
-			}
+	scripts := make([]any, len(a.Scripts))
+	for i, c := range a.Scripts {
+		scripts[i] = c
+	}
+	props := map[string]any{}
+	for k, v := range a.Properties {
+		props[k] = celJSON(v)
+	}
+	return map[string]any{"name": a.Name, "package": a.Package, "class": a.Class, "inherits": inherits,
+		"instances": int64(a.Instances), "flavor": a.Flavor, "image": a.Image, "properties": props, "scripts": scripts}
+}
+
+// celJSON is a JSON value with numbers as int64 when whole, else float64.
+func celJSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = celJSON(e)
 		}
-	} else if _, ok := m["class"]; ok {
-		appDefaults(m)
-	}
-	return m
-}
-
-// appDefaults gives an application every field an expression may read,
-// so that app.image is "" rather than a missing key when none was given.
-func appDefaults(m map[string]any) {
-	for k, def := range map[string]any{"package": "", "flavor": "", "image": "", "inherits": []any{}, "properties": map[string]any{}, "scripts": []any{}} {
-		m[k] = orDefault(m[k], def)
-	}
-	delete(m, "component")
-}
-
-func orDefault(v, def any) any {
-	if v == nil {
-		return def
+		return m
+	case []any:
+		l := make([]any, len(x))
+		for i, e := range x {
+			l[i] = celJSON(e)
+		}
+		return l
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case int:
+		return int64(x)
+	case float64:
+		if x == float64(int64(x)) {
+			return int64(x)
+		}
 	}
 	return v
 }

@@ -240,17 +240,43 @@ func ParseRequest(data []byte) (*Request, error) {
 
 // Clone returns a deep copy of the request.
 func (r *Request) Clone() *Request {
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic(fmt.Sprintf("admit: clone request: %v", err))
-	}
-	var c Request
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	if err := dec.Decode(&c); err != nil {
-		panic(fmt.Sprintf("admit: clone request: %v", err))
+	c := *r
+	c.Applications = make([]Application, len(r.Applications))
+	for i := range r.Applications {
+		a := r.Applications[i]
+		a.Inherits = slices.Clone(a.Inherits)
+		a.Scripts = slices.Clone(a.Scripts)
+		if a.Properties != nil {
+			a.Properties = deepCopy(a.Properties).(map[string]any)
+		}
+		if a.Component != nil {
+			spec := *a.Component
+			spec.PolicyIDs = slices.Clone(spec.PolicyIDs)
+			spec.PolicyFilters = slices.Clone(spec.PolicyFilters)
+			a.Component = &spec
+		}
+		c.Applications[i] = a
 	}
 	return &c
+}
+
+// deepCopy copies a JSON value (maps and slices; the rest is immutable).
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = deepCopy(e)
+		}
+		return m
+	case []any:
+		l := make([]any, len(x))
+		for i, e := range x {
+			l[i] = deepCopy(e)
+		}
+		return l
+	}
+	return v
 }
 
 // Is reports whether the application is the class or package name, or
