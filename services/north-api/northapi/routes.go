@@ -16,7 +16,9 @@ type route struct {
 // routeTable is every route of the API with the roles that may call it,
 // in one place. Only /healthcheck is served without a token. Tenants are
 // scoped further in the handlers: to components whose tenant is theirs
-// and to those components' folders; policies are not tenant-scoped.
+// and to those components' folders, to their deployments, and to the
+// application policies assigned to them or to every tenant; PDP policies
+// are not tenant-scoped.
 func (s *Server) routeTable() []route {
 	return append([]route{
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
