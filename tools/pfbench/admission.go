@@ -187,7 +187,7 @@ func (b *bench) admission(ctx context.Context, w admissionWork, progress func(st
 		return run, fmt.Errorf("admission: %w", err)
 	}
 	run.Alone = alone
-	progress("admission: %.0f verdicts/s, ratio %.2f", alone.RecordsPerSec, alone.Ratio)
+	progress("admission: %.0f verdicts/s, ratio %.3f", alone.RecordsPerSec, alone.Ratio)
 
 	progress("admission latency: %d requests one at a time", w.Reps)
 	lat, err := b.admissionLatency(ctx, w, enc)
@@ -211,7 +211,7 @@ func (b *bench) admissionLatency(ctx context.Context, w admissionWork, enc func(
 		return Latencies{}, err
 	}
 	cl, err := kgo.NewClient(append(opts, kgo.ConsumeTopics(b.kafka.Topic(topology.AdmissionVerdicts)),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(5*time.Millisecond))...)
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(10*time.Millisecond))...)
 	if err != nil {
 		return Latencies{}, err
 	}
@@ -276,7 +276,7 @@ func (r Report) admissionTable(w io.Writer) {
 	if a.Alone.CeilingTransactional != nil {
 		ceiling = a.Alone.CeilingTransactional.RecordsPerSec
 	}
-	fmt.Fprintf(w, "  alone: %.0f verdicts/s, transactional pass-through %.0f rec/s of %d-byte records: ratio %.2f%s (target %.1f); peak RSS %.0f MiB\n",
+	fmt.Fprintf(w, "  alone: %.0f verdicts/s, transactional pass-through %.0f rec/s of %d-byte records: ratio %.3f%s (target %.2f); peak RSS %.0f MiB\n",
 		a.Alone.RecordsPerSec, ceiling, a.Alone.InputRecordBytes, a.Alone.Ratio, miss(a.Alone.Ratio >= a.Alone.Target), a.Alone.Target, a.Alone.PeakRSSMiB)
 	fmt.Fprintf(w, "  latency, request written -> verdict read, %d one at a time: p50 %.1f ms  p99 %.1f ms  max %.1f ms\n",
 		a.Work.Reps, a.LatencyMs.P50, a.LatencyMs.P99, a.LatencyMs.Max)

@@ -94,12 +94,19 @@ func (p *Policies) Get(id string) (*admit.Compiled, bool) {
 // requests is decided without a round trip each).
 const ClockSkew = 2 * time.Second
 
+// PollRecords caps the requests one transaction of the stage decides.
+const PollRecords = 500
+
 // Stage is the admission stage.
 func Stage() runtime.Stage {
 	return runtime.Stage{
 		Name:   topology.StageAdmission,
 		Mode:   runtime.Transactional,
 		Inputs: []string{topology.DeployRequests},
+		// A request costs an evaluation of its tenant's policies and up
+		// to seven outputs: polls of a few hundred keep a transaction
+		// short on a busy machine.
+		PollRecords: PollRecords,
 		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
 			pols := NewPolicies(log)
