@@ -95,7 +95,7 @@ func (p *Policies) Get(id string) (*admit.Compiled, bool) {
 const ClockSkew = 2 * time.Second
 
 // PollRecords caps the requests one transaction of the stage decides.
-const PollRecords = 500
+const PollRecords = 1000
 
 // Stage is the admission stage.
 func Stage() runtime.Stage {
@@ -104,7 +104,7 @@ func Stage() runtime.Stage {
 		Mode:   runtime.Transactional,
 		Inputs: []string{topology.DeployRequests},
 		// A request costs an evaluation of its tenant's policies and up
-		// to seven outputs: polls of a few hundred keep a transaction
+		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
 		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
