@@ -21,6 +21,9 @@ const (
 	SchemaAgentStatus          = "policyflow.AgentStatus"
 	SchemaAgentPackage         = "policyflow.AgentPackage"
 	SchemaNodeRecompute        = "policyflow.NodeRecompute"
+	SchemaDeploymentRequest    = "policyflow.DeploymentRequest"
+	SchemaAdmissionVerdict     = "policyflow.AdmissionVerdict"
+	SchemaAppPolicy            = "policyflow.AppPolicy"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -42,6 +45,9 @@ func (*AgentDirective) SchemaName() string       { return SchemaAgentDirective }
 func (*AgentStatus) SchemaName() string          { return SchemaAgentStatus }
 func (*AgentPackage) SchemaName() string         { return SchemaAgentPackage }
 func (*NodeRecompute) SchemaName() string        { return SchemaNodeRecompute }
+func (*DeploymentRequest) SchemaName() string    { return SchemaDeploymentRequest }
+func (*AdmissionVerdict) SchemaName() string     { return SchemaAdmissionVerdict }
+func (*AppPolicy) SchemaName() string            { return SchemaAppPolicy }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -64,6 +70,9 @@ var newEvent = map[string]func() Event{
 	SchemaAgentStatus:          func() Event { return new(AgentStatus) },
 	SchemaAgentPackage:         func() Event { return new(AgentPackage) },
 	SchemaNodeRecompute:        func() Event { return new(NodeRecompute) },
+	SchemaDeploymentRequest:    func() Event { return new(DeploymentRequest) },
+	SchemaAdmissionVerdict:     func() Event { return new(AdmissionVerdict) },
+	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
 }
 
 // SchemaNames lists the full name of every event schema.

@@ -495,3 +495,64 @@ type NodeRecompute struct {
 	SourceOffset    int64     `avro:"source_offset"`
 	IssuedAt        time.Time `avro:"issued_at"`
 }
+
+// DeploymentRequest is a tenant's request to deploy applications, decided
+// by the admission stage. Request is the request as canonical JSON (see
+// services/admission/admit.Request).
+type DeploymentRequest struct {
+	RequestID    string    `avro:"request_id"`
+	DeploymentID string    `avro:"deployment_id"`
+	Tenant       string    `avro:"tenant"`
+	Request      string    `avro:"request"`
+	SubmittedBy  string    `avro:"submitted_by"`
+	SubmittedAt  time.Time `avro:"submitted_at"`
+}
+
+// AdmissionFinding is what one rule of an application policy found.
+type AdmissionFinding struct {
+	PolicyID string `avro:"policy_id" json:"policy_id"`
+	Rule     string `avro:"rule" json:"rule"`
+	Object   string `avro:"object" json:"object"`
+	Message  string `avro:"message" json:"message"`
+}
+
+// AdmissionMutation is one change an application policy made to a
+// deployment request.
+type AdmissionMutation struct {
+	PolicyID    string `avro:"policy_id" json:"policy_id"`
+	Rule        string `avro:"rule" json:"rule"`
+	Application string `avro:"application" json:"application"`
+	Field       string `avro:"field" json:"field"`
+	OldValue    string `avro:"old_value" json:"old"`
+	NewValue    string `avro:"new_value" json:"new"`
+}
+
+// AdmissionVerdict is the admission stage's verdict on a deployment
+// request.
+type AdmissionVerdict struct {
+	RequestID    string              `avro:"request_id"`
+	DeploymentID string              `avro:"deployment_id"`
+	Tenant       string              `avro:"tenant"`
+	Admitted     bool                `avro:"admitted"`
+	Violations   []AdmissionFinding  `avro:"violations"`
+	Warnings     []AdmissionFinding  `avro:"warnings"`
+	Mutations    []AdmissionMutation `avro:"mutations"`
+	Request      string              `avro:"request"`
+	Components   []string            `avro:"components"`
+	Policies     []string            `avro:"policies"`
+	DecidedAt    time.Time           `avro:"decided_at"`
+}
+
+// AppPolicy is a tenant application policy: an instance of a policy kind
+// (ObjectModel, canonical JSON with its "?" header) assigned to tenants
+// (TenantIDs nil: every tenant).
+type AppPolicy struct {
+	PolicyID    string    `avro:"policy_id"`
+	Name        string    `avro:"name"`
+	Description string    `avro:"description"`
+	ObjectModel string    `avro:"object_model"`
+	TenantIDs   *[]string `avro:"tenant_ids"`
+	Mode        string    `avro:"mode"`
+	Created     time.Time `avro:"created"`
+	Updated     time.Time `avro:"updated"`
+}

@@ -6,12 +6,16 @@ require github.com/policyflow/policyflow/events v0.0.0-00010101000000-0000000000
 
 replace github.com/policyflow/policyflow/events => ../events
 
-require github.com/policyflow/policyflow/schemas v0.0.0-00010101000000-000000000000 // indirect
+require (
+	github.com/policyflow/policyflow/schemas v0.0.0-00010101000000-000000000000 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
 
 replace github.com/policyflow/policyflow/schemas => ../schemas
 
 require (
 	github.com/getkin/kin-openapi v0.153.0
+	github.com/google/cel-go v0.31.0
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/policyflow/policyflow/topology v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
@@ -28,9 +32,12 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
 	golang.org/x/sync v0.24.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
+	cel.dev/expr v0.25.2 // indirect
+	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -77,7 +84,6 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.83.2 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/policyflow/policyflow/topology => ../topology

@@ -32,6 +32,9 @@ const (
 	AgentPackages     = "agent.packages"
 	NMPRecompute      = "nmp.recompute"
 	Schemas           = "schemas"
+	DeployRequests    = "deploy.requests"
+	AdmissionVerdicts = "admission.verdicts"
+	AppPolicies       = "app.policies"
 )
 
 // The pipeline stages that are built; each is its own binary and consumer
@@ -45,6 +48,7 @@ const (
 	StageAgentNotifier = "agent-notifier"
 	StageReplicaSync   = "replica-sync"
 	StageNMPHub        = "nmp-hub"
+	StageAdmission     = "admission"
 )
 
 // Roles outside the stages that write or read topics.
@@ -130,6 +134,7 @@ var MaxMessageBytes = strconv.Itoa(MaxRecordBytes)
 // Stages returns the names of the built pipeline stages in pipeline order.
 func Stages() []string {
 	return []string{
+		StageAdmission,
 		StagePDPIngest,
 		StageMatcher,
 		StageSegmenter,
@@ -164,7 +169,7 @@ func Default() []Topic {
 	topics := []Topic{
 		del(Topic{
 			Name: PDPNotifications, Partitions: DefaultPartitions, Key: "policy_id", ValueSchema: "policyflow.PdpNotification",
-			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl, StagePDPIngest), Readers: l(StagePDPIngest),
+			Writers: l(RolePDPAdapter, RoleNorthAPI, RolePolicyctl, StagePDPIngest, StageAdmission), Readers: l(StagePDPIngest),
 			Doc: "policy engine notifications: loaded and removed policies with name, version and matching conditions",
 		}),
 		compact(Topic{
@@ -179,8 +184,23 @@ func Default() []Topic {
 		}),
 		compact(Topic{
 			Name: DeployComponents, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.Component",
-			Writers: l(RoleDeploymentSystem, RoleNorthAPI, RolePolicyctl), Readers: l(StageMatcher, StageExecutor),
+			Writers: l(RoleDeploymentSystem, RoleNorthAPI, RolePolicyctl, StageAdmission), Readers: l(StageMatcher, StageExecutor),
 			Doc: "deployed components with their policy ids, policy filters and notify target; tombstone when uninstalled",
+		}),
+		del(Topic{
+			Name: DeployRequests, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.DeploymentRequest",
+			Writers: l(RoleNorthAPI), Readers: l(StageAdmission),
+			Doc: "deployment requests (tenant, environment, applications) to be admitted or denied by the tenant's application policies",
+		}),
+		compact(Topic{
+			Name: AdmissionVerdicts, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionVerdict",
+			Writers: l(StageAdmission), Readers: l(RoleNorthAPI),
+			Doc: "the latest verdict on each deployment: admitted (with the mutated request and the components registered) or denied with every violation",
+		}),
+		compact(Topic{
+			Name: AppPolicies, Partitions: LowVolumePartitions, Key: "policy_id", ValueSchema: "policyflow.AppPolicy",
+			Writers: l(RoleNorthAPI), Readers: l(StageAdmission, RoleNorthAPI),
+			Doc: "tenant application policies (seed 001): kind, parameters, tenants, mode; tombstone when deleted",
 		}),
 		del(Topic{
 			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",

@@ -449,8 +449,8 @@ func TestDefaultTopologyIsConsistent(t *testing.T) {
 		t.Fatalf("default topology is invalid: %v", err)
 	}
 	stages := topology.Stages()
-	if len(stages) != 8 {
-		t.Errorf("%d stages, want the 8 that are built", len(stages))
+	if len(stages) != 9 {
+		t.Errorf("%d stages, want the 9 that are built", len(stages))
 	}
 	for _, s := range stages {
 		d, ok := topology.Find(topology.DLQ(s))

@@ -43,7 +43,7 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 	}
 
 	for {
-		fetches := cl.PollRecords(ctx, r.env.PollRecords)
+		fetches := cl.PollRecords(ctx, r.pollRecords())
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil

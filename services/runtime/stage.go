@@ -109,6 +109,11 @@ type Stage struct {
 	// CoPartitioned assigns the same partition numbers of every input to
 	// one member (range balancing), for stages that join inputs keyed alike.
 	CoPartitioned bool
+	// PollRecords, when above 0 and below Env.PollRecords, caps the
+	// records of one poll (and transaction) of this stage: for a stage
+	// whose records each cost far more than moving them, so that a
+	// transaction stays well within the transaction timeout.
+	PollRecords int
 	// Flags registers stage-specific flags (optional).
 	Flags func(fs *flag.FlagSet)
 	// Setup builds the handler with whatever it needs (tables, Consul
@@ -128,6 +133,14 @@ type Stage struct {
 	// moved forward must be rebuilt. When nil, the runtime calls Revoked
 	// then Assigned for the whole current assignment instead.
 	Rewound func(ctx context.Context, env Env, assigned map[string][]int32) error
+}
+
+// pollRecords is how many records one poll of the stage takes.
+func (r *runner) pollRecords() int {
+	if n := r.stage.PollRecords; n > 0 && (r.env.PollRecords <= 0 || n < r.env.PollRecords) {
+		return n
+	}
+	return r.env.PollRecords
 }
 
 // GroupIn returns the stage's consumer group under a topic prefix.

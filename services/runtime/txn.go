@@ -35,7 +35,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	}
 
 	for {
-		fetches := sess.PollRecords(ctx, r.env.PollRecords)
+		fetches := sess.PollRecords(ctx, r.pollRecords())
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			return nil
 		}

@@ -5,6 +5,7 @@ package stages
 import (
 	"time"
 
+	"github.com/policyflow/policyflow/services/admission/admission"
 	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
 	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
@@ -70,6 +71,7 @@ func With(cfg Config) []runtime.Stage {
 		rc.OfflineAfter = cfg.OfflineAfter
 	}
 	return []runtime.Stage{
+		admission.Stage(),
 		pdpingest.StageWith(ic),
 		matcher.Stage(),
 		segmenter.StageWith(sc),

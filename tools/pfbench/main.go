@@ -58,6 +58,8 @@ type options struct {
 	acmRate         int
 	acmElements     int
 	acmOps          int
+	skipAdmission   bool
+	admission       admissionWork
 	profile         time.Duration
 	until           string
 	logLevel        string
@@ -91,6 +93,11 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.acmRate, "acm-rate", 1000, "participant replicas: changes per second for the sync lag")
 	fs.IntVar(&o.acmElements, "acm-elements", 10_000, "participant replicas: element instances a new replica rebuilds")
 	fs.IntVar(&o.acmOps, "acm-ops", 3000, "participant replicas: operations timed with 1 and with 3 replicas")
+	fs.BoolVar(&o.skipAdmission, "skip-admission", false, "skip the admission runs")
+	fs.IntVar(&o.admission.Policies, "admission-policies", 1000, "admission: application policies, spread over --admission-tenants (a few global)")
+	fs.IntVar(&o.admission.Tenants, "admission-tenants", 100, "admission: tenants")
+	fs.IntVar(&o.admission.Requests, "admission-requests", 20_000, "admission: deployment requests of the backlog the stage decides alone")
+	fs.IntVar(&o.admission.Reps, "admission-reps", 200, "admission: requests timed one at a time for the latency")
 	fs.StringVar(&o.until, "until", "", "stop the stage-alone runs after this stage (matcher, segmenter, executor or consul-writer); each needs the ones before it")
 	fs.DurationVar(&o.profile, "cpu-profile", 0, "save a CPU profile of this long of each stage-alone run, from its first record, as <stage>.cpu.pprof next to the logs (0: none)")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "log level of the bench's own clients and of the embedded broker")
@@ -110,6 +117,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--body-bytes %d: want at least 200", o.work.BodyBytes)
 	case o.reps < 1 || o.fleet < 1:
 		return errors.New("--reps and --fleet must be at least 1")
+	case o.admission.Policies < 1 || o.admission.Tenants < 1 || o.admission.Requests < 1 || o.admission.Reps < 1:
+		return errors.New("--admission-policies, --admission-tenants, --admission-requests and --admission-reps must be at least 1")
 	case o.until != "" && !slices.ContainsFunc(aloneStages, func(s aloneStage) bool { return s.name == o.until }):
 		return fmt.Errorf("--until %q: want matcher, segmenter, executor or consul-writer", o.until)
 	case len(o.consulOpsPerTxn) == 0 || slices.Min(o.consulOpsPerTxn) < 1 || slices.Max(o.consulOpsPerTxn) > consulkv.MaxTxnOps:
@@ -216,6 +225,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		rep.scalingRatios()
+	}
+	if !o.skipAdmission {
+		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
+			a, err := b.admission(ctx, o.admission, progress)
+			rep.Admission = &a
+			return err
+		}); err != nil {
+			return err
+		}
 	}
 	if !o.skipEndToEnd {
 		if err := withStack(ctx, o, logDir, log, func(b *bench) error {

@@ -28,8 +28,10 @@ type Report struct {
 	Scaling  []ScaleRun `json:"scaling,omitempty"`
 	EndToEnd *EndToEnd  `json:"end_to_end,omitempty"`
 	// ACM is the participant replicas' runs.
-	ACM  *ACMBench `json:"acm,omitempty"`
-	Logs string    `json:"logs"`
+	ACM *ACMBench `json:"acm,omitempty"`
+	// Admission is the admission stage's section.
+	Admission *AdmissionRun `json:"admission,omitempty"`
+	Logs      string        `json:"logs"`
 }
 
 // Ceilings are the raw rates the stages are compared with. The Kafka
@@ -153,6 +155,10 @@ func (r Report) table(w io.Writer) {
 	}
 	if a := r.ACM; a != nil {
 		a.table(w)
+		fmt.Fprintln(w)
+	}
+	if r.Admission != nil {
+		r.admissionTable(w)
 		fmt.Fprintln(w)
 	}
 	if e := r.EndToEnd; e != nil {

@@ -102,6 +102,10 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /v1/agentpackages":                                               true,
 		"GET /v1/agentpackages/{version}":                                     true,
 		"GET /v1/agentpackages/{version}/file":                                true,
+		"GET /v1/deployments/{deployment_id}":                                 true,
+		"GET /policies":                                                       true,
+		"GET /policies/{policy_id}":                                           true,
+		"GET /policies/{policy_id}/violations":                                true,
 	}
 	// Agents register their node, read its directive, report its status
 	// and download packages.

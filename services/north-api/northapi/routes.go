@@ -2,6 +2,7 @@ package northapi
 
 import (
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -18,7 +19,9 @@ type route struct {
 // no data; its script reads /v1/status with a token) are served without
 // a token. Tenants are
 // scoped further in the handlers: to components whose tenant is theirs
-// and to those components' folders; policies are not tenant-scoped.
+// and to those components' folders, to their deployments, and to the
+// application policies assigned to them or to every tenant; PDP policies
+// are not tenant-scoped.
 func (s *Server) routeTable() []route {
 	return append([]route{
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
@@ -42,7 +45,7 @@ func (s *Server) routeTable() []route {
 		// data: it asks /v1/status with the token given in its form.
 		{http.MethodGet, "/v1/status", s.pipelineStatus, statusReaders},
 		{http.MethodGet, "/ui/", s.statusPage, anyone},
-	}, append(s.participantRoutes(), s.nodeManagementRoutes()...)...)
+	}, slices.Concat(s.participantRoutes(), s.nodeManagementRoutes(), s.admissionRoutes())...)
 }
 
 // recordingMux is the API's mux, remembering every pattern registered, so

@@ -99,6 +99,8 @@ type Server struct {
 	progress   *progressView
 	acm        *acmView // acm.sync (participants_http.go)
 	nm         *nodeMgmt
+	appPols    *appPoliciesView
+	verdicts   *verdictsView
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -140,6 +142,8 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		progress:   newProgressView(env.Codec),
 		acm:        newACMView(env.Codec),
 		nm:         newNodeMgmt(env.Codec),
+		appPols:    newAppPoliciesView(env.Codec),
+		verdicts:   newVerdictsView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -173,11 +177,13 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("north api: %w", err)
 	}
 	views := map[string]applyFunc{
-		env.Kafka.Topic(topology.PolicyCatalog):    s.catalog.apply,
-		env.Kafka.Topic(topology.DeployComponents): s.components.apply,
-		env.Kafka.Topic(topology.ComponentApplied): s.applied.apply,
-		env.Kafka.Topic(topology.CatchupProgress):  s.progress.apply,
-		env.Kafka.Topic(topology.ACMSync):          s.acm.apply,
+		env.Kafka.Topic(topology.PolicyCatalog):     s.catalog.apply,
+		env.Kafka.Topic(topology.DeployComponents):  s.components.apply,
+		env.Kafka.Topic(topology.ComponentApplied):  s.applied.apply,
+		env.Kafka.Topic(topology.CatchupProgress):   s.progress.apply,
+		env.Kafka.Topic(topology.ACMSync):           s.acm.apply,
+		env.Kafka.Topic(topology.AppPolicies):       s.appPols.apply,
+		env.Kafka.Topic(topology.AdmissionVerdicts): s.verdicts.apply,
 	}
 	for base, fn := range s.nm.applyFuncs() {
 		views[env.Kafka.Topic(base)] = fn

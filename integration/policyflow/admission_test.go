@@ -1,0 +1,196 @@
+package policyflow_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// verdict is what GET /v1/deployments/{id} answers.
+type verdict struct {
+	DeploymentID string   `json:"deployment_id"`
+	RequestID    string   `json:"request_id"`
+	Tenant       string   `json:"tenant"`
+	Admitted     bool     `json:"admitted"`
+	Components   []string `json:"components"`
+	Violations   []struct {
+		PolicyID string `json:"policy_id"`
+		Rule     string `json:"rule"`
+		Message  string `json:"message"`
+	} `json:"violations"`
+	Mutations []struct {
+		PolicyID string `json:"policy_id"`
+		Field    string `json:"field"`
+		New      string `json:"new"`
+	} `json:"mutations"`
+}
+
+// appPolicy creates a tenant application policy and returns its id.
+func (p *pipeline) appPolicy(body map[string]any) string {
+	p.t.Helper()
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(p.must(http.MethodPost, "/policies", body)), &out); err != nil || out.ID == "" {
+		p.t.Fatalf("create policy: %v %+v", err, out)
+	}
+	return out.ID
+}
+
+// deploy submits a deployment request and returns the admission stage's
+// verdict on it.
+func (p *pipeline) deploy(req map[string]any) verdict {
+	p.t.Helper()
+	var acc struct {
+		RequestID string `json:"request_id"`
+	}
+	if err := json.Unmarshal([]byte(p.must(http.MethodPost, "/v1/deployments", req)), &acc); err != nil {
+		p.t.Fatal(err)
+	}
+	var v verdict
+	p.eventually("verdict on "+acc.RequestID, time.Minute, func() error {
+		code, out := p.do(http.MethodGet, "/v1/deployments/"+req["deployment_id"].(string), nil)
+		if code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, out)
+		}
+		v = verdict{}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			return err
+		}
+		if v.RequestID != acc.RequestID {
+			return fmt.Errorf("the verdict is on request %s, not yet on %s", v.RequestID, acc.RequestID)
+		}
+		return nil
+	})
+	return v
+}
+
+func app(name, class string, extra map[string]any) map[string]any {
+	a := map[string]any{"name": name, "class": class}
+	for k, v := range extra {
+		a[k] = v
+	}
+	return a
+}
+
+func TestAdmissionSeedExamples(t *testing.T) {
+	p := start(t)
+	sfx := strings.ToLower(strings.TrimSuffix(p.kafka.Prefix, "."))
+	dep := func(id, tenant string, apps ...map[string]any) map[string]any {
+		return map[string]any{"deployment_id": id + "-" + sfx, "tenant": tenant, "environment": "prod", "applications": apps}
+	}
+
+	flavor := p.appPolicy(map[string]any{
+		"description": "Policy to limit possible flavor", "tenantIds": []string{"tenant-a"},
+		"objectModel": map[string]any{"maxFlavor": "m1.medium", "approvedApplications": []string{"com.example.Analytics"},
+			"?": map[string]any{"type": "io.policyflow.admission.FlavorLimit"}},
+	})
+	blacklist := p.appPolicy(map[string]any{
+		"description": "No telnet", "tenantIds": []string{"tenant-a"},
+		"objectModel": map[string]any{"applications": []string{"io.murano.apps.Telnet"}, "?": map[string]any{"type": "io.policyflow.admission.Blacklist"}},
+	})
+	quota := p.appPolicy(map[string]any{
+		"description": "At most 2 instances of a database, for every tenant",
+		"objectModel": map[string]any{"maxInstances": 2, "applications": []string{"io.murano.databases.SqlDatabase"},
+			"?": map[string]any{"type": "io.policyflow.admission.InstanceQuota"}},
+	})
+	override := p.appPolicy(map[string]any{
+		"description": "The promoted image is the default of every Linux application",
+		"objectModel": map[string]any{"field": "image", "value": "ubuntu-24.04-promoted", "applications": []string{"io.murano.apps.linux.Instance"},
+			"?": map[string]any{"type": "io.policyflow.admission.DefaultOverride"}},
+	})
+
+	t.Run("flavor limit denies a large flavor and allows it for an approved application", func(t *testing.T) {
+		v := p.deploy(dep("big", "tenant-a", app("web", "com.example.Web", map[string]any{"flavor": "m1.large"})))
+		want := `tenant "tenant-a": application "web" (com.example.Web): flavor m1.large is larger than m1.medium, the largest allowed to applications not approved (rule flavor-limit of policy ` + flavor + `)`
+		if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Message != want || len(v.Components) != 0 {
+			t.Fatalf("verdict %+v, want denied: %s", v, want)
+		}
+		v = p.deploy(dep("approved", "tenant-a", app("an", "com.example.Analytics", map[string]any{"flavor": "m1.xlarge"})))
+		if !v.Admitted || len(v.Components) != 1 {
+			t.Fatalf("verdict %+v, want admitted", v)
+		}
+		// The component is registered as a component registered directly is.
+		var st struct {
+			Registered   bool   `json:"registered"`
+			DeploymentID string `json:"deployment_id"`
+		}
+		p.eventually("component "+v.Components[0]+" registered", time.Minute, func() error {
+			code, out := p.do(http.MethodGet, "/v1/components/"+v.Components[0]+"/status", nil)
+			if code != http.StatusOK {
+				return fmt.Errorf("%d %s", code, out)
+			}
+			if err := json.Unmarshal([]byte(out), &st); err != nil || !st.Registered || st.DeploymentID != v.DeploymentID {
+				return fmt.Errorf("status %s", out)
+			}
+			return nil
+		})
+		// Another tenant is not held to tenant-a's limit.
+		if v := p.deploy(dep("other", "tenant-b", app("web", "com.example.Web", map[string]any{"flavor": "m1.xlarge"}))); !v.Admitted {
+			t.Errorf("tenant-b: %+v, want admitted", v)
+		}
+	})
+
+	t.Run("blacklist denies an inheritor of a blacklisted class", func(t *testing.T) {
+		v := p.deploy(dep("telnet", "tenant-a", app("tn", "com.acme.SecureTelnet", map[string]any{"inherits": []string{"io.murano.apps.Telnet", "io.murano.Application"}})))
+		if v.Admitted || len(v.Violations) != 1 || v.Violations[0].PolicyID != blacklist ||
+			!strings.Contains(v.Violations[0].Message, `application "tn" (com.acme.SecureTelnet): inherits from io.murano.apps.Telnet, which is blacklisted`) {
+			t.Fatalf("verdict %+v, want denied by %s", v, blacklist)
+		}
+	})
+
+	t.Run("a global policy applies to every tenant", func(t *testing.T) {
+		for _, tenant := range []string{"tenant-a", "tenant-b", "tenant-c"} {
+			v := p.deploy(dep("db-"+tenant, tenant, app("db", "com.example.Postgres", map[string]any{"inherits": []string{"io.murano.databases.SqlDatabase"}, "instances": 3})))
+			if v.Admitted || len(v.Violations) != 1 || v.Violations[0].PolicyID != quota ||
+				!strings.Contains(v.Violations[0].Message, fmt.Sprintf(`tenant %q: application "db" (com.example.Postgres): asks for 3 instances; the quota is 2 per application`, tenant)) {
+				t.Errorf("%s: verdict %+v, want denied by %s", tenant, v, quota)
+			}
+		}
+	})
+
+	t.Run("a default override mutates the request and the component's Consul folder shows it", func(t *testing.T) {
+		v := p.deploy(dep("linux", "tenant-c", app("srv", "com.example.Nginx", map[string]any{"inherits": []string{"io.murano.apps.linux.Instance"}, "flavor": "m1.small"})))
+		if !v.Admitted || len(v.Mutations) != 1 || v.Mutations[0].PolicyID != override || v.Mutations[0].Field != "image" || v.Mutations[0].New != `"ubuntu-24.04-promoted"` {
+			t.Fatalf("verdict %+v, want admitted with the image mutated", v)
+		}
+		cid := v.Components[0]
+		scn := cid // the default service_component_name is the component id
+		p.eventually(scn+" holds the admitted settings", 2*time.Minute, func() error {
+			item, ok := p.items(scn)["admission."+cid]
+			if !ok {
+				return fmt.Errorf("items %v", keys(p.items(scn)))
+			}
+			cfg, _ := item["config"].(map[string]any)
+			if cfg["image"] != "ubuntu-24.04-promoted" || cfg["flavor"] != "m1.small" || cfg["class"] != "com.example.Nginx" {
+				return fmt.Errorf("config %v", cfg)
+			}
+			return nil
+		})
+	})
+
+	t.Run("the audit lists admitted deployments a new policy would deny", func(t *testing.T) {
+		strict := p.appPolicy(map[string]any{
+			"description": "tenant-b: nothing above m1.small", "tenantIds": []string{"tenant-b"}, "mode": "audit",
+			"objectModel": map[string]any{"maxFlavor": "m1.small", "?": map[string]any{"type": "io.policyflow.admission.FlavorLimit"}},
+		})
+		var audit struct {
+			Violations []struct {
+				DeploymentID string `json:"deployment_id"`
+			} `json:"violations"`
+		}
+		if err := json.Unmarshal([]byte(p.must(http.MethodGet, "/policies/"+strict+"/violations", nil)), &audit); err != nil {
+			t.Fatal(err)
+		}
+		if len(audit.Violations) != 1 || audit.Violations[0].DeploymentID != "other-"+sfx {
+			t.Errorf("audit %+v, want other-%s (m1.xlarge)", audit, sfx)
+		}
+		// In audit mode it warns and admits.
+		if v := p.deploy(dep("audited", "tenant-b", app("web", "com.example.Web", map[string]any{"flavor": "m1.medium"}))); !v.Admitted {
+			t.Errorf("audit-mode policy denied: %+v", v)
+		}
+	})
+}

@@ -1,0 +1,206 @@
+// Package admission is the admission stage's wiring: the application
+// policies table and the handler that turns a deployment request into a
+// verdict and, when admitted, component registrations. The decision
+// itself is package admit.
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// Policies is the compiled set of application policies, kept current from
+// app.policies. A record that does not compile (written around the North
+// API, which refuses such policies) is logged and left out, and the
+// policy's previous version with it.
+type Policies struct {
+	log zerolog.Logger
+
+	mu      sync.RWMutex
+	byID    map[string]*admit.Compiled
+	refused map[string]string // policy id -> why it was left out
+	sorted  []*admit.Compiled // cached, nil when stale
+}
+
+// NewPolicies is an empty set.
+func NewPolicies(log zerolog.Logger) *Policies {
+	return &Policies{log: log, byID: map[string]*admit.Compiled{}, refused: map[string]string{}}
+}
+
+// Apply folds one app.policies record (a tombstone: nil value) in.
+func (p *Policies) Apply(id string, v *events.AppPolicy) {
+	var c *admit.Compiled
+	var err error
+	if v != nil {
+		c, err = admit.CompilePolicy(v)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sorted = nil
+	delete(p.byID, id)
+	delete(p.refused, id)
+	switch {
+	case v == nil:
+	case err != nil:
+		p.refused[id] = err.Error()
+		p.log.Error().Err(err).Str("policy_id", id).Msg("application policy does not compile: left out")
+	default:
+		p.byID[id] = c
+	}
+}
+
+// All returns every compiled policy, by id.
+func (p *Policies) All() []*admit.Compiled {
+	p.mu.RLock()
+	if s := p.sorted; s != nil {
+		p.mu.RUnlock()
+		return s
+	}
+	p.mu.RUnlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := make([]*admit.Compiled, 0, len(p.byID))
+	for _, c := range p.byID {
+		s = append(s, c)
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID })
+	p.sorted = s
+	return s
+}
+
+// Get returns one compiled policy.
+func (p *Policies) Get(id string) (*admit.Compiled, bool) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	c, ok := p.byID[id]
+	return c, ok
+}
+
+// ClockSkew is how far the clocks of the North API (which stamps a
+// request when it writes it) and the admission stage may disagree. Before
+// deciding a request the stage catches up with app.policies, so that every
+// policy written before the request decides it, unless it last caught up
+// more than ClockSkew after the request's time stamp (a backlog of old
+// requests is decided without a round trip each).
+const ClockSkew = 2 * time.Second
+
+// PollRecords caps the requests one transaction of the stage decides.
+const PollRecords = 1000
+
+// Stage is the admission stage.
+func Stage() runtime.Stage {
+	return runtime.Stage{
+		Name:   topology.StageAdmission,
+		Mode:   runtime.Transactional,
+		Inputs: []string{topology.DeployRequests},
+		// A request costs an evaluation of its tenant's policies and up
+		// to seven outputs: polls of a thousand keep a transaction
+		// short on a busy machine.
+		PollRecords: PollRecords,
+		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+			log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
+			pols := NewPolicies(log)
+			table, err := runtime.FollowTable(env, topology.AppPolicies, func(m runtime.Msg[*events.AppPolicy]) {
+				pols.Apply(string(m.Key), m.Value)
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("admission: %w", err)
+			}
+			if err := table.WaitCaughtUp(ctx); err != nil {
+				table.Close()
+				return nil, nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
+			}
+			log.Info().Int("policies", len(pols.All())).Msg("application policies read")
+			caughtUp := time.Now()
+			h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
+				// A policy written before the request was must decide it:
+				// catch up with app.policies first, unless a catch-up
+				// that began well after the request was written did.
+				if !caughtUp.After(in.Timestamp.Add(ClockSkew)) {
+					began := time.Now()
+					if err := table.WaitCaughtUp(ctx); err != nil {
+						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
+					}
+					caughtUp = began
+				}
+				outs, err := Decide(in.Value, in.Key, pols.All(), time.Now())
+				if err == nil {
+					v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
+					log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
+						Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
+				}
+				return outs, err
+			})
+			return h, table.Close, nil
+		},
+	}
+}
+
+// Source names the admission stage in the events it writes.
+const Source = "admission"
+
+// Decide is the admission of one deployment request: its verdict on
+// admission.verdicts, preceded, when admitted, by the registration of its
+// components on deploy.components and by each application's settings
+// policy (admit.SettingsPolicy) pushed on pdp.notifications, which the
+// policy flow delivers to the component's Consul folder. A request that cannot be read (its
+// JSON, no tenant, a bad class name, a record whose deployment or tenant
+// disagrees with its JSON) is denied with the reason; only a record that
+// names no deployment at all, so no verdict can be keyed, is an error
+// (dead-lettered).
+func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, now time.Time) ([]runtime.Output, error) {
+	dep := dr.DeploymentID
+	if dep == "" {
+		dep = string(key)
+	}
+	if dep == "" {
+		return nil, runtime.Permanentf("admission: deployment request %s names no deployment_id and has no key, so its verdict has no key", dr.RequestID)
+	}
+	refuse := func(reason string) []runtime.Output {
+		return []runtime.Output{{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: admit.Refused(dr.RequestID, dep, dr.Tenant, reason, now)}}
+	}
+	req, err := admit.ParseRequest([]byte(dr.Request))
+	if err != nil {
+		return refuse(err.Error()), nil
+	}
+	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
+		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
+	}
+	v := admit.Evaluate(req, policies)
+	var outs []runtime.Output
+	var ids []string
+	if v.Admitted {
+		comps, err := admit.Components(v.Request, dr.SubmittedAt.UnixMilli(), now)
+		if err != nil {
+			return refuse(err.Error()), nil
+		}
+		for i, c := range comps {
+			id, body, err := admit.SettingsPolicy(v.Request, &v.Request.Applications[i], dr.SubmittedAt.UnixMilli())
+			if err != nil {
+				return refuse(err.Error()), nil
+			}
+			ids = append(ids, c.ComponentID)
+			outs = append(outs,
+				runtime.Output{Topic: topology.PDPNotifications, Key: []byte(id), Value: &events.PdpNotification{
+					NotificationID: dr.RequestID + "/" + id, Source: Source, ReceivedAt: now.UTC(),
+					LoadedPolicies: []events.LoadedPolicy{}, RemovedPolicies: []events.UnloadedPolicy{}, PushedBodies: []string{string(body)},
+				}},
+				runtime.Output{Topic: topology.DeployComponents, Key: []byte(c.ComponentID), Value: c})
+		}
+	}
+	ve, err := admit.VerdictEvent(dr.RequestID, req, v, ids, now)
+	if err != nil {
+		return nil, runtime.Permanent(fmt.Errorf("admission: verdict on %s: %w", dr.RequestID, err))
+	}
+	return append(outs, runtime.Output{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: ve}), nil
+}

@@ -1,0 +1,79 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/topology"
+)
+
+func request(id, dep, tenant, body string) *events.DeploymentRequest {
+	return &events.DeploymentRequest{RequestID: id, DeploymentID: dep, Tenant: tenant, Request: body, SubmittedAt: time.UnixMilli(1_700_000_000_000).UTC()}
+}
+
+func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
+	c := stagetest.NewCluster(t, 3, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
+		topology.AppPolicies, topology.DLQ(topology.StageAdmission))
+	tenants := []string{"t1"}
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{
+		PolicyID: "flavor", ObjectModel: `{"maxFlavor":"m1.medium","approvedApplications":["com.example.Analytics"],"?":{"type":"io.policyflow.admission.FlavorLimit"}}`,
+		TenantIDs: &tenants, Mode: "enforce",
+	})
+	c.Produce(t, topology.AppPolicies, "image", &events.AppPolicy{
+		PolicyID: "image", ObjectModel: `{"field":"image","value":"ubuntu-promoted","?":{"type":"io.policyflow.admission.DefaultOverride"}}`, Mode: "enforce",
+	})
+	// A policy written around the API that does not compile is left out.
+	c.Produce(t, topology.AppPolicies, "broken", &events.AppPolicy{PolicyID: "broken", ObjectModel: `{"?":{"type":"nope"}}`})
+
+	denied := request("r1", "d-big", "t1", `{"deployment_id":"d-big","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.large"}]}`)
+	admitted := request("r2", "d-ok", "t1", `{"deployment_id":"d-ok","tenant":"t1","environment":"prod","applications":[{"name":"an","class":"com.example.Analytics","flavor":"m1.xlarge"}]}`)
+	noTenant := request("r3", "d-nt", "", `{"deployment_id":"d-nt","applications":[{"name":"a","class":"x.A"}]}`)
+	c.ProduceRecords(t,
+		c.Record(t, topology.DeployRequests, "d-big", denied),
+		c.Record(t, topology.DeployRequests, "d-ok", admitted),
+		c.Record(t, topology.DeployRequests, "d-nt", noTenant),
+		&kgo.Record{Topic: c.Kafka.Topic(topology.DeployRequests), Key: []byte("junk"), Value: []byte("not avro")},
+	)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+
+	verdicts := map[string]*events.AdmissionVerdict{}
+	for _, r := range c.Read(t, topology.AdmissionVerdicts, 3, 60*time.Second) {
+		v := stagetest.Decode[*events.AdmissionVerdict](t, r)
+		if string(r.Key) != v.DeploymentID {
+			t.Errorf("verdict of %s keyed %q", v.DeploymentID, r.Key)
+		}
+		verdicts[v.DeploymentID] = v
+	}
+	if v := verdicts["d-big"]; v == nil || v.Admitted || len(v.Violations) != 1 ||
+		v.Violations[0].Message != `tenant "t1": application "web" (com.example.Web): flavor m1.large is larger than m1.medium, the largest allowed to applications not approved (rule flavor-limit of policy flavor)` {
+		t.Errorf("verdict on d-big = %+v", v)
+	}
+	if v := verdicts["d-nt"]; v == nil || v.Admitted || len(v.Violations) != 1 || v.Violations[0].Rule != "request" {
+		t.Errorf("verdict on d-nt = %+v", v)
+	}
+	v := verdicts["d-ok"]
+	if v == nil || !v.Admitted || len(v.Components) != 1 || v.Components[0] != "d-ok.an" || len(v.Mutations) != 1 || v.Mutations[0].NewValue != `"ubuntu-promoted"` {
+		t.Fatalf("verdict on d-ok = %+v", v)
+	}
+	comps := c.Read(t, topology.DeployComponents, 1, 30*time.Second)
+	comp := stagetest.Decode[*events.Component](t, comps[0])
+	if comp.ComponentID != "d-ok.an" || comp.Tenant != "t1" || comp.DeploymentID != "d-ok" || comp.ServiceComponentName != "d-ok.an" ||
+		len(comp.PolicyIDs) != 1 || comp.PolicyIDs[0] != "admission.d-ok.an" ||
+		comp.Config != `{"application":"an","environment":"prod","class":"com.example.Analytics","instances":1,"flavor":"m1.xlarge","image":"ubuntu-promoted"}` {
+		t.Errorf("component = %+v", comp)
+	}
+	notes := c.Read(t, topology.PDPNotifications, 1, 30*time.Second)
+	note := stagetest.Decode[*events.PdpNotification](t, notes[0])
+	if string(notes[0].Key) != "admission.d-ok.an" || len(note.PushedBodies) != 1 ||
+		note.PushedBodies[0] != `{"config":{"application":"an","class":"com.example.Analytics","environment":"prod","flavor":"m1.xlarge","image":"ubuntu-promoted","instances":1},"matchingConditions":{"ConfigName":"d-ok.an","ONAPName":"admission"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"admission.d-ok.an.1700000000000.json","policyVersion":"1700000000000"}` {
+		t.Errorf("settings policy %q = %+v", notes[0].Key, note)
+	}
+	dlq := c.Read(t, topology.DLQ(topology.StageAdmission), 1, 30*time.Second)
+	if string(dlq[0].Key) != "junk" {
+		t.Errorf("dead letter keyed %q", dlq[0].Key)
+	}
+}

@@ -1,0 +1,297 @@
+package admit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The built-in policy kinds (objectModel "?".type).
+const (
+	KindBlacklist       = "io.policyflow.admission.Blacklist"
+	KindRequiredApp     = "io.policyflow.admission.RequiredApplication"
+	KindInstanceQuota   = "io.policyflow.admission.InstanceQuota"
+	KindFlavorLimit     = "io.policyflow.admission.FlavorLimit"
+	KindDefaultOverride = "io.policyflow.admission.DefaultOverride"
+	KindScriptInjection = "io.policyflow.admission.ScriptInjection"
+	KindInstanceNotice  = "io.policyflow.admission.InstanceNotice"
+	KindCEL             = "io.policyflow.admission.CEL"
+)
+
+// DefaultFlavors is the flavor order FlavorLimit uses unless a policy
+// gives its own, smallest first (OpenStack's default flavors).
+var DefaultFlavors = []string{"m1.tiny", "m1.small", "m1.medium", "m1.large", "m1.xlarge"}
+
+var kinds = map[string]kind{
+	KindBlacklist: {
+		doc:     "denies applications by class or package name (applications) or namespace (namespaces), including every class that inherits from them",
+		params:  []string{"applications", "namespaces"},
+		compile: compileBlacklist,
+	},
+	KindRequiredApp: {
+		doc:     "denies an environment that does not deploy the application (a class, or a class inheriting from it)",
+		params:  []string{"application"},
+		compile: compileRequiredApp,
+	},
+	KindInstanceQuota: {
+		doc:     "denies an application with more than maxInstances instances (only the listed applications, when applications is given)",
+		params:  []string{"maxInstances", "applications"},
+		compile: compileInstanceQuota,
+	},
+	KindFlavorLimit: {
+		doc:     "denies a flavor larger than maxFlavor in the flavors order (default m1.tiny < m1.small < m1.medium < m1.large < m1.xlarge), except for approvedApplications",
+		params:  []string{"maxFlavor", "flavors", "approvedApplications"},
+		compile: compileFlavorLimit,
+	},
+	KindDefaultOverride: {
+		doc:     "mutation: sets field (flavor, image, instances, scripts or properties.<name>) to value where the request leaves it at its default (unset, or equal to from when given); only for applications when given",
+		params:  []string{"field", "value", "from", "applications"},
+		compile: compileDefaultOverride,
+	},
+	KindScriptInjection: {
+		doc:     "mutation: appends script to the scripts run on every VM (only for applications when given)",
+		params:  []string{"script", "applications"},
+		compile: compileScriptInjection,
+	},
+	KindInstanceNotice: {
+		doc:     "notice (never denies): reports an environment whose instances add up to more than maxInstances",
+		params:  []string{"maxInstances"},
+		compile: compileInstanceNotice,
+	},
+	KindCEL: {
+		doc:     "rules written as CEL expressions over request (and app, per application): validations [{expression, message, scope}] and mutations [{field, expression}]",
+		params:  []string{"validations", "mutations"},
+		compile: compileCEL,
+	},
+}
+
+// selects reports whether an application is among names (by class,
+// package or inheritance); an empty list selects every application.
+func selects(names []string, a *Application) bool {
+	if len(names) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(names, a.Is)
+}
+
+func compileBlacklist(p params) (ruleSet, error) {
+	apps, err := p.strs("applications", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	nss, err := p.strs("namespaces", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	if len(apps) == 0 && len(nss) == 0 {
+		return ruleSet{}, paramErr("applications", "and namespaces are both empty: give at least one class, package or namespace to blacklist")
+	}
+	for i, n := range append(append([]string(nil), apps...), nss...) {
+		if !classRE.MatchString(n) {
+			f := "applications"
+			j := i
+			if i >= len(apps) {
+				f, j = "namespaces", i-len(apps)
+			}
+			return ruleSet{}, paramErr(fmt.Sprintf("%s[%d]", f, j), "%q is not a qualified name (dot-separated identifiers)", n)
+		}
+	}
+	return ruleSet{validators: []validator{{rule: "blacklist", fn: func(r *Request, emit func(string, string)) {
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			for _, n := range apps {
+				if a.Is(n) {
+					how := "is"
+					if a.Class != n && a.Package != n {
+						how = "inherits from"
+					}
+					emit(a.describe(), fmt.Sprintf("%s %s, which is blacklisted", how, n))
+					break
+				}
+			}
+			for _, ns := range nss {
+				if a.InNamespace(ns) {
+					emit(a.describe(), fmt.Sprintf("is in namespace %s (by its class, package or a class it inherits from), which is blacklisted", ns))
+					break
+				}
+			}
+		}
+	}}}}, nil
+}
+
+func compileRequiredApp(p params) (ruleSet, error) {
+	name, err := p.str("application", true)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	if !classRE.MatchString(name) {
+		return ruleSet{}, paramErr("application", "%q is not a qualified class name", name)
+	}
+	return ruleSet{validators: []validator{{rule: "required-application", fn: func(r *Request, emit func(string, string)) {
+		for i := range r.Applications {
+			if r.Applications[i].Is(name) {
+				return
+			}
+		}
+		emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("deploys no %s, which every environment must have", name))
+	}}}}, nil
+}
+
+func compileInstanceQuota(p params) (ruleSet, error) {
+	maxN, err := p.count("maxInstances")
+	if err != nil {
+		return ruleSet{}, err
+	}
+	apps, err := p.strs("applications", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(r *Request, emit func(string, string)) {
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			if selects(apps, a) && a.Instances > maxN {
+				emit(a.describe(), fmt.Sprintf("asks for %d instances; the quota is %d per application", a.Instances, maxN))
+			}
+		}
+	}}}}, nil
+}
+
+func compileFlavorLimit(p params) (ruleSet, error) {
+	maxF, err := p.str("maxFlavor", true)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	order, err := p.strs("flavors", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	if order == nil {
+		order = DefaultFlavors
+	}
+	for i, f := range order {
+		if j := slices.Index(order, f); j != i {
+			return ruleSet{}, paramErr(fmt.Sprintf("flavors[%d]", i), "%q is listed twice (also flavors[%d])", f, j)
+		}
+	}
+	limit := slices.Index(order, maxF)
+	if limit < 0 {
+		return ruleSet{}, paramErr("maxFlavor", "%q is not in the flavor order %s; give one of them or list the flavors smallest first in flavors", maxF, strings.Join(order, " < "))
+	}
+	approved, err := p.strs("approvedApplications", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	return ruleSet{validators: []validator{{rule: "flavor-limit", fn: func(r *Request, emit func(string, string)) {
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			if a.Flavor == "" || (len(approved) > 0 && slices.ContainsFunc(approved, a.Is)) {
+				continue
+			}
+			switch at := slices.Index(order, a.Flavor); {
+			case at < 0:
+				emit(a.describe(), fmt.Sprintf("flavor %s is not one of %s, so it cannot be shown to be at most %s", a.Flavor, strings.Join(order, ", "), maxF))
+			case at > limit:
+				emit(a.describe(), fmt.Sprintf("flavor %s is larger than %s, the largest allowed to applications not approved", a.Flavor, maxF))
+			}
+		}
+	}}}}, nil
+}
+
+func compileDefaultOverride(p params) (ruleSet, error) {
+	field, err := p.str("field", true)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	if err := checkField(field); err != nil {
+		return ruleSet{}, paramErr("field", "%v", err)
+	}
+	value, ok, err := p.value("value")
+	if err != nil {
+		return ruleSet{}, err
+	}
+	if !ok {
+		return ruleSet{}, paramErr("value", "is missing: give the new default")
+	}
+	if err := setField(&Application{}, field, value); err != nil {
+		return ruleSet{}, paramErr("value", "%v", err)
+	}
+	from, hasFrom, err := p.value("from")
+	if err != nil {
+		return ruleSet{}, err
+	}
+	apps, err := p.strs("applications", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	isDefault := func(cur any) bool {
+		if hasFrom && jsonText(cur) == jsonText(from) {
+			return true
+		}
+		switch v := cur.(type) {
+		case nil:
+			return true
+		case string:
+			return v == ""
+		case []string:
+			return len(v) == 0
+		}
+		return false
+	}
+	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(r *Request, emit func(Mutation)) error {
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			if !selects(apps, a) {
+				continue
+			}
+			cur := getField(a, field)
+			if !isDefault(cur) || jsonText(cur) == jsonText(value) {
+				continue
+			}
+			old := jsonText(cur)
+			if err := setField(a, field, value); err != nil {
+				return fmt.Errorf("%s: %w", a.describe(), err)
+			}
+			emit(Mutation{Application: a.Name, Field: field, Old: old, New: jsonText(getField(a, field))})
+		}
+		return nil
+	}}}}, nil
+}
+
+func compileScriptInjection(p params) (ruleSet, error) {
+	script, err := p.str("script", true)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	apps, err := p.strs("applications", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	return ruleSet{mutators: []mutator{{rule: "script-injection", fn: func(r *Request, emit func(Mutation)) error {
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			if !selects(apps, a) || slices.Contains(a.Scripts, script) {
+				continue
+			}
+			old := jsonText(a.Scripts)
+			a.Scripts = append(slices.Clone(a.Scripts), script)
+			emit(Mutation{Application: a.Name, Field: "scripts", Old: old, New: jsonText(a.Scripts)})
+		}
+		return nil
+	}}}}, nil
+}
+
+func compileInstanceNotice(p params) (ruleSet, error) {
+	maxN, err := p.count("maxInstances")
+	if err != nil {
+		return ruleSet{}, err
+	}
+	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(r *Request, emit func(string, string)) {
+		total := 0
+		for _, a := range r.Applications {
+			total += a.Instances
+		}
+		if total > maxN {
+			emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("spawns %d instances, more than the %d the notice is set at", total, maxN))
+		}
+	}}}}, nil
+}

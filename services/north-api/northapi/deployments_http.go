@@ -1,0 +1,218 @@
+package northapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// deployers submit deployments: operators, and tenants for their own
+// tenant (the handler checks).
+var deployers = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
+
+// admissionRoutes are the routes of deployment admission and of tenant
+// application policies (seed 001).
+func (s *Server) admissionRoutes() []route {
+	return []route{
+		{http.MethodPost, "/v1/deployments", s.postDeployment, deployers},
+		{http.MethodGet, "/v1/deployments/{deployment_id}", s.getDeployment, readers},
+		{http.MethodGet, "/policies", s.listAppPolicies, readers},
+		{http.MethodPost, "/policies", s.createAppPolicy, operators},
+		{http.MethodGet, "/policies/{policy_id}", s.getAppPolicy, readers},
+		{http.MethodPut, "/policies/{policy_id}", s.updateAppPolicy, operators},
+		{http.MethodDelete, "/policies/{policy_id}", s.deleteAppPolicy, operators},
+		{http.MethodGet, "/policies/{policy_id}/violations", s.appPolicyViolations, readers},
+	}
+}
+
+const deploymentExample = `{"deployment_id": "dep-1", "tenant": "t1", "environment": "prod", "applications": [{"name": "web", "class": "io.murano.apps.apache.ApacheHttpServer", "inherits": ["io.murano.Application"], "instances": 2, "flavor": "m1.medium", "image": "ubuntu-22.04"}]}`
+
+// DeploymentAccepted is the answer to a deployment request that was
+// queued for admission.
+type DeploymentAccepted struct {
+	RequestID    string `json:"request_id"`
+	DeploymentID string `json:"deployment_id"`
+	Tenant       string `json:"tenant"`
+	// Status is "pending": GET /v1/deployments/{deployment_id} shows the
+	// verdict once the admission stage made it.
+	Status string `json:"status"`
+}
+
+// DryRunVerdict is the answer of POST /v1/deployments?dry_run=true: what
+// admission would decide now, and nothing deployed.
+type DryRunVerdict struct {
+	DryRun       bool                       `json:"dry_run"`
+	DeploymentID string                     `json:"deployment_id"`
+	Tenant       string                     `json:"tenant"`
+	Admitted     bool                       `json:"admitted"`
+	Violations   []events.AdmissionFinding  `json:"violations"`
+	Warnings     []events.AdmissionFinding  `json:"warnings"`
+	Mutations    []events.AdmissionMutation `json:"mutations"`
+	Policies     []string                   `json:"policies"`
+	Components   []string                   `json:"components"`
+	// Request is the request as the policies mutated it.
+	Request json.RawMessage `json:"request"`
+}
+
+// DeploymentVerdict is the answer of GET /v1/deployments/{deployment_id}:
+// the latest verdict on the deployment.
+type DeploymentVerdict struct {
+	DeploymentID string                     `json:"deployment_id"`
+	RequestID    string                     `json:"request_id"`
+	Tenant       string                     `json:"tenant"`
+	Admitted     bool                       `json:"admitted"`
+	Violations   []events.AdmissionFinding  `json:"violations"`
+	Warnings     []events.AdmissionFinding  `json:"warnings"`
+	Mutations    []events.AdmissionMutation `json:"mutations"`
+	Policies     []string                   `json:"policies"`
+	Components   []string                   `json:"components"`
+	Request      json.RawMessage            `json:"request"`
+	DecidedAt    string                     `json:"decided_at"`
+}
+
+func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpError {
+	dryRun := false
+	if v := r.URL.Query().Get("dry_run"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "dry_run=%q: give true or false", v)
+		}
+		dryRun = b
+	}
+	var req admit.Request
+	if e := decodeJSON(w, r, MaxRequestBytes, &req, true, deploymentExample); e != nil {
+		return e
+	}
+	caller := principalOf(r.Context())
+	if caller.Role == auth.RoleTenant {
+		if req.Tenant == "" {
+			req.Tenant = caller.Tenant
+		}
+		if req.Tenant != caller.Tenant {
+			return errorf(http.StatusForbidden, "token %s is scoped to tenant %q and may only deploy for it; the request says tenant %q", caller.Name, caller.Tenant, req.Tenant)
+		}
+	}
+	if err := req.Normalize(); err != nil {
+		return errorf(http.StatusBadRequest, "deployment request: %v", err)
+	}
+	if e := s.checkDeploymentComponents(&req); e != nil {
+		return e
+	}
+	if e := s.needViews(topology.AppPolicies, topology.AdmissionVerdicts); e != nil {
+		return e
+	}
+	if caller.Role == auth.RoleTenant {
+		if v, ok := s.verdicts.get(req.DeploymentID); ok && v.Tenant != caller.Tenant {
+			return errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", req.DeploymentID, v.Tenant, caller.Name, caller.Tenant)
+		}
+	}
+	if dryRun {
+		return s.dryRun(w, &req)
+	}
+	body, err := req.JSON()
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
+	}
+	dr := &events.DeploymentRequest{
+		RequestID: newID(), DeploymentID: req.DeploymentID, Tenant: req.Tenant, Request: string(body),
+		SubmittedBy: caller.Name, SubmittedAt: time.Now().UTC(),
+	}
+	value, err := s.env.Codec.Encode(dr)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
+	}
+	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployRequests), Key: []byte(req.DeploymentID), Value: value}); err != nil {
+		return s.produceFailed(err)
+	}
+	s.log.Info().Str("request_id", dr.RequestID).Str("deployment_id", dr.DeploymentID).Str("tenant", dr.Tenant).Str("by", describeCaller(caller)).Msg("deployment request queued for admission")
+	writeJSON(w, http.StatusAccepted, DeploymentAccepted{RequestID: dr.RequestID, DeploymentID: dr.DeploymentID, Tenant: dr.Tenant, Status: "pending"})
+	return nil
+}
+
+// checkDeploymentComponents holds each application's component to the
+// rules of a component registration (notify targets the operator allows,
+// filter limits), and refuses a Consul folder another deployment's
+// component has.
+func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
+	for i := range req.Applications {
+		a := &req.Applications[i]
+		cr := ComponentRequest{DeploymentID: req.DeploymentID, ServiceComponentName: req.ServiceComponentName(a), Tenant: req.Tenant}
+		if spec := a.Component; spec != nil {
+			cr.PolicyIDs = spec.PolicyIDs
+			for _, f := range spec.PolicyFilters {
+				cr.PolicyFilters = append(cr.PolicyFilters, FilterRequest(f))
+			}
+			cr.Notify = NotifyRequest(spec.Notify)
+		}
+		id := req.ComponentID(a.Name)
+		if _, err := BuildComponent(id, cr, 1, time.Now(), s.rules); err != nil {
+			return errorf(http.StatusBadRequest, "deployment request: applications[%d].component (component %s): %v", i, id, err)
+		}
+	}
+	if e := s.needViews(topology.DeployComponents); e != nil {
+		return e
+	}
+	for i := range req.Applications {
+		a := &req.Applications[i]
+		if e := s.claimFolder(req.ComponentID(a.Name), req.ServiceComponentName(a)); e != nil {
+			return errorf(http.StatusConflict, "deployment request: applications[%d]: %s", i, e.msg)
+		}
+	}
+	return nil
+}
+
+func (s *Server) dryRun(w http.ResponseWriter, req *admit.Request) *httpError {
+	v := admit.Evaluate(req, s.appPols.compiled())
+	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "dry run: %v", err)
+	}
+	out := DryRunVerdict{
+		DryRun: true, DeploymentID: req.DeploymentID, Tenant: req.Tenant, Admitted: v.Admitted,
+		Violations: ve.Violations, Warnings: ve.Warnings, Mutations: ve.Mutations, Policies: ve.Policies,
+		Components: []string{}, Request: json.RawMessage(ve.Request),
+	}
+	if v.Admitted {
+		comps, err := admit.Components(v.Request, 0, time.Now())
+		if err != nil {
+			return errorf(http.StatusBadRequest, "deployment request: %v", err)
+		}
+		for _, c := range comps {
+			out.Components = append(out.Components, c.ComponentID)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) *httpError {
+	id := r.PathValue("deployment_id")
+	if err := admit.CheckID("deployment_id", id); err != nil {
+		return errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
+	}
+	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
+		return e
+	}
+	v, ok := s.verdicts.get(id)
+	if !ok {
+		return errorf(http.StatusNotFound, "deployment %s has no verdict: it was never submitted, or its request is still waiting for the admission stage (retry in a moment)", id)
+	}
+	caller := principalOf(r.Context())
+	if caller.Role == auth.RoleTenant && v.Tenant != caller.Tenant {
+		return errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", id, v.Tenant, caller.Name, caller.Tenant)
+	}
+	writeJSON(w, http.StatusOK, DeploymentVerdict{
+		DeploymentID: v.DeploymentID, RequestID: v.RequestID, Tenant: v.Tenant, Admitted: v.Admitted,
+		Violations: v.Violations, Warnings: v.Warnings, Mutations: v.Mutations, Policies: v.Policies,
+		Components: v.Components, Request: json.RawMessage(v.Request), DecidedAt: v.DecidedAt.UTC().Format(time.RFC3339Nano),
+	})
+	return nil
+}
