@@ -94,6 +94,12 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		case err != nil:
 			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "error").Inc()
 			r.log.Error().Err(err).Msg("end transaction; the batch will be processed again")
+			// End gives up without ending the transaction when its flush
+			// runs out of time (a slow or overloaded broker): abort it, or
+			// the next Begin finds it still open and the stage stops.
+			if aerr := r.abortOpen(ctx, sess); aerr != nil {
+				return fmt.Errorf("stage %s: abort the transaction End left open: %w", r.stage.Name, aerr)
+			}
 		case committed:
 			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "committed").Inc()
 			r.countOut(all)
@@ -161,4 +167,27 @@ func (r *runner) transactionalID() string {
 		return r.stage.GroupIn(r.env.Kafka) + "-" + r.env.InstanceID
 	}
 	return fmt.Sprintf("%s-%s", r.stage.GroupIn(r.env.Kafka), randomID())
+}
+
+// abortOpen aborts the transaction a failed End may have left open,
+// retrying with backoff while the brokers are slow; it gives up (and the
+// stage stops, to be restarted clean) only after several tries.
+func (r *runner) abortOpen(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.TransactionTimeout)
+		_, err = sess.End(actx, kgo.TryAbort)
+		cancel()
+		if err == nil {
+			r.log.Warn().Msg("the transaction End left open is aborted; its batch will be processed again")
+			return nil
+		}
+		r.log.Warn().Err(err).Int("attempt", attempt+1).Msg("abort the transaction End left open; retrying")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.env.Retry.Next(attempt)):
+		}
+	}
+	return err
 }
