@@ -286,6 +286,12 @@ case ${1:-} in
 list)
 	services
 	;;
+stages)
+	# The services of kind stage: those the status page lists.
+	for s in $(services); do
+		[ "$(kind_of "$s")" = stage ] && printf '%s\n' "$s"
+	done
+	;;
 render)
 	tmp=$(mktemp)
 	trap 'rm -f "$tmp"' EXIT
@@ -304,6 +310,6 @@ check)
 	[ -z "$stale" ] || die "out of date:$stale (run deploy/stages.sh render)"
 	;;
 *)
-	die "usage: deploy/stages.sh list|render|check"
+	die "usage: deploy/stages.sh list|stages|render|check"
 	;;
 esac
