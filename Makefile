@@ -175,7 +175,13 @@ fuzz: ## run every Go fuzz target for FUZZTIME each (default 60s); failures land
 		list=$$(sed -n -E 's/^func (Fuzz[A-Za-z0-9_]*)\([A-Za-z0-9_]+ \*testing\.F\).*/\1/p' $$d/*_test.go); \
 		for t in $$list; do \
 			echo "==> fuzz: $$d $$t for $(FUZZTIME)"; \
-			(cd $$d && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) .); \
+			out=$$(mktemp); \
+			if ! (cd $$d && $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) .) 2>&1 | tee $$out; then \
+				if grep -q 'context deadline exceeded' $$out && [ -z "$$(git status --porcelain -- $$d/testdata/fuzz/$$t 2>/dev/null)" ]; then \
+					echo "fuzz: $$t: go's fuzzing engine stopped on its own time limit with no failing input found or saved; counted as passed"; \
+				else rm -f $$out; exit 1; fi; \
+			fi; \
+			rm -f $$out; \
 		done; \
 	done
 
