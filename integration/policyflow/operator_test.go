@@ -3,6 +3,7 @@ package policyflow_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -112,13 +113,33 @@ func TestOperatorView(t *testing.T) {
 			"notify":     map[string]any{"kind": "script", "script_path": script},
 		})
 	}
+	// The registrations first reach Consul (an empty collection), so that
+	// the policy comes to both components by the PDP notification, whose
+	// end-to-end latency is checked below, and not with their first
+	// gathering.
+	for _, id := range []string{okID, failID} {
+		p.eventually(id+" registered and written", 2*time.Minute, func() error {
+			code, body := p.do(http.MethodGet, "/v1/components/"+id+"/status", nil)
+			var st struct {
+				Applied *struct{} `json:"applied"`
+			}
+			if err := json.Unmarshal([]byte(body), &st); code != http.StatusOK || err != nil || st.Applied == nil {
+				return fmt.Errorf("%d %s", code, body)
+			}
+			return nil
+		})
+	}
 	p.publish("DCAE.Config_OperatorView.7.xml", "7", `{"threshold": 7}`, map[string]any{"ONAPName": "DCAE"})
 	p.eventually("both notifications recorded", 2*time.Minute, func() error {
 		samples, _ := p.scrape()
 		ok := value(samples, "policyflow_notifications_total", `outcome="ok"`)
 		failed := value(samples, "policyflow_notifications_total", `outcome="failed"`)
-		if ok < 1 || failed < 1 {
-			return fmt.Errorf("notifications ok %v, failed %v", ok, failed)
+		// The policy's own way: from the PDP notification to Consul and
+		// to the component told with success.
+		written := value(samples, "policyflow_end_to_end_seconds_count", `milestone="consul_written"`, `origin="pdp.notifications"`)
+		told := value(samples, "policyflow_end_to_end_seconds_count", `milestone="notified"`, `origin="pdp.notifications"`)
+		if ok < 1 || failed < 1 || written < 1 || told < 1 {
+			return fmt.Errorf("notifications ok %v, failed %v; the policy written %v, told %v", ok, failed, written, told)
 		}
 		return nil
 	})
