@@ -106,7 +106,7 @@ build_single() {
 	name=$1 pkg=$2
 	[ -f "$root/$pkg/main.go" ] || die "$pkg/main.go is missing: cannot build $repo/$name:$tag"
 	ctx="$work/$name"
-	mkdir -p "$ctx/bin"
+	mkdir -p "$ctx/bin" "$ctx/var/lib/policyflow/packages"
 	cacerts "$ctx"
 	gobuild "$pkg" "$ctx/bin/$name"
 	dockerbuild "$repo/$name:$tag" "$deploy/Dockerfile.stage" "$ctx" --build-arg "STAGE=$name"

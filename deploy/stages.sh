@@ -58,6 +58,9 @@ ops_of() {
 	fi
 }
 
+# Where an api service keeps uploaded agent packages (a volume).
+packages_dir=/var/lib/policyflow/packages
+
 # Where an api service finds its tokens file.
 tokens_dir=/etc/policyflow/api-tokens
 tokens_file=$tokens_dir/tokens.json
@@ -92,8 +95,11 @@ EOF
       $api_addr: 0.0.0.0:$api_port
       PF_TOKENS_FILE: /run/secrets/api-tokens
       PF_STAGE_OPS: $(stage_ops)
+      PF_PACKAGE_DIR: $packages_dir
     secrets:
       - api-tokens
+    volumes:
+      - api-packages:$packages_dir
     ports:
       - "127.0.0.1:\${$var:-$api_port}:$api_port"
 EOF
@@ -174,6 +180,8 @@ EOF
               value: 0.0.0.0:$api_port
             - name: PF_TOKENS_FILE
               value: $tokens_file
+            - name: PF_PACKAGE_DIR
+              value: $packages_dir
 EOF
 		fi
 		cat <<EOF
@@ -227,6 +235,8 @@ EOF
             - name: api-tokens
               mountPath: $tokens_dir
               readOnly: true
+            - name: api-packages
+              mountPath: $packages_dir
 EOF
 		fi
 		cat <<EOF
@@ -244,6 +254,11 @@ EOF
             secretName: policyflow-api-tokens
             items:
               - {key: tokens.json, path: tokens.json}
+        # Uploaded agent packages. An emptyDir serves one replica and is
+        # lost with the pod: with several North API replicas, or to keep
+        # packages across restarts, use a ReadWriteMany PersistentVolumeClaim.
+        - name: api-packages
+          emptyDir: {}
 EOF
 		fi
 		if [ "$kind" = api ]; then

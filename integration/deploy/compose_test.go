@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -202,6 +204,39 @@ func TestComposeFileRuns(t *testing.T) {
 		return nil
 	})
 
+	// An agent package goes onto the North API's package volume and
+	// comes back byte for byte.
+	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: "1.1.0", ConfigVersion: "1.1.0"}, map[string][]byte{"packages/agent.bin": []byte("agent 1.1.0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(pkg)
+	up, _ := http.NewRequestWithContext(ctx, http.MethodPost, api+"/v1/agentpackages?sha256="+hex.EncodeToString(sum[:]), bytes.NewReader(pkg))
+	auth.SetBearer(up, token)
+	resp, err := http.DefaultClient.Do(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("upload an agent package: %d %s\ncompose logs:\n%s", resp.StatusCode, out, logs())
+	}
+	eventually("the agent package downloads", time.Minute, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api+"/v1/agentpackages/1.1.0/file", nil)
+		auth.SetBearer(req, token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		got, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !bytes.Equal(got, pkg) {
+			return fmt.Errorf("GET the package: %d, %d bytes (want %d)", resp.StatusCode, len(got), len(pkg))
+		}
+		return nil
+	})
+
 	// The status page's data shows every stage, read from its ops
 	// listener, ready.
 	eventually("every stage ready on /v1/status", time.Minute, func() error {
@@ -230,7 +265,7 @@ func TestComposeFileRuns(t *testing.T) {
 
 	// Torn down: no container of the project is left.
 	down()
-	out, err := exec.Command("docker", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project="+project).Output()
+	out, err = exec.Command("docker", "ps", "-a", "-q", "--filter", "label=com.docker.compose.project="+project).Output()
 	if err != nil {
 		t.Fatalf("docker ps: %v", err)
 	}
