@@ -200,11 +200,20 @@ func start(t *testing.T) *hub {
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("%d %s", resp.StatusCode, body)
 		}
+		// The North API's own word last: its views (agent packages, nodes,
+		// NMPs) may join the stages' health only once its reader reached
+		// the brokers.
 		resp2, err := http.Get(h.api + "/healthcheck")
 		if err != nil {
 			return err
 		}
-		resp2.Body.Close()
+		defer resp2.Body.Close()
+		var health struct {
+			Status string `json:"status"`
+		}
+		if err := json.NewDecoder(resp2.Body).Decode(&health); err != nil || health.Status != "ok" {
+			return fmt.Errorf("North API /healthcheck: %+v (%v)", health, err)
+		}
 		return nil
 	})
 	return h
