@@ -248,3 +248,27 @@ func digitsOnly(s string) bool {
 	}
 	return true
 }
+
+// RawKind names the JSON type of a raw (undecoded) value for messages, with
+// its article: "an object", "an array", "a string", "a boolean", "null",
+// "a number", or "nothing" for an empty one. It looks at the first byte
+// only: the value is assumed to be valid JSON.
+func RawKind(raw []byte) string {
+	raw = []byte(strings.TrimSpace(string(raw)))
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "an " + kindObject
+	case '[':
+		return "an " + kindArray
+	case '"':
+		return "a " + kindString
+	case 't', 'f':
+		return "a " + kindBool
+	case 'n':
+		return kindNull
+	}
+	return "a " + kindNumber
+}

@@ -70,3 +70,14 @@ func TestLargeExponentsCostLittle(t *testing.T) {
 		t.Fatalf("comparing 1e999999 with 10e999998 allocated %d bytes, want at most 256 KiB", n)
 	}
 }
+
+func TestRawKind(t *testing.T) {
+	for raw, want := range map[string]string{
+		` {"a":1}`: "an object", `[1]`: "an array", `"s"`: "a string", `true`: "a boolean",
+		`false`: "a boolean", `null`: "null", `-1.5`: "a number", `  `: "nothing",
+	} {
+		if got := RawKind([]byte(raw)); got != want {
+			t.Errorf("RawKind(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}

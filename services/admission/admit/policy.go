@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/policyflow/policyflow/services/policy"
 )
 
 // Policy modes.
@@ -194,7 +196,7 @@ func (p params) str(name string, required bool) (string, error) {
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", paramErr(name, "must be a string, got %s", kindOf(raw))
+		return "", paramErr(name, "must be a string, got %s", policy.RawKind(raw))
 	}
 	if required && s == "" {
 		return "", paramErr(name, "is empty")
@@ -212,7 +214,7 @@ func (p params) strs(name string, required bool) ([]string, error) {
 	}
 	var s []string
 	if err := json.Unmarshal(raw, &s); err != nil {
-		return nil, paramErr(name, "must be an array of strings, got %s", kindOf(raw))
+		return nil, paramErr(name, "must be an array of strings, got %s", policy.RawKind(raw))
 	}
 	for i, v := range s {
 		if v == "" {
@@ -232,7 +234,7 @@ func (p params) count(name string) (int, error) {
 	}
 	var n json.Number
 	if err := json.Unmarshal(raw, &n); err != nil {
-		return 0, paramErr(name, "must be a whole number, got %s", kindOf(raw))
+		return 0, paramErr(name, "must be a whole number, got %s", policy.RawKind(raw))
 	}
 	v, err := n.Int64()
 	if err != nil || v < 0 || v > MaxInstances*MaxApplications {
@@ -253,27 +255,6 @@ func (p params) value(name string) (any, bool, error) {
 		return nil, false, paramErr(name, "%v", err)
 	}
 	return v, true, nil
-}
-
-// kindOf names the JSON type of a raw value.
-func kindOf(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 // IsParamError reports whether err is a *ParamError.

@@ -14,6 +14,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -230,7 +231,7 @@ func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *httpError) {
 	if t := bytes.TrimSpace(req.TenantIDs); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
 		var ids []string
 		if err := json.Unmarshal(t, &ids); err != nil {
-			return nil, errorf(http.StatusBadRequest, "tenantIds must be an array of tenant ids, or null for every tenant; got %s", jsonKindOf(t))
+			return nil, errorf(http.StatusBadRequest, "tenantIds must be an array of tenant ids, or null for every tenant; got %s", policy.RawKind(t))
 		}
 		slices.Sort(ids)
 		ids = slices.Compact(ids)

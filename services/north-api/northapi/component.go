@@ -149,7 +149,7 @@ func BuildComponent(componentID string, req ComponentRequest, generation int64, 
 
 	if cfg := bytes.TrimSpace(req.Config); len(cfg) > 0 && !bytes.Equal(cfg, []byte("null")) {
 		if cfg[0] != '{' {
-			return nil, fmt.Errorf("config must be a JSON object (the component's application config), got %s", jsonKindOf(cfg))
+			return nil, fmt.Errorf("config must be a JSON object (the component's application config), got %s", policy.RawKind(cfg))
 		}
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, cfg); err != nil {
@@ -242,25 +242,4 @@ func buildNotify(n NotifyRequest, targets notifytarget.Rules) (events.NotifyTarg
 		return t, fmt.Errorf("notify.kind %q is unknown; use \"script\", \"webhook\" or \"none\"", n.Kind)
 	}
 	return t, nil
-}
-
-// jsonKindOf names the JSON type of a raw value for messages.
-func jsonKindOf(raw []byte) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return "nothing"
-	}
-	switch raw[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
