@@ -216,6 +216,12 @@ func TestNext(t *testing.T) {
 			if tc.cur != nil && !reflect.DeepEqual(*tc.cur, before) {
 				t.Errorf("Next changed the current collection: %+v, was %+v", *tc.cur, before)
 			}
+			// The executor keeps committed collections compacted: the
+			// next collection must not depend on what compact leaves out.
+			fromCompact, err := Next(compact(tc.cur), tc.comp, tc.d)
+			if err != nil || !reflect.DeepEqual(fromCompact, tc.want) {
+				t.Errorf("from the compacted collection: got %+v (%v)\nwant %+v", fromCompact, err, tc.want)
+			}
 		})
 	}
 }

@@ -135,10 +135,12 @@ type executor struct {
 	tables *runtime.Follower
 
 	polsMu sync.Mutex
-	// committed holds component.policies as read, still encoded: a
-	// collection is decoded only when its component is updated again, and
-	// the executor's own writes coming back are recognised by their bytes.
-	committed map[string][]byte
+	// committed holds component.policies as read, compacted (see
+	// compact): what Next needs of each component's latest collection,
+	// with every string and body shared with the other components that
+	// hold the same policy. The executor's own writes coming back are
+	// recognised by their bytes as they are read.
+	committed map[string]*events.ComponentPolicies
 	overlay   map[string]overlayEntry // own writes not yet read back
 }
 
@@ -150,7 +152,7 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.log = env.Log.With().Str("stage", topology.StageExecutor).Logger()
 	e.asm = NewAssembler()
 	e.parts = map[int32]*partState{}
-	e.committed = map[string][]byte{}
+	e.committed = map[string]*events.ComponentPolicies{}
 	e.overlay = map[string]overlayEntry{}
 
 	var err error
@@ -187,21 +189,24 @@ func (e *executor) applyCollection(ctx context.Context, rec *kgo.Record) error {
 		delete(e.committed, key)
 		return nil
 	}
-	// A copy: the fetched value shares its buffer with the whole batch.
-	raw := bytes.Clone(rec.Value)
-	e.committed[key] = raw
-	o, ok := e.overlay[key]
-	if !ok {
+	if o, ok := e.overlay[key]; ok && bytes.Equal(o.raw, rec.Value) {
+		// Committed caught up with our own write: keep what we wrote.
+		e.committed[key] = compact(o.cp)
+		delete(e.overlay, key)
 		return nil
 	}
-	if bytes.Equal(o.raw, raw) {
-		delete(e.overlay, key) // committed caught up with our write
+	cp, err := e.decodeCollection(ctx, key, rec.Value)
+	if err != nil {
+		// Counted as none: the component gathers its whole collection
+		// anew on its next update.
+		delete(e.committed, key)
+		e.log.Error().Err(err).Str("component_id", key).Msg("committed collection unreadable; the component gathers anew")
 		return nil
 	}
+	e.committed[key] = compact(cp)
 	// Written by another member, or read back from an older run: compare
 	// what it is.
-	if cp, err := e.decodeCollection(ctx, key, raw); err == nil && cp != nil &&
-		o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
+	if o, ok := e.overlay[key]; ok && o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
 		delete(e.overlay, key)
 	}
 	return nil
@@ -217,23 +222,17 @@ func (e *executor) decodeCollection(ctx context.Context, key string, raw []byte)
 }
 
 // current is the component's latest collection: our own latest write, or
-// the committed one. A committed value that cannot be decoded is logged
-// and counts as none, so the component gathers its whole collection anew.
-func (e *executor) current(ctx context.Context, id string) *events.ComponentPolicies {
+// the committed one (compacted: its updated and removed policies are left
+// out). A committed value that could not be decoded counts as none, so
+// the component gathers its whole collection anew. The caller must not
+// change what it returns.
+func (e *executor) current(_ context.Context, id string) *events.ComponentPolicies {
 	e.polsMu.Lock()
 	defer e.polsMu.Unlock()
 	if o, ok := e.overlay[id]; ok {
 		return o.cp
 	}
-	raw, ok := e.committed[id]
-	if !ok {
-		return nil
-	}
-	cp, err := e.decodeCollection(ctx, id, raw)
-	if err != nil {
-		e.log.Error().Err(err).Str("component_id", id).Msg("committed collection unreadable; the component gathers anew")
-	}
-	return cp
+	return e.committed[id]
 }
 
 // component looks a component up in deploy.components, catching up with
