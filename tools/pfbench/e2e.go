@@ -230,33 +230,12 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	defer hsrv.Close()
 	base := "http://" + ln.Addr().String()
 
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	api, err := b.startNorthAPI(ctx)
 	if err != nil {
 		return res, err
 	}
-	opsLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return res, err
-	}
-	token, err := auth.NewToken()
-	if err != nil {
-		return res, err
-	}
-	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "pfbench", Role: auth.RoleOperator, SHA256: auth.Hash(token)}}}.Set()
-	if err != nil {
-		return res, err
-	}
-	actx, stopAPI := context.WithCancel(ctx)
-	defer stopAPI()
-	env := runtime.NewEnv(b.kafka, b.log)
-	// The rate limit is off: the run times the pipeline, and one update
-	// after another is faster than a client's default rate.
-	go func() {
-		_ = northapi.ServeListener(actx, env, apiLn, northapi.Options{Consul: consulkv.Config{Addr: b.consulAddr}, Tokens: tokens, RateLimit: northapi.RateLimit{Off: true}})
-	}()
-	go func() { _ = runtime.ServeListener(actx, opsLn, env, nil) }()
-	notifyURL := "http://" + apiLn.Addr().String() + "/v1/pdp/notifications"
-	client := auth.Client(token)
+	defer api.stop()
+	notifyURL, client := api.url+"/v1/pdp/notifications", api.client
 
 	// Components: one by script, the fleet by webhook.
 	cl := b.prod
@@ -319,8 +298,8 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 		return nil
 	}
-	if err := devstack.WaitHTTP(ctx, "http://"+opsLn.Addr().String()+"/readyz", time.Minute); err != nil {
-		return res, fmt.Errorf("North API not ready: %w", err)
+	if err := api.ready(ctx); err != nil {
+		return res, err
 	}
 	publish := func(id, version, marker string) error {
 		lp, err := sim.Put(policy.Body{
@@ -468,4 +447,49 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 	}
 	return res, nil
+}
+
+// northAPI is the North API run in the bench's own process (its memory is
+// not a stage's), with an operator token and no rate limit: the runs time
+// the pipeline, and a client's default rate would be the bottleneck.
+type northAPI struct {
+	url    string       // http://host:port of the API
+	ops    string       // http://host:port of its /readyz
+	client *http.Client // carries the operator token
+	stop   context.CancelFunc
+}
+
+func (b *bench) startNorthAPI(ctx context.Context) (*northAPI, error) {
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	opsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		apiLn.Close()
+		return nil, err
+	}
+	token, err := auth.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "pfbench", Role: auth.RoleOperator, SHA256: auth.Hash(token)}}}.Set()
+	if err != nil {
+		return nil, err
+	}
+	actx, stop := context.WithCancel(ctx)
+	env := runtime.NewEnv(b.kafka, b.log)
+	go func() {
+		_ = northapi.ServeListener(actx, env, apiLn, northapi.Options{Consul: consulkv.Config{Addr: b.consulAddr}, Tokens: tokens, RateLimit: northapi.RateLimit{Off: true}})
+	}()
+	go func() { _ = runtime.ServeListener(actx, opsLn, env, nil) }()
+	return &northAPI{url: "http://" + apiLn.Addr().String(), ops: "http://" + opsLn.Addr().String(), client: auth.Client(token), stop: stop}, nil
+}
+
+// ready waits for the North API's /readyz.
+func (a *northAPI) ready(ctx context.Context) error {
+	if err := devstack.WaitHTTP(ctx, a.ops+"/readyz", time.Minute); err != nil {
+		return fmt.Errorf("North API not ready: %w", err)
+	}
+	return nil
 }

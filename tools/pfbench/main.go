@@ -40,29 +40,31 @@ import (
 
 // options are the command's settings.
 type options struct {
-	binDir, outDir  string
-	partitions      int
-	work            workload
-	reps, fleet     int
-	ceilingRecords  int
-	ceilingMiB      int
-	consulKeys      int
-	consulOpsPerTxn intList
-	consulClients   intList
-	members         intList
-	timeout         time.Duration
-	skipAlone       bool
-	skipEndToEnd    bool
-	skipACM         bool
-	acmChanges      int
-	acmRate         int
-	acmElements     int
-	acmOps          int
-	skipAdmission   bool
-	admission       admissionWork
-	profile         time.Duration
-	until           string
-	logLevel        string
+	binDir, outDir    string
+	partitions        int
+	work              workload
+	reps, fleet       int
+	ceilingRecords    int
+	ceilingMiB        int
+	consulKeys        int
+	consulOpsPerTxn   intList
+	consulClients     intList
+	members           intList
+	timeout           time.Duration
+	skipAlone         bool
+	skipEndToEnd      bool
+	skipACM           bool
+	acmChanges        int
+	acmRate           int
+	acmElements       int
+	acmOps            int
+	skipAdmission     bool
+	skipCatchup       bool
+	catchupComponents int
+	admission         admissionWork
+	profile           time.Duration
+	until             string
+	logLevel          string
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -94,6 +96,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.acmElements, "acm-elements", 10_000, "participant replicas: element instances a new replica rebuilds")
 	fs.IntVar(&o.acmOps, "acm-ops", 3000, "participant replicas: operations timed with 1 and with 3 replicas")
 	fs.BoolVar(&o.skipAdmission, "skip-admission", false, "skip the admission runs")
+	fs.BoolVar(&o.skipCatchup, "skip-catchup", false, "skip the catch-up runs")
+	fs.IntVar(&o.catchupComponents, "catchup-components", 100_000, "catch-up: components of the whole pipeline, five policies each")
 	fs.IntVar(&o.admission.Policies, "admission-policies", 1000, "admission: application policies, spread over --admission-tenants (a few global)")
 	fs.IntVar(&o.admission.Tenants, "admission-tenants", 100, "admission: tenants")
 	fs.IntVar(&o.admission.Requests, "admission-requests", 20_000, "admission: deployment requests of the backlog the stage decides alone")
@@ -230,6 +234,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
 			a, err := b.admission(ctx, o.admission, progress)
 			rep.Admission = &a
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if !o.skipCatchup {
+		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
+			c, err := b.catchUp(ctx, o.catchupComponents, progress)
+			rep.Catchup = &c
 			return err
 		}); err != nil {
 			return err

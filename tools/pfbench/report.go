@@ -31,6 +31,8 @@ type Report struct {
 	ACM *ACMBench `json:"acm,omitempty"`
 	// Admission is the admission stage's section.
 	Admission *AdmissionRun `json:"admission,omitempty"`
+	// Catchup is the catch-up of every component at scale.
+	Catchup *CatchupRun `json:"catchup,omitempty"`
 	Logs      string        `json:"logs"`
 }
 
@@ -159,6 +161,10 @@ func (r Report) table(w io.Writer) {
 	}
 	if r.Admission != nil {
 		r.admissionTable(w)
+		fmt.Fprintln(w)
+	}
+	if c := r.Catchup; c != nil {
+		c.table(w)
 		fmt.Fprintln(w)
 	}
 	if e := r.EndToEnd; e != nil {
