@@ -33,7 +33,7 @@ type Report struct {
 	Admission *AdmissionRun `json:"admission,omitempty"`
 	// Catchup is the catch-up of every component at scale.
 	Catchup *CatchupRun `json:"catchup,omitempty"`
-	Logs      string        `json:"logs"`
+	Logs    string      `json:"logs"`
 }
 
 // Ceilings are the raw rates the stages are compared with. The Kafka
