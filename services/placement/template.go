@@ -507,3 +507,40 @@ func cmpStr(a, b string) int {
 	}
 	return 0
 }
+
+// Clone returns a deep copy of the template.
+func (t Template) Clone() Template {
+	c := t
+	c.Resources = slices.Clone(t.Resources)
+	for i := range c.Resources {
+		c.Resources[i].Demand = slices.Clone(c.Resources[i].Demand)
+	}
+	c.Groups = slices.Clone(t.Groups)
+	for i := range c.Groups {
+		c.Groups[i].Members = slices.Clone(c.Groups[i].Members)
+	}
+	c.Relationships = slices.Clone(t.Relationships)
+	c.Policies = slices.Clone(t.Policies)
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		p.AppliesTo = slices.Clone(p.AppliesTo)
+		p.Kinds = slices.Clone(p.Kinds)
+		p.Properties.Protocols = slices.Clone(p.Properties.Protocols)
+		p.Properties.Endpoints = slices.Clone(p.Properties.Endpoints)
+		if p.Properties.N != nil {
+			n := *p.Properties.N
+			p.Properties.N = &n
+		}
+		if p.Properties.Hops != nil {
+			h := *p.Properties.Hops
+			p.Properties.Hops = &h
+		}
+	}
+	if t.Placement != nil {
+		c.Placement = make(map[string]string, len(t.Placement))
+		for k, v := range t.Placement {
+			c.Placement[k] = v
+		}
+	}
+	return c
+}
