@@ -155,7 +155,7 @@ func (dc *Datacenter) JSON() ([]byte, error) {
 // has one; every network edge has a positive bandwidth.
 func Compile(dc *Datacenter) (*Model, error) {
 	var ps problems
-	if err := checkID(dc.ID); err != nil {
+	if err := CheckID(dc.ID); err != nil {
 		ps.add("id", "%v", err)
 	}
 	m := &Model{dc: dc, levelIdx: map[string]int{}}
@@ -196,7 +196,7 @@ func (m *Model) compileLevels(ps *problems) {
 		return
 	}
 	for i, l := range ls {
-		if err := checkID(l.Name); err != nil {
+		if err := CheckID(l.Name); err != nil {
 			ps.add(fmt.Sprintf("levels[%d].name", i), "%v", err)
 			continue
 		}
@@ -251,7 +251,7 @@ func parentIndex(ps *problems, tree string, ids []string, parents []string) (idx
 	depth = make([]int32, n)
 	root = -1
 	for i, id := range ids {
-		if err := checkID(id); err != nil {
+		if err := CheckID(id); err != nil {
 			ps.add(fmt.Sprintf("%s[%d].id", tree, i), "%v", err)
 			continue
 		}

@@ -69,9 +69,10 @@ func (ps *problems) err(what string) error {
 	return &Invalid{What: what, Problems: ps.list, More: ps.more}
 }
 
-// checkID says what is wrong with an id: 1 to 255 bytes of ASCII
+// CheckID says what is wrong with a datacenter, vertex, resource, group
+// or policy id: 1 to 255 bytes of ASCII
 // letters, digits, '.', '_', '-' and ':' without "..".
-func checkID(id string) error {
+func CheckID(id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("is missing")

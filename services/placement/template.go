@@ -214,7 +214,7 @@ func (t *Template) Empty() bool {
 func (t *Template) Validate() error {
 	var ps problems
 	if t.Datacenter != "" {
-		if err := checkID(t.Datacenter); err != nil {
+		if err := CheckID(t.Datacenter); err != nil {
 			ps.add("datacenter", "%v", err)
 		}
 	}
@@ -237,7 +237,7 @@ func (t *Template) Validate() error {
 	res := map[string]int{}
 	for i, r := range t.Resources {
 		f := fmt.Sprintf("resources[%d]", i)
-		if err := checkID(r.ID); err != nil {
+		if err := CheckID(r.ID); err != nil {
 			ps.add(f+".id", "%v", err)
 			continue
 		}
@@ -258,7 +258,7 @@ func (t *Template) Validate() error {
 	groups := map[string]int{}
 	for i, g := range t.Groups {
 		f := fmt.Sprintf("groups[%d]", i)
-		if err := checkID(g.ID); err != nil {
+		if err := CheckID(g.ID); err != nil {
 			ps.add(f+".id", "%v", err)
 			continue
 		}
@@ -342,7 +342,7 @@ func (t *Template) Validate() error {
 	for i := range t.Policies {
 		p := &t.Policies[i]
 		f := fmt.Sprintf("placement_policies[%d]", i)
-		if err := checkID(p.ID); err != nil {
+		if err := CheckID(p.ID); err != nil {
 			ps.add(f+".id", "%v", err)
 		} else if j, dup := pids[p.ID]; dup {
 			ps.add(f+".id", "%q is also the id of placement_policies[%d]; ids are unique", p.ID, j)
@@ -425,7 +425,7 @@ func (t *Template) Validate() error {
 		if _, ok := res[id]; !ok {
 			ps.add("placement."+id, "unknown resource %q; place the template's resources", id)
 		}
-		if err := checkID(t.Placement[id]); err != nil {
+		if err := CheckID(t.Placement[id]); err != nil {
 			ps.add("placement."+id, "leaf id %v", err)
 		}
 	}
