@@ -61,7 +61,7 @@ func TestCheckPlacement(t *testing.T) {
 	}{
 		{name: "compliant"},
 		{name: "two members of a cluster on one pm",
-			edit: func(r map[string]any) { r["placement"].(map[string]any)["M12"] = "r1-pm1" },
+			edit:       func(r map[string]any) { r["placement"].(map[string]any)["M12"] = "r1-pm1" },
 			violations: []string{`tenant "t1": resources M11, M12: M11 and M12 share pm r1-pm1; LLMN anti-collocation (L1=rack, L2=pm, N=2) of group G1 allows no two members in one pm (rule placement.llmn-anti-collocation of policy ha-G1)`}},
 		{name: "soft policy warns",
 			edit: func(r map[string]any) {
