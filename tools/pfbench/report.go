@@ -31,6 +31,8 @@ type Report struct {
 	ACM *ACMBench `json:"acm,omitempty"`
 	// Admission is the admission stage's section.
 	Admission *AdmissionRun `json:"admission,omitempty"`
+	// Placement is the placement checks' and proposals' section.
+	Placement *PlacementRun `json:"placement,omitempty"`
 	Logs      string        `json:"logs"`
 }
 
@@ -159,6 +161,10 @@ func (r Report) table(w io.Writer) {
 	}
 	if r.Admission != nil {
 		r.admissionTable(w)
+		fmt.Fprintln(w)
+	}
+	if r.Placement != nil {
+		r.placementTable(w)
 		fmt.Fprintln(w)
 	}
 	if e := r.EndToEnd; e != nil {
