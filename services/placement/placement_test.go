@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func readExample(t testing.TB, name string) []byte {
@@ -466,6 +468,26 @@ func TestProposeInfeasible(t *testing.T) {
 				t.Fatalf("got %v: %s", inf.Policies, inf.Reason)
 			}
 		})
+	}
+}
+
+func TestProposeTimeLimit(t *testing.T) {
+	m := bigDatacenter(t, 20, 20)
+	// 400 VMs that each fill a pm, pairwise in one rack: no rack holds
+	// them, and the search thrashes until the time limit.
+	tpl := &Template{}
+	g := Group{ID: "g"}
+	for i := range 400 {
+		id := "vm" + itoa(i)
+		tpl.Resources = append(tpl.Resources, Resource{ID: id, Demand: []float64{16, 1}})
+		g.Members = append(g.Members, id)
+	}
+	tpl.Groups = []Group{g}
+	tpl.Policies = []Policy{{ID: "one-rack", Type: Collocation, Mode: Hard, AppliesTo: []string{"g"}, Properties: Properties{Level: "rack"}}}
+	_, err := Propose(m, tpl, Options{Timeout: 200 * time.Millisecond, MaxSteps: 1 << 40})
+	var inf *Infeasible
+	if !errors.As(err, &inf) || !strings.Contains(inf.Reason, "(the time limit)") || !slices.Contains(inf.Policies, "one-rack") {
+		t.Fatalf("error %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Limits of Propose.
@@ -20,6 +21,9 @@ const (
 type Options struct {
 	MaxSteps  int
 	Lookahead int
+	// Timeout, when set, bounds the search's time too (a leaf tried
+	// can cost as much as the dyadic policies binding its resource).
+	Timeout time.Duration
 }
 
 // Proposal is a placement that meets every hard policy.
@@ -87,6 +91,8 @@ type searcher struct {
 	bwUse  map[int32]float64
 	steps  int
 	max    int
+	// deadline, when not zero, ends the search.
+	deadline time.Time
 	// scratch for bandwidth adds
 	addHard, addSoft map[int32]float64
 	path             []int32
@@ -103,7 +109,7 @@ type searcher struct {
 // placed before it, taking among the first Lookahead of them the one that
 // breaks the fewest soft policies. A resource collocated with, or within
 // a hop-count limit of, a placed one only tries the leaves near it. The
-// search stops after MaxSteps leaves tried. It is not optimal for the soft
+// search stops after MaxSteps leaves tried, or after Timeout. It is not optimal for the soft
 // policies, and a template with a placement may still be reported
 // infeasible when the step limit runs out first (the error says so).
 func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
@@ -125,6 +131,9 @@ func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 	s.used = make([][]float64, len(m.leafID))
 	s.pairs = make([][]pc, n)
 	s.llmns = make([][]*llmnState, n)
+	if opt.Timeout > 0 {
+		s.deadline = time.Now().Add(opt.Timeout)
+	}
 	if err := s.prepare(); err != nil {
 		return nil, err
 	}
@@ -529,11 +538,15 @@ func (s *searcher) search(order []int, lookahead int) error {
 		if f.ci >= len(f.choices) && f.pos < len(f.cands) {
 			f.choices, f.ci = f.choices[:0], 0
 			for f.pos < len(f.cands) && len(f.choices) < lookahead {
-				if s.steps >= s.max {
+				if s.steps >= s.max || (s.steps%1024 == 0 && !s.deadline.IsZero() && time.Now().After(s.deadline)) {
 					if deepRes < 0 {
 						deepRes, deepRejects = f.r, f.rejects
 					}
-					return s.giveUp(deepRes, deepRejects, fmt.Sprintf("the search stopped after trying %d leaves (the step limit)", s.steps))
+					limit := "the step limit"
+					if s.steps < s.max {
+						limit = "the time limit"
+					}
+					return s.giveUp(deepRes, deepRejects, fmt.Sprintf("the search stopped after trying %d leaves (%s)", s.steps, limit))
 				}
 				l := f.cands[f.pos]
 				f.pos++

@@ -276,9 +276,13 @@ type PlacementUnmet struct {
 	Resource string `json:"resource,omitempty"`
 }
 
+// ProposeTimeout bounds the search of one POST /v1/placements, besides
+// placement.DefaultMaxSteps leaves tried.
+const ProposeTimeout = 10 * time.Second
+
 // postPlacement proposes a placement for a template (the placement part
 // of a deployment request), synchronously; the search is bounded by
-// placement.DefaultMaxSteps leaves tried.
+// placement.DefaultMaxSteps leaves tried and ProposeTimeout.
 func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *httpError {
 	data, e := readBody(w, r, MaxRequestBytes)
 	if e != nil {
@@ -304,7 +308,7 @@ func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *httpErro
 	if d.model == nil {
 		return errorf(http.StatusConflict, "datacenter %s does not validate (%v); store a valid model with PUT /v1/datacenters/%s", tpl.Datacenter, d.err, tpl.Datacenter)
 	}
-	p, err := placement.Propose(d.model, &tpl, placement.Options{})
+	p, err := placement.Propose(d.model, &tpl, placement.Options{Timeout: ProposeTimeout})
 	var inf *placement.Infeasible
 	var inv *placement.Invalid
 	switch {
