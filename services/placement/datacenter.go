@@ -178,6 +178,11 @@ func Compile(dc *Datacenter) (*Model, error) {
 		return nil, ps.err("datacenter")
 	}
 	m.compileLocation(&ps)
+	if m.leafNo == nil {
+		// The location tree is not a tree: its leaves are unknown, so the
+		// network tree cannot be checked against them.
+		return nil, ps.err("datacenter")
+	}
 	m.compileNetwork(&ps)
 	if err := ps.err("datacenter"); err != nil {
 		return nil, err
@@ -354,6 +359,9 @@ func (m *Model) compileLocation(ps *problems) {
 	m.locLevel = make([]int, len(loc))
 	children := make([]int32, len(loc))
 	for i, v := range loc {
+		if parent[i] >= 0 {
+			children[parent[i]]++
+		}
 		l, ok := m.levelIdx[v.Level]
 		if !ok {
 			ps.add(fmt.Sprintf("location[%d].level", i), "unknown level %q of vertex %q; use one of the datacenter's levels", v.Level, v.ID)
@@ -362,9 +370,6 @@ func (m *Model) compileLocation(ps *problems) {
 		}
 		m.locLevel[i] = l
 		m.perLevel[l]++
-		if parent[i] >= 0 {
-			children[parent[i]]++
-		}
 	}
 	for i, v := range loc {
 		p := parent[i]

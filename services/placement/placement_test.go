@@ -117,39 +117,49 @@ func TestDatacenterProblems(t *testing.T) {
 	}
 }
 
+// TestDatacenterProblemsAreTheRealOnes: one mistake is one problem, not
+// a cascade of what follows from it.
+func TestDatacenterProblemsAreTheRealOnes(t *testing.T) {
+	base := readExample(t, "datacenter.json")
+	for name, fn := range map[string]func(map[string]any){
+		"unknown level of a rack": func(v map[string]any) { v["location"].([]any)[1].(map[string]any)["level"] = "row" },
+		"unknown parent":          func(v map[string]any) { v["location"].([]any)[1].(map[string]any)["parent"] = "room9" },
+	} {
+		_, err := ParseDatacenter(edit(t, base, fn))
+		var inv *Invalid
+		if !errors.As(err, &inv) || len(inv.Problems) != 1 {
+			t.Errorf("%s: %v, want one problem", name, err)
+		}
+	}
+}
+
 func TestDatacenterTooDeep(t *testing.T) {
-	dc := Datacenter{ID: "deep", Levels: []Level{{Name: "x"}}, Dimensions: []string{"cpu"}}
-	_ = dc
-	// A chain of 70 vertices, each level within the previous.
+	// A chain of 70 vertices: l0 ... l63, the last ones all at l63 below
+	// each other, which is both too deep and not finer than the parent.
 	var levels []Level
 	var loc []Location
 	var net []NetVertex
 	for i := range 70 {
-		name := "l" + itoa(i)
-		l := Level{Name: name}
-		v := Location{ID: "v" + itoa(i), Level: name}
+		lv := "l" + itoa(min(i, 63))
+		if i < 64 {
+			l := Level{Name: lv}
+			if i > 0 {
+				l.Within = []string{"l" + itoa(i-1)}
+			}
+			levels = append(levels, l)
+		}
+		v := Location{ID: "v" + itoa(i), Level: lv}
 		nv := NetVertex{ID: "v" + itoa(i)}
 		if i > 0 {
-			l.Within = []string{"l" + itoa(i-1)}
 			v.Parent = "v" + itoa(i-1)
 			nv.Parent, nv.Bandwidth = v.Parent, 1
 		}
-		levels = append(levels, l)
 		loc = append(loc, v)
 		net = append(net, nv)
 	}
 	loc[69].Capacity = []float64{1}
-	dc = Datacenter{ID: "deep", Levels: levels[:64], Dimensions: []string{"cpu"}, Location: loc, Network: net}
-	_, err := Compile(&dc)
-	if got := problemsOf(t, err); !strings.Contains(got, "levels: has") && !strings.Contains(got, "deep") {
-		t.Fatal(got)
-	}
-	dc.Levels = levels[:64]
-	for i := 64; i < 70; i++ {
-		loc[i].Level = "l63"
-	}
-	_, err = Compile(&dc)
-	if got := problemsOf(t, err); !strings.Contains(got, "edges below the root; trees are at most 64 deep") {
+	_, err := Compile(&Datacenter{ID: "deep", Levels: levels, Dimensions: []string{"cpu"}, Location: loc, Network: net})
+	if got := problemsOf(t, err); !strings.Contains(got, `location[65]: vertex "v65" is 65 edges below the root; trees are at most 64 deep`) {
 		t.Fatal(got)
 	}
 }

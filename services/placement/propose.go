@@ -75,7 +75,7 @@ type llmnState struct {
 	m, n, bound    int
 	l1, l2         int
 	perL1          map[int32]int
-	usedL2         map[int32]bool
+	usedL2         map[int32]int
 	distinct, done int
 }
 
@@ -190,7 +190,7 @@ func (s *searcher) prepare() error {
 				continue
 			}
 			pr := &p.Properties
-			st := &llmnState{pol: pi, hard: pp.hard, m: len(members), n: *pr.N, l1: m.level(pr.L1), l2: m.level(pr.L2), perL1: map[int32]int{}, usedL2: map[int32]bool{}}
+			st := &llmnState{pol: pi, hard: pp.hard, m: len(members), n: *pr.N, l1: m.level(pr.L1), l2: m.level(pr.L2), perL1: map[int32]int{}, usedL2: map[int32]int{}}
 			st.bound = llmnBound(st.m, st.n)
 			if st.hard {
 				if c := m.perLevel[st.l1]; c < st.n {
@@ -389,7 +389,7 @@ func (s *searcher) feasible(r int, l int32) (ok bool, cost int, rule string) {
 	}
 	for _, st := range s.llmns[r] {
 		v1, v2 := m.ancestorAt(int(l), st.l1), m.ancestorAt(int(l), st.l2)
-		bad := v1 < 0 || v2 < 0 || st.perL1[v1]+1 > st.bound || st.usedL2[v2]
+		bad := v1 < 0 || v2 < 0 || st.perL1[v1]+1 > st.bound || st.usedL2[v2] > 0
 		if !bad {
 			distinct := st.distinct
 			if st.perL1[v1] == 0 {
@@ -462,7 +462,7 @@ func (s *searcher) place(r int, l int32, sign int) {
 				st.distinct++
 			}
 			st.perL1[v1]++
-			st.usedL2[v2] = true
+			st.usedL2[v2]++
 			st.done++
 		} else {
 			st.perL1[v1]--
@@ -470,7 +470,9 @@ func (s *searcher) place(r int, l int32, sign int) {
 				st.distinct--
 				delete(st.perL1, v1)
 			}
-			delete(st.usedL2, v2)
+			if st.usedL2[v2]--; st.usedL2[v2] == 0 {
+				delete(st.usedL2, v2)
+			}
 			st.done--
 		}
 	}
