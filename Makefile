@@ -132,12 +132,12 @@ test: consul browser ## unit tests of every module, every fuzz target for TEST_F
 # of the hot pure code.
 BENCH_ARGS ?=
 
-bench: build consul ## measure every stage against ceilings of the same run, its scaling over 1 and 2 group members, the pipeline end to end, and node management with 100,000 simulated nodes (reports in .bench/; flags in BENCH_ARGS="...")
+bench: build consul ## measure every stage against ceilings of the same run, its scaling over 1 and 2 group members, placement checks and proposals, the pipeline end to end, and node management with 100,000 simulated nodes (reports in .bench/; flags in BENCH_ARGS="...")
 	bin/pfbench $(BENCH_ARGS)
 	@mkdir -p .bench
 	bin/fleetsim --json .bench/fleetsim-$$(date -u +%Y%m%dT%H%M%SZ).json
 
-bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB, directives of 100k nodes
+bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB, directives of 100k nodes, placement checks on 10,000 leaves and proposals
 	cd events && $(GO) test -run '^$$' -bench . -benchmem ./...
 	cd services && $(GO) test -run '^$$' -bench . -benchmem ./...
 

@@ -24,6 +24,7 @@ const (
 	SchemaDeploymentRequest    = "policyflow.DeploymentRequest"
 	SchemaAdmissionVerdict     = "policyflow.AdmissionVerdict"
 	SchemaAppPolicy            = "policyflow.AppPolicy"
+	SchemaDatacenter           = "policyflow.Datacenter"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -48,6 +49,7 @@ func (*NodeRecompute) SchemaName() string        { return SchemaNodeRecompute }
 func (*DeploymentRequest) SchemaName() string    { return SchemaDeploymentRequest }
 func (*AdmissionVerdict) SchemaName() string     { return SchemaAdmissionVerdict }
 func (*AppPolicy) SchemaName() string            { return SchemaAppPolicy }
+func (*Datacenter) SchemaName() string           { return SchemaDatacenter }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -73,6 +75,7 @@ var newEvent = map[string]func() Event{
 	SchemaDeploymentRequest:    func() Event { return new(DeploymentRequest) },
 	SchemaAdmissionVerdict:     func() Event { return new(AdmissionVerdict) },
 	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
+	SchemaDatacenter:           func() Event { return new(Datacenter) },
 }
 
 // SchemaNames lists the full name of every event schema.

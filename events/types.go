@@ -556,3 +556,15 @@ type AppPolicy struct {
 	Created     time.Time `avro:"created"`
 	Updated     time.Time `avro:"updated"`
 }
+
+// Datacenter is a datacenter model (seed 002) as placement.datacenters
+// stores it: the validated model as canonical JSON (see package
+// services/placement).
+type Datacenter struct {
+	DatacenterID string    `avro:"datacenter_id"`
+	Model        string    `avro:"model"`
+	Leaves       int32     `avro:"leaves"`
+	UpdatedBy    string    `avro:"updated_by"`
+	Created      time.Time `avro:"created"`
+	Updated      time.Time `avro:"updated"`
+}

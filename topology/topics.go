@@ -35,6 +35,7 @@ const (
 	DeployRequests    = "deploy.requests"
 	AdmissionVerdicts = "admission.verdicts"
 	AppPolicies       = "app.policies"
+	Datacenters       = "placement.datacenters"
 )
 
 // The pipeline stages that are built; each is its own binary and consumer
@@ -201,6 +202,11 @@ func Default() []Topic {
 			Name: AppPolicies, Partitions: LowVolumePartitions, Key: "policy_id", ValueSchema: "policyflow.AppPolicy",
 			Writers: l(RoleNorthAPI), Readers: l(StageAdmission, RoleNorthAPI),
 			Doc: "tenant application policies (seed 001): kind, parameters, tenants, mode; tombstone when deleted",
+		}),
+		compact(Topic{
+			Name: Datacenters, Partitions: LowVolumePartitions, Key: "datacenter_id", ValueSchema: "policyflow.Datacenter",
+			Writers: l(RoleNorthAPI), Readers: l(StageAdmission, RoleNorthAPI),
+			Doc: "datacenter models (seed 002): location tree with levels, network tree on the same leaves, capacities and bandwidths; tombstone when deleted",
 		}),
 		del(Topic{
 			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",

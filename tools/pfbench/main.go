@@ -61,6 +61,8 @@ type options struct {
 	skipAdmission     bool
 	skipCatchup       bool
 	catchupComponents int
+	skipPlacement     bool
+	placementReps     int
 	admission         admissionWork
 	profile           time.Duration
 	until             string
@@ -98,6 +100,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.skipAdmission, "skip-admission", false, "skip the admission runs")
 	fs.BoolVar(&o.skipCatchup, "skip-catchup", false, "skip the catch-up runs")
 	fs.IntVar(&o.catchupComponents, "catchup-components", 100_000, "catch-up: components of the whole pipeline, five policies each")
+	fs.BoolVar(&o.skipPlacement, "skip-placement", false, "skip the placement measures (checks and proposals in process)")
+	fs.IntVar(&o.placementReps, "placement-reps", 20, "placement: repetitions of each measure")
 	fs.IntVar(&o.admission.Policies, "admission-policies", 1000, "admission: application policies, spread over --admission-tenants (a few global)")
 	fs.IntVar(&o.admission.Tenants, "admission-tenants", 100, "admission: tenants")
 	fs.IntVar(&o.admission.Requests, "admission-requests", 20_000, "admission: deployment requests of the backlog the stage decides alone")
@@ -121,6 +125,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--body-bytes %d: want at least 200", o.work.BodyBytes)
 	case o.reps < 1 || o.fleet < 1:
 		return errors.New("--reps and --fleet must be at least 1")
+	case o.placementReps < 1:
+		return fmt.Errorf("--placement-reps %d: want at least 1", o.placementReps)
 	case o.admission.Policies < 1 || o.admission.Tenants < 1 || o.admission.Requests < 1 || o.admission.Reps < 1:
 		return errors.New("--admission-policies, --admission-tenants, --admission-requests and --admission-reps must be at least 1")
 	case o.until != "" && !slices.ContainsFunc(aloneStages, func(s aloneStage) bool { return s.name == o.until }):
@@ -247,6 +253,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}); err != nil {
 			return err
 		}
+	}
+	if !o.skipPlacement {
+		progress("placement: checks and proposals in process, %d reps each", o.placementReps)
+		p, err := placementBench(o.placementReps)
+		if err != nil {
+			return err
+		}
+		rep.Placement = &p
 	}
 	if !o.skipEndToEnd {
 		if err := withStack(ctx, o, logDir, log, func(b *bench) error {

@@ -33,7 +33,9 @@ type Report struct {
 	Admission *AdmissionRun `json:"admission,omitempty"`
 	// Catchup is the catch-up of every component at scale.
 	Catchup *CatchupRun `json:"catchup,omitempty"`
-	Logs    string      `json:"logs"`
+	// Placement is the placement checks' and proposals' section.
+	Placement *PlacementRun `json:"placement,omitempty"`
+	Logs      string        `json:"logs"`
 }
 
 // Ceilings are the raw rates the stages are compared with. The Kafka
@@ -165,6 +167,10 @@ func (r Report) table(w io.Writer) {
 	}
 	if c := r.Catchup; c != nil {
 		c.table(w)
+		fmt.Fprintln(w)
+	}
+	if r.Placement != nil {
+		r.placementTable(w)
 		fmt.Fprintln(w)
 	}
 	if e := r.EndToEnd; e != nil {

@@ -90,3 +90,20 @@ func TestFlagsRefuseWhatCannotRun(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementBench: the placement section measures what it says and
+// the table shows it.
+func TestPlacementBench(t *testing.T) {
+	p, err := placementBench(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Reps != 1 || p.CheckMs.P50 <= 0 || p.Propose500Steps < 500 {
+		t.Fatalf("placement run %+v", p)
+	}
+	var b strings.Builder
+	Report{Placement: &p}.placementTable(&b)
+	if !strings.Contains(b.String(), "check 1,000 resources in 100 groups on 10,000 leaves") || !strings.Contains(b.String(), "leaves tried") {
+		t.Fatalf("table %q", b.String())
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -86,10 +87,65 @@ func (p *Policies) Get(id string) (*admit.Compiled, bool) {
 	return c, ok
 }
 
+// Datacenters are the datacenter models, kept current from
+// placement.datacenters and indexed as they are read. A record that does
+// not validate (written around the North API) is logged and left out: a
+// request naming it is denied as naming an unknown datacenter.
+type Datacenters struct {
+	log zerolog.Logger
+
+	mu   sync.RWMutex
+	byID map[string]*placement.Model
+}
+
+// NewDatacenters is an empty set.
+func NewDatacenters(log zerolog.Logger) *Datacenters {
+	return &Datacenters{log: log, byID: map[string]*placement.Model{}}
+}
+
+// Apply folds one placement.datacenters record (a tombstone: nil value)
+// in.
+func (d *Datacenters) Apply(id string, v *events.Datacenter) {
+	var m *placement.Model
+	var err error
+	if v != nil {
+		m, err = placement.ParseDatacenter([]byte(v.Model))
+		if err == nil && m.ID() != id {
+			err = fmt.Errorf("the record's key is %q, its model's id %q", id, m.ID())
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.byID, id)
+	switch {
+	case v == nil:
+	case err != nil:
+		d.log.Error().Err(err).Str("datacenter_id", id).Msg("datacenter model is not valid: left out")
+	default:
+		d.byID[id] = m
+	}
+}
+
+// Get returns one datacenter model.
+func (d *Datacenters) Get(id string) (*placement.Model, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	m, ok := d.byID[id]
+	return m, ok
+}
+
+// Len is how many datacenter models there are.
+func (d *Datacenters) Len() int {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return len(d.byID)
+}
+
 // ClockSkew is how far the clocks of the North API (which stamps a
 // request when it writes it) and the admission stage may disagree. Before
-// deciding a request the stage catches up with app.policies, so that every
-// policy written before the request decides it, unless it last caught up
+// deciding a request the stage catches up with app.policies and
+// placement.datacenters, so that every policy and datacenter written
+// before the request decides it, unless it last caught up
 // more than ClockSkew after the request's time stamp (a backlog of old
 // requests is decided without a round trip each).
 const ClockSkew = 2 * time.Second
@@ -120,20 +176,40 @@ func Stage() runtime.Stage {
 				table.Close()
 				return nil, nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
 			}
-			log.Info().Int("policies", len(pols.All())).Msg("application policies read")
+			dcs := NewDatacenters(log)
+			dcTable, err := runtime.FollowTable(env, topology.Datacenters, func(m runtime.Msg[*events.Datacenter]) {
+				dcs.Apply(string(m.Key), m.Value)
+			})
+			if err != nil {
+				table.Close()
+				return nil, nil, fmt.Errorf("admission: %w", err)
+			}
+			closeAll := func() {
+				dcTable.Close()
+				table.Close()
+			}
+			if err := dcTable.WaitCaughtUp(ctx); err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.Datacenters), err)
+			}
+			log.Info().Int("policies", len(pols.All())).Int("datacenters", dcs.Len()).Msg("application policies and datacenters read")
 			caughtUp := time.Now()
 			h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
-				// A policy written before the request was must decide it:
-				// catch up with app.policies first, unless a catch-up
-				// that began well after the request was written did.
+				// A policy or datacenter written before the request was
+				// must decide it: catch up with app.policies and
+				// placement.datacenters first, unless a catch-up that
+				// began well after the request was written did.
 				if !caughtUp.After(in.Timestamp.Add(ClockSkew)) {
 					began := time.Now()
 					if err := table.WaitCaughtUp(ctx); err != nil {
 						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
 					}
+					if err := dcTable.WaitCaughtUp(ctx); err != nil {
+						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.Datacenters), err)
+					}
 					caughtUp = began
 				}
-				outs, err := Decide(in.Value, in.Key, pols.All(), time.Now())
+				outs, err := Decide(in.Value, in.Key, pols.All(), dcs.Get, time.Now())
 				if err == nil {
 					v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
 					log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
@@ -141,7 +217,7 @@ func Stage() runtime.Stage {
 				}
 				return outs, err
 			})
-			return h, table.Close, nil
+			return h, closeAll, nil
 		},
 	}
 }
@@ -155,10 +231,12 @@ const Source = "admission"
 // policy (admit.SettingsPolicy) pushed on pdp.notifications, which the
 // policy flow delivers to the component's Consul folder. A request that cannot be read (its
 // JSON, no tenant, a bad class name, a record whose deployment or tenant
-// disagrees with its JSON) is denied with the reason; only a record that
+// disagrees with its JSON) is denied with the reason. A request that names
+// a datacenter has its placement checked against it (admit.CheckPlacement,
+// looking the datacenter up with dcs). Only a record that
 // names no deployment at all, so no verdict can be keyed, is an error
 // (dead-lettered).
-func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, now time.Time) ([]runtime.Output, error) {
+func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		dep = string(key)
@@ -177,6 +255,7 @@ func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
 	}
 	v := admit.Evaluate(req, policies)
+	admit.CheckPlacement(&v, dcs)
 	var outs []runtime.Output
 	var ids []string
 	if v.Admitted {

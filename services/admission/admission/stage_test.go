@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func request(id, dep, tenant, body string) *events.DeploymentRequest {
 
 func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 	c := stagetest.NewCluster(t, 3, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.DLQ(topology.StageAdmission))
+		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
 	tenants := []string{"t1"}
 	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{
 		PolicyID: "flavor", ObjectModel: `{"maxFlavor":"m1.medium","approvedApplications":["com.example.Analytics"],"?":{"type":"io.policyflow.admission.FlavorLimit"}}`,
@@ -75,5 +76,47 @@ func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 	dlq := c.Read(t, topology.DLQ(topology.StageAdmission), 1, 30*time.Second)
 	if string(dlq[0].Key) != "junk" {
 		t.Errorf("dead letter keyed %q", dlq[0].Key)
+	}
+}
+
+// TestStageChecksPlacement: a request that names a datacenter stored on
+// placement.datacenters has its placement checked; one naming a
+// datacenter that is not there is denied with the reason.
+func TestStageChecksPlacement(t *testing.T) {
+	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
+		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+	model, err := os.ReadFile("../../placement/examples/datacenter.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Produce(t, topology.Datacenters, "dc-example", &events.Datacenter{DatacenterID: "dc-example", Model: string(model)})
+	// A model written around the API that does not validate is left out.
+	c.Produce(t, topology.Datacenters, "dc-broken", &events.Datacenter{DatacenterID: "dc-broken", Model: `{"id":"dc-broken"}`})
+	body := func(dep, dc, pm string) string {
+		return `{"deployment_id":"` + dep + `","tenant":"t1","applications":[{"name":"db","class":"com.example.Db"}],"datacenter":"` + dc + `",
+		  "resources":[{"id":"vm","kind":"vm","demand":[4,8,0]},{"id":"vol","kind":"volume","demand":[0,0,300]}],
+		  "placement_policies":[{"id":"das","type":"hop-count-limit","mode":"hard","applies_to":["vm","vol"],"properties":{"hops":0}}],
+		  "placement":{"vm":"r1-pm1","vol":"` + pm + `"}}`
+	}
+	c.ProduceRecords(t,
+		c.Record(t, topology.DeployRequests, "d-local", request("r1", "d-local", "t1", body("d-local", "dc-example", "r1-pm1"))),
+		c.Record(t, topology.DeployRequests, "d-remote", request("r2", "d-remote", "t1", body("d-remote", "dc-example", "r1-sb1"))),
+		c.Record(t, topology.DeployRequests, "d-broken", request("r3", "d-broken", "t1", body("d-broken", "dc-broken", "r1-pm1"))),
+	)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+	verdicts := map[string]*events.AdmissionVerdict{}
+	for _, r := range c.Read(t, topology.AdmissionVerdicts, 3, 60*time.Second) {
+		v := stagetest.Decode[*events.AdmissionVerdict](t, r)
+		verdicts[v.DeploymentID] = v
+	}
+	if v := verdicts["d-local"]; v == nil || !v.Admitted {
+		t.Errorf("verdict on d-local = %+v", v)
+	}
+	if v := verdicts["d-remote"]; v == nil || v.Admitted || len(v.Violations) != 1 ||
+		v.Violations[0].Message != `tenant "t1": resources vm, vol: vm and vol are 2 network hops apart (r1-pm1 to r1-sb1); hop-count limit 0 (the same host: direct attached) (rule placement.hop-count-limit of policy das)` {
+		t.Errorf("verdict on d-remote = %+v", v)
+	}
+	if v := verdicts["d-broken"]; v == nil || v.Admitted || len(v.Violations) != 1 || v.Violations[0].Rule != "placement.datacenter" {
+		t.Errorf("verdict on d-broken = %+v", v)
 	}
 }

@@ -3,11 +3,13 @@ package admit
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -31,6 +33,11 @@ type Request struct {
 	Tenant       string        `json:"tenant"`
 	Environment  string        `json:"environment"`
 	Applications []Application `json:"applications"`
+	// Template is the placement part of the request (seed 002):
+	// datacenter, resources, groups, relationships, placement_policies and
+	// placement, all optional; see package placement. A request that names
+	// a datacenter has its placement checked against it.
+	placement.Template
 }
 
 // Application is one application of a deployment request: what it is (its
@@ -187,12 +194,37 @@ func (r *Request) Normalize() error {
 			return reqErr(f+".name", "the component id <deployment_id>.<name> is not valid: %v", err)
 		}
 	}
+	if !r.Template.Empty() {
+		if r.Datacenter == "" {
+			return reqErr("datacenter", "is missing: resources, groups, placement policies and a placement are checked against a datacenter model; name one (GET /v1/datacenters lists them)")
+		}
+		if err := r.Template.Validate(); err != nil {
+			return placementErr(err)
+		}
+	}
 	if b, err := r.JSON(); err != nil {
 		return reqErr("request", "%v", err)
 	} else if len(b) > MaxRequestBytes {
 		return reqErr("request", "is %d bytes as JSON; at most %d are allowed", len(b), MaxRequestBytes)
 	}
 	return nil
+}
+
+// placementErr turns the problems of a placement template into a
+// RequestError naming the first field.
+func placementErr(err error) error {
+	var inv *placement.Invalid
+	if !errors.As(err, &inv) || len(inv.Problems) == 0 {
+		return reqErr("placement", "%v", err)
+	}
+	msg := inv.Problems[0].Msg
+	for _, p := range inv.Problems[1:] {
+		msg += "; " + p.String()
+	}
+	if inv.More > 0 {
+		msg += fmt.Sprintf("; and %d more problems", inv.More)
+	}
+	return reqErr(inv.Problems[0].Field, "%s", msg)
 }
 
 // ComponentID is the id of the component registered for an application.
@@ -257,6 +289,7 @@ func (r *Request) Clone() *Request {
 		}
 		c.Applications[i] = a
 	}
+	c.Template = r.Template.Clone()
 	return &c
 }
 

@@ -115,6 +115,11 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 		}
 	}
 	if dryRun {
+		if req.Datacenter != "" {
+			if e := s.needViews(topology.Datacenters); e != nil {
+				return e
+			}
+		}
 		return s.dryRun(w, &req)
 	}
 	body, err := req.JSON()
@@ -171,6 +176,7 @@ func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
 
 func (s *Server) dryRun(w http.ResponseWriter, req *admit.Request) *httpError {
 	v := admit.Evaluate(req, s.appPols.compiled())
+	admit.CheckPlacement(&v, s.dcs.model)
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "dry run: %v", err)

@@ -101,6 +101,7 @@ type Server struct {
 	nm         *nodeMgmt
 	appPols    *appPoliciesView
 	verdicts   *verdictsView
+	dcs        *datacentersView
 
 	rules   ComponentRules
 	locks   keyedMutex
@@ -144,6 +145,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		nm:         newNodeMgmt(env.Codec),
 		appPols:    newAppPoliciesView(env.Codec),
 		verdicts:   newVerdictsView(env.Codec),
+		dcs:        newDatacentersView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
 		rules:      rules,
 	}
@@ -184,6 +186,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		env.Kafka.Topic(topology.ACMSync):           s.acm.apply,
 		env.Kafka.Topic(topology.AppPolicies):       s.appPols.apply,
 		env.Kafka.Topic(topology.AdmissionVerdicts): s.verdicts.apply,
+		env.Kafka.Topic(topology.Datacenters):       s.dcs.apply,
 	}
 	for base, fn := range s.nm.applyFuncs() {
 		views[env.Kafka.Topic(base)] = fn

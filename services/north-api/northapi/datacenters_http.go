@@ -1,0 +1,325 @@
+package northapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/placement"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// placementRoutes are the routes of datacenter models and placement
+// proposals (seed 002). Datacenters are operator-level: operators write
+// them, every reader may read them (a tenant names one in its deployment
+// requests); anyone who may deploy may ask for a placement.
+func (s *Server) placementRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v1/datacenters", s.listDatacenters, readers},
+		{http.MethodGet, "/v1/datacenters/{datacenter_id}", s.getDatacenter, readers},
+		{http.MethodPut, "/v1/datacenters/{datacenter_id}", s.putDatacenter, operators},
+		{http.MethodDelete, "/v1/datacenters/{datacenter_id}", s.deleteDatacenter, operators},
+		{http.MethodPost, "/v1/placements", s.postPlacement, deployers},
+	}
+}
+
+const datacenterExample = `{"id": "dc1", "levels": [{"name": "rack"}, {"name": "pm", "within": ["rack"]}], "dimensions": ["vcpu"], "location": [{"id": "r1", "level": "rack"}, {"id": "pm1", "level": "pm", "parent": "r1", "capacity": [16]}], "network": [{"id": "tor1"}, {"id": "pm1", "parent": "tor1", "bandwidth": 1e9}]}`
+
+const placementExample = `{"datacenter": "dc1", "resources": [{"id": "vm1", "kind": "vm", "demand": [2]}, {"id": "vm2", "kind": "vm", "demand": [2]}], "groups": [{"id": "g", "members": ["vm1", "vm2"]}], "placement_policies": [{"id": "apart", "type": "anti-collocation", "mode": "hard", "applies_to": ["g"], "properties": {"level": "pm"}}]}`
+
+// datacenter is one datacenter of the view with its indexed model (nil
+// when the record does not validate: written around the API).
+type datacenter struct {
+	rec   *events.Datacenter
+	model *placement.Model
+	err   error
+}
+
+// datacentersView is placement.datacenters.
+type datacentersView struct {
+	codec *events.Codec
+	mu    sync.RWMutex
+	byID  map[string]*datacenter
+}
+
+func newDatacentersView(codec *events.Codec) *datacentersView {
+	return &datacentersView{codec: codec, byID: map[string]*datacenter{}}
+}
+
+func (v *datacentersView) apply(ctx context.Context, rec *kgo.Record) error {
+	id := string(rec.Key)
+	if rec.Value == nil {
+		v.mu.Lock()
+		delete(v.byID, id)
+		v.mu.Unlock()
+		return nil
+	}
+	var d events.Datacenter
+	if err := v.codec.DecodeInto(ctx, rec.Value, &d); err != nil {
+		return fmt.Errorf("datacenters view: decode datacenter %q: %w", rec.Key, err)
+	}
+	m, err := placement.ParseDatacenter([]byte(d.Model))
+	v.mu.Lock()
+	v.byID[id] = &datacenter{rec: &d, model: m, err: err}
+	v.mu.Unlock()
+	return nil
+}
+
+func (v *datacentersView) get(id string) (*datacenter, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	d, ok := v.byID[id]
+	return d, ok
+}
+
+// model is the indexed model of a datacenter that validates.
+func (v *datacentersView) model(id string) (*placement.Model, bool) {
+	d, ok := v.get(id)
+	if !ok || d.model == nil {
+		return nil, false
+	}
+	return d.model, true
+}
+
+func (v *datacentersView) list() []*datacenter {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make([]*datacenter, 0, len(v.byID))
+	for _, d := range v.byID {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rec.DatacenterID < out[j].rec.DatacenterID })
+	return out
+}
+
+// DatacenterAnswer is a datacenter model as the API shows it.
+type DatacenterAnswer struct {
+	DatacenterID string   `json:"datacenter_id"`
+	Leaves       int      `json:"leaves"`
+	Levels       []string `json:"levels"`
+	Dimensions   []string `json:"dimensions"`
+	UpdatedBy    string   `json:"updated_by,omitempty"`
+	Created      string   `json:"created"`
+	Updated      string   `json:"updated"`
+	// Error says why a record written around the API does not validate.
+	Error string `json:"error,omitempty"`
+	// Model is the whole model (GET of one datacenter, PUT).
+	Model json.RawMessage `json:"model,omitempty"`
+}
+
+// DatacenterList is the answer of GET /v1/datacenters.
+type DatacenterList struct {
+	Datacenters []DatacenterAnswer `json:"datacenters"`
+}
+
+func datacenterAnswer(d *datacenter, withModel bool) DatacenterAnswer {
+	a := DatacenterAnswer{DatacenterID: d.rec.DatacenterID, Leaves: int(d.rec.Leaves), Levels: []string{}, Dimensions: []string{},
+		UpdatedBy: d.rec.UpdatedBy, Created: d.rec.Created.UTC().Format(time.RFC3339Nano), Updated: d.rec.Updated.UTC().Format(time.RFC3339Nano)}
+	if d.model != nil {
+		a.Levels = d.model.LevelNames()
+		a.Dimensions = append(a.Dimensions, d.model.Datacenter().Dimensions...)
+	}
+	if d.err != nil {
+		a.Error = d.err.Error()
+	}
+	if withModel {
+		a.Model = json.RawMessage(d.rec.Model)
+	}
+	return a
+}
+
+func (s *Server) listDatacenters(w http.ResponseWriter, r *http.Request) *httpError {
+	if e := s.needViews(topology.Datacenters); e != nil {
+		return e
+	}
+	out := DatacenterList{Datacenters: []DatacenterAnswer{}}
+	for _, d := range s.dcs.list() {
+		out.Datacenters = append(out.Datacenters, datacenterAnswer(d, false))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// datacenterID is the id in the path, checked.
+func datacenterID(r *http.Request) (string, *httpError) {
+	id := r.PathValue("datacenter_id")
+	if err := placement.CheckID(id); err != nil {
+		return "", errorf(http.StatusBadRequest, "datacenter_id %v: the segment after /v1/datacenters/ names the datacenter", err)
+	}
+	return id, nil
+}
+
+// datacenterOf is the datacenter the path names: 404 when there is none.
+func (s *Server) datacenterOf(r *http.Request) (*datacenter, *httpError) {
+	id, e := datacenterID(r)
+	if e != nil {
+		return nil, e
+	}
+	if e := s.needViews(topology.Datacenters); e != nil {
+		return nil, e
+	}
+	d, ok := s.dcs.get(id)
+	if !ok {
+		return nil, errorf(http.StatusNotFound, "datacenter %s does not exist; GET /v1/datacenters lists the datacenters, PUT /v1/datacenters/%s stores one", id, id)
+	}
+	return d, nil
+}
+
+func (s *Server) getDatacenter(w http.ResponseWriter, r *http.Request) *httpError {
+	d, e := s.datacenterOf(r)
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, datacenterAnswer(d, true))
+	return nil
+}
+
+// putDatacenter stores a datacenter model: 400 listing every problem of
+// a model that does not validate.
+func (s *Server) putDatacenter(w http.ResponseWriter, r *http.Request) *httpError {
+	id, e := datacenterID(r)
+	if e != nil {
+		return e
+	}
+	data, e := readBody(w, r, placement.MaxDatacenterBytes)
+	if e != nil {
+		return e
+	}
+	var dc placement.Datacenter
+	if e := decodeBytes(data, &dc, true, datacenterExample); e != nil {
+		return e
+	}
+	if dc.ID == "" {
+		dc.ID = id
+	}
+	if dc.ID != id {
+		return errorf(http.StatusBadRequest, "id: the model is datacenter %q but the path names %q; make them the same", dc.ID, id)
+	}
+	m, err := placement.Compile(&dc)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	canon, err := dc.JSON()
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
+	}
+	if e := s.needViews(topology.Datacenters); e != nil {
+		return e
+	}
+	unlock := s.locks.lock("datacenter " + id)
+	defer unlock()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	rec := &events.Datacenter{DatacenterID: id, Model: string(canon), Leaves: int32(m.Leaves()), UpdatedBy: principalOf(r.Context()).Name, Created: now, Updated: now}
+	if cur, ok := s.dcs.get(id); ok {
+		rec.Created = cur.rec.Created
+	}
+	value, err := s.env.Codec.Encode(rec)
+	if err != nil {
+		return errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
+	}
+	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.Datacenters), Key: []byte(id), Value: value}
+	if err := s.produce(r.Context(), kr); err != nil {
+		return s.produceFailed(err)
+	}
+	s.waitOwnWrite(r.Context(), kr)
+	s.log.Info().Str("datacenter_id", id).Int("leaves", m.Leaves()).Str("by", describeCaller(principalOf(r.Context()))).Msg("datacenter stored")
+	writeJSON(w, http.StatusOK, datacenterAnswer(&datacenter{rec: rec, model: m}, true))
+	return nil
+}
+
+func (s *Server) deleteDatacenter(w http.ResponseWriter, r *http.Request) *httpError {
+	d, e := s.datacenterOf(r)
+	if e != nil {
+		return e
+	}
+	id := d.rec.DatacenterID
+	unlock := s.locks.lock("datacenter " + id)
+	defer unlock()
+	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.Datacenters), Key: []byte(id)}
+	if err := s.produce(r.Context(), kr); err != nil {
+		return s.produceFailed(err)
+	}
+	s.waitOwnWrite(r.Context(), kr)
+	s.log.Info().Str("datacenter_id", id).Str("by", describeCaller(principalOf(r.Context()))).Msg("datacenter deleted")
+	writeJSON(w, http.StatusOK, datacenterAnswer(d, false))
+	return nil
+}
+
+// PlacementAnswer is the answer of POST /v1/placements: a placement that
+// meets every hard policy.
+type PlacementAnswer struct {
+	Datacenter string            `json:"datacenter"`
+	Placement  map[string]string `json:"placement"`
+	// Warnings are the soft policies the placement does not meet and the
+	// policies that are recorded, not checked.
+	Warnings []placement.Finding `json:"warnings"`
+	// Steps is how many leaves the search tried.
+	Steps int `json:"steps"`
+}
+
+// PlacementUnmet is the 422 answer of POST /v1/placements: no placement
+// meets the hard policies together.
+type PlacementUnmet struct {
+	Error string `json:"error"`
+	// Policies are the hard policies that cannot be met together (and
+	// "non-overload" when capacity is short).
+	Policies []string `json:"policies"`
+	// Resource is the resource the search found no leaf for.
+	Resource string `json:"resource,omitempty"`
+}
+
+// ProposeTimeout bounds the search of one POST /v1/placements, besides
+// placement.DefaultMaxSteps leaves tried.
+const ProposeTimeout = 10 * time.Second
+
+// postPlacement proposes a placement for a template (the placement part
+// of a deployment request), synchronously; the search is bounded by
+// placement.DefaultMaxSteps leaves tried and ProposeTimeout.
+func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *httpError {
+	data, e := readBody(w, r, MaxRequestBytes)
+	if e != nil {
+		return e
+	}
+	var tpl placement.Template
+	if e := decodeBytes(data, &tpl, true, placementExample); e != nil {
+		return e
+	}
+	if tpl.Datacenter == "" {
+		return errorf(http.StatusBadRequest, "datacenter is missing: name the datacenter to place on (GET /v1/datacenters lists them); send JSON such as %s", placementExample)
+	}
+	if err := tpl.Validate(); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.needViews(topology.Datacenters); e != nil {
+		return e
+	}
+	d, ok := s.dcs.get(tpl.Datacenter)
+	if !ok {
+		return errorf(http.StatusNotFound, "datacenter %s does not exist; GET /v1/datacenters lists the datacenters", tpl.Datacenter)
+	}
+	if d.model == nil {
+		return errorf(http.StatusConflict, "datacenter %s does not validate (%v); store a valid model with PUT /v1/datacenters/%s", tpl.Datacenter, d.err, tpl.Datacenter)
+	}
+	p, err := placement.Propose(d.model, &tpl, placement.Options{Timeout: ProposeTimeout})
+	var inf *placement.Infeasible
+	var inv *placement.Invalid
+	switch {
+	case errors.As(err, &inf):
+		writeJSON(w, http.StatusUnprocessableEntity, PlacementUnmet{Error: inf.Error(), Policies: inf.Policies, Resource: inf.Resource})
+		return nil
+	case errors.As(err, &inv):
+		return errorf(http.StatusBadRequest, "%v", err)
+	case err != nil:
+		return errorf(http.StatusInternalServerError, "propose a placement: %v", err)
+	}
+	writeJSON(w, http.StatusOK, PlacementAnswer{Datacenter: tpl.Datacenter, Placement: p.Placement, Warnings: p.Warnings, Steps: p.Steps})
+	return nil
+}

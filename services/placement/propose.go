@@ -1,0 +1,630 @@
+package placement
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Limits of Propose.
+const (
+	// DefaultMaxSteps bounds the leaves Propose tries, in all.
+	DefaultMaxSteps = 2000000
+	// DefaultLookahead is how many leaves that meet every hard policy
+	// Propose compares by the soft policies they break, per resource.
+	DefaultLookahead = 8
+)
+
+// Options tune Propose; zero values take the defaults.
+type Options struct {
+	MaxSteps  int
+	Lookahead int
+	// Timeout, when set, bounds the search's time too (a leaf tried
+	// can cost as much as the dyadic policies binding its resource).
+	Timeout time.Duration
+}
+
+// Proposal is a placement that meets every hard policy.
+type Proposal struct {
+	// Placement maps each resource to its leaf.
+	Placement map[string]string `json:"placement"`
+	// Warnings are the soft policies the placement does not meet, and the
+	// recorded policies (notes), as Check reports them.
+	Warnings []Finding `json:"warnings"`
+	// Steps is how many leaves the search tried.
+	Steps int `json:"steps"`
+}
+
+// Infeasible says why Propose found no placement: the hard policies
+// (and the non-overload rule) that cannot be met together.
+type Infeasible struct {
+	// Policies are the ids of the hard policies that ruled leaves out,
+	// most often first.
+	Policies []string `json:"policies"`
+	// Resource is the resource no leaf was left for, when there is one.
+	Resource string `json:"resource,omitempty"`
+	Reason   string `json:"reason"`
+}
+
+func (e *Infeasible) Error() string {
+	return fmt.Sprintf("no placement meets every hard policy (%s): %s", strings.Join(e.Policies, ", "), e.Reason)
+}
+
+// ppol is a policy prepared for the search.
+type ppol struct {
+	p     *Policy
+	hard  bool
+	level int
+	hops  int
+	bw    float64
+}
+
+// pc is a dyadic constraint between the resource it is listed for and
+// another.
+type pc struct {
+	pol   int32
+	other int32
+}
+
+// llmnState follows one LLMN policy through the search.
+type llmnState struct {
+	pol            int32
+	hard           bool
+	m, n, bound    int
+	l1, l2         int
+	perL1          map[int32]int
+	usedL2         map[int32]int
+	distinct, done int
+}
+
+type searcher struct {
+	m      *Model
+	t      *Template
+	x      *expansion
+	pols   []ppol
+	pairs  [][]pc
+	llmns  [][]*llmnState
+	assign []int32
+	used   [][]float64
+	bwUse  map[int32]float64
+	steps  int
+	max    int
+	// deadline, when not zero, ends the search.
+	deadline time.Time
+	// scratch for bandwidth adds
+	addHard, addSoft map[int32]float64
+	path             []int32
+}
+
+// Propose searches for a placement of the template's resources that
+// meets every hard policy and the non-overload rule, breaking as few soft
+// policies as it can; resources the template already places stay where
+// they are. It is a depth-first search with chronological backtracking:
+// resources are taken most constrained first (those already placed, then
+// by the number of hard policies that bind them, each followed by the
+// resources it is bound to), and each resource tries, in the location
+// tree's order, the leaves that meet every hard policy with the resources
+// placed before it, taking among the first Lookahead of them the one that
+// breaks the fewest soft policies. A resource collocated with, or within
+// a hop-count limit of, a placed one only tries the leaves near it. The
+// search stops after MaxSteps leaves tried, or after Timeout. It is not optimal for the soft
+// policies, and a template with a placement may still be reported
+// infeasible when the step limit runs out first (the error says so).
+func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
+	if err := t.ValidateFor(m, false); err != nil {
+		return nil, err
+	}
+	if opt.MaxSteps <= 0 {
+		opt.MaxSteps = DefaultMaxSteps
+	}
+	if opt.Lookahead <= 0 {
+		opt.Lookahead = DefaultLookahead
+	}
+	s := &searcher{m: m, t: t, x: newExpansion(t), max: opt.MaxSteps, bwUse: map[int32]float64{}, addHard: map[int32]float64{}, addSoft: map[int32]float64{}}
+	n := len(t.Resources)
+	s.assign = make([]int32, n)
+	for i := range s.assign {
+		s.assign[i] = -1
+	}
+	s.used = make([][]float64, len(m.leafID))
+	s.pairs = make([][]pc, n)
+	s.llmns = make([][]*llmnState, n)
+	if opt.Timeout > 0 {
+		s.deadline = time.Now().Add(opt.Timeout)
+	}
+	if err := s.prepare(); err != nil {
+		return nil, err
+	}
+	if err := s.search(s.order(), opt.Lookahead); err != nil {
+		return nil, err
+	}
+	out := &Proposal{Placement: make(map[string]string, n), Steps: s.steps}
+	for r, l := range s.assign {
+		out.Placement[t.Resources[r].ID] = m.leafID[l]
+	}
+	placed := *t
+	placed.Placement = out.Placement
+	fs, err := Check(m, &placed)
+	if err != nil {
+		return nil, fmt.Errorf("placement: check the proposal: %w", err)
+	}
+	out.Warnings = []Finding{}
+	for _, f := range fs {
+		if f.Hard {
+			return nil, &Infeasible{Policies: []string{f.PolicyID}, Reason: "the search ended with a placement that breaks it: " + f.Message}
+		}
+		out.Warnings = append(out.Warnings, f)
+	}
+	return out, nil
+}
+
+// prepare expands the policies into per-resource constraints and rules
+// out what no search can meet.
+func (s *searcher) prepare() error {
+	m, t := s.m, s.t
+	for i := range t.Policies {
+		p := &t.Policies[i]
+		pp := ppol{p: p, hard: p.Mode == Hard, level: -1}
+		switch p.Type {
+		case Collocation, AntiCollocation:
+			pp.level = m.level(p.Properties.Level)
+		case HopCountLimit:
+			pp.hops = *p.Properties.Hops
+		case Bandwidth:
+			pp.bw = p.Properties.BytesPerSecond
+		}
+		s.pols = append(s.pols, pp)
+		pi := int32(len(s.pols) - 1)
+		switch p.Type {
+		case Collocation, AntiCollocation, HopCountLimit, Bandwidth:
+			s.x.pairs(p, func(a, b int) bool {
+				s.pairs[a] = append(s.pairs[a], pc{pi, int32(b)})
+				s.pairs[b] = append(s.pairs[b], pc{pi, int32(a)})
+				return true
+			})
+		case LLMNAntiCollocation:
+			members := s.x.targets(p)
+			if len(members) == 0 {
+				continue
+			}
+			pr := &p.Properties
+			st := &llmnState{pol: pi, hard: pp.hard, m: len(members), n: *pr.N, l1: m.level(pr.L1), l2: m.level(pr.L2), perL1: map[int32]int{}, usedL2: map[int32]int{}}
+			st.bound = llmnBound(st.m, st.n)
+			if st.hard {
+				if c := m.perLevel[st.l1]; c < st.n {
+					return &Infeasible{Policies: []string{p.ID}, Reason: fmt.Sprintf("policy %s spreads group %s over at least %d %s, and datacenter %s has %d", p.ID, p.AppliesTo[0], st.n, pr.L1, m.ID(), c)}
+				}
+				if c := m.perLevel[st.l2]; c < st.m {
+					return &Infeasible{Policies: []string{p.ID}, Reason: fmt.Sprintf("policy %s puts the %d members of group %s in different %s, and datacenter %s has %d", p.ID, st.m, p.AppliesTo[0], pr.L2, m.ID(), c)}
+				}
+			}
+			for _, r := range members {
+				s.llmns[r] = append(s.llmns[r], st)
+			}
+		}
+	}
+	// Non-overload: the total demand must fit the total capacity, and each
+	// resource one leaf.
+	dims := len(m.dc.Dimensions)
+	total := make([]float64, dims)
+	for _, c := range m.capacity {
+		for k := range dims {
+			total[k] += c[k]
+		}
+	}
+	need := make([]float64, dims)
+	for _, r := range t.Resources {
+		for k, d := range r.Demand {
+			need[k] += d
+		}
+	}
+	for k := range dims {
+		if need[k] > total[k] {
+			return &Infeasible{Policies: []string{NonOverload}, Reason: fmt.Sprintf("the resources demand %s %s in all; datacenter %s has %s", num(need[k]), m.dc.Dimensions[k], m.ID(), num(total[k]))}
+		}
+	}
+	return nil
+}
+
+// order is the order resources are placed in: placed ones first, then
+// the most constrained, each followed breadth-first by the resources hard
+// policies bind it to.
+func (s *searcher) order() []int {
+	n := len(s.t.Resources)
+	degree := make([]int, n)
+	for r := range n {
+		for _, c := range s.pairs[r] {
+			if s.pols[c.pol].hard {
+				degree[r]++
+			}
+		}
+		for _, st := range s.llmns[r] {
+			if st.hard {
+				degree[r] += st.m
+			}
+		}
+	}
+	byDegree := make([]int, n)
+	for i := range byDegree {
+		byDegree[i] = i
+	}
+	pinned := func(r int) bool { _, ok := s.t.Placement[s.t.Resources[r].ID]; return ok }
+	slices.SortStableFunc(byDegree, func(a, b int) int {
+		if pa, pb := pinned(a), pinned(b); pa != pb {
+			if pa {
+				return -1
+			}
+			return 1
+		}
+		return degree[b] - degree[a]
+	})
+	seen := make([]bool, n)
+	out := make([]int, 0, n)
+	llmnSeen := map[*llmnState]bool{}
+	for _, start := range byDegree {
+		if seen[start] {
+			continue
+		}
+		queue := []int{start}
+		seen[start] = true
+		for len(queue) > 0 {
+			r := queue[0]
+			queue = queue[1:]
+			out = append(out, r)
+			for _, st := range s.llmns[r] {
+				if !st.hard || llmnSeen[st] {
+					continue
+				}
+				llmnSeen[st] = true
+				for _, o := range s.x.targets(s.pols[st.pol].p) {
+					if !seen[o] {
+						seen[o] = true
+						queue = append(queue, o)
+					}
+				}
+			}
+			for _, c := range s.pairs[r] {
+				if o := int(c.other); s.pols[c.pol].hard && !seen[o] {
+					seen[o] = true
+					queue = append(queue, o)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// candidates are the leaves a resource may try: its own when placed;
+// those near a placed resource it is hard-collocated with or within a
+// hop-count limit of; otherwise every leaf.
+func (s *searcher) candidates(r int) (best []int32, by string) {
+	m := s.m
+	if leaf, ok := s.t.Placement[s.t.Resources[r].ID]; ok {
+		return []int32{int32(m.leafNo[leaf])}, "placement." + s.t.Resources[r].ID
+	}
+	best = m.byLoc
+	for _, c := range s.pairs[r] {
+		pp := &s.pols[c.pol]
+		o := s.assign[c.other]
+		if !pp.hard || o < 0 {
+			continue
+		}
+		var near []int32
+		switch pp.p.Type {
+		case Collocation:
+			v := m.ancestorAt(int(o), pp.level)
+			if v < 0 {
+				return nil, pp.p.ID
+			}
+			near = m.byLoc[m.locLo[v]:m.locHi[v]]
+		case HopCountLimit:
+			v := m.leafNet[o]
+			for k := 0; k < pp.hops && m.netParent[v] >= 0; k++ {
+				v = m.netParent[v]
+			}
+			near = m.byNet[m.netLo[v]:m.netHi[v]]
+		default:
+			continue
+		}
+		if len(near) < len(best) {
+			best, by = near, pp.p.ID
+		}
+	}
+	return best, by
+}
+
+// feasible says whether leaf l meets every hard policy for resource r
+// with the resources placed so far; if not, the policy that rules it out,
+// if so, how many soft policies it breaks.
+func (s *searcher) feasible(r int, l int32) (ok bool, cost int, rule string) {
+	m := s.m
+	if d := s.t.Resources[r].Demand; len(d) > 0 {
+		u, capv := s.used[l], m.capacity[l]
+		for k, dk := range d {
+			have := 0.0
+			if u != nil {
+				have = u[k]
+			}
+			if have+dk > capv[k] {
+				return false, 0, NonOverload
+			}
+		}
+	}
+	broken := func(pp *ppol) (bool, string) {
+		if pp.hard {
+			return true, pp.p.ID
+		}
+		cost++
+		return false, ""
+	}
+	hasBW := false
+	for _, c := range s.pairs[r] {
+		pp := &s.pols[c.pol]
+		o := s.assign[c.other]
+		bad := false
+		switch pp.p.Type {
+		case Collocation, AntiCollocation:
+			va := m.ancestorAt(int(l), pp.level)
+			if va < 0 {
+				bad = true
+				break
+			}
+			if o < 0 {
+				continue
+			}
+			vb := m.ancestorAt(int(o), pp.level)
+			bad = vb < 0 || (pp.p.Type == Collocation) != (va == vb)
+		case HopCountLimit:
+			bad = o >= 0 && m.hops(int(l), int(o)) > pp.hops
+		case Bandwidth:
+			hasBW = hasBW || o >= 0
+		}
+		if bad {
+			if stop, id := broken(pp); stop {
+				return false, 0, id
+			}
+		}
+	}
+	for _, st := range s.llmns[r] {
+		v1, v2 := m.ancestorAt(int(l), st.l1), m.ancestorAt(int(l), st.l2)
+		bad := v1 < 0 || v2 < 0 || st.perL1[v1]+1 > st.bound || st.usedL2[v2] > 0
+		if !bad {
+			distinct := st.distinct
+			if st.perL1[v1] == 0 {
+				distinct++
+			}
+			bad = distinct+(st.m-st.done-1) < st.n
+		}
+		if bad {
+			if stop, id := broken(&s.pols[st.pol]); stop {
+				return false, 0, id
+			}
+		}
+	}
+	if hasBW {
+		clear(s.addHard)
+		clear(s.addSoft)
+		hardID := ""
+		for _, c := range s.pairs[r] {
+			pp := &s.pols[c.pol]
+			o := s.assign[c.other]
+			if pp.p.Type != Bandwidth || o < 0 {
+				continue
+			}
+			s.path = m.path(int(l), int(o), s.path[:0])
+			for _, e := range s.path {
+				if pp.hard {
+					s.addHard[e] += pp.bw
+					hardID = pp.p.ID
+				} else {
+					s.addSoft[e] += pp.bw
+				}
+			}
+		}
+		for e, a := range s.addHard {
+			if s.bwUse[e]+a > m.netBW[e] {
+				return false, 0, hardID
+			}
+		}
+		for e, a := range s.addSoft {
+			if s.bwUse[e]+s.addHard[e]+a > m.netBW[e] {
+				cost++
+			}
+		}
+	}
+	return true, cost, ""
+}
+
+// place puts r on l (sign 1) or takes it off (sign -1); taking off must
+// come in the reverse order of putting on.
+func (s *searcher) place(r int, l int32, sign int) {
+	m := s.m
+	if sign > 0 {
+		s.assign[r] = l
+	}
+	if d := s.t.Resources[r].Demand; len(d) > 0 {
+		if s.used[l] == nil {
+			s.used[l] = make([]float64, len(m.dc.Dimensions))
+		}
+		for k, dk := range d {
+			s.used[l][k] += float64(sign) * dk
+		}
+	}
+	for _, st := range s.llmns[r] {
+		v1, v2 := m.ancestorAt(int(l), st.l1), m.ancestorAt(int(l), st.l2)
+		if v1 < 0 || v2 < 0 {
+			continue
+		}
+		if sign > 0 {
+			if st.perL1[v1] == 0 {
+				st.distinct++
+			}
+			st.perL1[v1]++
+			st.usedL2[v2]++
+			st.done++
+		} else {
+			st.perL1[v1]--
+			if st.perL1[v1] == 0 {
+				st.distinct--
+				delete(st.perL1, v1)
+			}
+			if st.usedL2[v2]--; st.usedL2[v2] == 0 {
+				delete(st.usedL2, v2)
+			}
+			st.done--
+		}
+	}
+	for _, c := range s.pairs[r] {
+		pp := &s.pols[c.pol]
+		o := s.assign[c.other]
+		if pp.p.Type != Bandwidth || o < 0 || int(c.other) == r {
+			continue
+		}
+		s.path = m.path(int(l), int(o), s.path[:0])
+		for _, e := range s.path {
+			s.bwUse[e] += float64(sign) * pp.bw
+		}
+	}
+	if sign < 0 {
+		s.assign[r] = -1
+	}
+}
+
+type choice struct {
+	leaf int32
+	cost int
+}
+
+type frame struct {
+	r       int
+	cands   []int32
+	pos     int
+	choices []choice
+	ci      int
+	placed  int32
+	rejects map[string]int
+	// narrowedBy is the policy (or given placement) that limited the
+	// candidates.
+	narrowedBy string
+}
+
+func (s *searcher) search(order []int, lookahead int) error {
+	frames := make([]frame, len(order))
+	for i := range frames {
+		frames[i].placed = -1
+		frames[i].cands = nil
+	}
+	fresh := make([]bool, len(order))
+	for i := range fresh {
+		fresh[i] = true
+	}
+	deepest, deepRes := -1, -1
+	var deepRejects map[string]int
+	depth := 0
+	for depth < len(order) {
+		f := &frames[depth]
+		if fresh[depth] {
+			fresh[depth] = false
+			f.r = order[depth]
+			f.cands, f.narrowedBy = s.candidates(f.r)
+			f.pos, f.ci = 0, 0
+			f.choices = f.choices[:0]
+			clear(f.rejects)
+		}
+		if f.placed >= 0 {
+			s.place(f.r, f.placed, -1)
+			f.placed = -1
+		}
+		if f.ci >= len(f.choices) && f.pos < len(f.cands) {
+			f.choices, f.ci = f.choices[:0], 0
+			for f.pos < len(f.cands) && len(f.choices) < lookahead {
+				if s.steps >= s.max || (s.steps%1024 == 0 && !s.deadline.IsZero() && time.Now().After(s.deadline)) {
+					if deepRes < 0 {
+						deepRes, deepRejects = f.r, f.rejects
+					}
+					limit := "the step limit"
+					if s.steps < s.max {
+						limit = "the time limit"
+					}
+					return s.giveUp(deepRes, deepRejects, fmt.Sprintf("the search stopped after trying %d leaves (%s)", s.steps, limit))
+				}
+				l := f.cands[f.pos]
+				f.pos++
+				s.steps++
+				ok, cost, rule := s.feasible(f.r, l)
+				if !ok {
+					if f.rejects == nil {
+						f.rejects = map[string]int{}
+					}
+					f.rejects[rule]++
+					continue
+				}
+				f.choices = append(f.choices, choice{l, cost})
+				if cost == 0 {
+					// A leaf that breaks nothing is taken at once.
+					break
+				}
+			}
+			slices.SortStableFunc(f.choices, func(a, b choice) int { return a.cost - b.cost })
+		}
+		if f.ci < len(f.choices) {
+			l := f.choices[f.ci].leaf
+			f.ci++
+			s.place(f.r, l, 1)
+			f.placed = l
+			depth++
+			continue
+		}
+		// No leaf left for this resource: back up.
+		if depth >= deepest {
+			deepest, deepRes = depth, f.r
+			deepRejects = maps.Clone(f.rejects)
+			if f.narrowedBy != "" {
+				if deepRejects == nil {
+					deepRejects = map[string]int{}
+				}
+				deepRejects[f.narrowedBy] += 0
+			}
+		}
+		fresh[depth] = true
+		depth--
+		if depth < 0 {
+			return s.giveUp(deepRes, deepRejects, "every combination the search could try fails")
+		}
+	}
+	return nil
+}
+
+// giveUp names the hard policies that ruled out the leaves of the
+// resource the search got stuck on.
+func (s *searcher) giveUp(r int, rejects map[string]int, why string) error {
+	e := &Infeasible{Policies: []string{}}
+	ids := slices.Collect(maps.Keys(rejects))
+	slices.SortFunc(ids, func(a, b string) int {
+		if rejects[a] != rejects[b] {
+			return rejects[b] - rejects[a]
+		}
+		return strings.Compare(a, b)
+	})
+	e.Policies = ids
+	var parts []string
+	for _, id := range ids {
+		if rejects[id] == 0 {
+			parts = append(parts, fmt.Sprintf("%s left it only the leaves near the resources it binds it to", id))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s ruled out %d leaves", id, rejects[id]))
+	}
+	if r >= 0 {
+		e.Resource = s.t.Resources[r].ID
+		e.Reason = fmt.Sprintf("no leaf is left for resource %s given the resources placed before it (%s); %s", e.Resource, strings.Join(parts, ", "), why)
+		if len(parts) == 0 {
+			e.Reason = fmt.Sprintf("no leaf is left for resource %s; %s", e.Resource, why)
+		}
+	} else {
+		e.Reason = why
+	}
+	return e
+}
