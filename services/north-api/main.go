@@ -78,6 +78,10 @@ func main() {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
+	if err := o.SetMemoryLimit(log); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
 	var orgList []string
 	for _, o := range strings.Split(st.orgs, ",") {
 		if o = strings.TrimSpace(o); o == "" {

@@ -28,6 +28,9 @@ type Options struct {
 	LogFormat string
 	// Tracing says where traces go; off by default.
 	Tracing Tracing
+	// MemoryLimit is the Go runtime's soft memory limit: auto, off or a
+	// size (see ApplyMemoryLimit).
+	MemoryLimit string
 }
 
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
@@ -40,6 +43,7 @@ func (o *Options) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.InstanceID, "instance-id", EnvOr("PF_INSTANCE_ID", ""), "static group membership: a name unique among the stage's members that stays the same across restarts (a StatefulSet pod name); a restarted member takes its partitions back at once and fences its own unfinished transaction, instead of waiting out --session-timeout (env PF_INSTANCE_ID)")
 	LogFormatFlag(fs, &o.LogFormat, LogJSON)
 	o.Tracing.RegisterFlags(fs)
+	fs.StringVar(&o.MemoryLimit, "memory-limit", EnvOr("PF_MEMORY_LIMIT", MemoryLimitAuto), "the Go runtime's soft memory limit: auto (90% of the container's memory limit, unless GOMEMLIMIT is set), off, or a size such as 460MiB; near it the garbage collector works harder instead of letting the heap grow to twice what is live (env PF_MEMORY_LIMIT)")
 }
 
 // Log formats (--log-format).
@@ -79,6 +83,9 @@ func (o Options) Text() bool { return o.LogFormat == LogText }
 func (o Options) Check() error {
 	if err := CheckLogFormat(o.LogFormat); err != nil {
 		return fmt.Errorf("PF_LOG_FORMAT: %w", err)
+	}
+	if err := CheckMemoryLimit(o.MemoryLimit); err != nil {
+		return err
 	}
 	return o.Kafka.Validate()
 }
@@ -156,6 +163,10 @@ func Main(s Stage) {
 	}
 	log := NewLogger(os.Stderr, o.LogLevel, o.Text()).With().Str("service", s.Name).Logger()
 	if err := o.Check(); err != nil {
+		log.Error().Err(err).Msg("invalid configuration")
+		os.Exit(2)
+	}
+	if err := o.SetMemoryLimit(log); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
