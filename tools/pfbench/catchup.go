@@ -56,9 +56,11 @@ type CatchupRun struct {
 	DriftedComponents int         `json:"drifted_components"`
 	Drifted           CatchupPass `json:"drifted"`
 	// Goals of the issue, for the table.
-	GoalUnchangedS float64            `json:"goal_nothing_changed_s"`
-	GoalRSSMiB     float64            `json:"goal_matcher_executor_rss_mib"`
-	PeakRSSMiB     map[string]float64 `json:"peak_rss_mib"`
+	GoalUnchangedS float64 `json:"goal_nothing_changed_s"`
+	GoalRSSMiB     float64 `json:"goal_matcher_executor_rss_mib"`
+	// MemoryLimit is every stage's --memory-limit.
+	MemoryLimit string             `json:"memory_limit"`
+	PeakRSSMiB  map[string]float64 `json:"peak_rss_mib"`
 }
 
 // CatchupPass is one catch-up: how long until GET /v1/catchup/{id} said
@@ -115,8 +117,8 @@ func (c *counter) total() (calls, components int) {
 	return calls, len(c.n)
 }
 
-func (b *bench) catchUp(ctx context.Context, n int, progress func(string, ...any)) (CatchupRun, error) {
-	res := CatchupRun{Components: n, PoliciesEach: catchupPolicies, DistinctPolicies: catchupByID + catchupFilters,
+func (b *bench) catchUp(ctx context.Context, n int, memoryLimit string, progress func(string, ...any)) (CatchupRun, error) {
+	res := CatchupRun{Components: n, MemoryLimit: memoryLimit, PoliciesEach: catchupPolicies, DistinctPolicies: catchupByID + catchupFilters,
 		BodyBytes: b.bodyBytes, GoalUnchangedS: 10, GoalRSSMiB: 512, PeakRSSMiB: map[string]float64{}}
 	hooks := &counter{n: map[string]int{}}
 	sim := pdp.NewServer()
@@ -157,7 +159,7 @@ func (b *bench) catchUp(ctx context.Context, n int, progress func(string, ...any
 		// --pprof: each stage's heap is saved at the end.
 		// --log-level info: the stages log what each catch-up compared
 		// and how long it took.
-		extra := []string{"--pprof", "--log-level", "info"}
+		extra := []string{"--pprof", "--log-level", "info", "--memory-limit", memoryLimit}
 		switch name {
 		case topology.StagePDPIngest:
 			extra = append(extra, "--pdp-url", base, "--catchup-on-start=false")
@@ -461,5 +463,5 @@ func (c CatchupRun) table(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %.0f%s", name, v, goal))
 		}
 	}
-	fmt.Fprintf(w, "  peak RSS MiB: %s (goal: matcher and executor <= %.0f)\n", strings.Join(parts, ", "), c.GoalRSSMiB)
+	fmt.Fprintf(w, "  peak RSS MiB: %s (goal: matcher and executor <= %.0f; every stage with --memory-limit %s)\n", strings.Join(parts, ", "), c.GoalRSSMiB, c.MemoryLimit)
 }

@@ -40,33 +40,34 @@ import (
 
 // options are the command's settings.
 type options struct {
-	binDir, outDir    string
-	partitions        int
-	work              workload
-	reps, fleet       int
-	ceilingRecords    int
-	ceilingMiB        int
-	consulKeys        int
-	consulOpsPerTxn   intList
-	consulClients     intList
-	members           intList
-	timeout           time.Duration
-	skipAlone         bool
-	skipEndToEnd      bool
-	skipACM           bool
-	acmChanges        int
-	acmRate           int
-	acmElements       int
-	acmOps            int
-	skipAdmission     bool
-	skipCatchup       bool
-	catchupComponents int
-	skipPlacement     bool
-	placementReps     int
-	admission         admissionWork
-	profile           time.Duration
-	until             string
-	logLevel          string
+	binDir, outDir     string
+	partitions         int
+	work               workload
+	reps, fleet        int
+	ceilingRecords     int
+	ceilingMiB         int
+	consulKeys         int
+	consulOpsPerTxn    intList
+	consulClients      intList
+	members            intList
+	timeout            time.Duration
+	skipAlone          bool
+	skipEndToEnd       bool
+	skipACM            bool
+	acmChanges         int
+	acmRate            int
+	acmElements        int
+	acmOps             int
+	skipAdmission      bool
+	skipCatchup        bool
+	catchupComponents  int
+	catchupMemoryLimit string
+	skipPlacement      bool
+	placementReps      int
+	admission          admissionWork
+	profile            time.Duration
+	until              string
+	logLevel           string
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -100,6 +101,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.skipAdmission, "skip-admission", false, "skip the admission runs")
 	fs.BoolVar(&o.skipCatchup, "skip-catchup", false, "skip the catch-up runs")
 	fs.IntVar(&o.catchupComponents, "catchup-components", 100_000, "catch-up: components of the whole pipeline, five policies each")
+	fs.StringVar(&o.catchupMemoryLimit, "catchup-memory-limit", "460MiB", "catch-up: every stage's --memory-limit; the default is what auto sets in the Kubernetes manifests' 512 MiB containers (off: none)")
 	fs.BoolVar(&o.skipPlacement, "skip-placement", false, "skip the placement measures (checks and proposals in process)")
 	fs.IntVar(&o.placementReps, "placement-reps", 20, "placement: repetitions of each measure")
 	fs.IntVar(&o.admission.Policies, "admission-policies", 1000, "admission: application policies, spread over --admission-tenants (a few global)")
@@ -247,7 +249,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if !o.skipCatchup {
 		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
-			c, err := b.catchUp(ctx, o.catchupComponents, progress)
+			c, err := b.catchUp(ctx, o.catchupComponents, o.catchupMemoryLimit, progress)
 			rep.Catchup = &c
 			return err
 		}); err != nil {
