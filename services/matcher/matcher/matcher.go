@@ -237,15 +237,9 @@ func (m *Matcher) uninstall(p *Partition, componentID string) []events.PolicyMat
 	}
 	d := events.ComponentDelta{ComponentID: componentID, Uninstall: true}
 	if h != nil {
-		ids := make([]string, 0, len(h.policies))
-		for id := range h.policies {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
-			hv := h.policies[id]
+		for _, hv := range h.policies { // sorted by id
 			v := hv.version
-			d.RemovedPolicies = append(d.RemovedPolicies, events.RemovedPolicy{PolicyID: id, PolicyVersion: &v, Revision: hv.rev})
+			d.RemovedPolicies = append(d.RemovedPolicies, events.RemovedPolicy{PolicyID: hv.id, PolicyVersion: &v, Revision: hv.rev})
 		}
 	}
 	p.unregister(componentID)
@@ -333,9 +327,9 @@ func (m *Matcher) reconcileAll(p *Partition, comp *component, want map[string]st
 	for id := range want {
 		ids = append(ids, id)
 	}
-	for id := range h.policies {
-		if _, ok := want[id]; !ok {
-			ids = append(ids, id)
+	for _, e := range h.policies {
+		if _, ok := want[e.id]; !ok {
+			ids = append(ids, e.id)
 		}
 	}
 	sort.Strings(ids)
@@ -352,7 +346,7 @@ func (m *Matcher) reconcileAll(p *Partition, comp *component, want map[string]st
 // body), or remove it (had, and no longer wanted or no longer in the
 // catalog). The holding is updated to match.
 func (m *Matcher) reconcileOne(p *Partition, h *holding, id string, e *entry, group string, wanted bool, b *builder) {
-	hv, has := h.policies[id]
+	hv, has := h.policies.get(id)
 	switch {
 	case wanted && e != nil && !has:
 		b.add(group, e.policy())

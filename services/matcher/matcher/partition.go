@@ -64,7 +64,7 @@ type held struct {
 type holding struct {
 	component  string
 	deployment string
-	policies   map[string]held
+	policies   heldSet
 }
 
 // Partition is the matcher's state for one partition: the components keyed
@@ -108,8 +108,8 @@ func (p *Partition) Has(componentID string) map[string]string {
 		return nil
 	}
 	out := make(map[string]string, len(h.policies))
-	for id, v := range h.policies {
-		out[id] = v.version
+	for _, e := range h.policies {
+		out[e.id] = e.version
 	}
 	return out
 }
@@ -155,7 +155,7 @@ func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies)
 func (p *Partition) holding(componentID, deployment string) *holding {
 	h := p.holdings[componentID]
 	if h == nil {
-		h = &holding{component: componentID, policies: map[string]held{}}
+		h = &holding{component: componentID}
 		p.holdings[componentID] = h
 	}
 	if deployment != "" {
@@ -165,7 +165,7 @@ func (p *Partition) holding(componentID, deployment string) *holding {
 }
 
 func (p *Partition) setHeld(h *holding, policyID string, v held) {
-	h.policies[policyID] = v
+	h.policies.set(policyID, v)
 	set := p.holders[policyID]
 	if set == nil {
 		set = map[*holding]struct{}{}
@@ -175,7 +175,7 @@ func (p *Partition) setHeld(h *holding, policyID string, v held) {
 }
 
 func (p *Partition) unsetHeld(h *holding, policyID string) {
-	delete(h.policies, policyID)
+	h.policies.del(policyID)
 	if set := p.holders[policyID]; set != nil {
 		delete(set, h)
 		if len(set) == 0 {
@@ -189,7 +189,7 @@ func (p *Partition) dropHolding(componentID string) {
 	if h == nil {
 		return
 	}
-	for id := range h.policies {
+	for _, id := range h.policies.ids() {
 		p.unsetHeld(h, id)
 	}
 	delete(p.holdings, componentID)
