@@ -81,9 +81,29 @@ type hooks struct {
 	mu    sync.Mutex
 	got   map[string][]note
 	wrong []string
+	// failing components' webhooks answer 503; refused are the
+	// notifications they refused.
+	failing map[string]bool
+	refused map[string][]note
 }
 
-func newHooks() *hooks { return &hooks{got: map[string][]note{}} }
+func newHooks() *hooks {
+	return &hooks{got: map[string][]note{}, failing: map[string]bool{}, refused: map[string][]note{}}
+}
+
+// fail makes a component's webhook answer 503 (on) or 204 (off).
+func (h *hooks) fail(c string, on bool) {
+	h.mu.Lock()
+	h.failing[c] = on
+	h.mu.Unlock()
+}
+
+// refusedOf returns the notifications a component's webhook refused.
+func (h *hooks) refusedOf(c string) []note {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.refused[c])
+}
 
 // serve receives POST /hook/<component>.
 func (h *hooks) serve(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +121,11 @@ func (h *hooks) serve(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.wrong = append(h.wrong, fmt.Sprintf("%s: %v", c, err))
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if h.failing[c] {
+		h.refused[c] = append(h.refused[c], n)
+		http.Error(w, "failing on purpose", http.StatusServiceUnavailable)
 		return
 	}
 	h.got[c] = append(h.got[c], n)

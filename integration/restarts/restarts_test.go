@@ -1,10 +1,14 @@
 package restarts
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -97,4 +101,191 @@ func TestExecutorKilledMidBatch(t *testing.T) {
 	t.Logf("every component holds version %d in Consul %s after the restart", v, time.Since(began))
 	s.waitNotified(comps, pid, v)
 	s.noProblems(watch)
+}
+
+// claim reads a component's notification claim (nil: none).
+func (s *stack) claim(component string) *consulkv.Claim {
+	s.t.Helper()
+	kv, _, err := s.kv.KV().Get(consulkv.ClaimKey(s.scn(component)), nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if kv == nil {
+		return nil
+	}
+	c, err := consulkv.ParseClaim(kv.Value)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return &c
+}
+
+// The agent-notifier is killed (SIGKILL) while components' scripts run and
+// others wait for a slot, their notifications claimed; started again, it
+// runs every script for the newest update, the claimed ones that had not
+// run among them, and runs no script again for an update whose run had
+// completed before the kill.
+func TestNotifierKilledWhileScriptsRun(t *testing.T) {
+	s := newStack(t, func(s *stack) { s.notifyConcurrency = 2 })
+	const pid = "RS.Config_notifier"
+	comps := components(6)
+	scripts := map[string]script{}
+	for _, c := range comps {
+		scripts[c] = s.newScript(c, sleepy)
+	}
+	s.publish(pid, 1)
+	s.register(comps, []string{pid}, func(c string) events.NotifyTarget {
+		return events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: scripts[c].path, TimeoutMs: 30000}
+	})
+	s.waitRun(scripts, pid, 1)
+	s.eventually("every notification of version 1 recorded", func() error {
+		for _, c := range comps {
+			if cl := s.claim(c); cl == nil || cl.Outcome != consulkv.OutcomeOK {
+				return fmt.Errorf("%s's claim: %+v", c, cl)
+			}
+		}
+		return nil
+	})
+
+	s.publish(pid, 2)
+	startedV2 := func(runs []run) bool {
+		return slices.ContainsFunc(runs, func(r run) bool { return !r.done && r.note.versions[pid] == 2 })
+	}
+	s.eventually("a script runs with version 2", func() error {
+		for _, sc := range scripts {
+			if startedV2(sc.runs(t)) {
+				return nil
+			}
+		}
+		return errors.New("none yet")
+	})
+	// What completed is read before the kill, so that nothing in it
+	// completed after.
+	completed := map[string][]run{}
+	for c, sc := range scripts {
+		for _, r := range sc.runs(t) {
+			if r.done {
+				completed[c] = append(completed[c], r)
+			}
+		}
+	}
+	s.kill(topology.StageAgentNotifier)
+	var claimedNotRun, running []string
+	for _, c := range comps {
+		cl := s.claim(c)
+		unfinished := false
+		if cl != nil {
+			done, _ := cl.Finished()
+			unfinished = !done
+		}
+		switch started := startedV2(scripts[c].runs(t)); {
+		case unfinished && !started:
+			claimedNotRun = append(claimedNotRun, c)
+		case unfinished:
+			running = append(running, c)
+		}
+	}
+	t.Logf("agent-notifier killed: %d notifications claimed and not run %v, %d scripts running %v", len(claimedNotRun), claimedNotRun, len(running), running)
+	if len(claimedNotRun) == 0 {
+		t.Fatalf("the kill found no notification claimed and not yet run (%d components, %d at once): nothing to take over", len(comps), s.notifyConcurrency)
+	}
+	took := s.restart(topology.StageAgentNotifier)
+	t.Logf("the agent-notifier held its partitions again %s after it was started", took)
+
+	// Every script runs for version 2: those claimed and not run before
+	// the kill too.
+	s.waitRun(scripts, pid, 2)
+	for _, c := range comps {
+		runs := scripts[c].runs(t)
+		for _, d := range completed[c] {
+			n := 0
+			for _, r := range runs {
+				if !r.done && r.raw == d.raw {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%s: the script ran %d times with %s, which had completed before the kill", c, n, d.raw)
+			}
+		}
+	}
+}
+
+// The agent-notifier is stopped while each of five policies of a
+// component gets a new version; started again, it tells the component
+// of every policy whose version changed since its last successful
+// notification, in the updated_policies of the notification that first
+// carries it. Then the component's webhook fails the notifications of two
+// updates, which are recorded as failed: the next one it takes lists the
+// policies of those updates too.
+func TestNotificationAfterSkippedGenerationsListsEveryChangedPolicy(t *testing.T) {
+	s := newStack(t, func(s *stack) { s.notifyAttempts = 1 })
+	var pids []string
+	for i := 1; i <= 5; i++ {
+		pids = append(pids, fmt.Sprintf("RS.Config_skip%d", i))
+	}
+	comps := components(1)
+	for _, pid := range pids {
+		s.publish(pid, 1)
+	}
+	s.register(comps, pids, s.webhook)
+	for _, pid := range pids {
+		s.waitNotified(comps, pid, 1)
+	}
+	told := len(s.hooks.of(comps[0]))
+
+	s.stop(topology.StageAgentNotifier)
+	for _, pid := range pids {
+		s.publish(pid, 2)
+	}
+	for _, pid := range pids {
+		s.waitConsul(comps, pid, 2)
+	}
+	took := s.restart(topology.StageAgentNotifier)
+	t.Logf("the agent-notifier held its partitions again %s after it was started", took)
+	for _, pid := range pids {
+		s.waitNotified(comps, pid, 2)
+	}
+	notes := s.hooks.of(comps[0])
+	for k, n := range notes[told:] {
+		t.Logf("notification %d after the restart: generation %d, updated_policies %v", k+1, n.gen, n.updated)
+	}
+	first := notes[told]
+	for _, pid := range pids {
+		if first.versions[pid] == 2 && first.updated[pid] != 2 {
+			t.Errorf("the first notification after the restart holds version 2 of %s but does not list it in updated_policies %v", pid, first.updated)
+		}
+	}
+
+	// Two updates whose notifications fail, then one that is taken.
+	c := comps[0]
+	told = len(s.hooks.of(c))
+	s.hooks.fail(c, true)
+	s.publish(pids[0], 3)
+	s.publish(pids[1], 3)
+	s.eventually("the notification of version 3 of "+pids[1]+" recorded as failed", func() error {
+		refused := s.hooks.refusedOf(c)
+		if len(refused) == 0 || refused[len(refused)-1].versions[pids[1]] != 3 {
+			return fmt.Errorf("%d notifications refused, the last without version 3 of %s", len(refused), pids[1])
+		}
+		cl := s.claim(c)
+		if cl == nil {
+			return errors.New("no claim")
+		}
+		if done, ok := cl.Finished(); cl.Generation != int64(refused[len(refused)-1].gen) || !done || ok {
+			return fmt.Errorf("claim %+v, want generation %d failed", cl, refused[len(refused)-1].gen)
+		}
+		return nil
+	})
+	s.hooks.fail(c, false)
+	s.publish(pids[2], 3)
+	s.waitNotified(comps, pids[2], 3)
+	notes = s.hooks.of(c)
+	if len(notes) != told+1 {
+		t.Fatalf("%d notifications taken since the failures, want 1", len(notes)-told)
+	}
+	if last := notes[told]; last.updated[pids[0]] != 3 || last.updated[pids[1]] != 3 || last.updated[pids[2]] != 3 {
+		t.Fatalf("the notification after two failed ones lists updated_policies %v, want version 3 of %v", last.updated, pids[:3])
+	}
+	s.noProblems(nil)
 }

@@ -105,6 +105,9 @@ type stack struct {
 	// notifyConcurrency, when set, is the agent-notifier's
 	// --notify-concurrency.
 	notifyConcurrency int
+	// notifyAttempts, when set, is the agent-notifier's
+	// --notify-attempts.
+	notifyAttempts int
 
 	mu    sync.Mutex
 	procs map[string]*devstack.StageProc
@@ -193,6 +196,9 @@ func (s *stack) args(name string) []string {
 		args = append(args, "--webhook-allow", "127.0.0.1", "--script-dir", s.scripts)
 		if s.notifyConcurrency > 0 {
 			args = append(args, "--notify-concurrency", strconv.Itoa(s.notifyConcurrency))
+		}
+		if s.notifyAttempts > 0 {
+			args = append(args, "--notify-attempts", strconv.Itoa(s.notifyAttempts))
 		}
 	}
 	return args
