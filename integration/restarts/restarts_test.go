@@ -40,10 +40,9 @@ func TestConsulWriterStoppedWhileThreeUpdatesArePublished(t *testing.T) {
 		s.publish(pid, v)
 	}
 	s.waitExecuted(comps, pid, 4)
-	took := s.restart(topology.StageConsulWriter)
-	t.Logf("the consul-writer held its partitions again %s after it was started", took)
-
+	began := s.restart(topology.StageConsulWriter)
 	s.waitConsul(comps, pid, 4)
+	t.Logf("every component held version 4 in Consul %s after the consul-writer was started", time.Since(began).Round(time.Millisecond))
 	s.waitNotified(comps, pid, 4)
 	s.noProblems(watch)
 }
@@ -66,7 +65,7 @@ func TestExecutorKilledMidBatch(t *testing.T) {
 	// record in: unless it has done the whole update by then, it is in
 	// the middle of it. A kill that came too late is tried again with
 	// the next version.
-	v := 1
+	v, began := 1, time.Time{}
 	for attempt := 1; ; attempt++ {
 		v++
 		before := s.metric(topology.StageExecutor, "policyflow_records_in_total", `stage="executor"`, "policy.segments")
@@ -87,8 +86,7 @@ func TestExecutorKilledMidBatch(t *testing.T) {
 			}
 		}
 		t.Logf("attempt %d: executor killed with %d of %d components holding version %d in Consul", attempt, held, len(comps), v)
-		took := s.restart(topology.StageExecutor)
-		t.Logf("the executor held its partitions again %s after it was started", took)
+		began = s.restart(topology.StageExecutor)
 		if held < len(comps) {
 			break
 		}
@@ -96,9 +94,8 @@ func TestExecutorKilledMidBatch(t *testing.T) {
 			t.Fatalf("the executor finished every update before it was killed, %d times: no kill came mid-batch", attempt)
 		}
 	}
-	began := time.Now()
 	s.waitConsul(comps, pid, v)
-	t.Logf("every component holds version %d in Consul %s after the restart", v, time.Since(began))
+	t.Logf("every component held version %d in Consul %s after the executor was started", v, time.Since(began).Round(time.Millisecond))
 	s.waitNotified(comps, pid, v)
 	s.noProblems(watch)
 }
@@ -151,13 +148,30 @@ func TestNotifierKilledWhileScriptsRun(t *testing.T) {
 	startedV2 := func(runs []run) bool {
 		return slices.ContainsFunc(runs, func(r run) bool { return !r.done && r.note.versions[pid] == 2 })
 	}
-	s.eventually("a script runs with version 2", func() error {
-		for _, sc := range scripts {
-			if startedV2(sc.runs(t)) {
-				return nil
+	unfinished := func(c string) bool {
+		cl := s.claim(c)
+		if cl == nil {
+			return false
+		}
+		done, _ := cl.Finished()
+		return !done
+	}
+	// The kill comes once a script runs with version 2 and another
+	// component's notification is claimed and waits for a slot.
+	s.eventually("a script runs with version 2 and another waits, claimed", func() error {
+		running, waiting := 0, 0
+		for c, sc := range scripts {
+			switch started := startedV2(sc.runs(t)); {
+			case started:
+				running++
+			case unfinished(c):
+				waiting++
 			}
 		}
-		return errors.New("none yet")
+		if running == 0 || waiting == 0 {
+			return fmt.Errorf("%d running, %d claimed and waiting", running, waiting)
+		}
+		return nil
 	})
 	// What completed is read before the kill, so that nothing in it
 	// completed after.
@@ -172,25 +186,39 @@ func TestNotifierKilledWhileScriptsRun(t *testing.T) {
 	s.kill(topology.StageAgentNotifier)
 	var claimedNotRun, running []string
 	for _, c := range comps {
-		cl := s.claim(c)
-		unfinished := false
-		if cl != nil {
-			done, _ := cl.Finished()
-			unfinished = !done
+		if !unfinished(c) {
+			continue
 		}
-		switch started := startedV2(scripts[c].runs(t)); {
-		case unfinished && !started:
-			claimedNotRun = append(claimedNotRun, c)
-		case unfinished:
+		if startedV2(scripts[c].runs(t)) {
 			running = append(running, c)
+		} else {
+			claimedNotRun = append(claimedNotRun, c)
 		}
 	}
 	t.Logf("agent-notifier killed: %d notifications claimed and not run %v, %d scripts running %v", len(claimedNotRun), claimedNotRun, len(running), running)
 	if len(claimedNotRun) == 0 {
 		t.Fatalf("the kill found no notification claimed and not yet run (%d components, %d at once): nothing to take over", len(comps), s.notifyConcurrency)
 	}
-	took := s.restart(topology.StageAgentNotifier)
-	t.Logf("the agent-notifier held its partitions again %s after it was started", took)
+	starts := func() int {
+		n := 0
+		for _, sc := range scripts {
+			for _, r := range sc.runs(t) {
+				if !r.done {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	atKill := starts()
+	began := s.restart(topology.StageAgentNotifier)
+	s.eventually("a script started by the restarted agent-notifier", func() error {
+		if n := starts(); n == atKill {
+			return fmt.Errorf("%d scripts started, as at the kill", n)
+		}
+		return nil
+	})
+	t.Logf("the restarted agent-notifier started its first script %s after it was started", time.Since(began).Round(time.Millisecond))
 
 	// Every script runs for version 2: those claimed and not run before
 	// the kill too.
@@ -241,8 +269,14 @@ func TestNotificationAfterSkippedGenerationsListsEveryChangedPolicy(t *testing.T
 	for _, pid := range pids {
 		s.waitConsul(comps, pid, 2)
 	}
-	took := s.restart(topology.StageAgentNotifier)
-	t.Logf("the agent-notifier held its partitions again %s after it was started", took)
+	began := s.restart(topology.StageAgentNotifier)
+	s.eventually("a notification from the restarted agent-notifier", func() error {
+		if n := len(s.hooks.of(comps[0])); n == told {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	t.Logf("the restarted agent-notifier delivered its first notification %s after it was started", time.Since(began).Round(time.Millisecond))
 	for _, pid := range pids {
 		s.waitNotified(comps, pid, 2)
 	}

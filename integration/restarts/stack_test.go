@@ -245,12 +245,12 @@ func (s *stack) stop(name string) { s.proc(name).Stop() }
 // kill ends a stage at once (SIGKILL), as a crash does.
 func (s *stack) kill(name string) { s.proc(name).Kill() }
 
-// restart starts a stopped or killed stage again and returns how long it
-// took until its /readyz showed it holding partitions again, its work
-// taken back.
-func (s *stack) restart(name string) time.Duration {
+// restart starts a stopped or killed stage again, waits until its /readyz
+// shows it holding partitions again, its work taken back, logs how long
+// that took, and returns when it was started.
+func (s *stack) restart(name string) (began time.Time) {
 	s.t.Helper()
-	began := time.Now()
+	began = time.Now()
 	s.start(name)
 	p := s.proc(name)
 	s.eventually(name+" holds its partitions again", func() error {
@@ -274,7 +274,8 @@ func (s *stack) restart(name string) time.Duration {
 		}
 		return nil
 	})
-	return time.Since(began)
+	s.t.Logf("the %s held its partitions again %s after it was started", name, time.Since(began).Round(time.Millisecond))
+	return began
 }
 
 // close stops every process; when the test failed, it logs the tail of
