@@ -174,6 +174,13 @@ func (s *stack) waitNotified(components []string, pid string, v int) {
 func (s *stack) noProblems(w *consulWatch) {
 	s.t.Helper()
 	if p := s.hooks.problems(); len(p) > 0 {
+		for _, c := range slices.Sorted(maps.Keys(s.hooks.got)) {
+			if notes := s.hooks.of(c); len(notes) <= 20 && slices.ContainsFunc(p, func(x string) bool { return strings.HasPrefix(x, c+":") }) {
+				for k, n := range notes {
+					s.t.Logf("%s notification %d: generation %d, policies %v, updated_policies %v", c, k, n.gen, n.versions, n.updated)
+				}
+			}
+		}
 		s.t.Fatalf("%d problems with the notifications:\n%s", len(p), strings.Join(p[:min(len(p), 20)], "\n"))
 	}
 	if w != nil {

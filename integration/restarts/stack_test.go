@@ -166,11 +166,11 @@ func newStack(t *testing.T, opts ...func(*stack)) *stack {
 		t.Fatal(err)
 	}
 	s.token = tok.Token
-	apiAddr, err := devstack.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
+	addrs := freeAddrs(t, len(processes)+1)
+	for i, name := range processes {
+		s.ops[name] = addrs[i]
 	}
-	s.api = "http://" + apiAddr
+	s.api = "http://" + addrs[len(processes)]
 	t.Cleanup(s.close)
 	for _, name := range processes {
 		s.start(name)
@@ -179,6 +179,22 @@ func newStack(t *testing.T, opts ...func(*stack)) *stack {
 		s.ready(name)
 	}
 	return s
+}
+
+// freeAddrs returns n loopback addresses free now, all different: each
+// is held until all are found, so that no two processes get the same one.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	out := make([]string, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free loopback port: %v", err)
+		}
+		defer ln.Close()
+		out = append(out, ln.Addr().String())
+	}
+	return out
 }
 
 // args are a process's own flags. Each stage is a static member
@@ -226,17 +242,45 @@ func (s *stack) proc(name string) *devstack.StageProc {
 	return s.procs[name]
 }
 
-// ready waits for a process's /readyz (the North API: its /healthcheck).
+// ready waits until a stage's /readyz shows it holding partitions (the
+// North API: until its /healthcheck answers).
 func (s *stack) ready(name string) {
 	s.t.Helper()
-	p := s.proc(name)
-	url := "http://" + p.HTTPAddr + "/readyz"
-	if name == northAPI {
-		url = s.api + "/healthcheck"
+	if name != northAPI {
+		s.eventually(name+" holds its partitions", func() error { return s.holding(name) })
+		return
 	}
-	if err := devstack.WaitHTTP(context.Background(), url, settle); err != nil {
+	p := s.proc(name)
+	if err := devstack.WaitHTTP(context.Background(), s.api+"/healthcheck", settle); err != nil {
 		s.t.Fatal(errors.Join(fmt.Errorf("%s not ready: %w", name, err), p.Exited()))
 	}
+	if err := p.Exited(); err != nil {
+		s.t.Fatalf("%v (another process answers on its address)", err)
+	}
+}
+
+// holding says why a stage's process does not hold partitions now: it
+// exited, or its /readyz is not ready or shows none for the stage.
+func (s *stack) holding(name string) error {
+	p := s.proc(name)
+	if err := p.Exited(); err != nil {
+		return err
+	}
+	resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Detail map[string]runtime.StageHealth `json:"detail"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return fmt.Errorf("/readyz %d: %w", resp.StatusCode, err)
+	}
+	if d := r.Detail[name]; resp.StatusCode != http.StatusOK || len(d.Partitions) == 0 {
+		return fmt.Errorf("/readyz %d: %+v", resp.StatusCode, r.Detail)
+	}
+	return nil
 }
 
 // stop drains a stage (SIGTERM) as an orchestrator does.
@@ -252,28 +296,7 @@ func (s *stack) restart(name string) (began time.Time) {
 	s.t.Helper()
 	began = time.Now()
 	s.start(name)
-	p := s.proc(name)
-	s.eventually(name+" holds its partitions again", func() error {
-		if err := p.Exited(); err != nil {
-			return err
-		}
-		resp, err := http.Get("http://" + p.HTTPAddr + "/readyz")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		var r struct {
-			Status string                         `json:"status"`
-			Detail map[string]runtime.StageHealth `json:"detail"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-			return err
-		}
-		if d := r.Detail[name]; resp.StatusCode != http.StatusOK || len(d.Partitions) == 0 {
-			return fmt.Errorf("/readyz %d: %+v", resp.StatusCode, r)
-		}
-		return nil
-	})
+	s.eventually(name+" holds its partitions again", func() error { return s.holding(name) })
 	s.t.Logf("the %s held its partitions again %s after it was started", name, time.Since(began).Round(time.Millisecond))
 	return began
 }
@@ -299,14 +322,21 @@ func (s *stack) close() {
 	}
 }
 
+// slow is how long a wait may take before eventually logs it.
+const slow = 5 * time.Second
+
 // eventually polls check until it succeeds, failing the test with its
-// last error after settle.
+// last error after settle, and logs a wait that took longer than slow.
 func (s *stack) eventually(what string, check func() error) {
 	s.t.Helper()
-	deadline := time.Now().Add(settle)
+	began := time.Now()
+	deadline := began.Add(settle)
 	for {
 		err := check()
 		if err == nil {
+			if took := time.Since(began); took > slow {
+				s.t.Logf("%s took %s", what, took.Round(time.Millisecond))
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -316,9 +346,10 @@ func (s *stack) eventually(what string, check func() error) {
 	}
 }
 
-// scn is a component's service_component_name: its id and the test's tag,
-// so that tests sharing a Consul agent keep apart.
-func (s *stack) scn(component string) string { return component + "-" + s.tag }
+// scn is a component's service_component_name: the test's tag and its
+// id, so that tests sharing a Consul agent keep apart and every key of a
+// test starts with its tag.
+func (s *stack) scn(component string) string { return s.tag + "-" + component }
 
 // register deploys components that each want policies and are notified
 // by notify(component), as the deployment system does: a record on
@@ -411,13 +442,11 @@ func (s *stack) waitConsul(components []string, pid string, v int) {
 	s.t.Helper()
 	s.eventually(fmt.Sprintf("version %d of %s in Consul for %d components", v, pid, len(components)), func() error {
 		var behind []string
-		for c, got := range s.inConsul(components, pid) {
-			if got != v {
+		held := s.inConsul(components, pid)
+		for _, c := range components {
+			if got := held[c]; got != v {
 				behind = append(behind, fmt.Sprintf("%s holds %d", c, got))
 			}
-		}
-		if n := len(s.inConsul(components, pid)); n < len(components) {
-			behind = append(behind, fmt.Sprintf("%d of %d components hold no item", len(components)-n, len(components)))
 		}
 		if len(behind) > 0 {
 			return fmt.Errorf("%d behind: %s", len(behind), strings.Join(behind[:min(len(behind), 5)], "; "))
@@ -468,7 +497,7 @@ func (s *stack) watchConsul(components []string, pid string) *consulWatch {
 		defer close(done)
 		var index uint64
 		for ctx.Err() == nil {
-			pairs, meta, err := s.kv.KV().List("", (&consulapi.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second}).WithContext(ctx))
+			pairs, meta, err := s.kv.KV().List(s.tag+"-", (&consulapi.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Second}).WithContext(ctx))
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
