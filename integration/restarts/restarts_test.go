@@ -117,6 +117,20 @@ func (s *stack) claim(component string) *consulkv.Claim {
 	return &c
 }
 
+// waitRecorded waits until a component's claim records the outcome of
+// its latest notification as ok.
+func (s *stack) waitRecorded(component string) {
+	s.t.Helper()
+	s.eventually("the outcome of "+component+"'s latest notification recorded", func() error {
+		notes := s.hooks.of(component)
+		cl := s.claim(component)
+		if len(notes) == 0 || cl == nil || cl.Generation != int64(notes[len(notes)-1].gen) || cl.Outcome != consulkv.OutcomeOK {
+			return fmt.Errorf("claim %+v", cl)
+		}
+		return nil
+	})
+}
+
 // The agent-notifier is killed (SIGKILL) while components' scripts run and
 // others wait for a slot, their notifications claimed; started again, it
 // runs every script for the newest update, the claimed ones that had not
@@ -253,12 +267,14 @@ func TestNotificationAfterSkippedGenerationsListsEveryChangedPolicy(t *testing.T
 		pids = append(pids, fmt.Sprintf("RS.Config_skip%d", i))
 	}
 	comps := components(1)
+	s.register(comps, pids, s.webhook)
+	// One policy after the other, each notified and its outcome
+	// recorded before the next: what the component was told is then
+	// known before the notifier stops.
 	for _, pid := range pids {
 		s.publish(pid, 1)
-	}
-	s.register(comps, pids, s.webhook)
-	for _, pid := range pids {
 		s.waitNotified(comps, pid, 1)
+		s.waitRecorded(comps[0])
 	}
 	told := len(s.hooks.of(comps[0]))
 
