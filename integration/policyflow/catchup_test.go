@@ -1,16 +1,25 @@
 package policyflow_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
 )
 
 // lastCallHas waits until the recorder's last call carries every want.
@@ -173,4 +182,139 @@ func TestWithdrawnNewestVersionFallsBackToTheRemainingOne(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// samePartitionAs returns a policy id, made from prefix, whose records go
+// to the same partition of every policy_id-keyed topic as id's: records of
+// the two are then handled in the order they were published, by pdp-ingest
+// and by the matcher, so the second one's arrival at a component shows that
+// whatever the first one caused has arrived before it.
+func samePartitionAs(t *testing.T, id, prefix string, partitions int) string {
+	t.Helper()
+	part := runtime.Partitioner().ForTopic("any")
+	want := part.Partition(&kgo.Record{Key: []byte(id)}, partitions)
+	for i := range 1000 {
+		c := fmt.Sprintf("%s%d", prefix, i)
+		if part.Partition(&kgo.Record{Key: []byte(c)}, partitions) == want {
+			return c
+		}
+	}
+	t.Fatalf("no policy id %sN (N < 1000) shares %s's partition of %d", prefix, id, partitions)
+	return ""
+}
+
+// The PDP pushes version 5 again while version 222 is loaded: nothing
+// changes. Consul keeps 222 and the component is not notified; a marker
+// policy published after it, on the same partition, arrives alone.
+func TestRepushOfAnOlderVersionChangesNothing(t *testing.T) {
+	p := start(t)
+	rec := p.newRecorder()
+	scn := scnFor(p, "repush")
+	match := map[string]any{"ONAPName": "DCAE", "ConfigName": "vm_memory"}
+	marker := samePartitionAs(t, "DCAE.Config_RP", "DCAE.Config_RPMARK", pipelinePartitions)
+	p.register("comp-repush", map[string]any{
+		"deployment_id": "dep-repush", "service_component_name": scn,
+		"policy_ids": []string{"DCAE.Config_RP", marker},
+		"notify":     map[string]any{"kind": "script", "script_path": rec.path},
+	})
+	p.publish("DCAE.Config_RP.5.xml", "5", `{"min_memory": "2GB"}`, match)
+	p.waitItems(scn, map[string]string{"DCAE.Config_RP": `{"min_memory":"2GB"}`})
+	p.publish("DCAE.Config_RP.222.xml", "222", `{"min_memory": "8GB"}`, match)
+	p.waitItems(scn, map[string]string{"DCAE.Config_RP": `{"min_memory":"8GB"}`})
+	calls := p.lastCallHas(rec, "the script is told of version 222", "8GB")
+	rpKey := consulkv.ItemKey(scn, "DCAE.Config_RP")
+	before := p.modifyIndexes(scn)[rpKey]
+
+	// Version 5 again, with the same body, then the marker.
+	p.publish("DCAE.Config_RP.5.xml", "5", `{"min_memory": "2GB"}`, match)
+	p.publish(marker+".1.xml", "1", `{"marker": 1}`, match)
+	p.waitItems(scn, map[string]string{"DCAE.Config_RP": `{"min_memory":"8GB"}`, marker: `{"marker":1}`})
+	n := p.lastCallHas(rec, "the script is told of the marker", `"marker":1`)
+	if n != calls+1 {
+		t.Fatalf("%d calls since version 222, want only the marker's: the re-push of version 5 notified the component", n-calls)
+	}
+	last := rec.calls(t)[n-1]
+	if len(last.payload.UpdatedPolicies) != 1 || configOf(last.payload.UpdatedPolicies[0]) != `{"marker":1}` {
+		t.Fatalf("the marker's notification updates %s, want the marker only", last.raw)
+	}
+	if !strings.Contains(last.raw, `"policyVersion":"222"`) {
+		t.Fatalf("the marker's notification does not list version 222 of DCAE.Config_RP: %s", last.raw)
+	}
+	if after := p.modifyIndexes(scn)[rpKey]; after != before {
+		t.Fatalf("%s was written again after the re-push of version 5: ModifyIndex %d -> %d", rpKey, before, after)
+	}
+}
+
+// policyctl builds tools/policyctl of this checkout into a directory of
+// the test and returns the binary's path.
+func policyctl(t *testing.T) string {
+	t.Helper()
+	root, err := devstack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "policyctl")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = filepath.Join(root, "tools", "policyctl")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -o %s ./tools/policyctl: %v\n%s", bin, err, out)
+	}
+	return bin
+}
+
+// `policyctl catch-up` restores a key deleted by hand, and its summary
+// says what it compared and wrote back.
+func TestPolicyctlCatchupRestoresAKeyDeletedByHand(t *testing.T) {
+	bin := policyctl(t)
+	p := start(t)
+	rec := p.newRecorder()
+	scn := scnFor(p, "ctl-drift")
+	match := map[string]any{"ONAPName": "DCAE"}
+	p.register("comp-ctl-drift", map[string]any{
+		"deployment_id": "dep-ctl-drift", "service_component_name": scn,
+		"policy_ids": []string{"DCAE.Config_CTL_A", "DCAE.Config_CTL_B"},
+		"notify":     map[string]any{"kind": "script", "script_path": rec.path},
+	})
+	p.publish("DCAE.Config_CTL_A.1.xml", "1", `{"a": 1}`, match)
+	p.publish("DCAE.Config_CTL_B.1.xml", "1", `{"b": 1}`, match)
+	want := map[string]string{"DCAE.Config_CTL_A": `{"a":1}`, "DCAE.Config_CTL_B": `{"b":1}`}
+	p.waitItems(scn, want)
+	p.lastCallHas(rec, "the script is told of both policies", `"a":1`, `"b":1`)
+	aKey, bKey := consulkv.ItemKey(scn, "DCAE.Config_CTL_A"), consulkv.ItemKey(scn, "DCAE.Config_CTL_B")
+	aIndex := p.modifyIndexes(scn)[aKey]
+	if _, err := p.consul.KV().Delete(bKey, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "catch-up", "--api", p.api, "--reason", "a key deleted by hand", "--wait-timeout", "2m")
+	cmd.Env = append(os.Environ(), "PF_TOKEN="+p.token)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("policyctl catch-up: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	var summary struct {
+		RequestID          string `json:"request_id"`
+		ComponentsCompared int64  `json:"components_compared"`
+		FoldersCompared    int64  `json:"folders_compared"`
+		FoldersWrittenBack *int64 `json:"folders_written_back"`
+		ConsulKeysWritten  *int64 `json:"consul_keys_written"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &summary); err != nil {
+		t.Fatalf("policyctl catch-up printed no JSON summary (%v): %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	if summary.RequestID == "" || summary.ComponentsCompared < 1 || summary.FoldersCompared < 1 ||
+		summary.FoldersWrittenBack == nil || *summary.FoldersWrittenBack != 1 || summary.ConsulKeysWritten == nil || *summary.ConsulKeysWritten != 2 {
+		t.Fatalf("policyctl catch-up summary %s: want a request_id, components and folders compared, one folder written back with 2 keys (the item and the event key)", stdout.String())
+	}
+	if !strings.Contains(stderr.String(), "catch-up "+summary.RequestID+": ") {
+		t.Fatalf("policyctl catch-up showed no progress of %s on stderr: %s", summary.RequestID, stderr.String())
+	}
+	p.waitItems(scn, want)
+	if got := p.modifyIndexes(scn)[aKey]; got != aIndex {
+		t.Fatalf("the catch-up rewrote %s, which nobody changed: ModifyIndex %d -> %d", aKey, aIndex, got)
+	}
 }

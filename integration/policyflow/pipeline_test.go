@@ -64,13 +64,16 @@ type pipeline struct {
 // the executor in pieces and is put back together there.
 const segmentBytes = 1 << 20
 
+// pipelinePartitions is how many partitions start gives every topic.
+const pipelinePartitions = 3
+
 // start runs the policy flow under the test's own topic prefix; opts
 // change the pipeline's settings before it starts.
 func start(t *testing.T, opts ...func(*pipeline)) *pipeline {
 	t.Helper()
 	b := backend.Get(t)
 	prefix := b.Prefix(t)
-	b.ApplyTopology(t, prefix, 3)
+	b.ApplyTopology(t, prefix, pipelinePartitions)
 	return startOn(t, b, b.Kafka(prefix), opts...)
 }
 
