@@ -30,6 +30,16 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	if err := r.waitBrokers(ctx, sess.Client()); err != nil {
 		return err
 	}
+	// Initialise the producer id before joining the group: with a stable
+	// transactional id (--instance-id) this fences the previous run and
+	// aborts the transaction it left open, at once. Otherwise the broker
+	// keeps that transaction until its timeout, and the committed offsets
+	// the stage reads when it is assigned partitions stay unstable
+	// (UNSTABLE_OFFSET_COMMIT) for as long: a restart after kill -9 took
+	// 33 s instead of a fraction of a second.
+	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
+		return fmt.Errorf("stage %s: initialise the transactional producer %s: %w", r.stage.Name, r.transactionalID(), err)
+	}
 	if r.stage.Assigned == nil {
 		r.env.Health.Ready(r.stage.Name)
 	}
