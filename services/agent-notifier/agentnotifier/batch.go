@@ -80,6 +80,11 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 			}
 			if prior != nil {
 				j.base = prior.Told
+			} else {
+				// Never notified (no claim): it was told nothing, so
+				// everything it holds is news to it, also when the
+				// generations that brought it were skipped.
+				j.base = map[string]consulkv.Told{}
 			}
 			body, told, err := PayloadSince(j.a, folders[k].items, j.base)
 			j.told = told

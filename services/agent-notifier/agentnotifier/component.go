@@ -133,8 +133,10 @@ func Payload(a *events.ComponentApplied, items api.KVPairs) ([]byte, error) {
 // differ from what it was told, removed_policies what it was told of and
 // Consul no longer holds, with the last bodies the update carries, or
 // {"policyName", "policyVersion"} when the policy left in an earlier
-// update. With told nil (the first notification, or a claim from before
-// Told) the update's own updated and removed policies are used. It also
+// update. With told empty (a component never notified: no claim) every
+// policy it holds is updated and the update's removals are removed. With
+// told nil (a claim from before Told, or one over consulkv.MaxTold) the
+// update's own updated and removed policies are used. It also
 // returns what the component is told now, for the claim (nil over
 // consulkv.MaxTold policies).
 func PayloadSince(a *events.ComponentApplied, items api.KVPairs, told map[string]consulkv.Told) ([]byte, map[string]consulkv.Told, error) {
@@ -195,6 +197,14 @@ func PayloadSince(a *events.ComponentApplied, items api.KVPairs, told map[string
 		for id := range told {
 			if _, ok := held[id]; !ok {
 				gone = append(gone, id)
+			}
+		}
+		if len(told) == 0 {
+			// Told nothing yet: the update's own removals are still news.
+			for _, r := range a.RemovedPolicies {
+				if _, ok := held[r.PolicyID]; !ok && !slices.Contains(gone, r.PolicyID) {
+					gone = append(gone, r.PolicyID)
+				}
 			}
 		}
 		slices.Sort(gone)

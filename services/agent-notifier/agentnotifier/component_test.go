@@ -195,8 +195,15 @@ func TestPayloadSinceWhatTheComponentWasLastTold(t *testing.T) {
 	if len(now) != 3 || now["B"].Version != "2" || now["B"].Hash == told["B"].Hash {
 		t.Fatalf("told now %v", now)
 	}
-	// Without what it was told (a first notification, a claim from before
-	// Told), the update's own lists.
+	// Never told anything (no claim: the generations that brought A and B
+	// were skipped before its first notification): everything it holds is
+	// updated, and the update's removals are removed.
+	got, _, _ = PayloadSince(a, items("s", a1, b2, d1), map[string]consulkv.Told{})
+	if want := `{"policies":[` + a1.Body + `,` + b2.Body + `,` + d1.Body + `],"updated_policies":[` + a1.Body + `,` + b2.Body + `,` + d1.Body + `],"removed_policies":[` + e1.Body + `]}`; string(got) != want {
+		t.Fatalf("payload for a component never told\n got  %s\n want %s", got, want)
+	}
+	// Without what it was told (a claim from before Told, or over
+	// consulkv.MaxTold policies), the update's own lists.
 	got, _, _ = PayloadSince(a, items("s", a1, b2, d1), nil)
 	if want := `{"policies":[` + a1.Body + `,` + b2.Body + `,` + d1.Body + `],"updated_policies":[` + d1.Body + `],"removed_policies":[` + e1.Body + `]}`; string(got) != want {
 		t.Fatalf("payload without told\n got  %s\n want %s", got, want)
