@@ -178,6 +178,18 @@ func PartitionCount(ctx context.Context, adm *kadm.Client, topic string) (int32,
 	return int32(len(d.Partitions)), nil
 }
 
+// TopicPartitions is PartitionCount of a topic by its base name, with a
+// client of its own.
+func TopicPartitions(ctx context.Context, k Kafka, base string) (int32, error) {
+	var n int32
+	err := withAdmin(k, func(adm *kadm.Client) error {
+		var err error
+		n, err = PartitionCount(ctx, adm, k.Topic(base))
+		return err
+	})
+	return n, err
+}
+
 // EveryPartition returns n copies of a record for topic, one pinned (Pin)
 // to each of its partitions 0..n-1, for a request that every member of a
 // co-partitioned stage must see (a catch-up). ctx becomes each record's

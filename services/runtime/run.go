@@ -408,6 +408,17 @@ func Partitioner() kgo.Partitioner {
 	})
 }
 
+// KeyPartition is the partition of a topic of n partitions that a record
+// keyed key goes to (Partitioner, unpinned): a stage keyed by one thing
+// can tell which of its partitions another key lives on.
+func KeyPartition(key string, n int) int32 {
+	if n <= 0 {
+		return 0
+	}
+	tp := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	return int32(tp.Partition(&kgo.Record{Key: []byte(key)}, n))
+}
+
 // dataRecords are the records of a poll without its transaction markers
 // (see KeepControlRecords in consumeOpts), in fetch order.
 func dataRecords(fetches kgo.Fetches) (data, markers []*kgo.Record) {

@@ -1,7 +1,13 @@
 // Package executor is the executor stage: it puts the pieces of each
 // per-deployment update back together and applies the whole update to
-// every affected component's policy collection, with version fencing,
+// every affected component's policy collection, with revision fencing,
 // writing one ComponentPolicies per component per update_id.
+//
+// Its state is deploy.components (every registration) and the latest
+// collection of each component it may update: those of the deployments on
+// the policy.segments partitions it holds, compacted (compact), so
+// members of a group share the collections between them and the bodies
+// of a policy are held once however many components hold it.
 package executor
 
 import (
@@ -11,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -130,7 +137,9 @@ type executor struct {
 	asm   *Assembler
 	parts map[int32]*partState
 
-	// comps is deploy.components; tables follows component.policies.
+	// comps is deploy.components; tables follows component.policies from
+	// the first assignment on (nil before), and is started anew when the
+	// member gains partitions (see follow). Both are replaced only under mu.
 	comps  *runtime.Table[*events.Component]
 	tables *runtime.Follower
 
@@ -142,6 +151,15 @@ type executor struct {
 	// recognised by their bytes as they are read.
 	committed map[string]*events.ComponentPolicies
 	overlay   map[string]overlayEntry // own writes not yet read back
+	// owned are the policy.segments partitions this member holds, of
+	// segParts; committed keeps only the collections of components whose
+	// deployment (the collection's or the registration's) lives on one of
+	// them (see keep). elsewhere are the components with a collection not
+	// kept: one whose registration moves to an owned deployment is read
+	// from component.policies when it is first needed (fetch).
+	owned     map[int32]bool
+	segParts  int
+	elsewhere map[string]struct{}
 }
 
 func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
@@ -155,44 +173,45 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.committed = map[string]*events.ComponentPolicies{}
 	e.overlay = map[string]overlayEntry{}
 
+	e.owned = map[int32]bool{}
+	e.elsewhere = map[string]struct{}{}
+
 	var err error
 	if e.comps, err = runtime.FollowTable[*events.Component](env, topology.DeployComponents, nil); err != nil {
 		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	e.tables, err = runtime.Follow(env.Kafka, e.log, map[string]runtime.ApplyFunc{
-		topology.ComponentPolicies: e.applyCollection,
-	})
-	if err != nil {
+	closeFn := func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.tables != nil {
+			e.tables.Close()
+		}
 		e.comps.Close()
-		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	closeFn := func() { e.tables.Close(); e.comps.Close() }
 	start := time.Now()
-	if err := errors.Join(e.comps.WaitCaughtUp(ctx), e.tables.WaitCaughtUp(ctx)); err != nil {
+	if err := e.comps.WaitCaughtUp(ctx); err != nil {
 		closeFn()
 		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
-	e.polsMu.Lock()
-	nCols := len(e.committed)
-	e.polsMu.Unlock()
-	e.log.Info().Int("components", e.comps.Len()).Int("collections", nCols).Dur("took", time.Since(start)).
-		Msg("read deploy.components and component.policies")
+	e.log.Info().Int("components", e.comps.Len()).Dur("took", time.Since(start)).Msg("read deploy.components")
 	return runtime.Typed(runtime.RefuseTombstones, e.handle), closeFn, nil
 }
 
-// applyCollection keeps committed current with component.policies.
+// applyCollection keeps committed current with component.policies, for
+// the components this member may update (keep).
 func (e *executor) applyCollection(ctx context.Context, rec *kgo.Record) error {
 	key := string(rec.Key)
 	e.polsMu.Lock()
 	defer e.polsMu.Unlock()
 	if rec.Value == nil {
 		delete(e.committed, key)
+		delete(e.elsewhere, key)
 		return nil
 	}
 	if o, ok := e.overlay[key]; ok && bytes.Equal(o.raw, rec.Value) {
 		// Committed caught up with our own write: keep what we wrote.
-		e.committed[key] = compact(o.cp)
 		delete(e.overlay, key)
+		e.store(key, o.cp)
 		return nil
 	}
 	cp, err := e.decodeCollection(ctx, key, rec.Value)
@@ -200,16 +219,116 @@ func (e *executor) applyCollection(ctx context.Context, rec *kgo.Record) error {
 		// Counted as none: the component gathers its whole collection
 		// anew on its next update.
 		delete(e.committed, key)
+		delete(e.elsewhere, key)
 		e.log.Error().Err(err).Str("component_id", key).Msg("committed collection unreadable; the component gathers anew")
 		return nil
 	}
-	e.committed[key] = compact(cp)
 	// Written by another member, or read back from an older run: compare
 	// what it is.
 	if o, ok := e.overlay[key]; ok && o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
 		delete(e.overlay, key)
 	}
+	e.store(key, cp)
 	return nil
+}
+
+// store keeps a component's latest collection compacted when this member
+// may update the component, and otherwise notes that it has one
+// elsewhere. Callers hold polsMu.
+func (e *executor) store(key string, cp *events.ComponentPolicies) {
+	if e.keep(key, cp) {
+		e.committed[key] = compact(cp)
+		delete(e.elsewhere, key)
+		return
+	}
+	delete(e.committed, key)
+	e.elsewhere[strings.Clone(key)] = struct{}{}
+}
+
+// keep says whether this member may update the component: its
+// collection's deployment, or the one it is registered in now, lives on a
+// policy.segments partition it holds. Callers hold polsMu.
+func (e *executor) keep(key string, cp *events.ComponentPolicies) bool {
+	if e.ownsDeployment(cp.DeploymentID) {
+		return true
+	}
+	c, _ := e.comps.Get(key)
+	return c != nil && e.ownsDeployment(c.DeploymentID)
+}
+
+// ownsDeployment says whether the deployment's updates come to this
+// member: its key's partition of policy.segments is one it holds.
+func (e *executor) ownsDeployment(dep string) bool {
+	return dep != "" && e.segParts > 0 && e.owned[runtime.KeyPartition(dep, e.segParts)]
+}
+
+// follow (re)starts following component.policies from its start, keeping
+// the collections of the partitions owned now, and waits until it has
+// read what the topic held. Called when the member gains partitions:
+// collections it skipped before are kept this time. Callers hold mu (the
+// handler does not run meanwhile).
+func (e *executor) follow(ctx context.Context) error {
+	if e.tables != nil {
+		e.tables.Close()
+		e.tables = nil
+	}
+	start := time.Now()
+	f, err := runtime.Follow(e.env.Kafka, e.log, map[string]runtime.ApplyFunc{topology.ComponentPolicies: e.applyCollection})
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	e.tables = f
+	if err := f.WaitCaughtUp(ctx); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	e.polsMu.Lock()
+	kept, other := len(e.committed), len(e.elsewhere)
+	e.polsMu.Unlock()
+	e.log.Info().Int("collections_kept", kept).Int("collections_of_other_members", other).Dur("took", time.Since(start)).
+		Msg("read component.policies for the partitions held")
+	return nil
+}
+
+// fetch reads a component's latest collection from component.policies:
+// one whose collection was not kept (another member's deployment) and
+// whose registration has since moved to a deployment of this member's.
+// It reads the one partition the component's key lives on. Callers hold
+// mu.
+func (e *executor) fetch(ctx context.Context, id string) (*events.ComponentPolicies, error) {
+	n, err := runtime.TopicPartitions(ctx, e.env.Kafka, topology.ComponentPolicies)
+	if err != nil {
+		return nil, fmt.Errorf("executor: read the collection of component %s: %w", id, err)
+	}
+	var latest []byte
+	found := false
+	p := runtime.KeyPartition(id, int(n))
+	err = runtime.ReadPartitions(ctx, e.env.Kafka, topology.ComponentPolicies, []int32{p}, func(r *kgo.Record) error {
+		if string(r.Key) == id {
+			latest, found = bytes.Clone(r.Value), true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("executor: read the collection of component %s from %s[%d]: %w", id, topology.ComponentPolicies, p, err)
+	}
+	e.polsMu.Lock()
+	defer e.polsMu.Unlock()
+	if cp, ok := e.committed[id]; ok { // the follower got there first
+		return cp, nil
+	}
+	delete(e.elsewhere, id)
+	if !found || latest == nil {
+		return nil, nil
+	}
+	cp, err := e.decodeCollection(ctx, id, latest)
+	if err != nil {
+		e.log.Error().Err(err).Str("component_id", id).Msg("committed collection unreadable; the component gathers anew")
+		return nil, nil
+	}
+	e.committed[id] = compact(cp)
+	e.log.Info().Str("component_id", id).Int64("generation", cp.Generation).
+		Msg("read the collection of a component that moved to a deployment of this member's")
+	return e.committed[id], nil
 }
 
 // decodeCollection decodes a component.policies value.
@@ -226,13 +345,19 @@ func (e *executor) decodeCollection(ctx context.Context, key string, raw []byte)
 // out). A committed value that could not be decoded counts as none, so
 // the component gathers its whole collection anew. The caller must not
 // change what it returns.
-func (e *executor) current(_ context.Context, id string) *events.ComponentPolicies {
+func (e *executor) current(ctx context.Context, id string) (*events.ComponentPolicies, error) {
 	e.polsMu.Lock()
-	defer e.polsMu.Unlock()
 	if o, ok := e.overlay[id]; ok {
-		return o.cp
+		e.polsMu.Unlock()
+		return o.cp, nil
 	}
-	return e.committed[id]
+	cp := e.committed[id]
+	_, other := e.elsewhere[id]
+	e.polsMu.Unlock()
+	if cp != nil || !other {
+		return cp, nil
+	}
+	return e.fetch(ctx, id)
 }
 
 // component looks a component up in deploy.components, catching up with
@@ -289,6 +414,9 @@ func (e *executor) assigned(ctx context.Context, env runtime.Env, assigned map[s
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if err := e.hold(ctx, ps); err != nil {
+		return fmt.Errorf("executor: restore assigned partitions %v: %w", ps, err)
+	}
 	for _, p := range ps {
 		e.asm.Drop(p)
 		st := &partState{rebufferedAt: -1}
@@ -304,14 +432,52 @@ func (e *executor) assigned(ctx context.Context, env runtime.Env, assigned map[s
 	return nil
 }
 
+// hold adds policy.segments partitions to those this member holds and,
+// when it gained any, reads the collections of their components (follow).
+// Callers hold mu.
+func (e *executor) hold(ctx context.Context, ps []int32) error {
+	n, err := runtime.TopicPartitions(ctx, e.env.Kafka, topology.PolicySegments)
+	if err != nil {
+		return err
+	}
+	e.polsMu.Lock()
+	gained := e.tables == nil || int(n) != e.segParts
+	e.segParts = int(n)
+	for _, p := range ps {
+		gained = gained || !e.owned[p]
+		e.owned[p] = true
+	}
+	e.polsMu.Unlock()
+	if !gained {
+		return nil
+	}
+	return e.follow(ctx)
+}
+
 // revoked forgets the pieces and writes of partitions this member lost.
 func (e *executor) revoked(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, p := range revoked[topology.PolicySegments] {
+	lost := revoked[topology.PolicySegments]
+	for _, p := range lost {
 		e.asm.Drop(p)
 		delete(e.parts, p)
 		e.dropOverlay(p)
+	}
+	if len(lost) == 0 {
+		return
+	}
+	// The collections of the components it may no longer update go.
+	e.polsMu.Lock()
+	defer e.polsMu.Unlock()
+	for _, p := range lost {
+		delete(e.owned, p)
+	}
+	for key, cp := range e.committed {
+		if !e.keep(key, cp) {
+			delete(e.committed, key)
+			e.elsewhere[key] = struct{}{}
+		}
 	}
 }
 
@@ -510,7 +676,10 @@ func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []
 				return nil, nil, fmt.Errorf("executor: apply update %s to component %s: %w", upd.UpdateID, d.ComponentID, err)
 			}
 		}
-		cur := e.current(ctx, d.ComponentID)
+		cur, err := e.current(ctx, d.ComponentID)
+		if err != nil {
+			return nil, nil, err
+		}
 		next, err := Next(cur, comp, d)
 		if err != nil {
 			return nil, nil, runtime.Permanent(fmt.Errorf("executor: %w", err))
