@@ -88,6 +88,22 @@ func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupReque
 		j.repair = true
 		jobs = append(jobs, j)
 	}
+	compared := len(jobs)
+	// Folders certainly as last written are not read (unchanged); the
+	// others are read whole and compared.
+	last, err := w.lastWritten(ctx, in.Partition)
+	if err != nil {
+		return nil, fmt.Errorf("consul-writer: catch-up %s: read partition %d of %s: %w", req.RequestID, in.Partition, topology.ComponentApplied, err)
+	}
+	same := w.unchanged(ctx, jobs, last)
+	toRead := jobs[:0:0]
+	for i, j := range jobs {
+		if !same[i] {
+			j.i = len(toRead)
+			toRead = append(toRead, j)
+		}
+	}
+	jobs = toRead
 	b := &batch{w: w, out: make([]runtime.Outcome, len(jobs)), failed: len(jobs)}
 	for _, wave := range waves(jobs) {
 		b.wave(ctx, wave)
@@ -109,10 +125,10 @@ func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupReque
 	}
 	outs = append(outs, runtime.Output{Topic: topology.CatchupProgress, Key: []byte(req.RequestID), Value: &events.CatchupProgress{
 		RequestID: req.RequestID, Stage: events.ProgressConsulWriter, Partition: in.Partition,
-		Compared: int64(len(jobs)), Differed: int64(repaired), KeysWritten: int64(keys), DoneAt: time.Now().UTC(),
+		Compared: int64(compared), Differed: int64(repaired), KeysWritten: int64(keys), DoneAt: time.Now().UTC(),
 	}})
 	w.log.Info().Str("request_id", req.RequestID).Int32("partition", in.Partition).Str("deployment_id", dep).
-		Int("components_compared", len(jobs)).Int("folders_repaired", repaired).Int("keys_written", keys).Int("folders_not_repaired", failed).
+		Int("components_compared", compared).Int("folders_read", len(jobs)).Int("folders_repaired", repaired).Int("keys_written", keys).Int("folders_not_repaired", failed).
 		Dur("took", time.Since(start)).Msg("catch-up compared the Consul folders with their collections")
 	return outs, nil
 }

@@ -402,4 +402,19 @@ func TestCatchupRepairsDriftedFolder(t *testing.T) {
 			t.Fatalf("key %s rewritten by a catch-up of a folder in agreement: %d -> %d", k, i, after[k])
 		}
 	}
+
+	// Only the event key edited by hand: the items agree, but the folder
+	// is not as last written, so it is read and the event written back.
+	eventKey := consulkv.EventKey("dcae-vm")
+	if _, err := kv.Put(&api.KVPair{Key: eventKey, Value: []byte(`{"edited":"by hand"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	catchup("r4")
+	recs = applied.Until(4, 60*time.Second)
+	if len(recs) != 4 {
+		t.Fatalf("%d applied records, want 4", len(recs))
+	}
+	if got := mustGet(t, consul, eventKey).Value; strings.Contains(string(got), "by hand") {
+		t.Fatalf("event key after the catch-up: %s, want the consul-writer's event again", got)
+	}
 }
