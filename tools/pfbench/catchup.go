@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -121,18 +120,11 @@ func (b *bench) catchUp(ctx context.Context, n int, memoryLimit string, progress
 	res := CatchupRun{Components: n, MemoryLimit: memoryLimit, PoliciesEach: catchupPolicies, DistinctPolicies: catchupByID + catchupFilters,
 		BodyBytes: b.bodyBytes, GoalUnchangedS: 10, GoalRSSMiB: 512, PeakRSSMiB: map[string]float64{}}
 	hooks := &counter{n: map[string]int{}}
-	sim := pdp.NewServer()
-	mux := http.NewServeMux()
-	mux.Handle("/hook/", hooks)
-	mux.Handle("/", sim.Handler())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	sim, base, stopSim, err := serveSimAndHooks(hooks)
 	if err != nil {
 		return res, err
 	}
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hsrv.Serve(ln) }()
-	defer hsrv.Close()
-	base := "http://" + ln.Addr().String()
+	defer stopSim()
 	api, err := b.startNorthAPI(ctx)
 	if err != nil {
 		return res, err

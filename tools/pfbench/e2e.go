@@ -217,19 +217,11 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 	}
 
 	// PDP simulator, webhook receiver and North API, in this process.
-	sim := pdp.NewServer()
-	mux := http.NewServeMux()
-	mux.Handle("/hook/", http.HandlerFunc(arr.webhook))
-	mux.Handle("/", sim.Handler())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	sim, base, stopSim, err := serveSimAndHooks(http.HandlerFunc(arr.webhook))
 	if err != nil {
 		return res, err
 	}
-	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hsrv.Serve(ln) }()
-	defer hsrv.Close()
-	base := "http://" + ln.Addr().String()
-
+	defer stopSim()
 	api, err := b.startNorthAPI(ctx)
 	if err != nil {
 		return res, err
@@ -492,4 +484,20 @@ func (a *northAPI) ready(ctx context.Context) error {
 		return fmt.Errorf("North API not ready: %w", err)
 	}
 	return nil
+}
+
+// serveSimAndHooks serves a PDP simulator and, under /hook/, the
+// components' webhooks, on a port of its own; base is its URL.
+func serveSimAndHooks(hooks http.Handler) (sim *pdp.Server, base string, stop func(), err error) {
+	sim = pdp.NewServer()
+	mux := http.NewServeMux()
+	mux.Handle("/hook/", hooks)
+	mux.Handle("/", sim.Handler())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", nil, err
+	}
+	hsrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hsrv.Serve(ln) }()
+	return sim, "http://" + ln.Addr().String(), func() { hsrv.Close() }, nil
 }
