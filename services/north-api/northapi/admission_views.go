@@ -20,61 +20,28 @@ type appPolicy struct {
 	err      error
 }
 
-// appPoliciesView is app.policies: the tenant application policies.
-type appPoliciesView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byID  map[string]*appPolicy
-}
+// appPoliciesView is app.policies: the tenant application policies,
+// compiled as they are read.
+type appPoliciesView struct{ *keyedView[appPolicy] }
 
 func newAppPoliciesView(codec *events.Codec) *appPoliciesView {
-	return &appPoliciesView{codec: codec, byID: map[string]*appPolicy{}}
-}
-
-func (v *appPoliciesView) apply(ctx context.Context, rec *kgo.Record) error {
-	id := string(rec.Key)
-	if rec.Value == nil {
-		v.mu.Lock()
-		delete(v.byID, id)
-		v.mu.Unlock()
-		return nil
-	}
-	var p events.AppPolicy
-	if err := v.codec.DecodeInto(ctx, rec.Value, &p); err != nil {
-		return fmt.Errorf("application policies view: decode policy %q: %w", rec.Key, err)
-	}
-	c, err := admit.CompilePolicy(&p)
-	v.mu.Lock()
-	v.byID[id] = &appPolicy{rec: &p, compiled: c, err: err}
-	v.mu.Unlock()
-	return nil
-}
-
-func (v *appPoliciesView) get(id string) (*appPolicy, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	p, ok := v.byID[id]
-	return p, ok
+	return &appPoliciesView{newKeyedView(func(ctx context.Context, id string, raw []byte) (*appPolicy, error) {
+		var p events.AppPolicy
+		if err := codec.DecodeInto(ctx, raw, &p); err != nil {
+			return nil, fmt.Errorf("application policies view: decode policy %q: %w", id, err)
+		}
+		c, err := admit.CompilePolicy(&p)
+		return &appPolicy{rec: &p, compiled: c, err: err}, nil
+	})}
 }
 
 // list returns every policy, by id.
-func (v *appPoliciesView) list() []*appPolicy {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := make([]*appPolicy, 0, len(v.byID))
-	for _, p := range v.byID {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rec.PolicyID < out[j].rec.PolicyID })
-	return out
-}
+func (v *appPoliciesView) list() []*appPolicy { return v.sorted() }
 
 // compiled returns every policy that compiles.
 func (v *appPoliciesView) compiled() []*admit.Compiled {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := make([]*admit.Compiled, 0, len(v.byID))
-	for _, p := range v.byID {
+	var out []*admit.Compiled
+	for _, p := range v.sorted() {
 		if p.compiled != nil {
 			out = append(out, p.compiled)
 		}
@@ -84,14 +51,7 @@ func (v *appPoliciesView) compiled() []*admit.Compiled {
 
 // withName returns the id of the policy with the name, if any.
 func (v *appPoliciesView) withName(name string) (string, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	for id, p := range v.byID {
-		if p.rec.Name == name {
-			return id, true
-		}
-	}
-	return "", false
+	return v.find(func(p *appPolicy) bool { return p.rec.Name == name })
 }
 
 // verdictsView is admission.verdicts: the latest verdict of each

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,41 +41,19 @@ type datacenter struct {
 	err   error
 }
 
-// datacentersView is placement.datacenters.
-type datacentersView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byID  map[string]*datacenter
-}
+// datacentersView is placement.datacenters, each model indexed as it is
+// read.
+type datacentersView struct{ *keyedView[datacenter] }
 
 func newDatacentersView(codec *events.Codec) *datacentersView {
-	return &datacentersView{codec: codec, byID: map[string]*datacenter{}}
-}
-
-func (v *datacentersView) apply(ctx context.Context, rec *kgo.Record) error {
-	id := string(rec.Key)
-	if rec.Value == nil {
-		v.mu.Lock()
-		delete(v.byID, id)
-		v.mu.Unlock()
-		return nil
-	}
-	var d events.Datacenter
-	if err := v.codec.DecodeInto(ctx, rec.Value, &d); err != nil {
-		return fmt.Errorf("datacenters view: decode datacenter %q: %w", rec.Key, err)
-	}
-	m, err := placement.ParseDatacenter([]byte(d.Model))
-	v.mu.Lock()
-	v.byID[id] = &datacenter{rec: &d, model: m, err: err}
-	v.mu.Unlock()
-	return nil
-}
-
-func (v *datacentersView) get(id string) (*datacenter, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	d, ok := v.byID[id]
-	return d, ok
+	return &datacentersView{newKeyedView(func(ctx context.Context, id string, raw []byte) (*datacenter, error) {
+		var d events.Datacenter
+		if err := codec.DecodeInto(ctx, raw, &d); err != nil {
+			return nil, fmt.Errorf("datacenters view: decode datacenter %q: %w", id, err)
+		}
+		m, err := placement.ParseDatacenter([]byte(d.Model))
+		return &datacenter{rec: &d, model: m, err: err}, nil
+	})}
 }
 
 // model is the indexed model of a datacenter that validates.
@@ -89,16 +65,7 @@ func (v *datacentersView) model(id string) (*placement.Model, bool) {
 	return d.model, true
 }
 
-func (v *datacentersView) list() []*datacenter {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := make([]*datacenter, 0, len(v.byID))
-	for _, d := range v.byID {
-		out = append(out, d)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rec.DatacenterID < out[j].rec.DatacenterID })
-	return out
-}
+func (v *datacentersView) list() []*datacenter { return v.sorted() }
 
 // DatacenterAnswer is a datacenter model as the API shows it.
 type DatacenterAnswer struct {
