@@ -305,15 +305,39 @@ func putComponent(ctx context.Context, api *apiClient, file, id string, print bo
 
 // runIDCommand runs a command that takes one component id.
 func runIDCommand(ctx context.Context, args []string, name, summary string, call func(*apiClient, string) ([]byte, error)) error {
-	fs := newFlagSet(ctx, name, summary, "COMPONENT_ID")
+	return runOneIDCommand(ctx, args, name, summary, "COMPONENT_ID", call)
+}
+
+// runOneIDCommand runs a command that takes one id (named idName in its
+// usage) and prints the North API's answer.
+func runOneIDCommand(ctx context.Context, args []string, name, summary, idName string, call func(*apiClient, string) ([]byte, error)) error {
+	fs := newFlagSet(ctx, name, summary, idName)
 	api := registerAPIFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		return usageErrorf("%s takes one COMPONENT_ID, got %d arguments", name, fs.NArg())
+		return usageErrorf("%s takes one %s, got %d arguments", name, idName, fs.NArg())
 	}
 	answer, err := call(api, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	return printAnswer(ctx, answer)
+}
+
+// runListCommand runs a command that takes no argument and prints the
+// North API's answer to GET path.
+func runListCommand(ctx context.Context, args []string, name, summary, path string) error {
+	fs := newFlagSet(ctx, name, summary, "")
+	api := registerAPIFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return usageErrorf("%s takes no arguments, got %d", name, fs.NArg())
+	}
+	answer, err := api.do(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return err
 	}

@@ -125,36 +125,14 @@ func deniedErr(ctx context.Context, v verdictHead) error {
 }
 
 func runAppPolicyList(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "app-policy list", appPolicyListSummary, "")
-	api := registerAPIFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usageErrorf("app-policy list takes no arguments, got %d", fs.NArg())
-	}
-	answer, err := api.do(ctx, http.MethodGet, "/policies", nil)
-	if err != nil {
-		return err
-	}
-	return printAnswer(ctx, answer)
+	return runListCommand(ctx, args, "app-policy list", appPolicyListSummary, "/policies")
 }
 
 // runPolicyIDCommand runs a command on one application policy id.
 func runPolicyIDCommand(ctx context.Context, args []string, name, summary, method, suffix string) error {
-	fs := newFlagSet(ctx, name, summary, "POLICY_ID")
-	api := registerAPIFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		return usageErrorf("%s takes one POLICY_ID, got %d arguments", name, fs.NArg())
-	}
-	answer, err := api.do(ctx, method, "/policies/"+url.PathEscape(fs.Arg(0))+suffix, nil)
-	if err != nil {
-		return err
-	}
-	return printAnswer(ctx, answer)
+	return runOneIDCommand(ctx, args, name, summary, "POLICY_ID", func(api *apiClient, id string) ([]byte, error) {
+		return api.do(ctx, method, "/policies/"+url.PathEscape(id)+suffix, nil)
+	})
 }
 
 func runAppPolicyGet(ctx context.Context, args []string) error {

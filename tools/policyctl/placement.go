@@ -69,19 +69,9 @@ func runDCApply(ctx context.Context, args []string) error {
 
 // runDCIDCommand runs a command on one datacenter id.
 func runDCIDCommand(ctx context.Context, args []string, name, summary, method string) error {
-	fs := newFlagSet(ctx, name, summary, "DATACENTER_ID")
-	api := registerAPIFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) == "" {
-		return usageErrorf("%s takes one DATACENTER_ID, got %d arguments", name, fs.NArg())
-	}
-	answer, err := api.do(ctx, method, "/v1/datacenters/"+url.PathEscape(fs.Arg(0)), nil)
-	if err != nil {
-		return err
-	}
-	return printAnswer(ctx, answer)
+	return runOneIDCommand(ctx, args, name, summary, "DATACENTER_ID", func(api *apiClient, id string) ([]byte, error) {
+		return api.do(ctx, method, "/v1/datacenters/"+url.PathEscape(id), nil)
+	})
 }
 
 func runDCGet(ctx context.Context, args []string) error {
@@ -93,19 +83,7 @@ func runDCDelete(ctx context.Context, args []string) error {
 }
 
 func runDCList(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "dc list", dcListSummary, "")
-	api := registerAPIFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		return usageErrorf("dc list takes no arguments, got %d", fs.NArg())
-	}
-	answer, err := api.do(ctx, http.MethodGet, "/v1/datacenters", nil)
-	if err != nil {
-		return err
-	}
-	return printAnswer(ctx, answer)
+	return runListCommand(ctx, args, "dc list", dcListSummary, "/v1/datacenters")
 }
 
 // templateFields are the fields of a deployment request that POST
