@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -91,8 +92,9 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 }
 
 // catchupStatus answers GET /v1/catchup/{request_id}: how far the
-// catch-up went. A request no stage has reported on yet (just asked, or
-// an id never asked for) has nothing done.
+// catch-up went. A request no stage has reported on yet has nothing done
+// when its id is one a catch-up could have been given (just asked), and is
+// 404 otherwise.
 func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *httpError {
 	id := r.PathValue("request_id")
 	if err := CheckID("request_id", id); err != nil {
@@ -105,6 +107,15 @@ func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *httpErro
 	if err != nil {
 		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
 	}
-	writeJSON(w, http.StatusOK, s.progress.status(id, int(n)))
+	st := s.progress.status(id, int(n))
+	if st.Matcher.PartitionsDone == 0 && st.ConsulWriter.PartitionsDone == 0 && !issuedCatchupID.MatchString(id) {
+		return errorf(http.StatusNotFound, "no catch-up has request_id %q: give the request_id POST /v1/catchup or GET /catch_up answered (32 hex digits), or a periodic catch-up's pdp-ingest-<n> from pdp-ingest's log", id)
+	}
+	writeJSON(w, http.StatusOK, st)
 	return nil
 }
+
+// issuedCatchupID matches the ids catch-ups are given: the North API's
+// (newID) and pdp-ingest's periodic ones. Such an id no stage reported on
+// yet is a catch-up just asked for; any other is none.
+var issuedCatchupID = regexp.MustCompile(`^([0-9a-f]{32}|pdp-ingest-[0-9]+)$`)

@@ -675,7 +675,7 @@ func TestSeedCatchUpEndpoint(t *testing.T) {
 func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 	s := newStack(t, nil)
 	report := func(stage string, p int32, compared, differed, keys int64) {
-		s.Produce(t, topology.CatchupProgress, "cu-7", &events.CatchupProgress{RequestID: "cu-7", Stage: stage, Partition: p,
+		s.Produce(t, topology.CatchupProgress, "0123456789abcdef0123456789abcdef", &events.CatchupProgress{RequestID: "0123456789abcdef0123456789abcdef", Stage: stage, Partition: p,
 			Compared: compared, Differed: differed, KeysWritten: keys, DoneAt: time.Now().UTC()})
 	}
 	status := func(want func(CatchupStatus) bool) CatchupStatus {
@@ -683,7 +683,7 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 		var st CatchupStatus
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			code, _, raw := s.call(t, http.MethodGet, "/v1/catchup/cu-7", nil)
+			code, _, raw := s.call(t, http.MethodGet, "/v1/catchup/0123456789abcdef0123456789abcdef", nil)
 			st = CatchupStatus{}
 			if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil {
 				t.Fatalf("status: %d %s", code, raw)
@@ -716,6 +716,9 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 	if st := status(func(st CatchupStatus) bool { return st.Done }); st.ConsulWriter.Compared != 10*testPartitions || st.ConsulWriter.Differed != 2 {
 		t.Fatalf("done: %+v", st)
 	}
-	code, body, _, _ := s.callAs(t, readOnlyToken, http.MethodGet, "/v1/catchup/cu-7", nil)
+	code, body, _, _ := s.callAs(t, readOnlyToken, http.MethodGet, "/v1/catchup/0123456789abcdef0123456789abcdef", nil)
 	wantError(t, "catch-up status as read-only", code, body, http.StatusForbidden, "has role read-only")
+	// An id no catch-up could have been given is none.
+	code, body, _ = s.call(t, http.MethodGet, "/v1/catchup/zzz", nil)
+	wantError(t, "catch-up status of an id never given", code, body, http.StatusNotFound, "no catch-up has request_id")
 }
