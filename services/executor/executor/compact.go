@@ -25,10 +25,12 @@ func compact(cp *events.ComponentPolicies) *events.ComponentPolicies {
 		ComponentID:          strings.Clone(cp.ComponentID),
 		DeploymentID:         intern(cp.DeploymentID),
 		ServiceComponentName: strings.Clone(cp.ServiceComponentName),
-		UpdateID:             intern(cp.UpdateID),
-		CatchUp:              cp.CatchUp,
-		Generation:           cp.Generation,
-		Policies:             make([]events.Policy, len(cp.Policies)),
+		// An update id is shared by one deployment's components at most:
+		// a copy costs less than an entry in unique's map.
+		UpdateID:   strings.Clone(cp.UpdateID),
+		CatchUp:    cp.CatchUp,
+		Generation: cp.Generation,
+		Policies:   make([]events.Policy, len(cp.Policies)),
 		Notify: events.NotifyTarget{Kind: intern(cp.Notify.Kind), ScriptPath: intern(cp.Notify.ScriptPath),
 			WebhookURL: strings.Clone(cp.Notify.WebhookURL), TimeoutMs: cp.Notify.TimeoutMs},
 		Uninstalled: cp.Uninstalled,
