@@ -49,6 +49,10 @@ func (d Delta) check() error {
 //     (Apply, with its version fencing); a delta that neither updates
 //     nor removes a policy writes nothing, also when the registration
 //     changed since.
+//   - Updated policies are listed by reference (the body left empty): the
+//     body is in the collection beside them, and the readers of
+//     component.policies need only to know which policies changed.
+//     Removed policies keep their last bodies, which nothing else holds.
 //   - The collection carries the registration's deployment,
 //     service_component_name and notify target, the update's update_id
 //     and catch_up flag, and the generation after cur's (1 for the
@@ -99,11 +103,21 @@ func Next(cur *events.ComponentPolicies, comp *events.Component, d Delta) (*even
 		CatchUp:              d.CatchUp,
 		Generation:           gen + 1,
 		Policies:             coll,
-		UpdatedPolicies:      orEmpty(updated),
+		UpdatedPolicies:      refsOnly(updated),
 		RemovedPolicies:      orEmpty(removed),
 		Notify:               comp.Notify,
 		UpdatedAt:            d.At,
 	}, nil
+}
+
+// refsOnly is ps without their bodies; never nil.
+func refsOnly(ps []events.Policy) []events.Policy {
+	out := make([]events.Policy, len(ps))
+	for i, p := range ps {
+		p.Body = ""
+		out[i] = p
+	}
+	return out
 }
 
 func orEmpty(ps []events.Policy) []events.Policy {

@@ -35,11 +35,17 @@ func TestNext(t *testing.T) {
 		cd.ComponentID = "c1"
 		return Delta{ComponentDelta: cd, UpdateID: "u-new", DeploymentID: "dep-1", CatchUp: catchUp, At: at}
 	}
-	// want is the collection u-new gives c1 as registered.
+	// want is the collection u-new gives c1 as registered; its updated
+	// policies are listed without their bodies.
 	want := func(gen int64, ps, updated, removed []events.Policy) *events.ComponentPolicies {
+		refs := make([]events.Policy, len(updated))
+		for i, p := range updated {
+			p.Body = ""
+			refs[i] = p
+		}
 		return &events.ComponentPolicies{
 			ComponentID: "c1", DeploymentID: "dep-1", ServiceComponentName: "dcae-vm", UpdateID: "u-new",
-			Generation: gen, Policies: ps, UpdatedPolicies: updated, RemovedPolicies: removed,
+			Generation: gen, Policies: ps, UpdatedPolicies: refs, RemovedPolicies: removed,
 			Notify: script, UpdatedAt: at,
 		}
 	}
@@ -100,7 +106,7 @@ func TestNext(t *testing.T) {
 			d:    delta(false, events.ComponentDelta{UpdatedPolicies: ps(pol("A", "2"))}),
 			want: &events.ComponentPolicies{
 				ComponentID: "c1", DeploymentID: "dep-2", ServiceComponentName: "dcae-vm-2", UpdateID: "u-new",
-				Generation: 3, Policies: ps(pol("A", "2")), UpdatedPolicies: ps(pol("A", "2")), RemovedPolicies: ps(),
+				Generation: 3, Policies: ps(pol("A", "2")), UpdatedPolicies: ps(ref(pol("A", "2"))), RemovedPolicies: ps(),
 				Notify: hook, UpdatedAt: at,
 			},
 		},
