@@ -99,6 +99,7 @@ func newAPI() avro.API {
 type Codec struct {
 	api     avro.API
 	readers sync.Pool              // *avro.Reader of api
+	encs    sync.Pool              // *avro.Writer of api
 	current map[string]avro.Schema // full name -> current schema
 	currFP  map[string]Fingerprint // full name -> fingerprint of current
 	mu      sync.RWMutex           // guards writers and source
@@ -129,6 +130,7 @@ func NewCodec() (*Codec, error) {
 	c := &Codec{
 		api:     api,
 		readers: sync.Pool{New: func() any { return avro.NewReader(nil, 0, avro.WithReaderConfig(api)) }},
+		encs:    sync.Pool{New: func() any { return avro.NewWriter(nil, 512, avro.WithWriterConfig(api)) }},
 		current: map[string]avro.Schema{},
 		currFP:  map[string]Fingerprint{},
 		writers: map[Fingerprint]*writerSchema{},
@@ -294,15 +296,29 @@ func (c *Codec) Encode(v Event) ([]byte, error) {
 		return nil, fmt.Errorf("events: encode %s: no schema", name)
 	}
 	fp := c.currFP[name]
-	body, err := c.api.Marshal(s, v)
-	if err != nil {
+	// The header and the body are written into one pooled buffer and
+	// copied out once (Marshal would copy the body out, and the header
+	// would then be prepended by a second copy).
+	w := c.encs.Get().(*avro.Writer)
+	w.Reset(nil)
+	w.Error = nil
+	_, _ = w.Write(soe.Magic)
+	_, _ = w.Write(fp[:])
+	w.WriteVal(s, v)
+	if err := w.Error; err != nil {
+		c.encs.Put(w)
 		return nil, fmt.Errorf("events: encode %s: %w", name, err)
 	}
-	out := make([]byte, 0, headerSize+len(body))
-	out = append(out, soe.Magic...)
-	out = append(out, fp[:]...)
-	return append(out, body...), nil
+	out := append([]byte(nil), w.Buffer()...)
+	if cap(w.Buffer()) <= maxPooledWriter {
+		c.encs.Put(w)
+	}
+	return out, nil
 }
+
+// maxPooledWriter is the largest buffer an encoder goes back to the pool
+// with: one very large event should not keep its buffer for good.
+const maxPooledWriter = 1 << 20
 
 // Peek returns the writer fingerprint and the event name of an encoded
 // record, when the schema is known.
