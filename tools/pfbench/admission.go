@@ -279,8 +279,12 @@ func (r Report) admissionTable(w io.Writer) {
 	if a.Alone.CeilingTransactional != nil {
 		ceiling = a.Alone.CeilingTransactional.RecordsPerSec
 	}
-	fmt.Fprintf(w, "  alone: %.0f verdicts/s, transactional pass-through %.0f rec/s of %d-byte records: ratio %.4f; stage CPU %.1f s, broker %.1f s in %.1f s; peak RSS %.0f MiB\n",
-		a.Alone.RecordsPerSec, ceiling, a.Alone.InputRecordBytes, a.Alone.Ratio, a.Alone.StageCPU, a.Alone.BenchCPU, a.Alone.Seconds, a.Alone.PeakRSSMiB)
+	avro := ""
+	if c := a.Alone.CeilingAvro; c != nil {
+		avro = fmt.Sprintf("; with Avro %.0f rec/s: ratio %.4f", c.RecordsPerSec, a.Alone.RatioAvro)
+	}
+	fmt.Fprintf(w, "  alone: %.0f verdicts/s, transactional pass-through %.0f rec/s of %d-byte records: ratio %.4f%s; stage CPU %.1f s, broker %.1f s in %.1f s; peak RSS %.0f MiB\n",
+		a.Alone.RecordsPerSec, ceiling, a.Alone.InputRecordBytes, a.Alone.Ratio, avro, a.Alone.StageCPU, a.Alone.BenchCPU, a.Alone.Seconds, a.Alone.PeakRSSMiB)
 	fmt.Fprintf(w, "  latency, request written -> verdict read, %d one at a time: p50 %.1f ms  p99 %.1f ms  max %.1f ms\n",
 		a.Work.Reps, a.LatencyMs.P50, a.LatencyMs.P99, a.LatencyMs.Max)
 	fmt.Fprintf(w, "  decision alone (admit.Evaluate, in process): p50 %.3f ms  p99 %.3f ms\n", a.DecideMs.P50, a.DecideMs.P99)

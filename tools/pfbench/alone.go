@@ -43,10 +43,16 @@ type StageRun struct {
 	// waits on the broker.
 	StageCPU float64 `json:"stage_cpu_s"`
 	BenchCPU float64 `json:"bench_broker_cpu_s"`
-	// Ceilings are the pass-through copies of records of this stage's
-	// input size (Kafka-to-Kafka stages).
+	// Ceilings are the pass-through copies of this stage's input records
+	// (Kafka-to-Kafka stages): as bytes, plain and transactional, and
+	// transactional with each value Avro-decoded and encoded again
+	// (CeilingAvro), what reading and writing the stage's format costs.
 	CeilingPlain         *PassThrough `json:"ceiling_plain,omitempty"`
 	CeilingTransactional *PassThrough `json:"ceiling_transactional,omitempty"`
+	CeilingAvro          *PassThrough `json:"ceiling_transactional_avro,omitempty"`
+	// RatioAvro is RecordsPerSec over CeilingAvro's: what the stage costs
+	// beyond decoding its input and encoding its output.
+	RatioAvro float64 `json:"ratio_to_avro,omitempty"`
 }
 
 // inputInfo is what was read of a prepared input topic.
@@ -306,7 +312,8 @@ func (b *bench) countApplied(ctx context.Context, base string) (n, keys int, err
 
 // ceilings measures pass-through copies of records like the stage's
 // input: the input's own records, cycled up to a size that takes long
-// enough to time.
+// enough to time, copied as bytes (plain and transactional) and
+// transactionally with each value Avro-decoded and encoded again.
 func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error {
 	n := max(len(in.records), b.ceilingRecords)
 	if mean := max(in.meanBytes(), 1); n*mean > b.ceilingBytes {
@@ -342,10 +349,10 @@ func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error
 	}
 	// A ceiling is the best of a few copies: one copy alone moves with
 	// whatever else the machine does.
-	best := func(mode string, transactional bool) (PassThrough, error) {
+	best := func(mode string, transactional bool, tf *valueTransform) (PassThrough, error) {
 		var top PassThrough
 		for i := 0; i < ceilingRuns; i++ {
-			pt, err := kafkaPassThrough(ctx, opts, src, dst, fmt.Sprintf("pfbench-ceiling-%s-%s-%d", mode, run.Stage, i), transactional, b.pollRecords)
+			pt, err := kafkaPassThrough(ctx, opts, src, dst, fmt.Sprintf("pfbench-ceiling-%s-%s-%d", mode, run.Stage, i), transactional, b.pollRecords, tf)
 			if err != nil {
 				return top, fmt.Errorf("%s pass-through ceiling: %w", mode, err)
 			}
@@ -355,17 +362,22 @@ func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error
 		}
 		return top, nil
 	}
-	plain, err := best("plain", false)
+	plain, err := best("plain", false, nil)
 	if err != nil {
 		return err
 	}
-	txn, err := best("txn", true)
+	txn, err := best("txn", true, nil)
 	if err != nil {
 		return err
 	}
-	run.CeilingPlain, run.CeilingTransactional = &plain, &txn
+	avro, err := best("avro", true, avroRecode(b.codec))
+	if err != nil {
+		return err
+	}
+	run.CeilingPlain, run.CeilingTransactional, run.CeilingAvro = &plain, &txn, &avro
 	run.RatioTo = "transactional pass-through of the same records"
 	run.Ratio = run.RecordsPerSec / txn.RecordsPerSec
+	run.RatioAvro = run.RecordsPerSec / avro.RecordsPerSec
 	return nil
 }
 

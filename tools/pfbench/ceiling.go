@@ -15,30 +15,59 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // PassThrough is one measured copy of a topic into another.
 type PassThrough struct {
-	Mode          string  `json:"mode"`            // "plain" or "transactional"
+	Mode          string  `json:"mode"`            // "plain" or "transactional", "+avro" when values are recoded
 	Records       int     `json:"records"`         // records copied
-	Bytes         int64   `json:"bytes"`           // sum of value+key bytes copied
-	RecordBytes   int     `json:"record_bytes"`    // mean value size
+	Bytes         int64   `json:"bytes"`           // sum of value+key bytes produced
+	RecordBytes   int     `json:"record_bytes"`    // mean value size produced
 	Seconds       float64 `json:"seconds"`         // first fetched record to last offsets committed
 	RecordsPerSec float64 `json:"records_per_sec"` // Records / Seconds
 	MiBPerSec     float64 `json:"mib_per_sec"`     // Bytes / Seconds, in MiB
 }
 
+// valueTransform is what a pass-through does to each record's value on the
+// way: apply returns the value produced in its place. Its name is added to
+// the copy's mode.
+type valueTransform struct {
+	name  string
+	apply func(ctx context.Context, value []byte) ([]byte, error)
+}
+
+// avroRecode decodes each value with codec into its event and encodes the
+// event again: reading and writing the stage's input format, which any
+// stage does at least. A tombstone (no value) stays one, as stages do not
+// decode them.
+func avroRecode(codec *events.Codec) *valueTransform {
+	return &valueTransform{name: "avro", apply: func(ctx context.Context, value []byte) ([]byte, error) {
+		if value == nil {
+			return nil, nil
+		}
+		ev, err := codec.Decode(ctx, value)
+		if err != nil {
+			return nil, err
+		}
+		return codec.Encode(ev)
+	}}
+}
+
 // kafkaPassThrough copies every record of src (already written, complete) to dst with a
 // new consumer group of its own (group names one that never consumed) through franz-go, the way a stage would but
-// with no decode, handling or encode, and measures the copy from the first fetched record to
+// with no handling, and measures the copy from the first fetched record to
 // the last produced record acknowledged and offsets committed. transactional uses
 // kgo.GroupTransactSession (read_committed, one transaction per poll of up to pollRecords
 // records, commit offsets in the transaction) like the pipeline's transactional stages; plain
 // produces each poll's records (ProducerLinger(0)), waits for acks, then commits offsets
 // (at-least-once). opts are the base client options (brokers, FetchMaxWait etc.;
-// from runtime.Kafka.ClientOpts()). It returns when every record of src (its end offsets at the
+// from runtime.Kafka.ClientOpts()). With tf nil the values are copied as
+// they are (no decode or encode); else each is replaced by tf.apply's result
+// inside the timed copy, and a record tf fails on fails the copy naming its
+// partition and offset. It returns when every record of src (its end offsets at the
 // start, read_committed) has been copied. dst must exist with the same partition count; copy each
 // record to the same partition number (kgo.ManualPartitioner, set rec.Partition).
 //
@@ -46,10 +75,13 @@ type PassThrough struct {
 // commits the marks every second and once at the end, as the at-least-once
 // stages do. Records beyond the last stable offsets seen at the start are not
 // copied.
-func kafkaPassThrough(ctx context.Context, opts []kgo.Opt, src, dst, group string, transactional bool, pollRecords int) (PassThrough, error) {
+func kafkaPassThrough(ctx context.Context, opts []kgo.Opt, src, dst, group string, transactional bool, pollRecords int, tf *valueTransform) (PassThrough, error) {
 	res := PassThrough{Mode: "plain"}
 	if transactional {
 		res.Mode = "transactional"
+	}
+	if tf != nil {
+		res.Mode += "+" + tf.name
 	}
 	fail := func(err error) (PassThrough, error) {
 		return res, fmt.Errorf("%s pass-through %s -> %s: %w", res.Mode, src, dst, err)
@@ -109,7 +141,9 @@ func kafkaPassThrough(ctx context.Context, opts []kgo.Opt, src, dst, group strin
 		if err != nil {
 			return fail(err)
 		}
-		defer cl.Close()
+		// A copy that fails between a poll and its acknowledgement has
+		// not allowed rebalances again; Close alone would wait for that.
+		defer cl.CloseAllowingRebalance()
 		poll = cl.PollRecords
 		copyPoll = func(polled, out []*kgo.Record) (bool, error) {
 			defer cl.AllowRebalance()
@@ -145,9 +179,15 @@ func kafkaPassThrough(ctx context.Context, opts []kgo.Opt, src, dst, group strin
 			if r.Attrs.IsControl() || r.Offset >= end[r.Partition] {
 				continue
 			}
-			out = append(out, &kgo.Record{Topic: dst, Partition: r.Partition, Key: r.Key, Value: r.Value, Headers: r.Headers})
+			value := r.Value
+			if tf != nil {
+				if value, err = tf.apply(ctx, r.Value); err != nil {
+					return fail(fmt.Errorf("record %s[%d] at offset %d: %w", r.Topic, r.Partition, r.Offset, err))
+				}
+			}
+			out = append(out, &kgo.Record{Topic: dst, Partition: r.Partition, Key: r.Key, Value: value, Headers: r.Headers})
 			keys += int64(len(r.Key))
-			values += int64(len(r.Value))
+			values += int64(len(value))
 		}
 		ok, err := copyPoll(polled, out)
 		if err != nil {

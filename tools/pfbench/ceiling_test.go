@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/tools/devstack"
 )
 
@@ -256,7 +259,7 @@ func TestPassThroughCopiesEveryRecord(t *testing.T) {
 				}
 				n, wantBytes, wantValues := countCopied(want)
 
-				res, err := kafkaPassThrough(ctx, opts, "in", "out", "ceiling-"+mode, transactional, 300)
+				res, err := kafkaPassThrough(ctx, opts, "in", "out", "ceiling-"+mode, transactional, 300, nil)
 				if err != nil {
 					t.Fatalf("kafkaPassThrough: %v", err)
 				}
@@ -293,6 +296,120 @@ func TestPassThroughCopiesEveryRecord(t *testing.T) {
 	}
 }
 
+// avroSamples are policy changes of different sizes, encoded as the
+// matcher reads them, spread over the partitions, and a tombstone.
+func avroSamples(t *testing.T) []*kgo.Record {
+	t.Helper()
+	codec := events.Default()
+	var samples []*kgo.Record
+	for i, p := range []int32{0, 2, 1, 2, 0, 1} {
+		v := fmt.Sprintf("%d", i+2)
+		b, err := codec.Encode(&events.PolicyChange{
+			ChangeID: fmt.Sprintf("change-%d", i), PolicyID: fmt.Sprintf("policy-%d", i), Action: "UPDATED",
+			NewVersion: &v, PolicyName: fmt.Sprintf("Config_%d", i), MatchingConditions: strings.Repeat("c", 50*i),
+			BodyHash: "hash", ChangedAt: time.UnixMilli(1_700_000_000_000 + int64(i)).UTC(), Revision: int64(i + 1),
+		})
+		if err != nil {
+			t.Fatalf("encode sample %d: %v", i, err)
+		}
+		samples = append(samples, &kgo.Record{Partition: p, Key: fmt.Appendf(nil, "policy-%d", i), Value: b})
+	}
+	return append(samples, &kgo.Record{Partition: 1, Key: []byte("removed")})
+}
+
+// decodedEvents decodes every record's value; a tombstone is nil.
+func decodedEvents(t *testing.T, topic string, recs map[int32][]*kgo.Record) map[int32][]events.Event {
+	t.Helper()
+	codec := events.Default()
+	out := make(map[int32][]events.Event)
+	for p, rs := range recs {
+		for _, r := range rs {
+			var ev events.Event
+			if r.Value != nil {
+				var err error
+				if ev, err = codec.Decode(context.Background(), r.Value); err != nil {
+					t.Fatalf("%s[%d] offset %d: %v", topic, p, r.Offset, err)
+				}
+			}
+			out[p] = append(out[p], ev)
+		}
+	}
+	return out
+}
+
+func TestAvroPassThroughCopiesEveryEvent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opts := ceilingCluster(t, "in", "out")
+	cl := ceilingClient(t, opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if _, err := fillTopic(ctx, cl, "in", avroSamples(t), 1500); err != nil {
+		t.Fatalf("fillTopic: %v", err)
+	}
+	src := readCeilingTopic(t, opts, "in")
+	n, _, _ := countCopied(src)
+
+	res, err := kafkaPassThrough(ctx, opts, "in", "out", "ceiling-avro", true, 200, avroRecode(events.Default()))
+	if err != nil {
+		t.Fatalf("kafkaPassThrough with Avro: %v", err)
+	}
+	t.Logf("%s pass-through of %d records (%d bytes): %.3fs, %.0f records/s",
+		res.Mode, res.Records, res.Bytes, res.Seconds, res.RecordsPerSec)
+
+	dst := readCeilingTopic(t, opts, "out")
+	m, dstBytes, _ := countCopied(dst)
+	if res.Mode != "transactional+avro" || res.Records != n || m != n || res.Bytes != dstBytes {
+		t.Errorf("result = %+v with %d records (%d bytes) on out; want mode transactional+avro and the %d records of in",
+			res, m, dstBytes, n)
+	}
+	if res.Seconds <= 0 || res.RecordsPerSec <= 0 {
+		t.Errorf("result = %+v, want positive time and rate", res)
+	}
+	want, got := decodedEvents(t, "in", src), decodedEvents(t, "out", dst)
+	for p := int32(0); p < ceilingPartitions; p++ {
+		if len(got[p]) != len(want[p]) {
+			t.Errorf("out[%d] has %d records, want %d", p, len(got[p]), len(want[p]))
+			continue
+		}
+		for i := range want[p] {
+			if !reflect.DeepEqual(got[p][i], want[p][i]) || !bytes.Equal(dst[p][i].Key, src[p][i].Key) {
+				t.Errorf("out[%d] record %d is %q %+v, want %q %+v", p, i, dst[p][i].Key, got[p][i], src[p][i].Key, want[p][i])
+				break
+			}
+		}
+	}
+}
+
+// The ceilings copy with Avro transactionally; a plain copy that fails
+// between a poll and its acknowledgement must return as well.
+func TestAvroPassThroughFailsOnARecordThatIsNotAvro(t *testing.T) {
+	for _, transactional := range []bool{true, false} {
+		t.Run(map[bool]string{false: "plain", true: "transactional"}[transactional], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			opts := ceilingCluster(t, "in", "out")
+			cl := ceilingClient(t, opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			var recs []*kgo.Record
+			for i, s := range avroSamples(t) {
+				for j := range 5 {
+					recs = append(recs, &kgo.Record{Topic: "in", Partition: s.Partition, Key: fmt.Appendf(nil, "%s-%d-%d", s.Key, i, j), Value: s.Value})
+				}
+			}
+			bad := &kgo.Record{Topic: "in", Partition: 1, Key: []byte("bad"), Value: []byte("not an Avro record")}
+			recs = append(recs, bad, &kgo.Record{Topic: "in", Partition: 1, Key: []byte("after"), Value: recs[0].Value})
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce: %v", err)
+			}
+
+			_, err := kafkaPassThrough(ctx, opts, "in", "out", "ceiling-avro-bad", transactional, 200, avroRecode(events.Default()))
+			where := fmt.Sprintf("in[1] at offset %d", bad.Offset)
+			if err == nil || !strings.Contains(err.Error(), where) {
+				t.Fatalf("kafkaPassThrough over a record that is not Avro: error %v, want one naming %s", err, where)
+			}
+			t.Log(err)
+		})
+	}
+}
+
 func TestPassThroughRefusesMismatchedTopics(t *testing.T) {
 	opts := ceilingCluster(t, "in")
 	ctx := context.Background()
@@ -304,10 +421,10 @@ func TestPassThroughRefusesMismatchedTopics(t *testing.T) {
 	if _, err := fillTopic(ctx, cl, "in", ceilingSamples(), 10); err != nil {
 		t.Fatalf("fillTopic: %v", err)
 	}
-	if _, err := kafkaPassThrough(ctx, opts, "in", "wide", "g", false, 100); err == nil {
+	if _, err := kafkaPassThrough(ctx, opts, "in", "wide", "g", false, 100, nil); err == nil {
 		t.Error("pass-through into a topic with more partitions succeeded")
 	}
-	if _, err := kafkaPassThrough(ctx, opts, "in", "missing", "g", false, 100); err == nil {
+	if _, err := kafkaPassThrough(ctx, opts, "in", "missing", "g", false, 100, nil); err == nil {
 		t.Error("pass-through into a missing topic succeeded")
 	}
 }

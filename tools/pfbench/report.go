@@ -121,7 +121,7 @@ func (r Report) table(w io.Writer) {
 			fmt.Fprintf(w, "Kafka-to-Kafka stages alone with %d members each\n", s.Members[0])
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "stage alone\tinput\trec bytes\trate/s\tceiling/s\tratio\ttarget\tpeak RSS MiB\tCPU s stage/broker\t")
+		fmt.Fprintln(tw, "stage alone\tinput\trec bytes\trate/s\tceiling/s\tratio\ttarget\tavro copy/s\tof avro\tpeak RSS MiB\tCPU s stage/broker\t")
 		for _, st := range r.Stages {
 			rate, ceiling := st.RecordsPerSec, 0.0
 			unit := "rec"
@@ -133,8 +133,12 @@ func (r Report) table(w io.Writer) {
 			} else if st.CeilingTransactional != nil {
 				ceiling = st.CeilingTransactional.RecordsPerSec
 			}
-			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%.2f%s\t%.1f\t%.0f\t%.2f/%.2f in %.2f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
-				rate, unit, ceiling, st.Ratio, miss(st.Ratio >= st.Target), st.Target, st.PeakRSSMiB, st.StageCPU, st.BenchCPU, st.Seconds)
+			avro, ofAvro := "-", "-"
+			if st.CeilingAvro != nil {
+				avro, ofAvro = fmt.Sprintf("%.0f", st.CeilingAvro.RecordsPerSec), fmt.Sprintf("%.2f", st.RatioAvro)
+			}
+			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%.2f%s\t%.1f\t%s\t%s\t%.0f\t%.2f/%.2f in %.2f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
+				rate, unit, ceiling, st.Ratio, miss(st.Ratio >= st.Target), st.Target, avro, ofAvro, st.PeakRSSMiB, st.StageCPU, st.BenchCPU, st.Seconds)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
@@ -143,11 +147,15 @@ func (r Report) table(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "ceiling\trecords\trec bytes\tplain rec/s\ttransactional rec/s\t")
+		fmt.Fprintln(tw, "ceiling\trecords\trec bytes\tplain rec/s\ttransactional rec/s\ttransactional avro rec/s\t")
 		for _, st := range r.Stages {
 			if st.CeilingPlain != nil && st.CeilingTransactional != nil {
-				fmt.Fprintf(tw, "kafka pass-through (%s input)\t%d\t%d\t%.0f\t%.0f\t\n", st.Stage, st.CeilingPlain.Records, st.CeilingPlain.RecordBytes,
-					st.CeilingPlain.RecordsPerSec, st.CeilingTransactional.RecordsPerSec)
+				avro := "-"
+				if st.CeilingAvro != nil {
+					avro = fmt.Sprintf("%.0f", st.CeilingAvro.RecordsPerSec)
+				}
+				fmt.Fprintf(tw, "kafka pass-through (%s input)\t%d\t%d\t%.0f\t%.0f\t%s\t\n", st.Stage, st.CeilingPlain.Records, st.CeilingPlain.RecordBytes,
+					st.CeilingPlain.RecordsPerSec, st.CeilingTransactional.RecordsPerSec, avro)
 			}
 		}
 		tw.Flush()

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +106,57 @@ func TestPlacementBench(t *testing.T) {
 	Report{Placement: &p}.placementTable(&b)
 	if !strings.Contains(b.String(), "check 1,000 resources in 100 groups on 10,000 leaves") || !strings.Contains(b.String(), "leaves tried") {
 		t.Fatalf("table %q", b.String())
+	}
+}
+
+// TestStageTableShowsAvroPassThrough: the stage-alone table gives each
+// Kafka-to-Kafka stage's Avro pass-through rate and its ratio to it, and
+// the ceiling table the Avro copy's rate next to the byte copies'.
+func TestStageTableShowsAvroPassThrough(t *testing.T) {
+	r := Report{
+		Ceilings: Ceilings{Consul: &ConsulCeiling{Keys: 30000, KeysPerSec: 40000}},
+		Stages: []StageRun{
+			{
+				Stage: "matcher", InputRecords: 1000, InputRecordBytes: 1500, Seconds: 0.2, RecordsPerSec: 5000,
+				Ratio: 0.1, Target: 0.5, RatioAvro: 0.25, PeakRSSMiB: 60, StageCPU: 1, BenchCPU: 0.5,
+				CeilingPlain:         &PassThrough{Mode: "plain", Records: 200000, RecordBytes: 1500, RecordsPerSec: 70000},
+				CeilingTransactional: &PassThrough{Mode: "transactional", Records: 200000, RecordBytes: 1500, RecordsPerSec: 50000},
+				CeilingAvro:          &PassThrough{Mode: "transactional+avro", Records: 200000, RecordBytes: 1500, RecordsPerSec: 20000},
+			},
+			{
+				Stage: "consul-writer", InputRecords: 1000, InputRecordBytes: 1500, Seconds: 1, RecordsPerSec: 1000,
+				KeysWritten: 36000, KeysPerSec: 36000, Ratio: 0.9, Target: 0.8, PeakRSSMiB: 40, StageCPU: 0.5, BenchCPU: 0.5,
+			},
+		},
+	}
+	var b strings.Builder
+	r.table(&b)
+	lines := strings.Split(b.String(), "\n")
+	row := func(prefix string) []string {
+		t.Helper()
+		for _, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+				return strings.Fields(l)
+			}
+		}
+		t.Fatalf("no row %q in\n%s", prefix, b.String())
+		return nil
+	}
+	head := strings.Join(row("stage alone"), " ")
+	if !strings.Contains(head, "ratio target avro copy/s of avro peak RSS MiB") {
+		t.Errorf("stage table header %q: want the columns avro copy/s and of avro after target", head)
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"matcher", []string{"matcher", "1000", "rec", "1500", "5000", "rec", "50000", "0.10", "!", "0.5", "20000", "0.25", "60", "1.00/0.50", "in", "0.20"}},
+		{"consul-writer", []string{"consul-writer", "1000", "rec", "1500", "36000", "keys", "40000", "0.90", "0.8", "-", "-", "40", "0.50/0.50", "in", "1.00"}},
+		{"ceiling", []string{"ceiling", "records", "rec", "bytes", "plain", "rec/s", "transactional", "rec/s", "transactional", "avro", "rec/s"}},
+		{"kafka pass-through (matcher input)", []string{"kafka", "pass-through", "(matcher", "input)", "200000", "1500", "70000", "50000", "20000"}},
+	} {
+		if got := row(tc.prefix); !slices.Equal(got, tc.want) {
+			t.Errorf("row %s = %q, want %q", tc.prefix, got, tc.want)
+		}
 	}
 }
