@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
@@ -145,10 +147,27 @@ func (d *Datacenters) Len() int {
 // request when it writes it) and the admission stage may disagree. Before
 // deciding a request the stage catches up with app.policies and
 // placement.datacenters, so that every policy and datacenter written
-// before the request decides it, unless it last caught up
-// more than ClockSkew after the request's time stamp (a backlog of old
-// requests is decided without a round trip each).
+// before the request decides it. A request needs no catch-up of its own
+// when the last one covers it: when that catch-up began more than
+// ClockSkew after the request's time stamp, or when the request was
+// already in deploy.requests as the catch-up began (each catch-up first
+// lists the end offsets of deploy.requests; a policy acknowledged before
+// a request was written lies before every end offset listed after it).
+// So a backlog, old or fresh, costs one catch-up, not a round trip for
+// each request.
 const ClockSkew = 2 * time.Second
+
+// covers reports whether a catch-up that began at began, when the end
+// offsets of deploy.requests were ends, covers a request stamped ts at
+// offset of partition: it began more than ClockSkew after the request was
+// stamped, or the request was in the log before it began.
+func covers(began time.Time, ends map[int32]int64, ts time.Time, partition int32, offset int64) bool {
+	if began.After(ts.Add(ClockSkew)) {
+		return true
+	}
+	end, listed := ends[partition]
+	return listed && offset < end
+}
 
 // PollRecords caps the requests one transaction of the stage decides.
 const PollRecords = 1000
@@ -184,7 +203,19 @@ func Stage() runtime.Stage {
 				table.Close()
 				return nil, nil, fmt.Errorf("admission: %w", err)
 			}
+			opts, err := env.Kafka.ClientOpts()
+			var cl *kgo.Client
+			if err == nil {
+				cl, err = kgo.NewClient(opts...)
+			}
+			if err != nil {
+				dcTable.Close()
+				table.Close()
+				return nil, nil, fmt.Errorf("admission: client for the offsets of %s: %w", env.Kafka.Topic(topology.DeployRequests), err)
+			}
+			adm := kadm.NewClient(cl)
 			closeAll := func() {
+				cl.Close()
 				dcTable.Close()
 				table.Close()
 			}
@@ -194,20 +225,28 @@ func Stage() runtime.Stage {
 			}
 			log.Info().Int("policies", len(pols.All())).Int("datacenters", dcs.Len()).Msg("application policies and datacenters read")
 			caughtUp := time.Now()
+			// covered holds, per partition of deploy.requests, the end
+			// offset listed as the last catch-up began: the requests
+			// before it were written before that catch-up.
+			var covered map[int32]int64
 			h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
 				// A policy or datacenter written before the request was
 				// must decide it: catch up with app.policies and
 				// placement.datacenters first, unless a catch-up that
-				// began well after the request was written did.
-				if !caughtUp.After(in.Timestamp.Add(ClockSkew)) {
+				// began after the request was written did.
+				if !covers(caughtUp, covered, in.Timestamp, in.Partition, in.Offset) {
 					began := time.Now()
+					ends, err := runtime.Ends(ctx, adm, env.Kafka.Topic(topology.DeployRequests))
+					if err != nil {
+						return nil, fmt.Errorf("admission: %w", err)
+					}
 					if err := table.WaitCaughtUp(ctx); err != nil {
 						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
 					}
 					if err := dcTable.WaitCaughtUp(ctx); err != nil {
 						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.Datacenters), err)
 					}
-					caughtUp = began
+					caughtUp, covered = began, ends
 				}
 				outs, err := Decide(in.Value, in.Key, pols.All(), dcs.Get, time.Now())
 				if err == nil {

@@ -120,3 +120,31 @@ func TestStageChecksPlacement(t *testing.T) {
 		t.Errorf("verdict on d-broken = %+v", v)
 	}
 }
+
+func TestCatchUpCoversTheRequestsWrittenBeforeIt(t *testing.T) {
+	began := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	ends := map[int32]int64{0: 10, 1: 0}
+	for _, c := range []struct {
+		name      string
+		ts        time.Time
+		partition int32
+		offset    int64
+		want      bool
+	}{
+		{"stamped more than the clock skew before the catch-up", began.Add(-ClockSkew - time.Millisecond), 2, 99, true},
+		{"stamped within the clock skew, written before the catch-up", began.Add(-time.Second), 0, 9, true},
+		{"stamped within the clock skew, written after the catch-up", began.Add(-time.Second), 0, 10, false},
+		{"stamped after the catch-up began", began.Add(time.Second), 0, 10, false},
+		{"a partition that was empty when the catch-up began", began, 1, 0, false},
+		{"a partition the catch-up did not list", began, 2, 0, false},
+		{"no catch-up yet", began, 0, 0, false},
+	} {
+		b, e := began, ends
+		if c.name == "no catch-up yet" {
+			b, e = time.Time{}, nil
+		}
+		if got := covers(b, e, c.ts, c.partition, c.offset); got != c.want {
+			t.Errorf("%s: covers = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
