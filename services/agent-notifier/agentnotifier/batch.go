@@ -54,6 +54,15 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 					j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
 				}
 			}
+			if later, ok := laterInConsul(folders[k].event, j.a.Generation); ok {
+				// The folder already holds a later generation: notified
+				// now, the component would be told that generation's
+				// policies under this one's number, and then again. The
+				// later generation's record, which follows this one on
+				// component.applied, tells it of both.
+				j.log.Info().Int64("consul_generation", later).Msg("not notified: Consul already holds a later generation, whose record notifies the component")
+				continue
+			}
 			act, why := ClaimAction(prior, j.a, n.owner, time.Now(), n.stale(j))
 			switch act {
 			case Skip:
@@ -339,3 +348,17 @@ func groups(jobs []*job) [][]*job {
 
 // txnSize is about what a job's claim adds to a transaction.
 func txnSize(j *job) int { return len(j.key) + len(j.claim.JSON()) }
+
+// laterInConsul reports the generation of the component's event key when
+// it is later than gen (an event written before events carried their
+// generation counts as none).
+func laterInConsul(event *api.KVPair, gen int64) (int64, bool) {
+	if event == nil || event.ModifyIndex == 0 {
+		return 0, false
+	}
+	ev, err := consulkv.ParseEvent(event.Value)
+	if err != nil || ev.Generation <= gen {
+		return 0, false
+	}
+	return ev.Generation, true
+}

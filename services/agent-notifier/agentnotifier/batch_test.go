@@ -633,3 +633,47 @@ func TestUnreadableFolderIsNotNotifiedEmpty(t *testing.T) {
 		t.Errorf("the unreadable component failed with %v, want a permanent error naming the read right to grant", why)
 	}
 }
+
+// TestRecordOfAnEarlierGenerationThanConsulIsNotNotified: when the
+// agent-notifier reaches a record after Consul already holds a later
+// generation of the component (it lagged), the earlier record is not
+// notified with the later policies; the later one is, once.
+func TestRecordOfAnEarlierGenerationThanConsulIsNotNotified(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	n := &notifier{cfg: testConfig(t)}
+	n.cfg.Consul = consulCfg
+	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	holdGeneration(t, consul, 2, "c1")
+	ev := consulkv.Event{Action: consulkv.ActionUpdated, UpdateID: "c1-u2", PoliciesCount: 1, Generation: 2}
+	if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.EventKey("c1"), Value: ev.JSON()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var jobs []*job
+	for i, gen := range []int64{1, 2} {
+		j, err := n.prepare(update("c1", gen, webhook("http://127.0.0.1:1/")))
+		if err != nil || j == nil {
+			t.Fatalf("prepare generation %d: %v %v", gen, j, err)
+		}
+		j.i = i
+		jobs = append(jobs, j)
+	}
+	failed := map[int64]error{}
+	todo, err := n.read(context.Background(), jobs, func(j *job, err error) { failed[j.a.Generation] = err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 0 {
+		t.Fatalf("failed: %v", failed)
+	}
+	if len(todo) != 1 || todo[0].a.Generation != 2 || !strings.Contains(string(todo[0].body), `"generation":2`) {
+		var gens []int64
+		for _, j := range todo {
+			gens = append(gens, j.a.Generation)
+		}
+		t.Fatalf("to notify: generations %v, want only generation 2 with its policy", gens)
+	}
+}
