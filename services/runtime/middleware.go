@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	goruntime "runtime"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -216,11 +217,35 @@ func decodeValue(ctx context.Context, codec *events.Codec, raw []byte) (events.E
 	return nil, fmt.Errorf("decode record: %w", err)
 }
 
+// predecode decodes the values of ins that are not decoded yet, on every
+// core when there are enough of them; an input that fails to decode is
+// left as it was, for decoding to fail it with the reason. Decoding is
+// most of what a stage does with a record besides its decision, and the
+// decision, which keeps state, runs on one goroutine: decoding a poll's
+// records beforehand on the other cores takes it off that path.
+func predecode(ctx context.Context, codec *events.Codec, ins []Input) {
+	workers := min(goruntime.GOMAXPROCS(0), len(ins)/minPerDecoder)
+	if workers < 2 {
+		return
+	}
+	Each(len(ins), workers, func(i int) {
+		if in := &ins[i]; in.Raw != nil && in.Value == nil {
+			if v, err := decodeValue(ctx, codec, in.Raw); err == nil {
+				in.Value = v
+			}
+		}
+	})
+}
+
+// minPerDecoder is the fewest inputs worth a goroutine of predecode.
+const minPerDecoder = 16
+
 // decoding decodes each input's value before the handler sees it; an
 // input that cannot be decoded fails permanently without reaching it.
 func decoding(codec *events.Codec) Middleware {
 	return func(next BatchHandler) BatchHandler {
 		return func(ctx context.Context, ins []Input) []Outcome {
+			predecode(ctx, codec, ins)
 			out := make([]Outcome, len(ins))
 			idx := make([]int, 0, len(ins))
 			pass := make([]Input, 0, len(ins))

@@ -190,3 +190,66 @@ func TestRetryStopsWaitingWhenStopped(t *testing.T) {
 		t.Fatalf("outcomes %+v: want the first input handled and the rest not", out)
 	}
 }
+
+// TestLargePollWithMalformedRecordsDecodedAhead: a poll large enough for
+// the records to be decoded ahead on every core still hands the handler
+// each record once, in each partition's order, and dead-letters every
+// malformed record with the reason, in both modes.
+func TestLargePollWithMalformedRecordsDecodedAhead(t *testing.T) {
+	for _, mode := range []runtime.Mode{runtime.Transactional, runtime.AtLeastOnce} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := newCluster(t)
+			const n = 1000
+			var recs []*kgo.Record
+			bad := map[string]bool{}
+			for i := 0; i < n; i++ {
+				key := "k" + strconv.Itoa(i%7)
+				rec := c.Record(t, "in", key, req("r"+strconv.Itoa(i)))
+				if i%97 == 5 {
+					rec.Value = []byte("not avro " + strconv.Itoa(i))
+					bad[string(rec.Value)] = true
+				}
+				recs = append(recs, rec)
+			}
+			c.ProduceRecords(t, recs...)
+			var mu sync.Mutex
+			seen := map[string][]int{} // key -> request numbers, in handling order
+			stage := runtime.Stage{
+				Name: "echo", Mode: mode, Inputs: []string{"in"},
+				Setup: func(context.Context, runtime.Env) (runtime.Handler, func(), error) {
+					return func(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
+						mu.Lock()
+						defer mu.Unlock()
+						id, _ := strconv.Atoi(strings.TrimPrefix(in.Value.(*events.CatchupRequest).RequestID, "r"))
+						seen[string(in.Key)] = append(seen[string(in.Key)], id)
+						return passThrough(in), nil
+					}, nil, nil
+				},
+			}
+			stop := stagetest.Run(t, stage, stagetest.Env(c.Kafka))
+			out := c.Read(t, "out", n-len(bad), 60*time.Second)
+			dlq := c.Read(t, "dlq.echo", len(bad), 30*time.Second)
+			stop()
+			if ids := outputIDs(t, out); len(ids) != n-len(bad) {
+				t.Fatalf("%d distinct outputs, want %d", len(ids), n-len(bad))
+			}
+			for _, d := range dlq {
+				if !bad[string(d.Value)] {
+					t.Errorf("dead letter %q is not one of the malformed records", d.Value)
+				}
+				if e := stagetest.Header(d, runtime.HeaderError); !strings.Contains(e, "not an Avro single-object encoded record") {
+					t.Errorf("dead letter %q says %q, want the reason it is malformed", d.Value, e)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for key, ids := range seen {
+				for i := 1; i < len(ids); i++ {
+					if ids[i] <= ids[i-1] {
+						t.Fatalf("key %s handled out of order: %v", key, ids)
+					}
+				}
+			}
+		})
+	}
+}

@@ -316,10 +316,18 @@ func inputOf(k Kafka, rec *kgo.Record) Input {
 // retries.
 func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record, int) {
 	ins := make([]Input, len(recs))
+	for i, rec := range recs {
+		ins[i] = inputOf(r.env.Kafka, rec)
+	}
+	return r.handleInputs(stop, recs, ins)
+}
+
+// handleInputs is handle with the records' inputs built already (ins[i]
+// is recs[i]'s, its value possibly decoded).
+func (r *runner) handleInputs(stop context.Context, recs []*kgo.Record, ins []Input) ([]*kgo.Record, int) {
 	spans := make([]context.Context, len(recs))
 	for i, rec := range recs {
 		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
-		ins[i] = inputOf(r.env.Kafka, rec)
 		if r.env.Tracer != nil {
 			ctx, span := r.env.Tracer.process(rec)
 			defer span.End()
@@ -345,9 +353,26 @@ func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record
 
 // process handles one record; ok is false when stop ended its retries
 // (the record was not processed).
-func (r *runner) process(stop context.Context, rec *kgo.Record) (out []*kgo.Record, ok bool) {
-	out, n := r.handle(stop, []*kgo.Record{rec})
+func (r *runner) process(stop context.Context, rec *kgo.Record, in Input) (out []*kgo.Record, ok bool) {
+	out, n := r.handleInputs(stop, []*kgo.Record{rec}, []Input{in})
 	return out, n == 1
+}
+
+// decodeWindow is how many records of a poll a transactional stage
+// decodes ahead (predecode) before handling them one by one: enough to
+// keep every core busy, few enough that a poll of large records is not
+// held twice, raw and decoded, at once.
+const decodeWindow = 256
+
+// inputsAhead returns the inputs of recs, their values decoded on every
+// core when the stage's handler is one record at a time.
+func (r *runner) inputsAhead(ctx context.Context, recs []*kgo.Record) []Input {
+	ins := make([]Input, len(recs))
+	for i, rec := range recs {
+		ins[i] = inputOf(r.env.Kafka, rec)
+	}
+	predecode(ctx, r.env.Codec, ins)
+	return ins
 }
 
 // record is an encoded output (see encoding) as the record to produce, in

@@ -68,16 +68,22 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		// The batch in hand is finished on shutdown too: its outputs are
 		// produced without the stage's context, which a signal cancels.
 		pctx := context.WithoutCancel(ctx)
-		for _, rec := range data {
-			recs, ok := r.process(ctx, rec)
-			if !ok {
-				complete = false
-				break
+	poll:
+		for start := 0; start < len(data); start += decodeWindow {
+			window := data[start:min(start+decodeWindow, len(data))]
+			ins := r.inputsAhead(pctx, window)
+			for i, rec := range window {
+				recs, ok := r.process(ctx, rec, ins[i])
+				ins[i] = Input{} // its decoded value is no longer needed
+				if !ok {
+					complete = false
+					break poll
+				}
+				for _, out := range recs {
+					sess.Produce(pctx, out, promise.Promise())
+				}
+				all = append(all, recs...)
 			}
-			for _, out := range recs {
-				sess.Produce(pctx, out, promise.Promise())
-			}
-			all = append(all, recs...)
 		}
 		// End flushes the produced records first. It gets its own deadline
 		// so a shutdown still commits (or aborts) the batch in hand.
