@@ -409,9 +409,9 @@ func (s aloneStage) kafkaToKafka() bool { return s.name != topology.StageConsulW
 // aloneStages are the stage-alone runs in pipeline order: each stage's
 // input is what the one before it produced in this run.
 var aloneStages = []aloneStage{
-	{topology.StageMatcher, topology.PolicyChanges, topology.PolicyMatches, 0.5},
-	{topology.StageSegmenter, topology.PolicyMatches, topology.PolicySegments, 0.8},
-	{topology.StageExecutor, topology.PolicySegments, topology.ComponentPolicies, 0.8},
+	{topology.StageMatcher, topology.PolicyChanges, topology.PolicyMatches, 0.3},
+	{topology.StageSegmenter, topology.PolicyMatches, topology.PolicySegments, 0.5},
+	{topology.StageExecutor, topology.PolicySegments, topology.ComponentPolicies, 0.5},
 	{topology.StageConsulWriter, topology.ComponentPolicies, topology.ComponentApplied, 0.8},
 }
 
