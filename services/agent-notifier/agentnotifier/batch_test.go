@@ -601,7 +601,10 @@ func TestReadGroups(t *testing.T) {
 // component that holds policies but whose folder shows neither items nor
 // an event is not sent an empty notification: it fails permanently,
 // saying which read right to grant; its neighbour in the read is notified.
-func TestUnreadableFolderIsNotNotifiedEmpty(t *testing.T) {
+// readingNotifier is a notifier set up against a real Consul agent, for
+// calling read directly, and the agent's client.
+func readingNotifier(t *testing.T) (*notifier, *api.Client) {
+	t.Helper()
 	consulCfg, consul := stagetest.Consul(t)
 	n := &notifier{cfg: testConfig(t)}
 	n.cfg.Consul = consulCfg
@@ -609,17 +612,30 @@ func TestUnreadableFolderIsNotNotifiedEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeFn()
-	holdGeneration(t, consul, 1, "readable")
+	t.Cleanup(closeFn)
+	return n, consul
+}
+
+// jobsOf prepares one job for each update, in order.
+func jobsOf(t *testing.T, n *notifier, updates ...*events.ComponentApplied) []*job {
+	t.Helper()
 	var jobs []*job
-	for i, id := range []string{"unreadable", "readable"} {
-		j, err := n.prepare(update(id, 1, webhook("http://127.0.0.1:1/")))
+	for i, a := range updates {
+		j, err := n.prepare(a)
 		if err != nil || j == nil {
-			t.Fatalf("prepare %s: %v %v", id, j, err)
+			t.Fatalf("prepare %s generation %d: %v %v", a.ComponentID, a.Generation, j, err)
 		}
 		j.i = i
 		jobs = append(jobs, j)
 	}
+	return jobs
+}
+
+func TestUnreadableFolderIsNotNotifiedEmpty(t *testing.T) {
+	n, consul := readingNotifier(t)
+	holdGeneration(t, consul, 1, "readable")
+	hook := webhook("http://127.0.0.1:1/")
+	jobs := jobsOf(t, n, update("unreadable", 1, hook), update("readable", 1, hook))
 	failed := map[string]error{}
 	todo, err := n.read(context.Background(), jobs, func(j *job, err error) { failed[j.a.ComponentID] = err })
 	if err != nil {
@@ -639,28 +655,14 @@ func TestUnreadableFolderIsNotNotifiedEmpty(t *testing.T) {
 // generation of the component (it lagged), the earlier record is not
 // notified with the later policies; the later one is, once.
 func TestRecordOfAnEarlierGenerationThanConsulIsNotNotified(t *testing.T) {
-	consulCfg, consul := stagetest.Consul(t)
-	n := &notifier{cfg: testConfig(t)}
-	n.cfg.Consul = consulCfg
-	_, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
+	n, consul := readingNotifier(t)
 	holdGeneration(t, consul, 2, "c1")
 	ev := consulkv.Event{Action: consulkv.ActionUpdated, UpdateID: "c1-u2", PoliciesCount: 1, Generation: 2}
 	if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.EventKey("c1"), Value: ev.JSON()}, nil); err != nil {
 		t.Fatal(err)
 	}
-	var jobs []*job
-	for i, gen := range []int64{1, 2} {
-		j, err := n.prepare(update("c1", gen, webhook("http://127.0.0.1:1/")))
-		if err != nil || j == nil {
-			t.Fatalf("prepare generation %d: %v %v", gen, j, err)
-		}
-		j.i = i
-		jobs = append(jobs, j)
-	}
+	hook := webhook("http://127.0.0.1:1/")
+	jobs := jobsOf(t, n, update("c1", 1, hook), update("c1", 2, hook))
 	failed := map[int64]error{}
 	todo, err := n.read(context.Background(), jobs, func(j *job, err error) { failed[j.a.Generation] = err })
 	if err != nil {
