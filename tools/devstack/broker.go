@@ -24,8 +24,15 @@ import (
 // says otherwise.
 const (
 	// DefaultCleanerBackoffMs makes compaction of compacted topics run
-	// every second instead of kfake's default of once an hour.
-	DefaultCleanerBackoffMs = "1000"
+	// every minute instead of kfake's default of once an hour. Not more
+	// often: kfake compacts past transactions still open (Kafka never
+	// cleans past the first unstable offset), so a record of a
+	// transaction that is then aborted (its producer killed, and fenced
+	// when it restarts) can take the place of the committed value of its
+	// key, which is gone once the transaction aborts. Compacting every
+	// second did that to an executor killed mid-batch in about one test
+	// run in ten; once a minute leaves an open transaction few chances.
+	DefaultCleanerBackoffMs = "60000"
 	// DefaultOffsetsRetentionMinutes keeps committed group offsets for a
 	// year, so a dev stack left stopped for a while resumes where it was.
 	DefaultOffsetsRetentionMinutes = "525600"
