@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -58,7 +59,8 @@ func TestExecutorStage(t *testing.T) {
 	c := newCluster(t)
 	c.Produce(t, topology.DeployComponents, "c1", component("c1", "dcae-vm"))
 	out := c.Reader(t, topology.ComponentPolicies)
-	stagetest.Run(t, Stage(), testEnv(c))
+	env := testEnv(c)
+	stagetest.Run(t, Stage(), env)
 
 	// A one-piece update: the component's first collection.
 	c.Produce(t, topology.PolicySegments, "dep-1", piece("u1", 1, 1, events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{vmMemory()}}))
@@ -79,7 +81,8 @@ func TestExecutorStage(t *testing.T) {
 		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "DCAE.Config_VM_MEMORY", PolicyVersion: ver("222")}}}))
 	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 2, 3, events.ComponentDelta{ComponentID: "c1",
 		UpdatedPolicies: []events.Policy{pol("X", "1")}}))
-	time.Sleep(500 * time.Millisecond) // the pieces so far are committed on their own
+	// The pieces so far are committed on their own, before the last one.
+	waitCommitted(t, c, Stage().GroupIn(c.Kafka), topology.PolicySegments)
 	c.Produce(t, topology.PolicySegments, "dep-1", piece("u2", 3, 3, events.ComponentDelta{ComponentID: "c1",
 		AddedPolicies: []events.FilterMatch{{FilterID: "f1", Policies: []events.Policy{pol("Y", "2")}}}}))
 	recs = out.Until(2, 60*time.Second)
@@ -98,7 +101,15 @@ func TestExecutorStage(t *testing.T) {
 	// A component registered after its update arrived: retried until
 	// deploy.components has it.
 	c.Produce(t, topology.PolicySegments, "dep-1", piece("u4", 1, 1, events.ComponentDelta{ComponentID: "c2", UpdatedPolicies: []events.Policy{vmMemory()}}))
-	time.Sleep(time.Second)
+	// u4 failed for want of c2 (a retry is counted) after u3 was
+	// handled; the final count below shows u3 wrote nothing.
+	retries := env.Metrics.Retries.WithLabelValues(topology.StageExecutor)
+	for deadline := time.Now().Add(60 * time.Second); testutil.ToFloat64(retries) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("u4 for the unregistered c2 was not retried within 60s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	out.Poll(500 * time.Millisecond)
 	if len(out.Records()) != 2 {
 		t.Fatalf("got %d records before c2 was registered, want 2 (u3 changes nothing, u4 waits)", len(out.Records()))
