@@ -26,6 +26,13 @@ type verdict struct {
 		Field    string `json:"field"`
 		New      string `json:"new"`
 	} `json:"mutations"`
+	// Warnings are findings that do not deny: soft placement policies,
+	// audit-mode application policies.
+	Warnings []struct {
+		PolicyID string `json:"policy_id"`
+		Rule     string `json:"rule"`
+		Message  string `json:"message"`
+	} `json:"warnings"`
 }
 
 // appPolicy creates a tenant application policy and returns its id.

@@ -2,58 +2,11 @@ package policyflow_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
-	"time"
 )
-
-// placementVerdict is what GET /v1/deployments/{id} answers, with the
-// warnings.
-type placementVerdict struct {
-	RequestID  string `json:"request_id"`
-	Admitted   bool   `json:"admitted"`
-	Violations []struct {
-		PolicyID string `json:"policy_id"`
-		Rule     string `json:"rule"`
-		Message  string `json:"message"`
-	} `json:"violations"`
-	Warnings []struct {
-		PolicyID string `json:"policy_id"`
-		Rule     string `json:"rule"`
-		Message  string `json:"message"`
-	} `json:"warnings"`
-}
-
-// deployPlaced submits a deployment request and returns the verdict with
-// its warnings.
-func (p *pipeline) deployPlaced(req map[string]any) placementVerdict {
-	p.t.Helper()
-	var acc struct {
-		RequestID string `json:"request_id"`
-	}
-	if err := json.Unmarshal([]byte(p.must(http.MethodPost, "/v1/deployments", req)), &acc); err != nil {
-		p.t.Fatal(err)
-	}
-	var v placementVerdict
-	p.eventually("verdict on "+acc.RequestID, time.Minute, func() error {
-		code, out := p.do(http.MethodGet, "/v1/deployments/"+req["deployment_id"].(string), nil)
-		if code != http.StatusOK {
-			return fmt.Errorf("%d %s", code, out)
-		}
-		v = placementVerdict{}
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			return err
-		}
-		if v.RequestID != acc.RequestID {
-			return fmt.Errorf("the verdict is on request %s, not yet on %s", v.RequestID, acc.RequestID)
-		}
-		return nil
-	})
-	return v
-}
 
 // placementExample reads a file of services/placement/examples.
 func placementExample(t *testing.T, name string) map[string]any {
@@ -92,14 +45,14 @@ func TestPlacementSeedUseCases(t *testing.T) {
 	// Multiple HA clusters of appservers: 12 VMs in 3 groups of 4, each
 	// group under LLMN anti-collocation L1=rack, L2=PM, N=2.
 	t.Run("HA clusters: a compliant placement is admitted, two members of a cluster on one PM are denied, a proposal is admitted", func(t *testing.T) {
-		v := p.deployPlaced(request("ha-ok", placementExample(t, "ha-clusters.json")))
+		v := p.deploy(request("ha-ok", placementExample(t, "ha-clusters.json")))
 		if !v.Admitted || len(v.Violations) != 0 || len(v.Warnings) != 0 {
 			t.Fatalf("compliant placement: %+v", v)
 		}
 
 		bad := placementExample(t, "ha-clusters.json")
 		bad["placement"].(map[string]any)["M12"] = "r1-pm1" // with M11
-		v = p.deployPlaced(request("ha-bad", bad))
+		v = p.deploy(request("ha-bad", bad))
 		want := `tenant "tenant-p": resources M11, M12: M11 and M12 share pm r1-pm1; LLMN anti-collocation (L1=rack, L2=pm, N=2) of group G1 allows no two members in one pm (rule placement.llmn-anti-collocation of policy ha-G1)`
 		if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Message != want || v.Violations[0].PolicyID != "ha-G1" {
 			t.Fatalf("two members of G1 on one PM: %+v\nwant denied: %s", v, want)
@@ -115,7 +68,7 @@ func TestPlacementSeedUseCases(t *testing.T) {
 			t.Fatalf("POST /v1/placements: %v %+v", err, proposal)
 		}
 		tpl["placement"] = proposal.Placement
-		if v := p.deployPlaced(request("ha-proposed", tpl)); !v.Admitted || len(v.Warnings) != 0 {
+		if v := p.deploy(request("ha-proposed", tpl)); !v.Admitted || len(v.Warnings) != 0 {
 			t.Fatalf("the proposed placement %v: %+v", proposal.Placement, v)
 		}
 	})
@@ -123,13 +76,13 @@ func TestPlacementSeedUseCases(t *testing.T) {
 	// Hadoop with direct attached storage: a hop-count limit of 0 between
 	// a VM and its volume puts the volume on the VM's host.
 	t.Run("Hadoop: hop-count 0 between a VM and its volume means direct attached storage", func(t *testing.T) {
-		v := p.deployPlaced(request("hadoop-das", placementExample(t, "hadoop.json")))
+		v := p.deploy(request("hadoop-das", placementExample(t, "hadoop.json")))
 		if !v.Admitted || len(v.Violations) != 0 {
 			t.Fatalf("volumes on their VMs' hosts: %+v", v)
 		}
 		remote := placementExample(t, "hadoop.json")
 		remote["placement"].(map[string]any)["volume-2"] = "r2-sb1" // the rack's storage box
-		v = p.deployPlaced(request("hadoop-remote", remote))
+		v = p.deploy(request("hadoop-remote", remote))
 		want := `tenant "tenant-p": resources datanode-2, volume-2: datanode-2 and volume-2 are 2 network hops apart (r2-pm1 to r2-sb1); hop-count limit 0 (the same host: direct attached) (rule placement.hop-count-limit of policy das-2)`
 		if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Message != want {
 			t.Fatalf("a volume on the storage box: %+v\nwant denied: %s", v, want)
@@ -140,7 +93,7 @@ func TestPlacementSeedUseCases(t *testing.T) {
 		tpl := placementExample(t, "ha-clusters.json")
 		tpl["placement_policies"] = append(tpl["placement_policies"].([]any), map[string]any{
 			"id": "first-two-apart", "type": "anti-collocation", "mode": "soft", "applies_to": []any{"M11", "M12"}, "properties": map[string]any{"level": "rack"}})
-		v := p.deployPlaced(request("ha-soft", tpl))
+		v := p.deploy(request("ha-soft", tpl))
 		want := `tenant "tenant-p": resources M11, M12: M11 and M12 share rack r1; anti-collocation at rack (rule placement.anti-collocation of policy first-two-apart)`
 		if !v.Admitted || len(v.Violations) != 0 || len(v.Warnings) != 1 || v.Warnings[0].Message != want {
 			t.Fatalf("soft violation: %+v\nwant admitted with the warning: %s", v, want)
@@ -150,7 +103,7 @@ func TestPlacementSeedUseCases(t *testing.T) {
 	t.Run("an unknown datacenter is denied with the reason", func(t *testing.T) {
 		tpl := placementExample(t, "ha-clusters.json")
 		tpl["datacenter"] = "dc-nowhere"
-		v := p.deployPlaced(request("ha-nowhere", tpl))
+		v := p.deploy(request("ha-nowhere", tpl))
 		if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Rule != "placement.datacenter" ||
 			!strings.Contains(v.Violations[0].Message, `unknown datacenter "dc-nowhere": store its model first (PUT /v1/datacenters/dc-nowhere`) {
 			t.Fatalf("unknown datacenter: %+v", v)
