@@ -310,11 +310,7 @@ func (s *stack) close() {
 		procs = append(procs, p)
 	}
 	s.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		wg.Go(p.Stop)
-	}
-	wg.Wait()
+	devstack.StopAll(procs)
 	if s.t.Failed() {
 		for _, name := range processes {
 			s.t.Logf("--- %s.log ---\n%s", name, devstack.Tail(filepath.Join(s.logs, name+".log"), 3000))

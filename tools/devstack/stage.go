@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,6 +120,17 @@ func (p *StageProc) Stop() {
 		_ = p.Cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// StopAll stops every process at once (Stop) and waits for them all: one
+// by one, each member leaving its group would hand its partitions to the
+// next, which would restore them only to leave in turn.
+func StopAll(procs []*StageProc) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(p.Stop)
+	}
+	wg.Wait()
 }
 
 // Kill ends the process at once (SIGKILL), as a crash or an OOM kill

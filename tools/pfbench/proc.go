@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/policyflow/policyflow/services/runtime"
@@ -51,18 +50,13 @@ func (p *stageProc) exited() error { return p.Exited() }
 // while.
 func (p *stageProc) stop() { p.Stop() }
 
-// stopAll drains every process at once (SIGTERM) and waits for them all:
-// one by one, each member leaving would hand its partitions to the next.
+// stopAll drains every process at once (devstack.StopAll).
 func stopAll(procs []*stageProc) {
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.stop()
-		}()
+	ps := make([]*devstack.StageProc, len(procs))
+	for i, p := range procs {
+		ps[i] = p.StageProc
 	}
-	wg.Wait()
+	devstack.StopAll(ps)
 }
 
 // peakRSS is the process's resident-set high-water mark (VmHWM) in bytes.

@@ -402,12 +402,7 @@ func (s *stack) close() {
 		procs = append(procs, p)
 	}
 	s.procMu.Unlock()
-	var wg sync.WaitGroup
-	for _, p := range procs {
-		wg.Add(1)
-		go func() { defer wg.Done(); p.Stop() }()
-	}
-	wg.Wait()
+	devstack.StopAll(procs)
 	if s.stopObs != nil {
 		s.stopObs()
 	}
