@@ -19,8 +19,9 @@ import (
 
 // reportedRecord is the record produced to pdp.notifications that killed
 // pdp-ingest on every start: a PdpNotification whose loaded_policies claims
-// 2^44 items in a record of 22 bytes.
-var reportedRecord = []byte("\xc3\x01\x18\xe9\x20\x1f\xa0\xf5\xbb\x5c\x02\x30\x02\x30\x30\x80\x80\x80\x80\x80\x80\x08")
+// 2^44 items in a record of 22 bytes (its fingerprint is the current
+// writer schema's).
+var reportedRecord = []byte("\xc3\x01\xdf\x56\xc9\x3f\xc3\x71\x66\x17\x02\x30\x02\x30\x30\x80\x80\x80\x80\x80\x80\x08")
 
 // writerRecord is a valid record of one writer schema.
 type writerRecord struct {
@@ -224,7 +225,7 @@ func TestReportedRecordIsRefused(t *testing.T) {
 		t.Fatalf("the reported record is no longer a current PdpNotification (%s, %v): rebuild it", fp, err)
 	}
 	decodeFails(t, c, reportedRecord, 64<<10,
-		"record of schema policyflow.PdpNotification (writer 18e9201fa0f5bb5c): loaded_policies at byte 15 of 22: truncated: array block of 17592186044416 items, only 0 bytes left")
+		"record of schema policyflow.PdpNotification (writer df56c93fc3716617): loaded_policies at byte 15 of 22: truncated: array block of 17592186044416 items, only 0 bytes left")
 	if err := c.DecodeInto(context.Background(), reportedRecord, &PdpNotification{}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("DecodeInto: %v, want ErrMalformed", err)
 	}

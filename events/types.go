@@ -104,6 +104,8 @@ type PdpNotification struct {
 	LoadedPolicies  []LoadedPolicy   `avro:"loaded_policies"`
 	RemovedPolicies []UnloadedPolicy `avro:"removed_policies"`
 	PushedBodies    []string         `avro:"pushed_bodies"`
+	// Tenant owns the pushed bodies; "" is global (see PolicyCatalogEntry.Tenant).
+	Tenant string `avro:"tenant"`
 }
 
 // PolicyCatalogEntry is the latest valid policy_body of one policy_id.
@@ -121,6 +123,9 @@ type PolicyCatalogEntry struct {
 	// one the latest at a greater revision. 0 in entries written before
 	// it was added.
 	Revision int64 `avro:"revision"`
+	// Tenant owns the policy: only that tenant reads it and only its
+	// components hold it (policy.MayHold); "" is global.
+	Tenant string `avro:"tenant"`
 }
 
 // NextRevision is the revision of a policy_id's next change after prev: a
@@ -151,6 +156,8 @@ type PolicyChange struct {
 	// the new version's for UPDATED, the removal's for REMOVED. 0 in
 	// records written before it was added.
 	Revision int64 `avro:"revision"`
+	// Tenant owns the policy after an UPDATED change; "" is global.
+	Tenant string `avro:"tenant"`
 }
 
 // PolicyFilter is a PDP /getConfig-style filter of a component.

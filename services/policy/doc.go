@@ -3,7 +3,8 @@
 // header that stands for a body where only it is needed (Header),
 // policy_id derivation, latest-version selection, PDP notification types,
 // and policy-filter matching (one filter, or many at once through an
-// Index), all pure and without I/O.
+// Index), and who may hold a policy (MayHold: global policies anyone, a
+// tenant's policy only that tenant), all pure and without I/O.
 //
 // The rules follow the ONAP DCAE policy-handler and the PDP /getConfig API:
 //

@@ -312,6 +312,9 @@ func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled
 				runtime.Output{Topic: topology.PDPNotifications, Key: []byte(id), Value: &events.PdpNotification{
 					NotificationID: dr.RequestID + "/" + id, Source: Source, ReceivedAt: now.UTC(),
 					LoadedPolicies: []events.LoadedPolicy{}, RemovedPolicies: []events.UnloadedPolicy{}, PushedBodies: []string{string(body)},
+					// The settings are the tenant's: only it reads them, only
+					// its components hold them (policy.MayHold).
+					Tenant: v.Request.Tenant,
 				}},
 				runtime.Output{Topic: topology.DeployComponents, Key: []byte(c.ComponentID), Value: c})
 		}

@@ -69,7 +69,7 @@ func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 	}
 	notes := c.Read(t, topology.PDPNotifications, 1, 30*time.Second)
 	note := stagetest.Decode[*events.PdpNotification](t, notes[0])
-	if string(notes[0].Key) != "admission.d-ok.an" || len(note.PushedBodies) != 1 ||
+	if string(notes[0].Key) != "admission.d-ok.an" || note.Tenant != "t1" || len(note.PushedBodies) != 1 ||
 		note.PushedBodies[0] != `{"config":{"application":"an","class":"com.example.Analytics","environment":"prod","flavor":"m1.xlarge","image":"ubuntu-promoted","instances":1},"matchingConditions":{"ConfigName":"d-ok.an","ONAPName":"admission"},"policyConfigStatus":"CONFIG_RETRIEVED","policyName":"admission.d-ok.an.1700000000000.json","policyVersion":"1700000000000"}` {
 		t.Errorf("settings policy %q = %+v", notes[0].Key, note)
 	}

@@ -54,11 +54,24 @@ type Decision struct {
 // same version with a different body is refused (permanent): it would
 // silently fork one version.
 //
+// Pushed bodies belong to the notification's tenant ("": global), what
+// the PDP answers is global. A tenant's policy is changed only by pushes
+// of that tenant: any other notification for it is refused (permanent),
+// so no one takes over another tenant's policy. A global entry may become
+// a tenant's (entries written before owners were recorded are global).
+//
 // The decision carries the catalog write and one change (UPDATED, REMOVED
 // or ERRORED) when the entry changed, nothing otherwise; replaying a
 // notification changes nothing.
 func Decide(req Request) (Decision, error) {
 	id := req.Route.PolicyID
+	if cur := req.Current; cur != nil && cur.Tenant != "" && (req.Route.AskPDP || req.Route.Tenant != cur.Tenant) {
+		by := "a global notification"
+		if req.Route.Tenant != "" && !req.Route.AskPDP {
+			by = fmt.Sprintf("a notification of tenant %q", req.Route.Tenant)
+		}
+		return Decision{}, fmt.Errorf("policy %s belongs to tenant %q; %s may not change it", id, cur.Tenant, by)
+	}
 	var d Decision
 	after := req.Current
 	// head is the header of after's body whenever after holds a body
@@ -68,7 +81,7 @@ func Decide(req Request) (Decision, error) {
 	if req.Route.AskPDP {
 		sel := policy.SelectLatestRaw(req.PDPBodies)
 		if latest, ok := sel.Checked[id]; ok {
-			after, head = entry(latest, req.Now)
+			after, head = entry(latest, "", req.Now)
 		} else if bad, ok := sel.Errored[id]; ok {
 			reason := fmt.Sprintf("latest version %s of %s from the PDP is invalid: %v", bad.VersionString(), id, sel.Reasons[id])
 			if after != nil {
@@ -101,7 +114,7 @@ func Decide(req Request) (Decision, error) {
 				continue
 			}
 		}
-		after, head = entry(p, req.Now)
+		after, head = entry(p, req.Route.Tenant, req.Now)
 		erroredOnly = ""
 	}
 	return diff(d, id, req.Current, after, head, erroredOnly, req.Now, req.ChangeID), nil
@@ -143,6 +156,7 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head 
 			// The header, not the body: the catalog entry written in
 			// the same transaction holds it.
 			change.PolicyName, change.MatchingConditions, change.BodyHash = head.PolicyName, head.MatchingConditions, head.BodyHash
+			change.Tenant = after.Tenant
 		}
 		d.Catalog = after
 	}
@@ -152,9 +166,9 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head 
 
 func strPtr(s string) *string { return &s }
 
-// entry is a VALID catalog entry for a checked body, and the body's
-// header.
-func entry(c policy.Checked, now time.Time) (*events.PolicyCatalogEntry, policy.Header) {
+// entry is a VALID catalog entry for a checked body owned by tenant ("":
+// global), and the body's header.
+func entry(c policy.Checked, tenant string, now time.Time) (*events.PolicyCatalogEntry, policy.Header) {
 	h := c.Header()
 	return &events.PolicyCatalogEntry{
 		PolicyID:      c.PolicyID,
@@ -164,6 +178,7 @@ func entry(c policy.Checked, now time.Time) (*events.PolicyCatalogEntry, policy.
 		BodyHash:      h.BodyHash,
 		Status:        events.StatusValid,
 		UpdatedAt:     now,
+		Tenant:        tenant,
 	}, h
 }
 
@@ -172,7 +187,7 @@ func entry(c policy.Checked, now time.Time) (*events.PolicyCatalogEntry, policy.
 // policy.Check gave.
 func sameEntry(a, b *events.PolicyCatalogEntry) bool {
 	return a.PolicyID == b.PolicyID && a.PolicyName == b.PolicyName && a.PolicyVersion == b.PolicyVersion &&
-		a.Status == b.Status && deref(a.Error) == deref(b.Error) && a.Body == b.Body
+		a.Status == b.Status && deref(a.Error) == deref(b.Error) && a.Body == b.Body && a.Tenant == b.Tenant
 }
 
 func deref(s *string) string {

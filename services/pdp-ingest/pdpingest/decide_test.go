@@ -45,7 +45,7 @@ func catalogEntry(t *testing.T, b policy.Body) *events.PolicyCatalogEntry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _ := entry(c, time.UnixMilli(1).UTC())
+	e, _ := entry(c, "", time.UnixMilli(1).UTC())
 	return e
 }
 
@@ -94,6 +94,19 @@ func removed(names ...string) *events.PdpNotification {
 
 func pushed(bodies ...string) *events.PdpNotification {
 	return &events.PdpNotification{NotificationID: "n-3", Source: "north-api", PushedBodies: bodies}
+}
+
+// pushedBy is bodies pushed for tenant, as the admission stage pushes
+// settings policies.
+func pushedBy(tenant string, bodies ...string) *events.PdpNotification {
+	return &events.PdpNotification{NotificationID: "n-4", Source: "admission", PushedBodies: bodies, Tenant: tenant}
+}
+
+// owned is e belonging to tenant.
+func owned(e *events.PolicyCatalogEntry, tenant string) *events.PolicyCatalogEntry {
+	c := *e
+	c.Tenant = tenant
+	return &c
 }
 
 func TestRouteNotification(t *testing.T) {
@@ -284,6 +297,18 @@ func TestDecide(t *testing.T) {
 			want: want{catalog: e10, action: events.ActionUpdated, old: "5", new: "10"}},
 		{name: "pushed same version with another body is refused", n: pushed(jsonOf(t, v5other)), current: e5,
 			wantErr: "differs from the body the catalog holds"},
+		{name: "pushed for a tenant: the tenant owns it", n: pushedBy("acme", jsonOf(t, v5)),
+			want: want{catalog: owned(e5, "acme"), action: events.ActionUpdated, new: "5"}},
+		{name: "the owner pushes a newer version", n: pushedBy("acme", jsonOf(t, v6)), current: owned(e5, "acme"),
+			want: want{catalog: owned(e6, "acme"), action: events.ActionUpdated, old: "5", new: "6"}},
+		{name: "a global policy becomes a tenant's", n: pushedBy("acme", jsonOf(t, v6)), current: e5,
+			want: want{catalog: owned(e6, "acme"), action: events.ActionUpdated, old: "5", new: "6"}},
+		{name: "another tenant may not push over a tenant's policy", n: pushedBy("globex", jsonOf(t, v6)), current: owned(e5, "acme"),
+			wantErr: `policy DCAE.Config_VM_MEMORY belongs to tenant "acme"; a notification of tenant "globex" may not change it`},
+		{name: "a global push may not replace a tenant's policy", n: pushed(jsonOf(t, v6)), current: owned(e5, "acme"),
+			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
+		{name: "the PDP may not remove a tenant's policy", n: removed(memID + ".5.xml"), current: owned(e5, "acme"), pdp: nil,
+			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
 	}
 	now := time.UnixMilli(1).UTC()
 	for _, tc := range tests {
@@ -356,6 +381,9 @@ func TestDecide(t *testing.T) {
 				if c.PolicyName != h.PolicyName || c.MatchingConditions != h.MatchingConditions || c.BodyHash != h.BodyHash || d.Catalog.BodyHash != h.BodyHash {
 					t.Fatalf("UPDATED change carries name %q conditions %s hash %s, catalog hash %s; want those of the catalog's body %+v",
 						c.PolicyName, c.MatchingConditions, c.BodyHash, d.Catalog.BodyHash, h)
+				}
+				if c.Tenant != d.Catalog.Tenant {
+					t.Fatalf("UPDATED change carries tenant %q, the catalog entry %q", c.Tenant, d.Catalog.Tenant)
 				}
 				if c.MatchingConditions != `{"ConfigName":"vm_memory","ONAPName":"DCAE"}` {
 					t.Fatalf("UPDATED change carries conditions %s", c.MatchingConditions)

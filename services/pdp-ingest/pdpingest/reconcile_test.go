@@ -31,7 +31,7 @@ func catalogOf(t *testing.T, b policy.Body) *events.PolicyCatalogEntry {
 	if !ok {
 		t.Fatalf("body %v is not valid: %v", b, sel.Reasons)
 	}
-	e, _ := entry(c, time.Now())
+	e, _ := entry(c, "", time.Now())
 	return e
 }
 

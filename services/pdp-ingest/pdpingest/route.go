@@ -34,6 +34,9 @@ type Route struct {
 	// Pushed are the pushed bodies as policy.Check accepted them, in
 	// order.
 	Pushed []policy.Checked
+	// Tenant owns the pushed bodies ("" global); what the PDP answers is
+	// always global.
+	Tenant string
 }
 
 // RouteNotification checks a notification received under key and says how
@@ -59,6 +62,7 @@ func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 				LoadedPolicies:  []events.LoadedPolicy{},
 				RemovedPolicies: []events.UnloadedPolicy{},
 				PushedBodies:    []string{},
+				Tenant:          n.Tenant,
 			}
 			byID[id] = p
 			ids = append(ids, id)
@@ -108,5 +112,6 @@ func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 		PolicyID: ids[0],
 		AskPDP:   len(n.LoadedPolicies) > 0 || len(n.RemovedPolicies) > 0,
 		Pushed:   pushed,
+		Tenant:   n.Tenant,
 	}, nil
 }
