@@ -35,11 +35,17 @@ type entry struct {
 	// rev is the catalog revision of this version (0: a record from
 	// before revisions).
 	rev int64
+	// owner is the tenant the policy belongs to, "" when global.
+	owner string
 }
 
-// newEntry is the entry of a policy_id from its header and catalog
-// revision.
-func newEntry(policyID string, h policy.Header, rev int64) (*entry, error) {
+// mayGo reports whether comp may hold the entry (policy.MayHold): a
+// filter or a policy_id never brings another tenant's policy.
+func (e *entry) mayGo(comp *component) bool { return policy.MayHold(comp.tenant, e.owner) }
+
+// newEntry is the entry of a policy_id from its header, catalog revision
+// and owner.
+func newEntry(policyID string, h policy.Header, rev int64, owner string) (*entry, error) {
 	if h.PolicyName == "" {
 		return nil, badInput("policy %s: no policyName", policyID)
 	}
@@ -58,7 +64,7 @@ func newEntry(policyID string, h policy.Header, rev int64) (*entry, error) {
 		return nil, badInput("policy %s: %v", policyID, err)
 	}
 	ver, ok := policy.ParseVersion(h.PolicyVersion)
-	return &entry{id: id, name: h.PolicyName, version: h.PolicyVersion, ver: ver, verOK: ok, hash: unique.Make(h.BodyHash), header: header, rev: rev}, nil
+	return &entry{id: id, name: h.PolicyName, version: h.PolicyVersion, ver: ver, verOK: ok, hash: unique.Make(h.BodyHash), header: header, rev: rev, owner: owner}, nil
 }
 
 // policy is the entry as the matcher's deltas name it: by reference, the
@@ -131,7 +137,7 @@ func (c *Catalog) Apply(policyID string, e *events.PolicyCatalogEntry, at time.T
 	if err != nil {
 		return badInput("policy %s: %v", policyID, err)
 	}
-	ne, err := newEntry(policyID, h, e.Revision)
+	ne, err := newEntry(policyID, h, e.Revision, e.Tenant)
 	if err != nil {
 		return err
 	}
@@ -168,7 +174,7 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 			// change (pdp-ingest sends one to each) already applied it.
 			return false, nil
 		}
-		ne, err := newEntry(id, h, ch.Revision)
+		ne, err := newEntry(id, h, ch.Revision, ch.Tenant)
 		if err != nil {
 			return false, fmt.Errorf("change %s: %w", ch.ChangeID, err)
 		}

@@ -34,6 +34,11 @@
 //   - The first time a component is registered, and on a catch-up of a
 //     component whose collection was never written, a delta is sent even
 //     when it is empty, so that its (possibly empty) collection is written.
+//   - A component gets global policies and its own tenant's only
+//     (policy.MayHold, with the owner each catalog entry and change
+//     carries): neither a policy_id nor a filter such as ".*" brings it
+//     another tenant's policy, and one it holds that stops being allowed is
+//     removed.
 //   - A tombstone of a component sends one delta removing everything it
 //     has (the executor uninstalls it because deploy.components holds the
 //     tombstone) and the matcher forgets it.

@@ -257,7 +257,7 @@ func (m *Matcher) evaluate(p *Partition, policyID string) []outDelta {
 	want := map[*component]string{}
 	if e != nil {
 		for comp := range p.byID[policyID] {
-			if !comp.frozen {
+			if !comp.frozen && e.mayGo(comp) {
 				want[comp] = ByIDFilterID
 			}
 		}
@@ -269,7 +269,7 @@ func (m *Matcher) evaluate(p *Partition, policyID string) []outDelta {
 			}
 			for _, k := range keys {
 				for comp := range p.byKey[k].users {
-					if _, done := want[comp]; done || comp.frozen {
+					if _, done := want[comp]; done || comp.frozen || !e.mayGo(comp) {
 						continue
 					}
 					if group, ok := firstFilter(comp, matched); ok {
@@ -403,7 +403,7 @@ func (m *Matcher) wantedOne(p *Partition, comp *component) map[string]string {
 		return w
 	}
 	for _, id := range comp.ids {
-		if _, ok := m.catalog.entries[id]; ok {
+		if e, ok := m.catalog.entries[id]; ok && e.mayGo(comp) {
 			w[id] = ByIDFilterID
 		}
 	}
@@ -427,7 +427,7 @@ func (m *Matcher) wantedOne(p *Partition, comp *component) map[string]string {
 	}
 	matched := map[*sharedFilter]bool{}
 	for id, e := range m.catalog.entries {
-		if _, ok := w[id]; ok {
+		if _, ok := w[id]; ok || !e.mayGo(comp) {
 			continue
 		}
 		candidate := false
@@ -479,7 +479,7 @@ func (m *Matcher) wantedMany(p *Partition, sel []*component, only map[*component
 	for _, comp := range sel {
 		w := map[string]string{}
 		for _, id := range comp.ids {
-			if _, ok := m.catalog.entries[id]; ok {
+			if e, ok := m.catalog.entries[id]; ok && e.mayGo(comp) {
 				w[id] = ByIDFilterID
 			}
 		}
@@ -500,7 +500,7 @@ func (m *Matcher) wantedMany(p *Partition, sel []*component, only map[*component
 		}
 		for _, k := range keys {
 			for comp := range p.byKey[k].users {
-				if comp.frozen || (only != nil && !only[comp]) {
+				if comp.frozen || (only != nil && !only[comp]) || !e.mayGo(comp) {
 					continue
 				}
 				w := out[comp]

@@ -121,6 +121,23 @@ func comp(id, dep string, ids []string, filters ...events.PolicyFilter) *events.
 	}
 }
 
+// ownedEntry, ownedChange and ofTenant give a catalog entry, a change
+// and a component to tenant.
+func ownedEntry(tenant string, e *events.PolicyCatalogEntry) *events.PolicyCatalogEntry {
+	e.Tenant = tenant
+	return e
+}
+
+func ownedChange(tenant string, ch *events.PolicyChange) *events.PolicyChange {
+	ch.Tenant = tenant
+	return ch
+}
+
+func ofTenant(tenant string, c *events.Component) *events.Component {
+	c.Tenant = tenant
+	return c
+}
+
 func collection(id, dep string, policies ...events.Policy) *events.ComponentPolicies {
 	return &events.ComponentPolicies{ComponentID: id, DeploymentID: dep, Policies: policies, UpdatedAt: t0,
 		Notify: events.NotifyTarget{Kind: events.NotifyNone}}
@@ -240,6 +257,9 @@ const (
 	multiA = "DCAE.Config_multi_A"
 	multiB = "DCAE.Config_multi_B"
 	other  = "ONAP.Config_other"
+	// The admission stage's settings policies of two tenants.
+	globexSettings = "admission.dep-globex.web"
+	acmeSettings   = "admission.dep-acme.web"
 )
 
 var (
@@ -300,6 +320,48 @@ func TestMatcherScenarios(t *testing.T) {
 				{name: "a change decided before the removal does not bring it back", do: onChange(atRev(updated(memID, "5", "223", nil), 35))},
 				{name: "a later change does", do: onChange(atRev(updated(memID, "", "223", nil), 50)),
 					want: []string{"d1 c1 +policy_ids:DCAE.Config_VM_MEMORY@223"}},
+			},
+		},
+		{
+			name: "tenants: a component gets global policies and its tenant's, never another tenant's, by id or by filter",
+			setup: setup{
+				catalog: []*events.PolicyCatalogEntry{
+					catalogEntry(memID, "5", nil),
+					ownedEntry("globex", catalogEntry(globexSettings, "1", nil)),
+				},
+			},
+			steps: []step{
+				{name: "acme asks for everything and for globex's settings by id: global only",
+					do:   onComponent(ofTenant("acme", comp("acme-c", "acme-d", []string{globexSettings}, filter("all", ".*", "")))),
+					want: []string{"acme-d acme-c +all:DCAE.Config_VM_MEMORY@5"}},
+				{name: "globex asks for everything: global and its own",
+					do:   onComponent(ofTenant("globex", comp("globex-c", "globex-d", nil, filter("all", ".*", "")))),
+					want: []string{"globex-d globex-c +all:DCAE.Config_VM_MEMORY@5 +all:admission.dep-globex.web@1"}},
+				{name: "a new version of globex's settings goes to globex only",
+					do:   onChange(ownedChange("globex", updated(globexSettings, "1", "2", nil))),
+					want: []string{"globex-d globex-c ~admission.dep-globex.web@2"}},
+				{name: "acme's own settings go to acme only",
+					do:   onChange(ownedChange("acme", updated(acmeSettings, "", "1", nil))),
+					want: []string{"acme-d acme-c +all:admission.dep-acme.web@1"}},
+				{name: "a catch-up finds nothing to do", do: onCatchup("")},
+				{name: "a component with no tenant gets global policies only",
+					do:   onComponent(comp("ops-c", "ops-d", []string{acmeSettings}, filter("all", ".*", ""))),
+					want: []string{"ops-d ops-c +all:DCAE.Config_VM_MEMORY@5"}},
+			},
+		},
+		{
+			name: "tenants: a restored component caught up gets no other tenant's policy",
+			setup: setup{
+				catalog: []*events.PolicyCatalogEntry{
+					catalogEntry(memID, "5", nil),
+					ownedEntry("globex", catalogEntry(globexSettings, "1", nil)),
+				},
+				comps: []*events.Component{ofTenant("acme", comp("acme-c", "acme-d", []string{globexSettings}, filter("all", ".*", "")))},
+				has:   []*events.ComponentPolicies{collection("acme-c", "acme-d", pol(globexSettings, "1", nil))},
+			},
+			steps: []step{
+				{name: "the catch-up takes globex's settings away and gives the global policy", do: onCatchup(""),
+					want: []string{"acme-d acme-c catch-up -admission.dep-globex.web@1 +all:DCAE.Config_VM_MEMORY@5"}},
 			},
 		},
 		{

@@ -40,8 +40,10 @@ type compFilter struct {
 type component struct {
 	id         string
 	deployment string
-	ids        []string
-	filters    []compFilter
+	// tenant decides which policies it may hold (policy.MayHold).
+	tenant  string
+	ids     []string
+	filters []compFilter
 	// frozen is a component whose only definition on record has a filter
 	// that cannot be compiled: what it wants is unknown, so it is left as
 	// it is (never matched, never stripped) until a valid definition or a
@@ -239,7 +241,7 @@ func (p *Partition) register(componentID string, c *events.Component) (*componen
 		return nil, err
 	}
 	p.unregister(componentID)
-	comp := &component{id: componentID, deployment: keep(c.DeploymentID)}
+	comp := &component{id: componentID, deployment: keep(c.DeploymentID), tenant: keep(c.Tenant)}
 	seen := make(map[string]bool, len(c.PolicyIDs))
 	for _, id := range c.PolicyIDs {
 		if id == "" || seen[id] {
