@@ -12,6 +12,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -127,6 +128,29 @@ func roleNames(roles []auth.Role) string {
 		s[i] = string(r)
 	}
 	return strings.Join(s, ", ")
+}
+
+// mayReadPolicy reports whether p may see the catalog entry e: a tenant
+// sees global policies and its own (policy.MayHold, the rule the matcher
+// applies to components), other roles every policy. Where it is false a
+// read answers as if the policy did not exist.
+func mayReadPolicy(p auth.Principal, e *catalogEntry) bool {
+	return p.Role != auth.RoleTenant || policy.MayHold(p.Tenant, e.Tenant)
+}
+
+// mayHoldPolicies refuses a registration whose policy_ids name a policy
+// of another tenant than the component's (policy.MayHold): the matcher
+// would never give it to the component. A policy_id the catalog does not
+// hold yet is accepted; if it comes as another tenant's, the matcher
+// leaves it out.
+func (s *Server) mayHoldPolicies(c *events.Component) *httpError {
+	for i, id := range c.PolicyIDs {
+		if e, ok := s.catalog.get(id); ok && !policy.MayHold(c.Tenant, e.Tenant) {
+			return errorf(http.StatusForbidden, "component %s: policy_ids[%d] %s belongs to another tenant; a component of tenant %q may hold global policies and its own tenant's only: remove it from policy_ids",
+				c.ComponentID, i, id, c.Tenant)
+		}
+	}
+	return nil
 }
 
 // mayWriteComponent refuses a tenant's write of a component that is not

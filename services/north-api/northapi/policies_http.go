@@ -15,6 +15,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -274,7 +275,8 @@ func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *httpError
 		return e
 	}
 	e, ok := s.catalog.get(id)
-	if !ok {
+	if !ok || !mayReadPolicy(principalOf(r.Context()), e) {
+		// Another tenant's policy answers as one that does not exist.
 		hint := "the PDP has not announced it, or it was removed; announce it with POST /v1/pdp/notifications or push it with POST /v1/policies"
 		if derived, err := policy.PolicyID(id); err == nil && derived != id {
 			hint = fmt.Sprintf("%q is a full policyName; ask for its policy_id %q", id, derived)
@@ -357,7 +359,7 @@ func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpErr
 		return e
 	}
 	out := map[string]LatestPolicy{}
-	for _, e := range s.catalog.matching(cf) {
+	for _, e := range s.catalog.matching(cf, principalOf(r.Context())) {
 		out[e.PolicyID] = LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -379,8 +381,14 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	if err := CheckID("service_component_name", scn); err != nil {
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.mayReadFolder(principalOf(r.Context()), scn); e != nil {
+	caller := principalOf(r.Context())
+	if e := s.mayReadFolder(caller, scn); e != nil {
 		return e
+	}
+	if caller.Role == auth.RoleTenant {
+		if e := s.needViews(topology.PolicyCatalog); e != nil {
+			return e
+		}
 	}
 	q := (&capi.QueryOptions{}).WithContext(r.Context())
 	kv := s.consul.KV()
@@ -402,9 +410,14 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	items := []json.RawMessage{}
 	event := json.RawMessage("null")
 	for _, p := range pairs {
-		_, isItem := consulkv.ItemPolicyID(scn, p.Key)
+		pid, isItem := consulkv.ItemPolicyID(scn, p.Key)
 		switch rest := strings.TrimPrefix(p.Key, prefix); {
 		case isItem:
+			// A tenant is not shown another tenant's policy, even one
+			// written to its folder before owners were checked.
+			if e, ok := s.catalog.get(pid); ok && !mayReadPolicy(caller, e) {
+				continue
+			}
 			items = append(items, consulValue(p.Value))
 		case p.Key == consulkv.EventKey(scn):
 			event = consulValue(p.Value)

@@ -140,7 +140,7 @@ func (s *Server) checkScriptNotification(c *events.Component) error {
 	}
 	bodies := map[string]int{}
 	for _, id := range c.PolicyIDs {
-		if e, ok := s.catalog.get(id); ok && len(e.Body) > 0 {
+		if e, ok := s.catalog.get(id); ok && len(e.Body) > 0 && policy.MayHold(c.Tenant, e.Tenant) {
 			bodies[id] = len(e.Body)
 		}
 	}
@@ -158,7 +158,7 @@ func (s *Server) checkScriptNotification(c *events.Component) error {
 			ix.Add(f.FilterID, cf)
 		}
 		s.catalog.each(func(e *catalogEntry) {
-			if len(e.Body) > 0 && len(ix.Matches(e.decoded)) > 0 {
+			if len(e.Body) > 0 && policy.MayHold(c.Tenant, e.Tenant) && len(ix.Matches(e.decoded)) > 0 {
 				bodies[e.PolicyID] = len(e.Body)
 			}
 		})

@@ -96,15 +96,16 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpErro
 	if e := s.needViews(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
 	}
+	p := principalOf(r.Context())
 	e, ok := s.catalog.get(id)
-	if !ok {
+	if !ok || !mayReadPolicy(p, e) {
+		// Another tenant's policy answers as one that does not exist.
 		return errorf(http.StatusNotFound, "policy %s is not in the catalog: no version of it is loaded (GET /policy_latest/%s says the same)", id, id)
 	}
 	out := Rollout{PolicyID: id, Version: e.PolicyVersion, PolicyName: e.PolicyName, Status: e.Status,
 		OtherVersions: map[string]int{}, FailedComponents: []RolloutFailure{}, PendingComponents: []RolloutPending{}}
-	p := principalOf(r.Context())
 	var told []rolloutTarget // in Consul, with a notify target: the claim says the rest
-	for _, c := range s.components.wanting(id, e.decoded) {
+	for _, c := range s.components.wanting(e) {
 		if p.Role == auth.RoleTenant && c.Tenant != p.Tenant {
 			continue
 		}
@@ -206,15 +207,19 @@ func (s *Server) claims(ctx context.Context, targets []rolloutTarget) ([]*consul
 	return out, nil
 }
 
-// wanting returns the registered components that should hold the policy
-// whose latest body is body: those naming its policy_id, and those with a
-// filter that matches the body, sorted by component_id.
-func (v *componentsView) wanting(policyID string, body policy.Body) []*events.Component {
+// wanting returns the registered components that should hold the
+// catalog entry e: those naming its policy_id, and those with a filter
+// that matches its latest body, that may hold it (policy.MayHold), sorted
+// by component_id.
+func (v *componentsView) wanting(e *catalogEntry) []*events.Component {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []*events.Component
 	for _, c := range v.byID {
-		if slices.Contains(c.PolicyIDs, policyID) || filtersMatch(c.PolicyFilters, body) {
+		if !policy.MayHold(c.Tenant, e.Tenant) {
+			continue
+		}
+		if slices.Contains(c.PolicyIDs, e.PolicyID) || filtersMatch(c.PolicyFilters, e.decoded) {
 			out = append(out, c)
 		}
 	}

@@ -142,8 +142,12 @@ func (s *Server) readClaims(ctx context.Context, comps []*events.Component) (map
 }
 
 // wants reports whether a registered component should have a catalog
-// entry: by policy_id or by one of its filters.
+// entry: one it may hold (policy.MayHold), by policy_id or by one of its
+// filters.
 func wants(c *events.Component, e *catalogEntry, compiled map[events.PolicyFilter]*policy.CompiledFilter) bool {
+	if !policy.MayHold(c.Tenant, e.Tenant) {
+		return false
+	}
 	if slices.Contains(c.PolicyIDs, e.PolicyID) {
 		return true
 	}

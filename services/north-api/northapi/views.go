@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -23,7 +24,9 @@ type catalogEntry struct {
 	Body          json.RawMessage // the latest valid policy_body, as stored
 	// ChangedAt is when the entry was written to policy.catalog.
 	ChangedAt time.Time
-	decoded   policy.Body
+	// Tenant owns the policy; "" is global (policy.MayHold).
+	Tenant  string
+	decoded policy.Body
 }
 
 // catalogView is policy.catalog: the latest valid body per policy_id.
@@ -64,6 +67,7 @@ func (v *catalogView) apply(ctx context.Context, rec *kgo.Record) error {
 		Status:        e.Status,
 		Body:          json.RawMessage(e.Body),
 		ChangedAt:     rec.Timestamp,
+		Tenant:        e.Tenant,
 		decoded:       b,
 	}
 	v.mu.Unlock()
@@ -87,12 +91,16 @@ func (v *catalogView) each(f func(*catalogEntry)) {
 	}
 }
 
-// matching returns the entries whose body matches f, sorted by policy_id.
-func (v *catalogView) matching(f *policy.CompiledFilter) []*catalogEntry {
+// matching returns the entries whose body matches f and that p may read
+// (mayReadPolicy), sorted by policy_id.
+func (v *catalogView) matching(f *policy.CompiledFilter, p auth.Principal) []*catalogEntry {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	var out []*catalogEntry
 	for _, e := range v.byID {
+		if !mayReadPolicy(p, e) {
+			continue
+		}
 		if ok, _ := f.Match(e.decoded); ok {
 			out = append(out, e)
 		}
