@@ -39,7 +39,7 @@ var (
 	// (the handler checks the component's tenant).
 	ownComponents = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
 	// readers read; tenants only what belongs to their tenant (the
-	// handler checks) or what is not tenant-scoped (policies).
+	// handler checks), and global policies and their tenant's.
 	readers = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant}}
 	// statusReaders see the whole pipeline (every tenant's components):
 	// not tenants.

@@ -55,17 +55,20 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	if e := s.claimFolder(id, c.ServiceComponentName); e != nil {
 		return e
 	}
-	if len(c.PolicyIDs) > 0 || c.Notify.Kind == events.NotifyScript {
+	if c.Notify.Kind == events.NotifyScript {
 		if e := s.needViews(topology.PolicyCatalog); e != nil {
 			return e
 		}
-	}
-	if e := s.mayHoldPolicies(c); e != nil {
-		return e
-	}
-	if c.Notify.Kind == events.NotifyScript {
 		if err := s.checkScriptNotification(c); err != nil {
 			return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+		}
+	}
+	if len(c.PolicyIDs) > 0 {
+		if e := s.needViews(topology.PolicyCatalog); e != nil {
+			return e
+		}
+		if e := s.mayHoldPolicies(c); e != nil {
+			return e
 		}
 	}
 	value, err := s.env.Codec.Encode(c)

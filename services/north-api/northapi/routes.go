@@ -21,7 +21,7 @@ type route struct {
 // scoped further in the handlers: to components whose tenant is theirs
 // and to those components' folders, to their deployments, and to the
 // application policies assigned to them or to every tenant; PDP policies
-// are not tenant-scoped.
+// to global ones and their tenant's (policy.MayHold).
 func (s *Server) routeTable() []route {
 	return append([]route{
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
