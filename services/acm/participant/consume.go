@@ -48,6 +48,9 @@ func (p *Participant) consume(ctx context.Context, base []kgo.Opt) error {
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout), kgo.HeartbeatInterval(p.cfg.SessionTimeout/5))
 	}
+	if p.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("participant %s: create the consumer of %s: %w", p.cfg.ParticipantID, topic, err)
