@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -184,6 +185,7 @@ func (r *ACMBench) lag(ctx context.Context, k runtime.Kafka, prod *kgo.Client, t
 	}
 	defer stop()
 	codec := events.Default()
+	var failed error // of a write
 	interval := time.Second / time.Duration(r.LagRatePerS)
 	start := time.Now()
 	for i := range r.LagChanges {
@@ -196,11 +198,18 @@ func (r *ACMBench) lag(ctx context.Context, k runtime.Kafka, prod *kgo.Client, t
 		if err != nil {
 			return err
 		}
+		// The lag runs from the moment of writing: a time taken in the
+		// broker's acknowledgement came after some replicas had applied
+		// the change (negative lags), or never (a zero time, lags of
+		// centuries).
+		mu.Lock()
+		sent[i] = time.Now()
+		mu.Unlock()
 		idx := i
 		prod.Produce(ctx, &kgo.Record{Topic: k.Topic(topology.ACMRuntime), Key: []byte("bench"), Value: b}, func(_ *kgo.Record, err error) {
-			if err == nil {
+			if err != nil {
 				mu.Lock()
-				sent[idx] = time.Now()
+				failed = errors.Join(failed, fmt.Errorf("write change %d to acm.runtime: %w", idx, err))
 				mu.Unlock()
 			}
 		})
@@ -212,10 +221,17 @@ func (r *ACMBench) lag(ctx context.Context, k runtime.Kafka, prod *kgo.Client, t
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	if failed != nil {
+		return failed
+	}
 	lags := make([]float64, 0, r.LagChanges)
 	for i := range r.LagChanges {
 		last := slices.MaxFunc(applied[i][1:], func(a, b time.Time) int { return a.Compare(b) })
-		lags = append(lags, float64(last.Sub(sent[i]).Microseconds())/1000)
+		lag := last.Sub(sent[i])
+		if lag < 0 {
+			return fmt.Errorf("change %d was applied %s before it was written: the clock of the bench is wrong", i, -lag)
+		}
+		lags = append(lags, float64(lag.Microseconds())/1000)
 	}
 	slices.Sort(lags)
 	r.LagP50Ms, r.LagP99Ms, r.LagMaxMs = lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1]

@@ -99,7 +99,12 @@ type Config struct {
 	// SessionTimeout is how long the group waits for a silent replica
 	// before giving its operations to others (0: the client's 45 s).
 	SessionTimeout time.Duration
-	Log            zerolog.Logger
+	// InstanceID, when set, makes the replica a static member of the
+	// participant's group (unique among its replicas and the same across
+	// restarts, e.g. a pod name): restarted, it takes its operations'
+	// partitions back at once instead of after SessionTimeout.
+	InstanceID string
+	Log        zerolog.Logger
 	// Codec encodes and decodes records (events.Default() when nil).
 	Codec *events.Codec
 	// OnApply, when set, is told of every acm.sync record of the

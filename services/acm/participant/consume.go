@@ -48,6 +48,9 @@ func (p *Participant) consume(ctx context.Context, base []kgo.Opt) error {
 	if p.cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout), kgo.HeartbeatInterval(p.cfg.SessionTimeout/5))
 	}
+	if p.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("participant %s: create the consumer of %s: %w", p.cfg.ParticipantID, topic, err)
@@ -302,14 +305,32 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 		}
 		tasks = []*task{{key: acm.CompositionKey(p.cfg.ParticipantID, comp), el: events.OperationElement{ElementID: comp, Properties: def}, defs: op.Elements}}
 	}
+	run := tasks[:0]
 	for _, t := range tasks {
 		p.mu.Lock()
 		if st, ok := p.state[t.key]; ok {
 			t.prev = &st
 		}
 		p.mu.Unlock()
+		if ended(t.prev, op.MessageID) {
+			p.log.Info().Str("operation", op.MessageID).Str("key", t.key).Str("state", t.prev.State).
+				Msg("operation already ended for this element (a replica that died ran it, or replica-sync timed it out); not run again")
+			continue
+		}
+		run = append(run, t)
 	}
-	return op, tasks, nil
+	return op, run, nil
+}
+
+// ended reports whether the replicas' state of an element says operation
+// opID already ended there: a replica ran it to a result, or replica-sync
+// marked it TIMEOUT (its replica died). A replica that takes the
+// operation's partition over from a dead one (its offset not yet
+// committed) then leaves it: a TIMEOUT is final until an operator or the
+// runtime asks again, with a new operation. An operation still in a
+// transitional state is run again (its replica died mid-way).
+func ended(prev *events.ReplicaState, opID string) bool {
+	return prev != nil && opID != "" && prev.OperationID == opID && !acm.InTransition(prev.State)
 }
 
 // definition is the properties of a primed composition: its element

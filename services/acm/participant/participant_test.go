@@ -436,11 +436,23 @@ func TestKilledReplica(t *testing.T) {
 	}
 	until("TIMEOUT after the operation's 300ms", func(m map[string][]string) bool { return contains(m[ek], "TIMEOUT@victim") })
 	until("the victim OFF_LINE", func(m map[string][]string) bool { return contains(m[rk], "OFF_LINE@victim") })
-	// Another replica takes the operation the victim never finished.
+	// Another replica takes the victim's partition; the operation it
+	// never finished was timed out, which is final: r2 does not run it
+	// again, until the runtime asks again with a new operation.
 	r2 := h.replica(t, "r2")
+	again := h.op(t, deploy("i1", 1, `{}`, "e1"))
 	waitState(t, r2, "i1/e1 DEPLOYED", elementIs("i1", "e1", acm.Deployed))
-	if st, _ := r2.ElementState("i1", "e1"); st.ReplicaID != "r2" || st.OperationID != id {
-		t.Errorf("i1/e1 %+v, want DEPLOYED by r2 for operation %s", st, id)
+	if st, _ := r2.ElementState("i1", "e1"); st.ReplicaID != "r2" || st.OperationID != again {
+		t.Errorf("i1/e1 %+v, want DEPLOYED by r2 for the new operation %s", st, again)
+	}
+	until("DEPLOYED by r2", func(m map[string][]string) bool { return contains(m[ek], "DEPLOYED@r2") })
+	for _, r := range syncRecs.Records() {
+		if string(r.Key) != ek || r.Value == nil {
+			continue
+		}
+		if st := stagetest.Decode[*events.ReplicaState](t, r); st.ReplicaID == "r2" && st.OperationID == id {
+			t.Errorf("r2 ran operation %s again after it was timed out: %s", id, st.State)
+		}
 	}
 	if got := r2.Replicas()["victim"]; got.State != acm.OffLine {
 		t.Errorf("registry entry of the victim %+v, want OFF_LINE", got)
@@ -493,4 +505,26 @@ func TestRegistrationHeartbeatsAndDeregistration(t *testing.T) {
 		_, ok := reg["r2"]
 		return !ok && reg["r1"].State == acm.OnLine
 	})
+}
+
+// An operation whose element the replicas' state shows ended (a result,
+// or replica-sync's TIMEOUT) is not run again by the replica that takes
+// its partition over; one still in transition, or another operation, is.
+func TestEndedOperationsAreNotRunAgain(t *testing.T) {
+	for _, tc := range []struct {
+		prev *events.ReplicaState
+		op   string
+		want bool
+	}{
+		{nil, "op1", false},
+		{&events.ReplicaState{State: acm.Timeout, OperationID: "op1"}, "op1", true},
+		{&events.ReplicaState{State: acm.Deployed, OperationID: "op1"}, "op1", true},
+		{&events.ReplicaState{State: acm.Deploying, OperationID: "op1"}, "op1", false},
+		{&events.ReplicaState{State: acm.Timeout, OperationID: "op1"}, "op2", false},
+		{&events.ReplicaState{State: acm.Timeout}, "", false},
+	} {
+		if got := ended(tc.prev, tc.op); got != tc.want {
+			t.Errorf("ended(%+v, %q) = %v, want %v", tc.prev, tc.op, got, tc.want)
+		}
+	}
 }

@@ -10,11 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
 	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -202,6 +204,9 @@ func (s *Server) getParticipant(w http.ResponseWriter, r *http.Request) *httpErr
 type SyncAnswer struct {
 	ParticipantID string `json:"participantId,omitempty"`
 	RequestID     string `json:"requestId"`
+	// Partitions are the acm.runtime partitions a resync of every
+	// participant was written to (one each, for the member owning it).
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // syncAll serves PUT /v2/participants/sync; a PUT on a participant is not
@@ -227,11 +232,45 @@ func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *httpE
 	}
 	m := &events.ParticipantMessage{MessageID: newID(), ParticipantID: id, ReplicaID: "north-api", Kind: acm.MsgSync,
 		Properties: "{}", SentAt: time.Now().UTC().Truncate(time.Millisecond)}
-	if e := s.produceEvent(r.Context(), topology.ACMRuntime, id, m); e != nil {
+	if id != "" {
+		if e := s.produceEvent(r.Context(), topology.ACMRuntime, id, m); e != nil {
+			return e
+		}
+		writeJSON(w, http.StatusAccepted, SyncAnswer{ParticipantID: id, RequestID: m.MessageID})
+		return nil
+	}
+	// Every participant: replica-sync's member that owns a partition of
+	// acm.runtime rewrites the participants keyed to it, so the request
+	// goes to every partition.
+	n, e := s.produceEveryPartition(r.Context(), topology.ACMRuntime, "", m)
+	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusAccepted, SyncAnswer{ParticipantID: id, RequestID: m.MessageID})
+	writeJSON(w, http.StatusAccepted, SyncAnswer{RequestID: m.MessageID, Partitions: int(n)})
 	return nil
+}
+
+// produceEveryPartition writes ev to every partition of topic, for the
+// requests each partition's owner acts on for its own keys (a catch-up, a
+// resync of every participant), and returns the partition count.
+func (s *Server) produceEveryPartition(ctx context.Context, topic, key string, ev events.Event) (int32, *httpError) {
+	name := s.env.Kafka.Topic(topic)
+	n, err := runtime.PartitionCount(ctx, kadm.NewClient(s.cl), name)
+	if err != nil {
+		return 0, errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
+	}
+	value, err := s.env.Codec.Encode(ev)
+	if err != nil {
+		return 0, errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
+	}
+	var k []byte
+	if key != "" {
+		k = []byte(key)
+	}
+	if err := s.produce(ctx, runtime.EveryPartition(ctx, name, n, k, value)...); err != nil {
+		return 0, s.produceFailed(err)
+	}
+	return n, nil
 }
 
 func (s *Server) produceEvent(ctx context.Context, topic, key string, ev events.Event) *httpError {

@@ -101,24 +101,44 @@ func TestParticipantsAPI(t *testing.T) {
 		return code == http.StatusOK && len(els) == 1 && els[0].(map[string]any)["state"] == acm.Undeployed
 	})
 
-	// Resync: one request per call on acm.runtime for replica-sync.
-	for _, path := range []string{"/v2/participants/sync", "/v2/participants/p1/sync"} {
-		if code, _, raw := s.call(t, http.MethodPut, path, nil); code != http.StatusAccepted {
-			t.Fatalf("PUT %s: %d %s", path, code, raw)
-		}
+	// Resync of every participant: one request on every partition of
+	// acm.runtime, since each replica-sync member rewrites the
+	// participants keyed to the partitions it owns; of one participant:
+	// one request, on that participant's partition.
+	code, body, raw = s.call(t, http.MethodPut, "/v2/participants/sync", nil)
+	parts, _ := body["partitions"].(float64)
+	if code != http.StatusAccepted || parts < 2 {
+		t.Fatalf("PUT /v2/participants/sync: %d %s, want 202 naming the partitions (the test topic has several)", code, raw)
 	}
-	countSyncs := func(recs []*kgo.Record) int {
-		n := 0
+	if code, _, raw := s.call(t, http.MethodPut, "/v2/participants/p1/sync", nil); code != http.StatusAccepted {
+		t.Fatalf("PUT /v2/participants/p1/sync: %d %s", code, raw)
+	}
+	syncs := func(recs []*kgo.Record) (all map[int32]int, one int) {
+		all = map[int32]int{}
 		for _, r := range recs {
-			if r.Value != nil && stagetest.Decode[*events.ParticipantMessage](t, r).Kind == acm.MsgSync {
-				n++
+			if r.Value == nil {
+				continue
+			}
+			if m := stagetest.Decode[*events.ParticipantMessage](t, r); m.Kind == acm.MsgSync && m.ParticipantID == "" {
+				all[r.Partition]++
+			} else if m.Kind == acm.MsgSync && m.ParticipantID == "p1" {
+				one++
 			}
 		}
-		return n
+		return all, one
 	}
-	recs := s.ReadUntil(t, topology.ACMRuntime, 30*time.Second, func(recs []*kgo.Record) bool { return countSyncs(recs) >= 2 })
-	if syncs := countSyncs(recs); syncs != 2 {
-		t.Errorf("%d SYNC requests on acm.runtime, want 2", syncs)
+	recs := s.ReadUntil(t, topology.ACMRuntime, 30*time.Second, func(recs []*kgo.Record) bool {
+		all, one := syncs(recs)
+		return len(all) >= int(parts) && one >= 1
+	})
+	if all, one := syncs(recs); len(all) != int(parts) || one != 1 {
+		t.Errorf("resync of every participant on partitions %v (want each of %d once), of p1 %d times (want 1)", all, int(parts), one)
+	} else {
+		for p, n := range all {
+			if n != 1 {
+				t.Errorf("partition %d got %d resyncs of every participant, want 1", p, n)
+			}
+		}
 	}
 
 	for _, tc := range []struct {

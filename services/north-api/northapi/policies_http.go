@@ -10,14 +10,12 @@ import (
 	"time"
 
 	capi "github.com/hashicorp/consul/api"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
-	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -231,17 +229,9 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 		req.DeploymentID = &d
 		key = d
 	}
-	topic := s.env.Kafka.Topic(topology.CatchupRequests)
-	n, err := runtime.PartitionCount(r.Context(), kadm.NewClient(s.cl), topic)
-	if err != nil {
-		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
-	}
-	value, err := s.env.Codec.Encode(req)
-	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode catch-up request: %v", err)
-	}
-	if err := s.produce(r.Context(), runtime.EveryPartition(r.Context(), topic, n, []byte(key), value)...); err != nil {
-		return s.produceFailed(err)
+	n, e := s.produceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
+	if e != nil {
+		return e
 	}
 	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
 	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: int(n)})

@@ -37,6 +37,10 @@ type Rules struct {
 	// OfflineAfter is how long a replica may stay silent before it is
 	// OFF_LINE (ACM's maxStatusWaitMs; 150 s by default).
 	OfflineAfter time.Duration
+	// ForgetAfter is how long a replica may stay silent before it is
+	// removed from the registry (0: never). Replica ids are per process,
+	// so a killed replica never comes back under its id.
+	ForgetAfter time.Duration
 	// Owns, when set, says whether the participant's messages are on the
 	// acm.runtime partition a TICK or an all-participants SYNC came on:
 	// each partition's owner checks and rewrites only its participants,
@@ -187,8 +191,9 @@ func element(v View, m *events.ParticipantMessage, now time.Time) ([]Change, err
 	return []Change{{Key: key, State: st}}, nil
 }
 
-// tick marks silent replicas OFF_LINE and elements whose operation ran
-// past its deadline TIMEOUT (the replica running it died, or cannot say).
+// tick marks silent replicas OFF_LINE, removes those silent longer than
+// ForgetAfter, and marks elements whose operation ran past its deadline
+// TIMEOUT (the replica running it died, or cannot say).
 func tick(r Rules, v View, now time.Time) []Change {
 	var out []Change
 	keys := v.Keys()
@@ -198,8 +203,11 @@ func tick(r Rules, v View, now time.Time) []Change {
 		if !r.owns(st.ParticipantID) {
 			continue
 		}
+		silent := now.Sub(time.UnixMilli(st.HeartbeatMs))
 		switch {
-		case st.Kind == acm.KindReplica && st.State == acm.OnLine && now.Sub(time.UnixMilli(st.HeartbeatMs)) > r.OfflineAfter:
+		case st.Kind == acm.KindReplica && r.ForgetAfter > 0 && silent > r.ForgetAfter:
+			out = append(out, Change{Key: key})
+		case st.Kind == acm.KindReplica && st.State == acm.OnLine && silent > r.OfflineAfter:
 			n := *st
 			n.State, n.Version, n.UpdatedAt = acm.OffLine, st.Version+1, now
 			n.Detail = fmt.Sprintf("no heartbeat for more than %s (last %s)", r.OfflineAfter, time.UnixMilli(st.HeartbeatMs).UTC().Format(time.RFC3339Nano))

@@ -185,3 +185,25 @@ func TestTickChecksOnlyOwnedParticipants(t *testing.T) {
 		t.Fatalf("resync of p1: %+v", cs)
 	}
 }
+
+// A replica silent for longer than ForgetAfter leaves the registry (it
+// went OFF_LINE before); one that still heartbeats stays; with
+// ForgetAfter 0 a silent replica stays OFF_LINE.
+func TestTickForgetsReplicasGoneLong(t *testing.T) {
+	v := mapView{}
+	decide(t, v, &events.ParticipantMessage{Kind: acm.MsgRegister, ParticipantID: "p1", ReplicaID: "gone", SentAt: t0}, t0)
+	decide(t, v, &events.ParticipantMessage{Kind: acm.MsgRegister, ParticipantID: "p1", ReplicaID: "alive", SentAt: t0}, t0)
+	decide(t, v, &events.ParticipantMessage{Kind: acm.MsgHeartbeat, ParticipantID: "p1", ReplicaID: "alive", SentAt: t0.Add(time.Hour)}, t0.Add(time.Hour))
+	r := Rules{OfflineAfter: time.Minute, ForgetAfter: 30 * time.Minute}
+	cs := decide(t, v, &events.ParticipantMessage{Kind: acm.MsgTick}, t0.Add(10*time.Minute))
+	if len(cs) != 1 || cs[0].Key != acm.ReplicaKey("p1", "gone") || cs[0].State == nil || cs[0].State.State != acm.OffLine {
+		t.Fatalf("after 10 minutes: %+v, want gone OFF_LINE", cs)
+	}
+	cs, err := Decide(r, v, &events.ParticipantMessage{Kind: acm.MsgTick}, t0.Add(time.Hour+time.Second))
+	if err != nil || len(cs) != 1 || cs[0].Key != acm.ReplicaKey("p1", "gone") || cs[0].State != nil {
+		t.Fatalf("after an hour: %+v %v, want gone deleted and alive kept", cs, err)
+	}
+	if cs, _ := Decide(Rules{OfflineAfter: time.Minute}, v, &events.ParticipantMessage{Kind: acm.MsgTick}, t0.Add(time.Hour+time.Second)); len(cs) != 0 {
+		t.Fatalf("without ForgetAfter: %+v, want nothing (gone stays OFF_LINE)", cs)
+	}
+}

@@ -30,14 +30,24 @@ type Config struct {
 	// TickEvery is how often the stage checks silences and operation
 	// deadlines (0: a tenth of OfflineAfter, between 100 ms and 15 s).
 	TickEvery time.Duration
+	// ForgetAfter is how long a replica may stay silent before it is
+	// removed from the registry (0: never).
+	ForgetAfter time.Duration
 }
+
+// DefaultForgetAfter removes a replica an hour after its last heartbeat:
+// replica ids are per process, so one gone that long is not coming back.
+const DefaultForgetAfter = time.Hour
 
 // DefaultConfig reads PF_OFFLINE_AFTER and PF_SYNC_TICK, falling back to
 // the defaults.
 func DefaultConfig() Config {
-	c := Config{OfflineAfter: DefaultOfflineAfter}
+	c := Config{OfflineAfter: DefaultOfflineAfter, ForgetAfter: DefaultForgetAfter}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_OFFLINE_AFTER", "")); err == nil {
 		c.OfflineAfter = d
+	}
+	if d, err := time.ParseDuration(runtime.EnvOr("PF_FORGET_AFTER", "")); err == nil {
+		c.ForgetAfter = d
 	}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_SYNC_TICK", "")); err == nil {
 		c.TickEvery = d
@@ -49,6 +59,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.OfflineAfter, "offline-after", c.OfflineAfter, "a replica silent for longer is OFF_LINE (env PF_OFFLINE_AFTER)")
 	fs.DurationVar(&c.TickEvery, "tick", c.TickEvery, "how often silences and operation deadlines are checked; 0 is a tenth of --offline-after (env PF_SYNC_TICK)")
+	fs.DurationVar(&c.ForgetAfter, "forget-after", c.ForgetAfter, "a replica silent for longer is removed from the registry; 0 keeps it OFF_LINE for ever (env PF_FORGET_AFTER)")
 }
 
 // Validate says what is wrong with the configuration.
@@ -58,6 +69,9 @@ func (c Config) Validate() error {
 	}
 	if c.TickEvery < 0 {
 		return fmt.Errorf("--tick %s: want 0 (automatic) or a positive duration", c.TickEvery)
+	}
+	if c.ForgetAfter < 0 || c.ForgetAfter > 0 && c.ForgetAfter <= c.OfflineAfter {
+		return fmt.Errorf("--forget-after %s: want 0 (never) or longer than --offline-after %s", c.ForgetAfter, c.OfflineAfter)
 	}
 	return nil
 }
@@ -166,7 +180,7 @@ func (s *syncer) setup(ctx context.Context, env runtime.Env) (runtime.Handler, f
 	h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, m runtime.Msg[*events.ParticipantMessage]) ([]runtime.Output, error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		rules := Rules{OfflineAfter: s.cfg.OfflineAfter, Owns: func(participantID string) bool {
+		rules := Rules{OfflineAfter: s.cfg.OfflineAfter, ForgetAfter: s.cfg.ForgetAfter, Owns: func(participantID string) bool {
 			return int32(where.Partition(&kgo.Record{Key: []byte(participantID)}, int(parts))) == m.Partition
 		}}
 		changes, err := Decide(rules, s, m.Value, time.Now())

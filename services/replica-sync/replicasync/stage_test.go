@@ -1,6 +1,7 @@
 package replicasync
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,75 @@ func TestStage(t *testing.T) {
 	dlq := c.Read(t, topology.DLQ(topology.StageReplicaSync), 1, 30*time.Second)
 	if len(dlq) != 1 || !strings.Contains(stagetest.Header(dlq[0], runtime.HeaderError), "names neither an instance element") {
 		t.Fatalf("dead letters: %d, want 1 with the reason", len(dlq))
+	}
+}
+
+// A resync of every participant, written to every partition of
+// acm.runtime as the North API writes it, rewrites every participant's
+// state, whichever member of replica-sync owns its partition.
+func TestResyncEveryParticipantWithSeveralMembers(t *testing.T) {
+	c := stagetest.NewCluster(t, 3, topology.ACMRuntime, topology.ACMSync, topology.DLQ(topology.StageReplicaSync))
+	cfg := Config{OfflineAfter: time.Hour, TickEvery: time.Hour}
+	stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka))
+	stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka))
+	out := c.Reader(t, topology.ACMSync)
+
+	now := time.Now()
+	ps := []string{"p1", "p2", "p3", "p4", "p5", "p6"}
+	where := runtime.Partitioner().ForTopic(c.Kafka.Topic(topology.ACMRuntime))
+	on := map[int]bool{}
+	for _, p := range ps {
+		on[where.Partition(&kgo.Record{Key: []byte(p)}, 3)] = true
+		c.Produce(t, topology.ACMRuntime, p, &events.ParticipantMessage{MessageID: "reg" + p, ParticipantID: p, ReplicaID: "r1", Kind: acm.MsgRegister, SupportedElementTypes: []string{"consul"}, Properties: "{}", SentAt: now})
+	}
+	if len(on) < 2 {
+		t.Fatalf("the participants are on partitions %v; the test wants several", on)
+	}
+	version := func(recs []*kgo.Record) map[string]int64 {
+		got := map[string]int64{}
+		for k, st := range latest(t, recs) {
+			got[k] = st.Version
+		}
+		return got
+	}
+	registered := out.Until(len(ps), 30*time.Second)
+	before := version(registered)
+	if len(before) != len(ps) {
+		t.Fatalf("registry: %v, want every participant", before)
+	}
+
+	value, err := events.Default().Encode(&events.ParticipantMessage{MessageID: "sync", ReplicaID: "north-api", Kind: acm.MsgSync, Properties: "{}", SentAt: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := c.Kafka.ClientOpts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(runtime.Partitioner()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if err := cl.ProduceSync(context.Background(), runtime.EveryPartition(context.Background(), c.Kafka.Topic(topology.ACMRuntime), 3, nil, value)...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var after map[string]int64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); out.Poll(200 * time.Millisecond) {
+		after = version(out.Records())
+		done := 0
+		for k, v := range before {
+			if after[k] > v {
+				done++
+			}
+		}
+		if done == len(before) {
+			return
+		}
+	}
+	for k, v := range before {
+		if after[k] <= v {
+			t.Errorf("%s: version %d before the resync, %d after; want it written again", k, v, after[k])
+		}
 	}
 }
