@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/edge-agent/edgeagent"
 )
@@ -49,6 +50,7 @@ func main() {
 	restart := fs.String("restart-cmd", env("PF_RESTART_CMD", ""), "command run after a successful install (env PF_RESTART_CMD)")
 	pollWait := fs.Duration("poll-wait", 60*time.Second, "long poll wait")
 	cmdTimeout := fs.Duration("cmd-timeout", 5*time.Minute, "timeout of the install and restart commands")
+	maxUnpacked := fs.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of an agent package; a package decompressing to more (a gzip bomb) is refused before anything is unpacked")
 	logLevel := fs.String("log-level", env("PF_LOG_LEVEL", "info"), "log level")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -78,15 +80,16 @@ func main() {
 		reg.Properties = json.RawMessage(*props)
 	}
 	cfg := edgeagent.Config{
-		Client:         &edgeagent.Client{Hub: *hub, Token: *token, Org: *org, Node: *node, HTTP: &http.Client{Timeout: *pollWait + 30*time.Second}},
-		StateDir:       *stateDir,
-		InitialVersion: *version,
-		Registration:   reg,
-		InstallCmd:     strings.Fields(*install),
-		RestartCmd:     strings.Fields(*restart),
-		CmdTimeout:     *cmdTimeout,
-		PollWait:       *pollWait,
-		Log:            runtime.NewLogger(os.Stderr, *logLevel, false).With().Str("node", *org+"/"+*node).Logger(),
+		Client:           &edgeagent.Client{Hub: *hub, Token: *token, Org: *org, Node: *node, HTTP: &http.Client{Timeout: *pollWait + 30*time.Second}},
+		StateDir:         *stateDir,
+		InitialVersion:   *version,
+		Registration:     reg,
+		InstallCmd:       strings.Fields(*install),
+		RestartCmd:       strings.Fields(*restart),
+		CmdTimeout:       *cmdTimeout,
+		PollWait:         *pollWait,
+		MaxUnpackedBytes: *maxUnpacked,
+		Log:              runtime.NewLogger(os.Stderr, *logLevel, false).With().Str("node", *org+"/"+*node).Logger(),
 	}
 	a, err := edgeagent.New(cfg)
 	if err != nil {

@@ -148,6 +148,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 		"\n\nThe package is checked here (package.json with a semantic version, only /packages, /ssl and /config) and"+
 		"\nagain by the hub, which stores it with its SHA-256; a version already on the hub cannot change.", "DIR|FILE.tar.gz")
 	api := registerAPIFlags(fset)
+	maxUnpacked := fset.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of the package; the hub has its own limit (--max-unpacked-package-bytes)")
 	if err := parseFlags(fset, args); err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	man, _, err := nmp.ReadPackage(bytes.NewReader(pkg))
+	man, _, err := nmp.ReadPackage(bytes.NewReader(pkg), *maxUnpacked)
 	if err != nil {
 		return fmt.Errorf("%s: %w", src, err)
 	}

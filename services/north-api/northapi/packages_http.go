@@ -145,7 +145,7 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return errorf(http.StatusInternalServerError, "reread the upload: %v", err)
 	}
-	man, raw, err := nmp.ReadPackage(tmp)
+	man, raw, err := nmp.ReadPackage(tmp, s.opts.MaxUnpackedPackageBytes)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "%v", err)
 	}

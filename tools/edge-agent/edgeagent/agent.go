@@ -44,6 +44,9 @@ type Config struct {
 	CmdTimeout time.Duration
 	// PollWait is the long poll's wait (default 60s).
 	PollWait time.Duration
+	// MaxUnpackedBytes bounds a package's decompressed size (default
+	// nmp.DefaultMaxUnpackedBytes): a gzip bomb is refused.
+	MaxUnpackedBytes int64
 	// MaxInterrupted is how many interrupted installs of one version are
 	// rolled back and tried again before the version counts as failed
 	// (default 1).
@@ -422,7 +425,7 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	if err != nil {
 		return err
 	}
-	man, _, err := nmp.ReadPackage(f)
+	man, _, err := nmp.ReadPackage(f, a.cfg.MaxUnpackedBytes)
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("package %s: %w", v, err)
