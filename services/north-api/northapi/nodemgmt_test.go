@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +252,24 @@ func TestAgentPackagesUploadAndDownload(t *testing.T) {
 	}
 	code, body, _, _ = s.callAs(t, agentToken, http.MethodGet, "/v1/agentpackages/9.9.9", nil)
 	wantError(t, "unknown version", code, body, 404, "no agent package 9.9.9")
+
+	// Whoever can write the package store swaps the file: the hub refuses
+	// to serve it under the published checksum.
+	evil, _ := nmp.BuildPackage(nmp.Manifest{Version: "1.1.0"}, map[string][]byte{"packages/agent.bin": []byte("evil")})
+	if err := os.WriteFile(filepath.Join(dir, hexSum+".tar.gz"), evil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodGet, s.url+"/v1/agentpackages/1.1.0/file", nil)
+	auth.SetBearer(req, agentToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || bytes.Contains(data, []byte("evil")) || !strings.Contains(string(data), "altered") {
+		t.Fatalf("tampered file: %d %q, want 500 saying it was altered and none of the file", resp.StatusCode, data)
+	}
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

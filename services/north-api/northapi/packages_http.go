@@ -79,8 +79,8 @@ func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *httpError {
 	return nil
 }
 
-// downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256
-// and Digest.
+// downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256,
+// once the stored file's SHA-256 is the record's.
 func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpError {
 	p, e := s.lookupPackage(r)
 	if e != nil {
@@ -95,6 +95,22 @@ func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpEr
 		return errorf(http.StatusServiceUnavailable, "agent package %s (%s) is not in this North API's package store %s: %v", p.Version, p.SHA256, dir, err)
 	}
 	defer f.Close()
+	// The file is checked against its record before anything of it is
+	// sent, and served from the same open file: one altered on disk (or
+	// replaced with another under the same name) is never served under
+	// the record's checksum.
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return errorf(http.StatusServiceUnavailable, "read agent package %s from the package store: %v", p.Version, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
+		s.log.Error().Str("version", p.Version).Str("want", p.SHA256).Str("got", got).Str("dir", dir).Msg("an agent package file was altered in the package store; not served")
+		return errorf(http.StatusInternalServerError, "the stored file of agent package %s has SHA-256 %s, not %s as published: it was altered in the package store and is not served; publish the package again under a new version",
+			p.Version, got, p.SHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return errorf(http.StatusServiceUnavailable, "reread agent package %s: %v", p.Version, err)
+	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("X-Checksum-Sha256", p.SHA256)
 	w.Header().Set("ETag", `"`+p.SHA256+`"`)
