@@ -142,6 +142,7 @@ func TestUnknownOrg(t *testing.T) {
 
 func TestDirectiveLongPoll(t *testing.T) {
 	s := newStack(t, nil)
+	agentToken := s.registerNode(t, "acme", "n1")
 	code, body, _, _ := s.callAs(t, agentToken, http.MethodGet, "/v1/orgs/acme/nodes/n1/directive", nil)
 	wantError(t, "no directive", code, body, 404, "no directive yet")
 	d := &events.AgentDirective{Org: "acme", Node: "n1", DirectiveID: "d1", Policy: "acme/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0", StartAt: time.Unix(100, 0), IssuedAt: time.Unix(100, 0), Conflicts: []string{}}
