@@ -27,13 +27,15 @@ type PackageAnswer struct {
 	ConfigVersion   string    `json:"configVersion,omitempty"`
 	SHA256          string    `json:"sha256"`
 	Size            int64     `json:"size"`
+	Signature       string    `json:"signature,omitempty"`
+	SigningKey      string    `json:"signingKey,omitempty"`
 	UploadedBy      string    `json:"uploadedBy,omitempty"`
 	UploadedAt      time.Time `json:"uploadedAt"`
 }
 
 func packageAnswer(p *events.AgentPackage) PackageAnswer {
 	return PackageAnswer{Version: p.Version, PackagesVersion: p.PackagesVersion, SSLVersion: p.SSLVersion, ConfigVersion: p.ConfigVersion,
-		SHA256: p.SHA256, Size: p.Size, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
+		SHA256: p.SHA256, Size: p.Size, Signature: p.Signature, SigningKey: p.SigningKey, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
 }
 
 func (s *Server) packageDir() (string, *httpError) {
@@ -113,13 +115,26 @@ func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpEr
 	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("X-Checksum-Sha256", p.SHA256)
+	if p.Signature != "" {
+		w.Header().Set(SignatureHeader, p.Signature)
+		w.Header().Set(SigningKeyHeader, p.SigningKey)
+	}
 	w.Header().Set("ETag", `"`+p.SHA256+`"`)
 	http.ServeContent(w, r, p.Version+".tar.gz", p.UploadedAt, f)
 	return nil
 }
 
+// The headers that carry a package's signature (nmp.SignPackage) and its
+// key's id, on upload and download.
+const (
+	SignatureHeader  = "X-Package-Signature"
+	SigningKeyHeader = "X-Package-Signing-Key"
+)
+
 // uploadPackage takes a tar.gz as the body. ?sha256= (or the header
-// X-Checksum-Sha256), when given, must be the body's SHA-256. The package
+// X-Checksum-Sha256), when given, must be the body's SHA-256. The
+// publisher's signature (SignatureHeader, SigningKeyHeader) travels with
+// the record; agents check it, the hub keeps it as given. The package
 // is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
 // announced on agent.packages; a version already on the hub with other
 // content is refused.
@@ -182,7 +197,7 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
 	}
 	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
-		Manifest: string(raw), SHA256: sum, Size: n, UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
+		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	if e := s.produceAndAnswer(w, r, topology.AgentPackages, man.Version, ev, packageAnswer(ev)); e != nil {
 		return e
 	}

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 // Config is the agent's configuration.
@@ -40,6 +43,11 @@ type Config struct {
 	InstallCmd []string
 	// RestartCmd, when set, is run after a successful install.
 	RestartCmd []string
+	// NodeTokenFile keeps the node's own token (default
+	// <StateDir>/node.token, mode 0600). When it holds none, the agent
+	// registers with Client.Token (the org token) and keeps the token the
+	// hub issues; from then on it uses only the node's own token.
+	NodeTokenFile string
 	// CmdTimeout bounds each command (default 5m).
 	CmdTimeout time.Duration
 	// PollWait is the long poll's wait (default 60s).
@@ -77,6 +85,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.NodeTokenFile == "" {
+		cfg.NodeTokenFile = filepath.Join(cfg.StateDir, "node.token")
+	}
 	if len(cfg.InstallCmd) == 0 {
 		return nil, errors.New("no install command: give --install-cmd")
 	}
@@ -101,7 +112,15 @@ func (a *Agent) save() error { return a.st.Save(a.cfg.StateDir) }
 // Run registers the node, finishes what a previous run left, and follows
 // the directive until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	if err := a.enrol(ctx); err != nil {
+		return err
+	}
 	if err := a.retry(ctx, "register", func() error { return a.register(ctx) }); err != nil {
+		var he *HTTPError
+		if errors.As(err, &he) && he.Code == http.StatusUnauthorized {
+			return fmt.Errorf("%w: the node's token in %s is not accepted (rotated or revoked): put the token of `policyctl node token rotate %s/%s` there, "+
+				"or remove the file to register again with the org token once the node's token is revoked", err, a.cfg.NodeTokenFile, a.cfg.Client.Org, a.cfg.Client.Node)
+		}
 		return err
 	}
 	if err := a.recover(ctx); err != nil {
@@ -371,7 +390,47 @@ func (a *Agent) report(ctx context.Context, d *Directive, state, msg string) {
 func (a *Agent) register(ctx context.Context) error {
 	r := a.cfg.Registration
 	r.SoftwareVersion = a.st.Version
-	return a.cfg.Client.Register(ctx, r)
+	_, err := a.cfg.Client.Register(ctx, r)
+	return err
+}
+
+// enrol makes the client use the node's own token: the one kept in
+// NodeTokenFile, else the one the hub issues when the agent registers
+// with the org token, kept there (mode 0600) before anything else.
+func (a *Agent) enrol(ctx context.Context) error {
+	path := a.cfg.NodeTokenFile
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read the node's token: %w", err)
+	}
+	if tok := strings.TrimSpace(string(data)); tok != "" {
+		a.cfg.Client.Token = tok
+		return nil
+	}
+	if a.cfg.Client.Token == "" {
+		return fmt.Errorf("no node token in %s and no org token to register with: give --token-file with a token of role agent", path)
+	}
+	r := a.cfg.Registration
+	r.SoftwareVersion = a.st.Version
+	var issued string
+	err = a.retry(ctx, "register", func() error {
+		var err error
+		issued, err = a.cfg.Client.Register(ctx, r)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if issued == "" {
+		a.log.Warn().Msg("the hub issued no node token (the node has one, or the hub is older); the token given stays in use")
+		return nil
+	}
+	if err := auth.WriteSecretFile(path, []byte(issued+"\n")); err != nil {
+		return fmt.Errorf("keep the node's token: %w", err)
+	}
+	a.log.Info().Str("file", path).Msg("registered with the org token; the node's own token is kept and used from now on")
+	a.cfg.Client.Token = issued
+	return nil
 }
 
 // retry calls f with backoff until it succeeds, fails with a 4xx (which

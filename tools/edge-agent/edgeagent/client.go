@@ -122,13 +122,17 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any)
 	return resp, nil
 }
 
-// Register registers (or updates) the node.
-func (c *Client) Register(ctx context.Context, r Registration) error {
-	_, err := c.do(ctx, http.MethodPut, c.nodePath(), r, nil)
-	if err != nil {
-		return fmt.Errorf("register node %s/%s: %w", c.Org, c.Node, err)
+// Register registers (or updates) the node. It returns the node's own
+// token when the hub issued one (the node had none).
+func (c *Client) Register(ctx context.Context, r Registration) (string, error) {
+	var ans struct {
+		Token string `json:"token"`
 	}
-	return nil
+	_, err := c.do(ctx, http.MethodPut, c.nodePath(), r, &ans)
+	if err != nil {
+		return "", fmt.Errorf("register node %s/%s: %w", c.Org, c.Node, err)
+	}
+	return ans.Token, nil
 }
 
 // Report sends a status report.
