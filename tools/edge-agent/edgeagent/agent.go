@@ -13,6 +13,9 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +55,12 @@ type Config struct {
 	CmdTimeout time.Duration
 	// PollWait is the long poll's wait (default 60s).
 	PollWait time.Duration
+	// TrustedKeys are the public keys whose signature a package must
+	// carry (nmp.CheckSignature); an unsigned or otherwise signed package
+	// is refused before anything of it is unpacked. Required.
+	TrustedKeys []ed25519.PublicKey
+	// InsecureHTTP allows a plain http:// hub (CheckHub).
+	InsecureHTTP bool
 	// MaxUnpackedBytes bounds a package's decompressed size (default
 	// nmp.DefaultMaxUnpackedBytes): a gzip bomb is refused.
 	MaxUnpackedBytes int64
@@ -87,6 +96,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.NodeTokenFile == "" {
 		cfg.NodeTokenFile = filepath.Join(cfg.StateDir, "node.token")
+	}
+	if err := CheckHub(cfg.Client.Hub, cfg.InsecureHTTP); err != nil {
+		return nil, err
+	}
+	if len(cfg.TrustedKeys) == 0 {
+		return nil, errors.New("no trusted package key: give --trusted-key with the public key packages are signed with (policyctl agentpackage keygen makes one)")
 	}
 	if len(cfg.InstallCmd) == 0 {
 		return nil, errors.New("no install command: give --install-cmd")
@@ -477,7 +492,17 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	}
 	tmp := filepath.Join(a.cfg.StateDir, "download-"+v+".tar.gz")
 	defer os.Remove(tmp)
-	if err := a.cfg.Client.Download(ctx, v, sha, tmp); err != nil {
+	sig, err := a.cfg.Client.Download(ctx, v, sha, tmp)
+	if err != nil {
+		return err
+	}
+	// The file is the publisher's, or nothing of it is read: the
+	// signature is checked over the SHA-256 computed here.
+	got, err := fileSHA256(tmp)
+	if err != nil {
+		return err
+	}
+	if err := nmp.CheckSignature(a.cfg.TrustedKeys, v, got, sig); err != nil {
 		return err
 	}
 	f, err := os.Open(tmp)
@@ -497,6 +522,19 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 		return fmt.Errorf("unpack package %s: %w", v, err)
 	}
 	return os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // unpack extracts a package nmp.ReadPackage accepted (regular files and
