@@ -20,6 +20,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
 )
 
 const (
@@ -67,8 +68,26 @@ func runAgentPackageKeygen(ctx context.Context, args []string) error {
 	return nil
 }
 
-// readSigningKey reads the private key of --key.
+// defaultSigningKey is the dev stack's signing key when it exists
+// (package-signing.key next to the dev token), else "".
+func defaultSigningKey() string {
+	tok := defaultTokenFile()
+	if tok == "" {
+		return ""
+	}
+	path := filepath.Join(filepath.Dir(tok), devstack.SigningKeyFileName)
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
+}
+
+// readSigningKey reads the private key of --key (the dev stack's when
+// none is given and it exists).
 func readSigningKey(path string) (ed25519.PrivateKey, error) {
+	if path == "" {
+		path = defaultSigningKey()
+	}
 	if path == "" {
 		return nil, usageErrorf("agentpackage publish needs --key (PF_PACKAGE_KEY): agents run only signed packages; make a key with policyctl agentpackage keygen")
 	}
@@ -202,7 +221,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 		"\nagain by the hub, which stores it with its SHA-256; a version already on the hub cannot change.", "DIR|FILE.tar.gz")
 	api := registerAPIFlags(fset)
 	maxUnpacked := fset.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of the package; the hub has its own limit (--max-unpacked-package-bytes)")
-	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY)")
+	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY; default: package-signing.key of `policyctl dev`'s data dir, when it exists)")
 	if err := parseFlags(fset, args); err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
 // Package edgeagent is the reference edge agent of node management: it
-// registers its node with the hub, long-polls the node's directive, and at
-// the directive's start time downloads the agent package, checks its
-// SHA-256, runs the install command for each of the package's directories,
-// restarts, and reports each step. A failed step rolls the node back to
+// registers its node with the hub (once with the org token, then with the
+// node's own token), long-polls the node's directive, and at the
+// directive's start time downloads the agent package, checks its SHA-256
+// and its publisher's signature, runs the install command for each of the
+// package's directories, restarts, and reports each step. A failed step rolls the node back to
 // its previous version; a failed version is never tried again, a newer one
 // is. Its position is kept on disk, so a restart resumes (a download is
 // started again; an interrupted install is rolled back, then tried once
