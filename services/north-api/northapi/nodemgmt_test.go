@@ -254,6 +254,32 @@ func TestAgentPackagesUploadAndDownload(t *testing.T) {
 	code, body, _, _ = s.callAs(t, agentToken, http.MethodGet, "/v1/agentpackages/9.9.9", nil)
 	wantError(t, "unknown version", code, body, 404, "no agent package 9.9.9")
 
+	// The same file signed: the signature replaces the record's and is
+	// sent with the file.
+	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/agentpackages", bytes.NewReader(pkg))
+	auth.SetBearer(req, adminToken)
+	req.Header.Set(SignatureHeader, "c2lnbmF0dXJl")
+	req.Header.Set(SigningKeyHeader, "0011223344556677")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(data), `"signature":"c2lnbmF0dXJl"`) || !strings.Contains(string(data), `"signingKey":"0011223344556677"`) {
+		t.Fatalf("signed upload: %d %s", resp.StatusCode, data)
+	}
+	req, _ = http.NewRequest(http.MethodGet, s.url+"/v1/agentpackages/1.1.0/file", nil)
+	auth.SetBearer(req, agentToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get(SignatureHeader); got != "c2lnbmF0dXJl" {
+		t.Fatalf("download's signature header %q", got)
+	}
+
 	// Whoever can write the package store swaps the file: the hub refuses
 	// to serve it under the published checksum.
 	evil, _ := nmp.BuildPackage(nmp.Manifest{Version: "1.1.0"}, map[string][]byte{"packages/agent.bin": []byte("evil")})

@@ -134,7 +134,8 @@ const (
 // uploadPackage takes a tar.gz as the body. ?sha256= (or the header
 // X-Checksum-Sha256), when given, must be the body's SHA-256. The
 // publisher's signature (SignatureHeader, SigningKeyHeader) travels with
-// the record; agents check it, the hub keeps it as given. The package
+// the record; agents check it, the hub keeps it as given (the same file
+// uploaded again with another signature replaces it). The package
 // is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
 // announced on agent.packages; a version already on the hub with other
 // content is refused.
@@ -182,12 +183,16 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 	}
 	unlock := s.locks.lock("package " + man.Version)
 	defer unlock()
+	// The same file with another signature (signed anew, or signed now
+	// where it was not) replaces the record's signature.
 	if old := s.nm.world.Package(man.Version); old != nil {
-		if old.SHA256 == sum {
+		switch {
+		case old.SHA256 != sum:
+			return errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
+		case old.Signature == r.Header.Get(SignatureHeader):
 			writeJSON(w, http.StatusOK, packageAnswer(old))
 			return nil
 		}
-		return errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
 	}
 	if err := tmp.Sync(); err != nil {
 		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
@@ -202,7 +207,10 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 		return e
 	}
 	deadline := time.Now().Add(s.opts.ViewWait)
-	for s.nm.world.Package(man.Version) == nil && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
+		if p := s.nm.world.Package(man.Version); p != nil && p.SHA256 == ev.SHA256 && p.Signature == ev.Signature {
+			break
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
