@@ -1,7 +1,9 @@
 package northapi
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -308,4 +310,37 @@ func compact(raw []byte) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// The hub refuses a package with two package.json files and one that
+// decompresses past --max-unpacked-package-bytes (a gzip bomb), and
+// stores neither.
+func TestAgentPackageUploadRefusesBombsAndRepeatedFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := newStackWith(t, Options{PackageDir: dir, MaxUnpackedPackageBytes: 1 << 20}, nil)
+	entries := func(e ...[2]string) []byte {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		for _, f := range e {
+			_ = tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg})
+			_, _ = tw.Write([]byte(f[1]))
+		}
+		_ = tw.Close()
+		_ = gz.Close()
+		return buf.Bytes()
+	}
+	for what, tc := range map[string]struct {
+		pkg  []byte
+		want string
+	}{
+		"two package.json": {entries([2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"package.json", `{"version":"2.0.0"}`}), "package.json twice"},
+		"a gzip bomb":      {entries([2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4<<20)}), "decompresses to more than the limit (1048576 bytes)"},
+	} {
+		code, body, _, _ := s.callAs(t, adminToken, http.MethodPost, "/v1/agentpackages", string(tc.pkg))
+		wantError(t, what, code, body, http.StatusBadRequest, tc.want)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("refused packages left %d files in the store", len(left))
+	}
 }
