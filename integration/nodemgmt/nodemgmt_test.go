@@ -276,8 +276,15 @@ func (h *hub) must(method, path string, body any) []byte {
 	return out
 }
 
-// publishPackage uploads an agent package of a version.
+// publishPackage uploads an agent package of a version, signed with the
+// key the agents trust.
 func (h *hub) publishPackage(version string) {
+	h.t.Helper()
+	h.publishSigned(version, h.key)
+}
+
+// publishSigned uploads an agent package of a version signed with key.
+func (h *hub) publishSigned(version string, key ed25519.PrivateKey) {
 	h.t.Helper()
 	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: version, ConfigVersion: version}, map[string][]byte{
 		"packages/agent.bin": []byte("agent " + version), "config/agent.cfg": []byte("HUB=" + h.api),
@@ -288,7 +295,7 @@ func (h *hub) publishPackage(version string) {
 	sum := sha256.Sum256(pkg)
 	req, _ := http.NewRequest(http.MethodPost, h.api+"/v1/agentpackages?sha256="+hex.EncodeToString(sum[:]), bytes.NewReader(pkg))
 	auth.SetBearer(req, h.admin)
-	sig, keyID := nmp.SignPackage(h.key, version, hex.EncodeToString(sum[:]))
+	sig, keyID := nmp.SignPackage(key, version, hex.EncodeToString(sum[:]))
 	req.Header.Set(northapi.SignatureHeader, sig)
 	req.Header.Set(northapi.SigningKeyHeader, keyID)
 	resp, err := http.DefaultClient.Do(req)
