@@ -432,16 +432,19 @@ type NodeManagementPolicy struct {
 
 // AgentNode is an edge node and its agent.
 type AgentNode struct {
-	Org             string    `avro:"org"`
-	Node            string    `avro:"node"`
-	Pattern         string    `avro:"pattern"`
-	Properties      string    `avro:"properties"`
-	Constraints     []string  `avro:"constraints"`
-	SoftwareVersion string    `avro:"software_version"`
-	ConfigVersion   string    `avro:"config_version"`
-	CertVersion     string    `avro:"cert_version"`
-	Deleted         bool      `avro:"deleted"`
-	UpdatedAt       time.Time `avro:"updated_at"`
+	Org             string   `avro:"org"`
+	Node            string   `avro:"node"`
+	Pattern         string   `avro:"pattern"`
+	Properties      string   `avro:"properties"`
+	Constraints     []string `avro:"constraints"`
+	SoftwareVersion string   `avro:"software_version"`
+	ConfigVersion   string   `avro:"config_version"`
+	CertVersion     string   `avro:"cert_version"`
+	// TokenSHA256 is the hex SHA-256 of the node's own bearer token; ""
+	// when it has none.
+	TokenSHA256 string    `avro:"token_sha256"`
+	Deleted     bool      `avro:"deleted"`
+	UpdatedAt   time.Time `avro:"updated_at"`
 }
 
 // AgentDirective says what one node's agent must do now.
@@ -481,15 +484,19 @@ type AgentStatus struct {
 
 // AgentPackage is an agent package stored on the hub.
 type AgentPackage struct {
-	Version         string    `avro:"version"`
-	PackagesVersion string    `avro:"packages_version"`
-	SSLVersion      string    `avro:"ssl_version"`
-	ConfigVersion   string    `avro:"config_version"`
-	Manifest        string    `avro:"manifest"`
-	SHA256          string    `avro:"sha256"`
-	Size            int64     `avro:"size"`
-	UploadedBy      string    `avro:"uploaded_by"`
-	UploadedAt      time.Time `avro:"uploaded_at"`
+	Version         string `avro:"version"`
+	PackagesVersion string `avro:"packages_version"`
+	SSLVersion      string `avro:"ssl_version"`
+	ConfigVersion   string `avro:"config_version"`
+	Manifest        string `avro:"manifest"`
+	SHA256          string `avro:"sha256"`
+	Size            int64  `avro:"size"`
+	// Signature (base64) and SigningKey (its key id) are the publisher's
+	// ed25519 signature of the package statement (nmp.PackageStatement).
+	Signature  string    `avro:"signature"`
+	SigningKey string    `avro:"signing_key"`
+	UploadedBy string    `avro:"uploaded_by"`
+	UploadedAt time.Time `avro:"uploaded_at"`
 }
 
 // NodeRecompute asks the nmp-hub member owning one partition of

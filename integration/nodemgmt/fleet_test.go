@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/policyflow/policyflow/services/nmp"
 )
 
 // A fleet upgrades from 1.0.0 to 1.1.0 through an NMP; a node already at
@@ -230,5 +233,39 @@ func TestRollbackOrder(t *testing.T) {
 	})
 	if d := h.directive("n1"); d.Action != "paused" {
 		t.Errorf("n1 after its rollback: %+v", d)
+	}
+}
+
+// Agents run only packages signed by a key they trust: a package the hub
+// serves under a signature of another key is refused before it is
+// unpacked (reported as a failed download, nothing installed), and the
+// agent keeps the node's own token, readable by it alone.
+func TestAgentsRunOnlyPackagesSignedByATrustedKey(t *testing.T) {
+	h := start(t)
+	priv, _, err := nmp.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	untrusted, err := nmp.ParseSigningKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publishPackage("1.0.0")
+	h.publishSigned("1.1.0", untrusted)
+	a := h.startAgent("n1", "1.0.0", "amd64", "")
+	h.must(http.MethodPut, "/v1/orgs/acme/nmps/cur", map[string]any{"enabled": true, "constraints": []string{"arch == amd64"}, "agentUpgradePolicy": map[string]any{"atLeastVersion": "1.1.0"}})
+	s := h.waitStatus("n1", "download failed", "1.0.0")
+	if !strings.Contains(s.Error, "not one of a trusted key") {
+		t.Errorf("n1's report: %+v, want the signature named", s)
+	}
+	if got := h.installLines("n1"); len(got) != 0 {
+		t.Errorf("n1 installed %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(a.dir, "versions", "1.1.0")); !os.IsNotExist(err) {
+		t.Errorf("the untrusted package was unpacked: %v", err)
+	}
+	info, err := os.Stat(filepath.Join(a.dir, "node.token"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("the node's token file: %v %v, want mode 0600", info, err)
 	}
 }

@@ -10,6 +10,7 @@ package nodemgmt_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -43,6 +44,7 @@ type hub struct {
 	api        string
 	admin      string // admin token
 	agent      string // agent token
+	key        ed25519.PrivateKey
 	control    string // what the install script reads and writes
 	installCmd string
 	containers bool // agents run as containers of agentImage
@@ -155,6 +157,18 @@ func start(t *testing.T) *hub {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Packages are signed; the agents trust the public key (in the
+	// control directory, which containers see as /control).
+	priv, pub, err := nmp.NewSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.key, err = nmp.ParseSigningKey(priv); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.control, "signing.pub"), pub, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	h.installCmd = filepath.Join(h.control, "install.sh")
 	if err := os.WriteFile(h.installCmd, []byte(fmt.Sprintf(installScript, h.control)), 0o755); err != nil {
 		t.Fatal(err)
@@ -262,8 +276,15 @@ func (h *hub) must(method, path string, body any) []byte {
 	return out
 }
 
-// publishPackage uploads an agent package of a version.
+// publishPackage uploads an agent package of a version, signed with the
+// key the agents trust.
 func (h *hub) publishPackage(version string) {
+	h.t.Helper()
+	h.publishSigned(version, h.key)
+}
+
+// publishSigned uploads an agent package of a version signed with key.
+func (h *hub) publishSigned(version string, key ed25519.PrivateKey) {
 	h.t.Helper()
 	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: version, ConfigVersion: version}, map[string][]byte{
 		"packages/agent.bin": []byte("agent " + version), "config/agent.cfg": []byte("HUB=" + h.api),
@@ -274,6 +295,9 @@ func (h *hub) publishPackage(version string) {
 	sum := sha256.Sum256(pkg)
 	req, _ := http.NewRequest(http.MethodPost, h.api+"/v1/agentpackages?sha256="+hex.EncodeToString(sum[:]), bytes.NewReader(pkg))
 	auth.SetBearer(req, h.admin)
+	sig, keyID := nmp.SignPackage(key, version, hex.EncodeToString(sum[:]))
+	req.Header.Set(northapi.SignatureHeader, sig)
+	req.Header.Set(northapi.SigningKeyHeader, keyID)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
@@ -327,7 +351,8 @@ func (h *hub) startAgent(node, version, arch string, dir string) *agentProc {
 	}
 	cmd := exec.Command(agentBin, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", dir, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
-		"--install-cmd", h.installCmd, "--poll-wait", "5s", "--log-level", "info")
+		"--install-cmd", h.installCmd, "--poll-wait", "5s", "--log-level", "info",
+		"--insecure", "--trusted-key", filepath.Join(h.control, "signing.pub"))
 	cmd.Env = append(os.Environ(), "PF_TOKEN="+h.agent)
 	f, err := os.Create(filepath.Join(h.control, "log-"+node))
 	if err != nil {
@@ -356,7 +381,8 @@ func (h *hub) startContainer(node, version, arch, dir string) *agentProc {
 	out, err := exec.Command("docker", "run", "-d", "--network", "host", "-v", h.control+":/control", "-e", "PF_TOKEN="+h.agent,
 		agentImage, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", "/control/"+rel, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
-		"--install-cmd", "/installer", "--poll-wait", "5s", "--log-level", "info").CombinedOutput()
+		"--install-cmd", "/installer", "--poll-wait", "5s", "--log-level", "info",
+		"--insecure", "--trusted-key", "/control/signing.pub").CombinedOutput()
 	if err != nil {
 		h.t.Fatalf("docker run edge agent %s: %v\n%s", node, err, out)
 	}

@@ -55,7 +55,7 @@ func FuzzReadPackage(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte("junk"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		m, _, err := ReadPackage(bytes.NewReader(raw))
+		m, _, err := ReadPackage(bytes.NewReader(raw), 0)
 		if err != nil {
 			return
 		}

@@ -28,11 +28,18 @@ var PackageDirs = []string{"packages", "ssl", "config"}
 const MaxManifestBytes = 64 << 10
 
 // Bounds of an unpacked package, so a small upload cannot unpack into
-// an endless one.
+// an endless one (a gzip bomb). DefaultMaxUnpackedBytes is the default
+// of the limit on the decompressed size (the tar stream: headers and
+// file contents); the North API, policyctl and the edge agent each take
+// it as a flag.
 const (
-	MaxUnpackedBytes = 4 << 30
-	MaxEntries       = 100_000
+	DefaultMaxUnpackedBytes = 1 << 30
+	MaxEntries              = 100_000
 )
+
+// ErrUnpackedTooLarge is a package that decompresses to more than the
+// limit given to ReadPackage.
+var ErrUnpackedTooLarge = errors.New("the package decompresses to more than the limit")
 
 // countingReader fails once more than limit bytes were read.
 type countingReader struct {
@@ -45,24 +52,31 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	if c.n > c.limit {
-		return n, fmt.Errorf("the package unpacks to more than %d bytes", c.limit)
+		return n, fmt.Errorf("%w (%d bytes): a gzip bomb, or a package too large", ErrUnpackedTooLarge, c.limit)
 	}
 	return n, err
 }
 
 // ReadPackage checks an agent package (a gzipped tar) and returns its
-// manifest: package.json at the root with a semantic version (and
+// manifest: one package.json at the root with a semantic version (and
 // semantic versions in the other fields when given), every other entry
 // a regular file or directory under /packages, /ssl or /config, no
-// absolute path or "..".
-func ReadPackage(r io.Reader) (*Manifest, []byte, error) {
+// absolute path or "..", no file given twice (unpacking would keep the
+// last, which a check of the first would not have seen), and at most
+// maxUnpacked bytes decompressed (DefaultMaxUnpackedBytes when not
+// positive).
+func ReadPackage(r io.Reader, maxUnpacked int64) (*Manifest, []byte, error) {
+	if maxUnpacked <= 0 {
+		maxUnpacked = DefaultMaxUnpackedBytes
+	}
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the package is not a gzipped tar: %w", err)
 	}
-	tr := tar.NewReader(&countingReader{r: gz, limit: MaxUnpackedBytes})
+	tr := tar.NewReader(&countingReader{r: gz, limit: maxUnpacked})
 	var man *Manifest
 	var raw []byte
+	files := map[string]bool{}
 	for entries := 0; ; entries++ {
 		if entries > MaxEntries {
 			return nil, nil, fmt.Errorf("the package holds more than %d entries", MaxEntries)
@@ -70,6 +84,9 @@ func ReadPackage(r io.Reader) (*Manifest, []byte, error) {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
+		}
+		if errors.Is(err, ErrUnpackedTooLarge) {
+			return nil, nil, err
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("the package is not a valid tar.gz: %w", err)
@@ -85,11 +102,20 @@ func ReadPackage(r io.Reader) (*Manifest, []byte, error) {
 			return nil, nil, fmt.Errorf("the package entry %q is not a regular file or directory", h.Name)
 		}
 		clean := strings.TrimSuffix(path.Clean(name), "/")
+		if h.Typeflag == tar.TypeReg {
+			if files[clean] {
+				return nil, nil, fmt.Errorf("the package holds %s twice; unpacking would keep only the last: give each file once", clean)
+			}
+			files[clean] = true
+		}
 		if clean == "package.json" {
 			if h.Typeflag != tar.TypeReg {
 				return nil, nil, fmt.Errorf("package.json is not a file")
 			}
 			raw, err = io.ReadAll(io.LimitReader(tr, MaxManifestBytes+1))
+			if errors.Is(err, ErrUnpackedTooLarge) {
+				return nil, nil, err
+			}
 			if err != nil {
 				return nil, nil, fmt.Errorf("read package.json: %w", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -35,7 +36,7 @@ func TestReadPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, raw, err := ReadPackage(bytes.NewReader(good))
+	m, raw, err := ReadPackage(bytes.NewReader(good), 0)
 	if err != nil || m.Version != "1.1.0" || m.ConfigVersion != "2.0.0" || !bytes.Contains(raw, []byte(`"1.1.0"`)) {
 		t.Fatalf("%+v %v", m, err)
 	}
@@ -55,8 +56,67 @@ func TestReadPackage(t *testing.T) {
 		{rawTarGz(t, map[string]string{"package.json": `{"version":"1.0.0"}`, "config/l": "link:/etc/passwd"}), "not a regular file"},
 	}
 	for i, b := range bad {
-		if _, _, err := ReadPackage(bytes.NewReader(b.pkg)); err == nil || !strings.Contains(err.Error(), b.want) {
+		if _, _, err := ReadPackage(bytes.NewReader(b.pkg), 0); err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("case %d: %v, want %q", i, err, b.want)
 		}
+	}
+}
+
+// tarGzEntries is a tar.gz of the entries in order (rawTarGz's map has
+// no order and no repeated names).
+func tarGzEntries(t *testing.T, entries ...[2]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, e := range entries {
+		if err := tw.WriteHeader(&tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(e[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// A second package.json (checked: the first; unpacked: the last) and
+// any file given twice are refused.
+func TestReadPackageRefusesRepeatedFiles(t *testing.T) {
+	for name, pkg := range map[string][]byte{
+		"package.json twice": tarGzEntries(t, [2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"./package.json", `{"version":"9.9.9"}`}),
+		"a file twice": tarGzEntries(t, [2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"packages/a.deb", "good"},
+			[2]string{"packages/a.deb", "evil"}),
+	} {
+		if _, _, err := ReadPackage(bytes.NewReader(pkg), 0); err == nil || !strings.Contains(err.Error(), "twice") {
+			t.Errorf("%s: %v, want it refused as twice", name, err)
+		}
+	}
+}
+
+// A small gzip that decompresses past the limit (a gzip bomb) is refused
+// with ErrUnpackedTooLarge, and the same package passes under a limit
+// that fits it.
+func TestReadPackageRefusesGzipBomb(t *testing.T) {
+	const limit = 1 << 20
+	bomb := tarGzEntries(t, [2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4*limit)})
+	if len(bomb) > limit/50 {
+		t.Fatalf("the bomb is %d bytes; it should be small", len(bomb))
+	}
+	_, _, err := ReadPackage(bytes.NewReader(bomb), limit)
+	if !errors.Is(err, ErrUnpackedTooLarge) || !strings.Contains(err.Error(), "1048576") {
+		t.Fatalf("bomb under a %d-byte limit: %v, want ErrUnpackedTooLarge naming the limit", limit, err)
+	}
+	if _, _, err := ReadPackage(bytes.NewReader(bomb), 8*limit); err != nil {
+		t.Fatalf("the same package under an 8 MiB limit: %v", err)
+	}
+	if DefaultMaxUnpackedBytes >= 3<<30 {
+		t.Errorf("DefaultMaxUnpackedBytes is %d: a package decompressing to 3 GiB passes", DefaultMaxUnpackedBytes)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -34,8 +35,10 @@ type settings struct {
 	consul consulkv.Config
 	reg    northapi.Registration
 	c      northapi.Config
-	// orgs and packageDir are node management's (see Options).
+	// orgs, packageDir and maxUnpacked are node management's (see
+	// Options).
 	orgs, packageDir string
+	maxUnpacked      int64
 }
 
 // flags is the North API's command line, filled into the returned
@@ -52,6 +55,11 @@ func flags() (*flag.FlagSet, *settings) {
 	st.c.RegisterFlags(fs)
 	fs.StringVar(&st.orgs, "orgs", os.Getenv("PF_ORGS"), "comma-separated orgs node management serves; a request for another org answers 404; empty: any (env PF_ORGS)")
 	fs.StringVar(&st.packageDir, "package-dir", os.Getenv("PF_PACKAGE_DIR"), "directory where uploaded agent packages are stored by SHA-256; empty: none are taken (env PF_PACKAGE_DIR)")
+	st.maxUnpacked = nmp.DefaultMaxUnpackedBytes
+	if v, err := strconv.ParseInt(os.Getenv("PF_MAX_UNPACKED_PACKAGE_BYTES"), 10, 64); err == nil {
+		st.maxUnpacked = v
+	}
+	fs.Int64Var(&st.maxUnpacked, "max-unpacked-package-bytes", st.maxUnpacked, "largest decompressed size of an uploaded agent package (its tar stream); a package decompressing to more, such as a gzip bomb, is refused (env PF_MAX_UNPACKED_PACKAGE_BYTES)")
 	return fs, st
 }
 
@@ -98,7 +106,7 @@ func main() {
 		os.Exit(2)
 	}
 	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps,
-		PackageDir: st.packageDir, Orgs: orgList}
+		PackageDir: st.packageDir, MaxUnpackedPackageBytes: st.maxUnpacked, Orgs: orgList}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
@@ -90,4 +91,33 @@ func EnsureDevToken(dir string) (DevToken, error) {
 		return t, fmt.Errorf("dev token: %w", err)
 	}
 	return t, nil
+}
+
+// SigningKeyFileName is the dev stack's agent package signing key in its
+// data directory (mode 0600), its public key next to it with ".pub".
+const SigningKeyFileName = "package-signing.key"
+
+// EnsureDevSigningKey gives the dev stack in dir a key to sign agent
+// packages with: dir/package-signing.key, made on first start, and its
+// public key dir/package-signing.key.pub for the edge agents'
+// --trusted-key. It returns the private key's path and whether it was
+// made now.
+func EnsureDevSigningKey(dir string) (string, bool, error) {
+	path := filepath.Join(dir, SigningKeyFileName)
+	if _, err := os.Stat(path); err == nil {
+		if _, err := os.Stat(path + ".pub"); err == nil {
+			return path, false, nil
+		}
+	}
+	priv, pub, err := nmp.NewSigningKey()
+	if err != nil {
+		return "", false, err
+	}
+	if err := auth.WriteSecretFile(path, priv); err != nil {
+		return "", false, fmt.Errorf("dev signing key: %w", err)
+	}
+	if err := os.WriteFile(path+".pub", pub, 0o644); err != nil {
+		return "", false, fmt.Errorf("dev signing key: %w", err)
+	}
+	return path, true, nil
 }

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/edge-agent/edgeagent"
 )
@@ -35,8 +37,16 @@ func env(k, d string) string {
 func main() {
 	fs := flag.NewFlagSet("edge-agent", flag.ContinueOnError)
 	hub := fs.String("hub", env("PF_HUB", "http://127.0.0.1:8080"), "the hub's North API (env PF_HUB)")
-	token := fs.String("token", os.Getenv("PF_TOKEN"), "bearer token with the agent role (env PF_TOKEN)")
-	tokenFile := fs.String("token-file", os.Getenv("PF_TOKEN_FILE"), "file holding the token (env PF_TOKEN_FILE)")
+	token := fs.String("token", os.Getenv("PF_TOKEN"), "the org token (role agent) the node registers with once, when it has no own token yet (env PF_TOKEN)")
+	tokenFile := fs.String("token-file", os.Getenv("PF_TOKEN_FILE"), "file holding the org token (env PF_TOKEN_FILE)")
+	nodeTokenFile := fs.String("node-token-file", os.Getenv("PF_NODE_TOKEN_FILE"), "file keeping the node's own token, issued at registration (mode 0600); default <state-dir>/node.token (env PF_NODE_TOKEN_FILE)")
+	var trusted multi
+	if v := os.Getenv("PF_TRUSTED_KEYS"); v != "" {
+		trusted = strings.Split(v, ",")
+	}
+	fs.Var(&trusted, "trusted-key", "PEM file of a public key agent packages must be signed with (the .pub of policyctl agentpackage keygen); repeatable; required (env PF_TRUSTED_KEYS, comma separated)")
+	caFile := fs.String("ca-file", os.Getenv("PF_CA_FILE"), "PEM CA bundle the hub's HTTPS certificate is checked against; default the system's (env PF_CA_FILE)")
+	insecure := fs.Bool("insecure", false, "allow a plain http:// --hub, which anyone on the network path can read and answer; only for development")
 	org := fs.String("org", os.Getenv("PF_ORG"), "the node's org (env PF_ORG)")
 	node := fs.String("node", os.Getenv("PF_NODE"), "the node id (env PF_NODE)")
 	stateDir := fs.String("state-dir", env("PF_STATE_DIR", "/var/lib/policyflow-agent"), "where the agent keeps its position and unpacked packages (env PF_STATE_DIR)")
@@ -49,6 +59,7 @@ func main() {
 	restart := fs.String("restart-cmd", env("PF_RESTART_CMD", ""), "command run after a successful install (env PF_RESTART_CMD)")
 	pollWait := fs.Duration("poll-wait", 60*time.Second, "long poll wait")
 	cmdTimeout := fs.Duration("cmd-timeout", 5*time.Minute, "timeout of the install and restart commands")
+	maxUnpacked := fs.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of an agent package; a package decompressing to more (a gzip bomb) is refused before anything is unpacked")
 	logLevel := fs.String("log-level", env("PF_LOG_LEVEL", "info"), "log level")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -67,8 +78,24 @@ func main() {
 		}
 		*token = strings.TrimSpace(string(b))
 	}
-	if *token == "" || *org == "" || *node == "" || *version == "" || *install == "" {
-		fail("--token (or --token-file), --org, --node, --version and --install-cmd are required")
+	if *org == "" || *node == "" || *version == "" || *install == "" {
+		fail("--org, --node, --version and --install-cmd are required (and --token or --token-file until the node has its own token)")
+	}
+	var keys []ed25519.PublicKey
+	for _, path := range trusted {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fail("read --trusted-key: %v", err)
+		}
+		k, err := nmp.ParseTrustedKeys(data)
+		if err != nil {
+			fail("--trusted-key %s: %v", path, err)
+		}
+		keys = append(keys, k...)
+	}
+	transport, err := edgeagent.Transport(*caFile)
+	if err != nil {
+		fail("%v", err)
 	}
 	reg := edgeagent.Registration{Pattern: *pattern, Constraints: cons}
 	if *props != "" {
@@ -78,15 +105,20 @@ func main() {
 		reg.Properties = json.RawMessage(*props)
 	}
 	cfg := edgeagent.Config{
-		Client:         &edgeagent.Client{Hub: *hub, Token: *token, Org: *org, Node: *node, HTTP: &http.Client{Timeout: *pollWait + 30*time.Second}},
-		StateDir:       *stateDir,
-		InitialVersion: *version,
-		Registration:   reg,
-		InstallCmd:     strings.Fields(*install),
-		RestartCmd:     strings.Fields(*restart),
-		CmdTimeout:     *cmdTimeout,
-		PollWait:       *pollWait,
-		Log:            runtime.NewLogger(os.Stderr, *logLevel, false).With().Str("node", *org+"/"+*node).Logger(),
+		Client: &edgeagent.Client{Hub: *hub, Token: *token, Org: *org, Node: *node,
+			HTTP: &http.Client{Timeout: *pollWait + 30*time.Second, Transport: transport}},
+		NodeTokenFile:    *nodeTokenFile,
+		TrustedKeys:      keys,
+		InsecureHTTP:     *insecure,
+		StateDir:         *stateDir,
+		InitialVersion:   *version,
+		Registration:     reg,
+		InstallCmd:       strings.Fields(*install),
+		RestartCmd:       strings.Fields(*restart),
+		CmdTimeout:       *cmdTimeout,
+		PollWait:         *pollWait,
+		MaxUnpackedBytes: *maxUnpacked,
+		Log:              runtime.NewLogger(os.Stderr, *logLevel, false).With().Str("node", *org+"/"+*node).Logger(),
 	}
 	a, err := edgeagent.New(cfg)
 	if err != nil {

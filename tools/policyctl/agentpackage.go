@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,18 +17,89 @@ import (
 	"text/tabwriter"
 
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/north-api/northapi"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/tools/devstack"
 )
 
 const (
 	agentPackageNewSummary     = "make the directory of a new agent package: package.json and empty packages/, ssl/ and config/"
 	agentPackageListSummary    = "list the agent packages on the hub with their SHA-256"
-	agentPackagePublishSummary = "upload an agent package (a directory made by `agentpackage new`, or a .tar.gz) to the hub"
+	agentPackagePublishSummary = "sign an agent package (a directory made by `agentpackage new`, or a .tar.gz) and upload it to the hub"
+	agentPackageKeygenSummary  = "make an ed25519 key pair to sign agent packages with: FILE (private, mode 0600) and FILE.pub (for the agents' --trusted-key)"
 )
 
 func init() {
 	register(command{name: "agentpackage new", summary: agentPackageNewSummary, run: runAgentPackageNew})
 	register(command{name: "agentpackage list", summary: agentPackageListSummary, run: runAgentPackageList})
 	register(command{name: "agentpackage publish", summary: agentPackagePublishSummary, run: runAgentPackagePublish})
+	register(command{name: "agentpackage keygen", summary: agentPackageKeygenSummary, run: runAgentPackageKeygen})
+}
+
+func runAgentPackageKeygen(ctx context.Context, args []string) error {
+	fset := newFlagSet(ctx, "agentpackage keygen", agentPackageKeygenSummary+
+		"\n\nKeep FILE where only the publisher can read it and give `agentpackage publish --key FILE`; install FILE.pub"+
+		"\non every node and give it to the edge agent as --trusted-key.", "FILE")
+	if err := parseFlags(fset, args); err != nil {
+		return err
+	}
+	if fset.NArg() != 1 {
+		return usageErrorf("agentpackage keygen takes one FILE, got %d arguments", fset.NArg())
+	}
+	path := fset.Arg(0)
+	for _, p := range []string{path, path + ".pub"} {
+		if _, err := os.Stat(p); err == nil {
+			return fmt.Errorf("%s exists; give a new file (a key is never overwritten)", p)
+		}
+	}
+	priv, pub, err := nmp.NewSigningKey()
+	if err != nil {
+		return err
+	}
+	if err := auth.WriteSecretFile(path, priv); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".pub", pub, 0o644); err != nil {
+		return err
+	}
+	keys, _ := nmp.ParseTrustedKeys(pub)
+	fmt.Fprintf(stdout(ctx), "made signing key %s (id %s) and its public key %s\n", path, nmp.KeyID(keys[0]), path+".pub")
+	return nil
+}
+
+// defaultSigningKey is the dev stack's signing key when it exists
+// (package-signing.key next to the dev token), else "".
+func defaultSigningKey() string {
+	tok := defaultTokenFile()
+	if tok == "" {
+		return ""
+	}
+	path := filepath.Join(filepath.Dir(tok), devstack.SigningKeyFileName)
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
+}
+
+// readSigningKey reads the private key of --key (the dev stack's when
+// none is given and it exists).
+func readSigningKey(path string) (ed25519.PrivateKey, error) {
+	if path == "" {
+		path = defaultSigningKey()
+	}
+	if path == "" {
+		return nil, usageErrorf("agentpackage publish needs --key (PF_PACKAGE_KEY): agents run only signed packages; make a key with policyctl agentpackage keygen")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the signing key: %w", err)
+	}
+	k, err := nmp.ParseSigningKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	return k, nil
 }
 
 func runAgentPackageNew(ctx context.Context, args []string) error {
@@ -148,7 +220,13 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 		"\n\nThe package is checked here (package.json with a semantic version, only /packages, /ssl and /config) and"+
 		"\nagain by the hub, which stores it with its SHA-256; a version already on the hub cannot change.", "DIR|FILE.tar.gz")
 	api := registerAPIFlags(fset)
+	maxUnpacked := fset.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of the package; the hub has its own limit (--max-unpacked-package-bytes)")
+	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY; default: package-signing.key of `policyctl dev`'s data dir, when it exists)")
 	if err := parseFlags(fset, args); err != nil {
+		return err
+	}
+	key, err := readSigningKey(*keyFile)
+	if err != nil {
 		return err
 	}
 	if fset.NArg() != 1 {
@@ -168,15 +246,17 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	man, _, err := nmp.ReadPackage(bytes.NewReader(pkg))
+	man, _, err := nmp.ReadPackage(bytes.NewReader(pkg), *maxUnpacked)
 	if err != nil {
 		return fmt.Errorf("%s: %w", src, err)
 	}
 	sum := sha256.Sum256(pkg)
 	hexSum := hex.EncodeToString(sum[:])
+	sig, keyID := nmp.SignPackage(key, man.Version, hexSum)
+	api.header = http.Header{northapi.SignatureHeader: {sig}, northapi.SigningKeyHeader: {keyID}}
 	if _, err := api.doType(ctx, http.MethodPost, "/v1/agentpackages?sha256="+hexSum, pkg, "application/gzip"); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout(ctx), "published agent package %s (%d bytes, sha256 %s)\n", man.Version, len(pkg), hexSum)
+	fmt.Fprintf(stdout(ctx), "published agent package %s (%d bytes, sha256 %s, signed by key %s)\n", man.Version, len(pkg), hexSum, keyID)
 	return nil
 }

@@ -122,6 +122,8 @@ type apiClient struct {
 	timeout   time.Duration
 	token     string
 	tokenFile string
+	// header is sent with every request, besides the token.
+	header http.Header
 }
 
 // registerAPIFlags adds --api, --token, --token-file and --timeout to fs.
@@ -172,6 +174,9 @@ func (c *apiClient) doType(ctx context.Context, method, path string, body []byte
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range c.header {
+		req.Header[k] = v
 	}
 	req.Header.Set("Accept", "application/json")
 	if token != "" {

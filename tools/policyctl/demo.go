@@ -106,6 +106,11 @@ func prepareDevAPI(_ context.Context, s *devStack) error {
 		made = "new, "
 	}
 	s.AddBannerLine("API token", fmt.Sprintf("%s   (%sadmin; %s; tokens file %s)", tok.Token, made, where, tok.TokensFile))
+	key, _, err := devstack.EnsureDevSigningKey(dir)
+	if err != nil {
+		return err
+	}
+	s.AddBannerLine("Package key", fmt.Sprintf("%s   (agentpackage publish signs with it; edge agents: --trusted-key %s.pub --insecure)", key, key))
 	return nil
 }
 

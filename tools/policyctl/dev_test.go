@@ -206,7 +206,12 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 		t.Fatalf("first start: banner does not name the North API and a new admin token in %s:\n%s", filepath.Join(dataDir, "policyctl.token"), d.banner)
 	}
 	token := tok[1]
-	for _, f := range []string{"policyctl.token", "api-tokens.json"} {
+	// So is the key agent packages are signed with (agentpackage publish
+	// finds it), and the banner names it.
+	if !strings.Contains(d.banner, "--trusted-key "+filepath.Join(dataDir, "package-signing.key.pub")) {
+		t.Errorf("the banner does not name the package signing key:\n%s", d.banner)
+	}
+	for _, f := range []string{"policyctl.token", "api-tokens.json", "package-signing.key"} {
 		st, err := os.Stat(filepath.Join(dataDir, f))
 		if err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: %v %v, want mode 0600", f, st, err)

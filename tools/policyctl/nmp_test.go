@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -96,6 +97,20 @@ func TestAgentPackageCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := policyctl(t, "agentpackage", "publish", dir)
+	if r.code != 2 || !strings.Contains(r.errOut, "--key") {
+		t.Fatalf("publish without a key: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	key := filepath.Join(t.TempDir(), "signing.key")
+	if r := policyctl(t, "agentpackage", "keygen", key); r.code != 0 {
+		t.Fatalf("keygen: exit %d %q", r.code, r.errOut)
+	}
+	if info, err := os.Stat(key); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("private key file: %v %v, want mode 0600", info, err)
+	}
+	if r := policyctl(t, "agentpackage", "keygen", key); r.code != 1 || !strings.Contains(r.errOut, "exists") {
+		t.Fatalf("keygen over a key: exit %d %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "agentpackage", "publish", "--key", key, dir)
 	if r.code != 0 || !strings.Contains(r.out, "published agent package 1.1.0") {
 		t.Fatalf("publish: exit %d %q %q", r.code, r.out, r.errOut)
 	}
@@ -107,6 +122,15 @@ func TestAgentPackageCommands(t *testing.T) {
 	if p.Version != "1.1.0" || !strings.Contains(r.out, p.SHA256) {
 		t.Fatalf("stored %+v, printed %q", p, r.out)
 	}
+	// The signature travels with the record, and the public key verifies it.
+	pub, _ := os.ReadFile(key + ".pub")
+	trusted, err := nmp.ParseTrustedKeys(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nmp.CheckSignature(trusted, p.Version, p.SHA256, p.Signature); err != nil || p.SigningKey != nmp.KeyID(trusted[0]) {
+		t.Fatalf("the record's signature: %v (key %q)", err, p.SigningKey)
+	}
 	r = policyctl(t, "agentpackage", "list")
 	if r.code != 0 || !strings.Contains(r.out, p.SHA256) {
 		t.Fatalf("list: exit %d %q", r.code, r.out)
@@ -114,7 +138,7 @@ func TestAgentPackageCommands(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "package.json"), []byte(`{"version": "1.2"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r = policyctl(t, "agentpackage", "publish", dir)
+	r = policyctl(t, "agentpackage", "publish", "--key", key, dir)
 	if r.code != 1 || !strings.Contains(r.errOut, "semantic version") {
 		t.Fatalf("bad manifest: exit %d %q", r.code, r.errOut)
 	}

@@ -88,7 +88,7 @@ func runTokenAdd(ctx context.Context, args []string) error {
 	file := fs.String("file", runtime.EnvOr("PF_TOKENS_FILE", ""), "tokens file to add the token to; created (mode 0600) when missing (env PF_TOKENS_FILE)")
 	name := fs.String("name", "", "name of the token's holder, shown in the API's logs (required)")
 	role := fs.String("role", "", "role of the token: "+roleNames()+" (required)")
-	tenant := fs.String("tenant", "", "tenant a token of role tenant is scoped to (for role agent: the org it may act in, optional)")
+	tenant := fs.String("tenant", "", "tenant a token of role tenant is scoped to (for role agent, an org token that registers nodes: the org it may register them in, optional)")
 	replace := fs.Bool("replace", false, "replace the token of the same name (rotation); without it, an existing name is refused")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -31,9 +31,11 @@ const (
 	RoleTenant Role = "tenant"
 	// RoleReadOnly may call the routes that only read.
 	RoleReadOnly Role = "read-only"
-	// RoleAgent is an edge agent (node management): it registers nodes,
-	// reads their directives, reports their status and downloads agent
-	// packages; with a tenant, only for nodes of the org of that name.
+	// RoleAgent is an edge agent (node management). A token of the tokens
+	// file with this role is an org token: it registers new nodes (with a
+	// tenant, only in the org of that name), each registration issuing
+	// the node its own token (NodePrincipal), with which the node reads
+	// its directive, reports its status and downloads agent packages.
 	RoleAgent Role = "agent"
 	// RoleParticipant is an automation-composition participant; no route
 	// grants it anything yet.
@@ -48,26 +50,46 @@ func (r Role) Valid() bool { return slices.Contains(Roles, r) }
 
 // Principal is the authenticated caller: the token's name, role and, for
 // the tenant role (and optionally the agent role), the tenant (org) it is
-// scoped to.
+// scoped to. Node is set for a node's own token (role agent, Tenant its
+// org), issued when the node registered: it acts for that node only.
 type Principal struct {
 	Name   string
 	Role   Role
 	Tenant string
+	Node   string
 }
 
-// tokenPrefix starts every token NewToken makes, so one found in a log or
-// a repository is recognizable.
-const tokenPrefix = "pf_"
+// NodePrincipal is the caller holding the own token of node org/node.
+func NodePrincipal(org, node string) Principal {
+	return Principal{Name: "node " + org + "/" + node, Role: RoleAgent, Tenant: org, Node: node}
+}
+
+// tokenPrefix starts every token NewToken makes, and nodeTokenPrefix
+// every node's own token (NewNodeToken), so one found in a log or a
+// repository is recognizable, and the API knows where to look a token up.
+const (
+	tokenPrefix     = "pf_"
+	nodeTokenPrefix = "pfn_"
+)
 
 // NewToken returns a new random token: "pf_" and 32 random bytes in
 // unpadded base64url (256 bits of entropy, so an unsalted SHA-256 of it is
 // safe to store).
-func NewToken() (string, error) {
+func NewToken() (string, error) { return newToken(tokenPrefix) }
+
+// NewNodeToken returns a new random token for one node: as NewToken, with
+// the prefix "pfn_".
+func NewNodeToken() (string, error) { return newToken(nodeTokenPrefix) }
+
+// IsNodeToken reports whether token has the form of a node's own token.
+func IsNodeToken(token string) bool { return strings.HasPrefix(token, nodeTokenPrefix) }
+
+func newToken(prefix string) (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("make a token: read random bytes: %w", err)
 	}
-	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b), nil
+	return prefix + base64.RawURLEncoding.EncodeToString(b), nil
 }
 
 // Hash is the hex SHA-256 of a token, as the tokens file stores it.

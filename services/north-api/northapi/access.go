@@ -88,6 +88,9 @@ func (s *Server) guard(a access, h handlerFunc) handlerFunc {
 		case !hadToken:
 			w.Header().Set("WWW-Authenticate", authRealm)
 			return errorf(http.StatusUnauthorized, "%s %s needs a bearer token: send Authorization: Bearer <token> (policyctl takes --token, PF_TOKEN or --token-file)", r.Method, r.URL.Path)
+		case !known && auth.IsNodeToken(bearerOf(r)) && s.needViews(topology.AgentNodes) != nil:
+			// Nodes' own tokens are known once agent.nodes is read.
+			return s.needViews(topology.AgentNodes)
 		case !known:
 			w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
 			return errorf(http.StatusUnauthorized, "the bearer token is not one of the North API's tokens (revoked, mistyped, or for another deployment); ask an administrator for a token")
@@ -109,8 +112,18 @@ func (s *Server) authenticate(r *http.Request) (p auth.Principal, known, hadToke
 	if !ok {
 		return auth.Principal{}, false, false
 	}
+	if auth.IsNodeToken(token) {
+		p, known = s.nm.creds.lookup(token)
+		return p, known, true
+	}
 	p, known = s.opts.Tokens.Lookup(token)
 	return p, known, true
+}
+
+// bearerOf is the request's bearer token ("" for none).
+func bearerOf(r *http.Request) string {
+	t, _ := auth.BearerToken(r)
+	return t
 }
 
 // clientAddr is the host of the request's remote address.
@@ -232,6 +245,24 @@ func (v *componentsView) withServiceComponent(scn string) []*events.Component {
 	}
 	slices.SortFunc(out, func(a, b *events.Component) int { return strings.Compare(a.ComponentID, b.ComponentID) })
 	return out
+}
+
+// mayActForNode says whether the caller may act for node org/node (the
+// org was checked by inOrg). A node's own token acts for its node only;
+// an org token (role agent, from the tokens file) only registers nodes
+// (register), which issues each node its own token; other roles that
+// reached the handler may.
+func mayActForNode(p auth.Principal, r *http.Request, org, node string, register bool) *httpError {
+	switch {
+	case p.Role != auth.RoleAgent:
+		return nil
+	case p.Node != "" && (p.Tenant != org || p.Node != node):
+		return errorf(http.StatusForbidden, "token of node %s/%s acts for its own node only, not for %s/%s", p.Tenant, p.Node, org, node)
+	case p.Node == "" && !register:
+		return errorf(http.StatusForbidden, "token %s is an org token: it only registers nodes (PUT /v1/orgs/%s/nodes/{node}), which issues each node its own token; %s %s takes node %s/%s's own token",
+			p.Name, org, r.Method, r.URL.Path, org, node)
+	}
+	return nil
 }
 
 // describeCaller names the caller for logs.

@@ -12,6 +12,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/nmp/constraint"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -40,7 +41,15 @@ type NodeRequest struct {
 
 const nodeExample = `{"properties": [{"name": "arch", "value": "amd64"}], "constraints": [], "softwareVersion": "1.0.0"}`
 
+// nodeKey is the org and node of a node's route, once the caller may act
+// for that node (mayActForNode); an org token may not.
 func (s *Server) nodeKey(r *http.Request) (string, string, *httpError) {
+	return s.nodeKeyAs(r, false)
+}
+
+// nodeKeyAs is nodeKey; register says the request registers the node,
+// which an org token may ask.
+func (s *Server) nodeKeyAs(r *http.Request, register bool) (string, string, *httpError) {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return "", "", e
@@ -49,11 +58,18 @@ func (s *Server) nodeKey(r *http.Request) (string, string, *httpError) {
 	if err := nmp.CheckName("node id", node); err != nil {
 		return "", "", errorf(http.StatusBadRequest, "%v", err)
 	}
+	if e := mayActForNode(principalOf(r.Context()), r, org, node, register); e != nil {
+		return "", "", e
+	}
 	return org, node, nil
 }
 
+// putNode registers a node, or changes its registration. A node that has
+// no own token yet is issued one, answered once as "token"; a node that
+// has one keeps it, and an org token may not register it again (409):
+// otherwise whoever holds the org token could take over any node.
 func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *httpError {
-	org, node, e := s.nodeKey(r)
+	org, node, e := s.nodeKeyAs(r, true)
 	if e != nil {
 		return e
 	}
@@ -76,7 +92,32 @@ func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *httpError {
 	if _, err := nmp.CompileNode(ev); err != nil {
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
-	return s.produceAndAnswer(w, r, topology.AgentNodes, keyOf(org, node), ev, map[string]any{"org": org, "node": node, "registered": true})
+	if e := s.needViews(topology.AgentNodes); e != nil {
+		return e
+	}
+	defer s.locks.lock("node " + keyOf(org, node))()
+	answer := map[string]any{"org": org, "node": node, "registered": true}
+	p := principalOf(r.Context())
+	if old := s.nm.creds.node(keyOf(org, node)); old != nil && old.TokenSHA256 != "" {
+		if p.Role == auth.RoleAgent && p.Node == "" {
+			return errorf(http.StatusConflict, "node %s/%s is registered and has its own token; token %s (an org token) may register only new nodes: the node uses its own token, "+
+				"or an operator rotates it (policyctl node token rotate %s/%s) or revokes it (policyctl node token revoke %s/%s) so that it may be registered again",
+				org, node, p.Name, org, node, org, node)
+		}
+		ev.TokenSHA256 = old.TokenSHA256
+	} else {
+		token, sum, e := newNodeToken()
+		if e != nil {
+			return e
+		}
+		ev.TokenSHA256, answer["token"] = sum, token
+	}
+	ev.UpdatedAt = ev.UpdatedAt.Truncate(time.Millisecond)
+	if e := s.writeNode(r, ev); e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, answer)
+	return nil
 }
 
 func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *httpError {
@@ -88,6 +129,15 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *httpError {
 }
 
 func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *httpError {
+	if e := s.produceRecord(r, topic, key, ev); e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, answer)
+	return nil
+}
+
+// produceRecord writes ev (nil: a tombstone) under key to topic.
+func (s *Server) produceRecord(r *http.Request, topic, key string, ev events.Event) *httpError {
 	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key)}
 	if ev != nil {
 		val, err := s.env.Codec.Encode(ev)
@@ -99,7 +149,6 @@ func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic,
 	if err := s.produce(r.Context(), rec); err != nil {
 		return errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
 	}
-	writeJSON(w, http.StatusOK, answer)
 	return nil
 }
 

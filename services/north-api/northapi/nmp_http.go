@@ -47,6 +47,8 @@ func (s *Server) nodeManagementRoutes() []route {
 		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.getDirective, agentCallers},
 		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.putNodeStatus, agentCallers},
 		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.getNodeStatus, nodeStatusReaders},
+		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(true), operators},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(false), operators},
 		{http.MethodGet, "/v1/agentpackages", s.listPackages, packageReaders},
 		{http.MethodPost, "/v1/agentpackages", s.uploadPackage, packageWriters},
 		{http.MethodGet, "/v1/agentpackages/{version}", s.getPackage, packageReaders},

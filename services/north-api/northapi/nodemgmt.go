@@ -26,6 +26,8 @@ type nodeMgmt struct {
 	mu      sync.Mutex
 	dirs    map[string]*directiveRow
 	waiters map[string]chan struct{} // closed when the key's directive changes
+
+	creds *nodeCreds // the nodes' own tokens (nodecreds.go)
 }
 
 // directiveRow is a node's latest directive and its index: a hash of what
@@ -49,7 +51,7 @@ func directiveIndex(d *events.AgentDirective) uint64 {
 }
 
 func newNodeMgmt(codec *events.Codec) *nodeMgmt {
-	return &nodeMgmt{codec: codec, world: nmp.NewWorld(), dirs: map[string]*directiveRow{}, waiters: map[string]chan struct{}{}}
+	return &nodeMgmt{codec: codec, world: nmp.NewWorld(), dirs: map[string]*directiveRow{}, waiters: map[string]chan struct{}{}, creds: newNodeCreds()}
 }
 
 // applyFuncs are the views' apply functions by base topic name.
@@ -93,6 +95,7 @@ func (m *nodeMgmt) applyNode(ctx context.Context, rec *kgo.Record) error {
 		return nil
 	}
 	n, _ := v.(*events.AgentNode)
+	m.creds.set(string(rec.Key), n)
 	if n == nil || n.Deleted {
 		m.world.SetNode(string(rec.Key), nil)
 		return nil

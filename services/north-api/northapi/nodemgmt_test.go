@@ -1,12 +1,16 @@
 package northapi
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -140,6 +144,7 @@ func TestUnknownOrg(t *testing.T) {
 
 func TestDirectiveLongPoll(t *testing.T) {
 	s := newStack(t, nil)
+	agentToken := s.registerNode(t, "acme", "n1")
 	code, body, _, _ := s.callAs(t, agentToken, http.MethodGet, "/v1/orgs/acme/nodes/n1/directive", nil)
 	wantError(t, "no directive", code, body, 404, "no directive yet")
 	d := &events.AgentDirective{Org: "acme", Node: "n1", DirectiveID: "d1", Policy: "acme/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0", StartAt: time.Unix(100, 0), IssuedAt: time.Unix(100, 0), Conflicts: []string{}}
@@ -250,6 +255,50 @@ func TestAgentPackagesUploadAndDownload(t *testing.T) {
 	}
 	code, body, _, _ = s.callAs(t, agentToken, http.MethodGet, "/v1/agentpackages/9.9.9", nil)
 	wantError(t, "unknown version", code, body, 404, "no agent package 9.9.9")
+
+	// The same file signed: the signature replaces the record's and is
+	// sent with the file.
+	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/agentpackages", bytes.NewReader(pkg))
+	auth.SetBearer(req, adminToken)
+	req.Header.Set(SignatureHeader, "c2lnbmF0dXJl")
+	req.Header.Set(SigningKeyHeader, "0011223344556677")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(compact(data), `"signature":"c2lnbmF0dXJl","signingKey":"0011223344556677"`) {
+		t.Fatalf("signed upload: %d %s", resp.StatusCode, data)
+	}
+	req, _ = http.NewRequest(http.MethodGet, s.url+"/v1/agentpackages/1.1.0/file", nil)
+	auth.SetBearer(req, agentToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get(SignatureHeader); got != "c2lnbmF0dXJl" {
+		t.Fatalf("download's signature header %q", got)
+	}
+
+	// Whoever can write the package store swaps the file: the hub refuses
+	// to serve it under the published checksum.
+	evil, _ := nmp.BuildPackage(nmp.Manifest{Version: "1.1.0"}, map[string][]byte{"packages/agent.bin": []byte("evil")})
+	if err := os.WriteFile(filepath.Join(dir, hexSum+".tar.gz"), evil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest(http.MethodGet, s.url+"/v1/agentpackages/1.1.0/file", nil)
+	auth.SetBearer(req, agentToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || bytes.Contains(data, []byte("evil")) || !strings.Contains(string(data), "altered") {
+		t.Fatalf("tampered file: %d %q, want 500 saying it was altered and none of the file", resp.StatusCode, data)
+	}
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
@@ -261,4 +310,37 @@ func compact(raw []byte) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// The hub refuses a package with two package.json files and one that
+// decompresses past --max-unpacked-package-bytes (a gzip bomb), and
+// stores neither.
+func TestAgentPackageUploadRefusesBombsAndRepeatedFiles(t *testing.T) {
+	dir := t.TempDir()
+	s := newStackWith(t, Options{PackageDir: dir, MaxUnpackedPackageBytes: 1 << 20}, nil)
+	entries := func(e ...[2]string) []byte {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		for _, f := range e {
+			_ = tw.WriteHeader(&tar.Header{Name: f[0], Mode: 0o644, Size: int64(len(f[1])), Typeflag: tar.TypeReg})
+			_, _ = tw.Write([]byte(f[1]))
+		}
+		_ = tw.Close()
+		_ = gz.Close()
+		return buf.Bytes()
+	}
+	for what, tc := range map[string]struct {
+		pkg  []byte
+		want string
+	}{
+		"two package.json": {entries([2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"package.json", `{"version":"2.0.0"}`}), "package.json twice"},
+		"a gzip bomb":      {entries([2]string{"package.json", `{"version":"1.0.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4<<20)}), "decompresses to more than the limit (1048576 bytes)"},
+	} {
+		code, body, _, _ := s.callAs(t, adminToken, http.MethodPost, "/v1/agentpackages", string(tc.pkg))
+		wantError(t, what, code, body, http.StatusBadRequest, tc.want)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("refused packages left %d files in the store", len(left))
+	}
 }

@@ -27,13 +27,15 @@ type PackageAnswer struct {
 	ConfigVersion   string    `json:"configVersion,omitempty"`
 	SHA256          string    `json:"sha256"`
 	Size            int64     `json:"size"`
+	Signature       string    `json:"signature,omitempty"`
+	SigningKey      string    `json:"signingKey,omitempty"`
 	UploadedBy      string    `json:"uploadedBy,omitempty"`
 	UploadedAt      time.Time `json:"uploadedAt"`
 }
 
 func packageAnswer(p *events.AgentPackage) PackageAnswer {
 	return PackageAnswer{Version: p.Version, PackagesVersion: p.PackagesVersion, SSLVersion: p.SSLVersion, ConfigVersion: p.ConfigVersion,
-		SHA256: p.SHA256, Size: p.Size, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
+		SHA256: p.SHA256, Size: p.Size, Signature: p.Signature, SigningKey: p.SigningKey, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
 }
 
 func (s *Server) packageDir() (string, *httpError) {
@@ -79,8 +81,8 @@ func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *httpError {
 	return nil
 }
 
-// downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256
-// and Digest.
+// downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256,
+// once the stored file's SHA-256 is the record's.
 func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpError {
 	p, e := s.lookupPackage(r)
 	if e != nil {
@@ -95,15 +97,45 @@ func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpEr
 		return errorf(http.StatusServiceUnavailable, "agent package %s (%s) is not in this North API's package store %s: %v", p.Version, p.SHA256, dir, err)
 	}
 	defer f.Close()
+	// The file is checked against its record before anything of it is
+	// sent, and served from the same open file: one altered on disk (or
+	// replaced with another under the same name) is never served under
+	// the record's checksum.
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return errorf(http.StatusServiceUnavailable, "read agent package %s from the package store: %v", p.Version, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
+		s.log.Error().Str("version", p.Version).Str("want", p.SHA256).Str("got", got).Str("dir", dir).Msg("an agent package file was altered in the package store; not served")
+		return errorf(http.StatusInternalServerError, "the stored file of agent package %s has SHA-256 %s, not %s as published: it was altered in the package store and is not served; publish the package again under a new version",
+			p.Version, got, p.SHA256)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return errorf(http.StatusServiceUnavailable, "reread agent package %s: %v", p.Version, err)
+	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("X-Checksum-Sha256", p.SHA256)
+	if p.Signature != "" {
+		w.Header().Set(SignatureHeader, p.Signature)
+		w.Header().Set(SigningKeyHeader, p.SigningKey)
+	}
 	w.Header().Set("ETag", `"`+p.SHA256+`"`)
 	http.ServeContent(w, r, p.Version+".tar.gz", p.UploadedAt, f)
 	return nil
 }
 
+// The headers that carry a package's signature (nmp.SignPackage) and its
+// key's id, on upload and download.
+const (
+	SignatureHeader  = "X-Package-Signature"
+	SigningKeyHeader = "X-Package-Signing-Key"
+)
+
 // uploadPackage takes a tar.gz as the body. ?sha256= (or the header
-// X-Checksum-Sha256), when given, must be the body's SHA-256. The package
+// X-Checksum-Sha256), when given, must be the body's SHA-256. The
+// publisher's signature (SignatureHeader, SigningKeyHeader) travels with
+// the record; agents check it, the hub keeps it as given (the same file
+// uploaded again with another signature replaces it). The package
 // is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
 // announced on agent.packages; a version already on the hub with other
 // content is refused.
@@ -145,18 +177,22 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return errorf(http.StatusInternalServerError, "reread the upload: %v", err)
 	}
-	man, raw, err := nmp.ReadPackage(tmp)
+	man, raw, err := nmp.ReadPackage(tmp, s.opts.MaxUnpackedPackageBytes)
 	if err != nil {
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
 	unlock := s.locks.lock("package " + man.Version)
 	defer unlock()
+	// The same file with another signature (signed anew, or signed now
+	// where it was not) replaces the record's signature.
 	if old := s.nm.world.Package(man.Version); old != nil {
-		if old.SHA256 == sum {
+		switch {
+		case old.SHA256 != sum:
+			return errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
+		case old.Signature == r.Header.Get(SignatureHeader):
 			writeJSON(w, http.StatusOK, packageAnswer(old))
 			return nil
 		}
-		return errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
 	}
 	if err := tmp.Sync(); err != nil {
 		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
@@ -166,12 +202,15 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
 	}
 	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
-		Manifest: string(raw), SHA256: sum, Size: n, UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
+		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	if e := s.produceAndAnswer(w, r, topology.AgentPackages, man.Version, ev, packageAnswer(ev)); e != nil {
 		return e
 	}
 	deadline := time.Now().Add(s.opts.ViewWait)
-	for s.nm.world.Package(man.Version) == nil && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
+		if p := s.nm.world.Package(man.Version); p != nil && p.SHA256 == ev.SHA256 && p.Signature == ev.Signature {
+			break
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil

@@ -75,9 +75,12 @@ type Options struct {
 	// shows the stages running in this process (the dev stack).
 	StageOps []string
 	// PackageDir is where agent packages are stored (by SHA-256); empty:
-	// the API stores none. MaxPackageBytes bounds one (default 512 MiB).
-	PackageDir      string
-	MaxPackageBytes int64
+	// the API stores none. MaxPackageBytes bounds one (default 512 MiB),
+	// MaxUnpackedPackageBytes its decompressed size (default
+	// nmp.DefaultMaxUnpackedBytes).
+	PackageDir              string
+	MaxPackageBytes         int64
+	MaxUnpackedPackageBytes int64
 	// Orgs, when set, are the orgs node management serves; a request for
 	// another org answers 404. Empty: any well-formed org name.
 	Orgs []string

@@ -1,8 +1,9 @@
 // Package edgeagent is the reference edge agent of node management: it
-// registers its node with the hub, long-polls the node's directive, and at
-// the directive's start time downloads the agent package, checks its
-// SHA-256, runs the install command for each of the package's directories,
-// restarts, and reports each step. A failed step rolls the node back to
+// registers its node with the hub (once with the org token, then with the
+// node's own token), long-polls the node's directive, and at the
+// directive's start time downloads the agent package, checks its SHA-256
+// and its publisher's signature, runs the install command for each of the
+// package's directories, restarts, and reports each step. A failed step rolls the node back to
 // its previous version; a failed version is never tried again, a newer one
 // is. Its position is kept on disk, so a restart resumes (a download is
 // started again; an interrupted install is rolled back, then tried once
@@ -13,10 +14,15 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 // Config is the agent's configuration.
@@ -40,10 +47,24 @@ type Config struct {
 	InstallCmd []string
 	// RestartCmd, when set, is run after a successful install.
 	RestartCmd []string
+	// NodeTokenFile keeps the node's own token (default
+	// <StateDir>/node.token, mode 0600). When it holds none, the agent
+	// registers with Client.Token (the org token) and keeps the token the
+	// hub issues; from then on it uses only the node's own token.
+	NodeTokenFile string
 	// CmdTimeout bounds each command (default 5m).
 	CmdTimeout time.Duration
 	// PollWait is the long poll's wait (default 60s).
 	PollWait time.Duration
+	// TrustedKeys are the public keys whose signature a package must
+	// carry (nmp.CheckSignature); an unsigned or otherwise signed package
+	// is refused before anything of it is unpacked. Required.
+	TrustedKeys []ed25519.PublicKey
+	// InsecureHTTP allows a plain http:// hub (CheckHub).
+	InsecureHTTP bool
+	// MaxUnpackedBytes bounds a package's decompressed size (default
+	// nmp.DefaultMaxUnpackedBytes): a gzip bomb is refused.
+	MaxUnpackedBytes int64
 	// MaxInterrupted is how many interrupted installs of one version are
 	// rolled back and tried again before the version counts as failed
 	// (default 1).
@@ -74,6 +95,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.NodeTokenFile == "" {
+		cfg.NodeTokenFile = filepath.Join(cfg.StateDir, "node.token")
+	}
+	if err := CheckHub(cfg.Client.Hub, cfg.InsecureHTTP); err != nil {
+		return nil, err
+	}
+	if len(cfg.TrustedKeys) == 0 {
+		return nil, errors.New("no trusted package key: give --trusted-key with the public key packages are signed with (policyctl agentpackage keygen makes one)")
+	}
 	if len(cfg.InstallCmd) == 0 {
 		return nil, errors.New("no install command: give --install-cmd")
 	}
@@ -98,7 +128,15 @@ func (a *Agent) save() error { return a.st.Save(a.cfg.StateDir) }
 // Run registers the node, finishes what a previous run left, and follows
 // the directive until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	if err := a.enrol(ctx); err != nil {
+		return err
+	}
 	if err := a.retry(ctx, "register", func() error { return a.register(ctx) }); err != nil {
+		var he *HTTPError
+		if errors.As(err, &he) && he.Code == http.StatusUnauthorized {
+			return fmt.Errorf("%w: the node's token in %s is not accepted (rotated or revoked): put the token of `policyctl node token rotate %s/%s` there, "+
+				"or remove the file to register again with the org token once the node's token is revoked", err, a.cfg.NodeTokenFile, a.cfg.Client.Org, a.cfg.Client.Node)
+		}
 		return err
 	}
 	if err := a.recover(ctx); err != nil {
@@ -368,7 +406,47 @@ func (a *Agent) report(ctx context.Context, d *Directive, state, msg string) {
 func (a *Agent) register(ctx context.Context) error {
 	r := a.cfg.Registration
 	r.SoftwareVersion = a.st.Version
-	return a.cfg.Client.Register(ctx, r)
+	_, err := a.cfg.Client.Register(ctx, r)
+	return err
+}
+
+// enrol makes the client use the node's own token: the one kept in
+// NodeTokenFile, else the one the hub issues when the agent registers
+// with the org token, kept there (mode 0600) before anything else.
+func (a *Agent) enrol(ctx context.Context) error {
+	path := a.cfg.NodeTokenFile
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read the node's token: %w", err)
+	}
+	if tok := strings.TrimSpace(string(data)); tok != "" {
+		a.cfg.Client.Token = tok
+		return nil
+	}
+	if a.cfg.Client.Token == "" {
+		return fmt.Errorf("no node token in %s and no org token to register with: give --token-file with a token of role agent", path)
+	}
+	r := a.cfg.Registration
+	r.SoftwareVersion = a.st.Version
+	var issued string
+	err = a.retry(ctx, "register", func() error {
+		var err error
+		issued, err = a.cfg.Client.Register(ctx, r)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if issued == "" {
+		a.log.Warn().Msg("the hub issued no node token (the node has one, or the hub is older); the token given stays in use")
+		return nil
+	}
+	if err := auth.WriteSecretFile(path, []byte(issued+"\n")); err != nil {
+		return fmt.Errorf("keep the node's token: %w", err)
+	}
+	a.log.Info().Str("file", path).Msg("registered with the org token; the node's own token is kept and used from now on")
+	a.cfg.Client.Token = issued
+	return nil
 }
 
 // retry calls f with backoff until it succeeds, fails with a 4xx (which
@@ -415,14 +493,24 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	}
 	tmp := filepath.Join(a.cfg.StateDir, "download-"+v+".tar.gz")
 	defer os.Remove(tmp)
-	if err := a.cfg.Client.Download(ctx, v, sha, tmp); err != nil {
+	sig, err := a.cfg.Client.Download(ctx, v, sha, tmp)
+	if err != nil {
+		return err
+	}
+	// The file is the publisher's, or nothing of it is read: the
+	// signature is checked over the SHA-256 computed here.
+	got, err := fileSHA256(tmp)
+	if err != nil {
+		return err
+	}
+	if err := nmp.CheckSignature(a.cfg.TrustedKeys, v, got, sig); err != nil {
 		return err
 	}
 	f, err := os.Open(tmp)
 	if err != nil {
 		return err
 	}
-	man, _, err := nmp.ReadPackage(f)
+	man, _, err := nmp.ReadPackage(f, a.cfg.MaxUnpackedBytes)
 	f.Close()
 	if err != nil {
 		return fmt.Errorf("package %s: %w", v, err)
@@ -435,6 +523,19 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 		return fmt.Errorf("unpack package %s: %w", v, err)
 	}
 	return os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // unpack extracts a package nmp.ReadPackage accepted (regular files and

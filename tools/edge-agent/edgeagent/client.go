@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -122,13 +124,17 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any)
 	return resp, nil
 }
 
-// Register registers (or updates) the node.
-func (c *Client) Register(ctx context.Context, r Registration) error {
-	_, err := c.do(ctx, http.MethodPut, c.nodePath(), r, nil)
-	if err != nil {
-		return fmt.Errorf("register node %s/%s: %w", c.Org, c.Node, err)
+// Register registers (or updates) the node. It returns the node's own
+// token when the hub issued one (the node had none).
+func (c *Client) Register(ctx context.Context, r Registration) (string, error) {
+	var ans struct {
+		Token string `json:"token"`
 	}
-	return nil
+	_, err := c.do(ctx, http.MethodPut, c.nodePath(), r, &ans)
+	if err != nil {
+		return "", fmt.Errorf("register node %s/%s: %w", c.Org, c.Node, err)
+	}
+	return ans.Token, nil
 }
 
 // Report sends a status report.
@@ -170,12 +176,53 @@ func asHTTP(err error, he **HTTPError) bool {
 	return ok
 }
 
+// Transport is the HTTP transport of an agent: HTTPS trusting the PEM
+// CA bundle caFile (the system's roots when ""), HTTP/2 when the hub
+// offers it.
+func Transport(caFile string) (*http.Transport, error) {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile == "" {
+		return t, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", caFile)
+	}
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t, nil
+}
+
+// CheckHub refuses a hub URL that is not https://, or http:// without
+// insecure: over plain HTTP whoever answers as the hub reads the node's
+// token and chooses its directives.
+func CheckHub(hub string, insecure bool) error {
+	u, err := url.Parse(hub)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("--hub %q is not a URL such as https://hub:8080", hub)
+	}
+	switch {
+	case u.Scheme == "https":
+		return nil
+	case u.Scheme == "http" && insecure:
+		return nil
+	case u.Scheme == "http":
+		return fmt.Errorf("--hub %s is plain HTTP, which anyone on the path can read and answer: use https:// (with --ca-file for the hub's CA), or give --insecure on a network where that is acceptable", hub)
+	}
+	return fmt.Errorf("--hub %q: want an https:// URL", hub)
+}
+
 // Download fetches a package version into a file and checks its SHA-256
-// against want (and the hub's X-Checksum-Sha256).
-func (c *Client) Download(ctx context.Context, version, want, dest string) error {
+// against want (and the hub's X-Checksum-Sha256). It returns the
+// package's signature as the hub gave it, for the caller to check before
+// it reads the package.
+func (c *Client) Download(ctx context.Context, version, want, dest string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.Hub, "/")+"/v1/agentpackages/"+url.PathEscape(version)+"/file", nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	// A package may take longer than a poll: no overall timeout, the
@@ -183,16 +230,16 @@ func (c *Client) Download(ctx context.Context, version, want, dest string) error
 	dl := &http.Client{Transport: c.HTTP.Transport}
 	resp, err := dl.Do(req)
 	if err != nil {
-		return fmt.Errorf("download package %s: %w", version, err)
+		return "", fmt.Errorf("download package %s: %w", version, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("download package %s: %w", version, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(raw))})
+		return "", fmt.Errorf("download package %s: %w", version, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(raw))})
 	}
 	f, err := os.Create(dest)
 	if err != nil {
-		return fmt.Errorf("download package %s: %w", version, err)
+		return "", fmt.Errorf("download package %s: %w", version, err)
 	}
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
@@ -200,16 +247,16 @@ func (c *Client) Download(ctx context.Context, version, want, dest string) error
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("download package %s: %w", version, err)
+		return "", fmt.Errorf("download package %s: %w", version, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if hdr := resp.Header.Get("X-Checksum-Sha256"); want == "" {
 		want = hdr
 	}
 	if want == "" || got != want {
-		return &HashError{Version: version, Got: got, Want: want}
+		return "", &HashError{Version: version, Got: got, Want: want}
 	}
-	return nil
+	return resp.Header.Get("X-Package-Signature"), nil
 }
 
 // HashError is a downloaded package whose SHA-256 is not the one expected.
