@@ -57,6 +57,9 @@ type pipeline struct {
 	catchupEvery time.Duration
 	// tracer, when set before the pipeline runs, traces it.
 	tracer *runtime.Tracer
+	// tenantTokens, when set before the pipeline runs, are tenant tokens
+	// of the API, by tenant.
+	tenantTokens map[string]string
 }
 
 // segmentBytes bounds the segmenter's pieces in these suites, far below
@@ -116,7 +119,11 @@ func (p *pipeline) run() {
 	if p.token, err = auth.NewToken(); err != nil {
 		p.t.Fatal(err)
 	}
-	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "integration", Role: auth.RoleAdmin, SHA256: auth.Hash(p.token)}}}.Set()
+	entries := []auth.Entry{{Name: "integration", Role: auth.RoleAdmin, SHA256: auth.Hash(p.token)}}
+	for tenant, token := range p.tenantTokens {
+		entries = append(entries, auth.Entry{Name: "tenant-" + tenant, Role: auth.RoleTenant, Tenant: tenant, SHA256: auth.Hash(token)})
+	}
+	tokens, err := auth.File{Tokens: entries}.Set()
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -190,6 +197,12 @@ func eventually(t *testing.T, what string, wait time.Duration, check func() erro
 
 func (p *pipeline) do(method, path string, body any) (int, string) {
 	p.t.Helper()
+	return p.doAs(p.token, method, path, body)
+}
+
+// doAs is do with another token.
+func (p *pipeline) doAs(token, method, path string, body any) (int, string) {
+	p.t.Helper()
 	var r io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -197,7 +210,7 @@ func (p *pipeline) do(method, path string, body any) (int, string) {
 	}
 	req, _ := http.NewRequest(method, p.api+path, r)
 	req.Header.Set("Content-Type", "application/json")
-	auth.SetBearer(req, p.token)
+	auth.SetBearer(req, token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		p.t.Fatalf("%s %s: %v", method, path, err)
