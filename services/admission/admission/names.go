@@ -48,7 +48,9 @@ func (n *Names) ApplyComponent(id string, c *events.Component) {
 func (n *Names) ApplyVerdict(deploymentID string, v *events.AdmissionVerdict) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if v == nil {
+	if v == nil || v.Tenant == "" {
+		// A verdict of no tenant (a request that named none, refused)
+		// holds nothing.
 		delete(n.verdicts, deploymentID)
 		return
 	}

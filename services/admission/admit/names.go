@@ -26,8 +26,9 @@ type Owners interface {
 	// service_component_name (Consul folder) is scn.
 	Folder(scn string) []Holder
 	// Deployment lists the tenants holding the deployment id: the tenant
-	// of its latest verdict and of every registered component naming it,
-	// each once.
+	// of its latest verdict (unless it names none: a refused request that
+	// gave no tenant holds nothing) and of every registered component
+	// naming it, each once.
 	Deployment(id string) []string
 }
 

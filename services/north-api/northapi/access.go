@@ -220,7 +220,7 @@ func (o viewOwners) Folder(scn string) []admit.Holder {
 
 func (o viewOwners) Deployment(id string) []string {
 	tenants := o.s.components.deploymentTenants(id)
-	if v, ok := o.s.verdicts.get(id); ok {
+	if v, ok := o.s.verdicts.get(id); ok && v.Tenant != "" { // a refused request of no tenant holds nothing
 		tenants = append(tenants, v.Tenant)
 	}
 	slices.Sort(tenants)
