@@ -42,6 +42,10 @@ type Claim struct {
 	ComponentID string
 	// Folder is the component's service_component_name.
 	Folder string
+	// Operator is set for an operator's write of a component (PUT
+	// /v1/components/{id} with an operator's token): it may give a name
+	// no tenant holds (registered without a tenant) to a tenant.
+	Operator bool
 }
 
 // Conflict is a name of a claim that someone else holds.
@@ -82,25 +86,31 @@ func DeploymentOf(componentID string) string {
 //     tenant (a folder is written by one component and wiped by its
 //     uninstall).
 //
+// A name registered without a tenant is the operators': a tenant's claim
+// of it conflicts, an operator's (Claim.Operator) may give it to a
+// tenant.
+//
 // It returns the first conflict, naming the holder, or nil.
 func CheckClaim(c Claim, o Owners) *Conflict {
 	other := func(owner, format string, args ...any) *Conflict {
 		return &Conflict{Owner: owner, OtherTenant: true, msg: fmt.Sprintf(format, args...)}
 	}
+	// held reports whether owner holds a name against the claim.
+	held := func(owner string) bool { return owner != c.Tenant && !(c.Operator && owner == "") }
 	for _, t := range o.Deployment(c.DeploymentID) {
-		if t != c.Tenant {
+		if held(t) {
 			return other(t, "deployment %s belongs to tenant %q, not to tenant %q", c.DeploymentID, t, c.Tenant)
 		}
 	}
 	if c.ComponentID == "" {
 		return nil
 	}
-	if t, ok := o.Component(c.ComponentID); ok && t != c.Tenant {
+	if t, ok := o.Component(c.ComponentID); ok && held(t) {
 		return other(t, "component %s belongs to tenant %q, not to tenant %q", c.ComponentID, t, c.Tenant)
 	}
 	if p := DeploymentOf(c.ComponentID); p != "" && p != c.DeploymentID {
 		for _, t := range o.Deployment(p) {
-			if t != c.Tenant {
+			if held(t) {
 				return other(t, "component id %s is the name of an application of deployment %s, which belongs to tenant %q, not to tenant %q", c.ComponentID, p, t, c.Tenant)
 			}
 		}
@@ -108,7 +118,7 @@ func CheckClaim(c Claim, o Owners) *Conflict {
 	for _, h := range o.Folder(c.Folder) {
 		switch {
 		case h.ComponentID == c.ComponentID:
-		case h.Tenant != c.Tenant:
+		case held(h.Tenant):
 			return other(h.Tenant, "service_component_name %s is the Consul folder of component %s of tenant %q, not of tenant %q", c.Folder, h.ComponentID, h.Tenant, c.Tenant)
 		default:
 			return &Conflict{Owner: h.Tenant, msg: fmt.Sprintf("service_component_name %s is the Consul folder of component %s; a folder belongs to one component: choose another name, or delete %s first",

@@ -18,36 +18,39 @@ func (o owners) Folder(scn string) []Holder         { return o.folders[scn] }
 func (o owners) Deployment(id string) []string      { return o.deps[id] }
 
 // globex holds deployment gx.prod with component gx.prod.web in folder
-// gx.prod.web, and acme holds deployment gx with component gx.api in
-// folder acme-api.
+// gx.prod.web, acme holds deployment gx with component gx.api in folder
+// acme-api, and the operators (no tenant) deployment ops with component
+// ops.agent.
 var globexAndAcme = owners{
-	comps:   map[string]string{"gx.prod.web": "globex", "gx.api": "acme"},
+	comps:   map[string]string{"gx.prod.web": "globex", "gx.api": "acme", "ops.agent": ""},
 	folders: map[string][]Holder{"gx.prod.web": {{"gx.prod.web", "globex"}}, "acme-api": {{"gx.api", "acme"}}},
-	deps:    map[string][]string{"gx.prod": {"globex"}, "gx": {"acme"}},
+	deps:    map[string][]string{"gx.prod": {"globex"}, "gx": {"acme"}, "ops": {""}},
 }
 
 func TestCheckClaim(t *testing.T) {
 	cases := []struct {
 		name  string
 		claim Claim
-		owner string // "" when the claim holds
+		owner string
 		other bool
-		msg   string
+		msg   string // "" when the claim holds
 	}{
-		{"the owner writes its component again", Claim{"globex", "gx.prod", "gx.prod.web", "gx.prod.web"}, "", false, ""},
-		{"a new deployment with new names", Claim{"acme", "ac.prod", "ac.prod.web", "ac.prod.web"}, "", false, ""},
-		{"another tenant's deployment", Claim{"acme", "gx.prod", "gx.prod.db", "gx.prod.db"}, "globex", true, `deployment gx.prod belongs to tenant "globex"`},
+		{"the owner writes its component again", Claim{"globex", "gx.prod", "gx.prod.web", "gx.prod.web", false}, "", false, ""},
+		{"a new deployment with new names", Claim{"acme", "ac.prod", "ac.prod.web", "ac.prod.web", false}, "", false, ""},
+		{"another tenant's deployment", Claim{"acme", "gx.prod", "gx.prod.db", "gx.prod.db", false}, "globex", true, `deployment gx.prod belongs to tenant "globex"`},
 		{"another tenant's deployment, no component", Claim{Tenant: "acme", DeploymentID: "gx.prod"}, "globex", true, `deployment gx.prod belongs to tenant "globex"`},
-		{"another tenant's component from an own deployment", Claim{"acme", "gx", "gx.prod.web", "gx.prod.web"}, "globex", true, `component gx.prod.web belongs to tenant "globex"`},
-		{"a new id in another tenant's deployment", Claim{"acme", "acme-dep", "gx.prod.db", "acme-db"}, "globex", true, `component id gx.prod.db is the name of an application of deployment gx.prod, which belongs to tenant "globex"`},
-		{"another tenant's folder", Claim{"acme", "gx", "gx.web", "gx.prod.web"}, "globex", true, `service_component_name gx.prod.web is the Consul folder of component gx.prod.web of tenant "globex"`},
-		{"an own folder of another component", Claim{"acme", "gx", "gx.web", "acme-api"}, "acme", false, `service_component_name acme-api is the Consul folder of component gx.api; a folder belongs to one component`},
-		{"an operator's write without tenant", Claim{"", "gx.prod", "gx.prod.web", "gx.prod.web"}, "globex", true, `deployment gx.prod belongs to tenant "globex", not to tenant ""`},
+		{"another tenant's component from an own deployment", Claim{"acme", "gx", "gx.prod.web", "gx.prod.web", false}, "globex", true, `component gx.prod.web belongs to tenant "globex"`},
+		{"a new id in another tenant's deployment", Claim{"acme", "acme-dep", "gx.prod.db", "acme-db", false}, "globex", true, `component id gx.prod.db is the name of an application of deployment gx.prod, which belongs to tenant "globex"`},
+		{"another tenant's folder", Claim{"acme", "gx", "gx.web", "gx.prod.web", false}, "globex", true, `service_component_name gx.prod.web is the Consul folder of component gx.prod.web of tenant "globex"`},
+		{"an own folder of another component", Claim{"acme", "gx", "gx.web", "acme-api", false}, "acme", false, `service_component_name acme-api is the Consul folder of component gx.api; a folder belongs to one component`},
+		{"an operator's write without tenant", Claim{"", "gx.prod", "gx.prod.web", "gx.prod.web", true}, "globex", true, `deployment gx.prod belongs to tenant "globex", not to tenant ""`},
+		{"a tenant's claim of the operators' component", Claim{"acme", "ops", "ops.agent", "ops.agent", false}, "", true, `deployment ops belongs to tenant "", not to tenant "acme"`},
+		{"an operator gives the operators' component to a tenant", Claim{"acme", "ops", "ops.agent", "ops.agent", true}, "", false, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := CheckClaim(tc.claim, globexAndAcme)
-			if tc.owner == "" {
+			if tc.msg == "" {
 				if c != nil {
 					t.Fatalf("claim refused: %v", c)
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -56,7 +57,8 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
 		return e
 	}
-	if e := s.claimNames(admit.Claim{Tenant: c.Tenant, DeploymentID: c.DeploymentID, ComponentID: id, Folder: c.ServiceComponentName}); e != nil {
+	if e := s.claimNames(admit.Claim{Tenant: c.Tenant, DeploymentID: c.DeploymentID, ComponentID: id, Folder: c.ServiceComponentName,
+		Operator: caller.Role != auth.RoleTenant}); e != nil {
 		return e
 	}
 	if c.Notify.Kind == events.NotifyScript {
