@@ -169,6 +169,42 @@ func covers(began time.Time, ends map[int32]int64, ts time.Time, partition int32
 	return listed && offset < end
 }
 
+// tables are the tables a stage follows (runtime.Table), by topic.
+type tables struct {
+	bases []string
+	ts    []interface {
+		WaitCaughtUp(context.Context) error
+		Close()
+	}
+}
+
+// follow follows base as a table, each record folded in by apply (a
+// tombstone with a nil value), and adds it to ts.
+func follow[V events.Event](env runtime.Env, ts *tables, base string, apply func(key string, v V)) error {
+	t, err := runtime.FollowTable(env, base, func(m runtime.Msg[V]) { apply(string(m.Key), m.Value) })
+	if err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	ts.bases, ts.ts = append(ts.bases, base), append(ts.ts, t)
+	return nil
+}
+
+// catchUp returns once every table holds what its topic held.
+func (ts *tables) catchUp(ctx context.Context, env runtime.Env) error {
+	for i, t := range ts.ts {
+		if err := t.WaitCaughtUp(ctx); err != nil {
+			return fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(ts.bases[i]), err)
+		}
+	}
+	return nil
+}
+
+func (ts *tables) close() {
+	for _, t := range ts.ts {
+		t.Close()
+	}
+}
+
 // PollRecords caps the requests one transaction of the stage decides.
 const PollRecords = 1000
 
@@ -185,76 +221,87 @@ func Stage() runtime.Stage {
 		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
 			pols := NewPolicies(log)
-			table, err := runtime.FollowTable(env, topology.AppPolicies, func(m runtime.Msg[*events.AppPolicy]) {
-				pols.Apply(string(m.Key), m.Value)
-			})
-			if err != nil {
-				return nil, nil, fmt.Errorf("admission: %w", err)
-			}
-			if err := table.WaitCaughtUp(ctx); err != nil {
-				table.Close()
-				return nil, nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
-			}
 			dcs := NewDatacenters(log)
-			dcTable, err := runtime.FollowTable(env, topology.Datacenters, func(m runtime.Msg[*events.Datacenter]) {
-				dcs.Apply(string(m.Key), m.Value)
-			})
-			if err != nil {
-				table.Close()
-				return nil, nil, fmt.Errorf("admission: %w", err)
-			}
-			opts, err := env.Kafka.ClientOpts()
+			names := NewNames()
+			// The tables the stage decides against: the policies, the
+			// datacenters, and who holds which names (components,
+			// deployments).
+			var ts tables
 			var cl *kgo.Client
+			closeAll := func() {
+				if cl != nil {
+					cl.Close()
+				}
+				ts.close()
+			}
+			err := follow(env, &ts, topology.AppPolicies, pols.Apply)
 			if err == nil {
-				cl, err = kgo.NewClient(opts...)
+				err = follow(env, &ts, topology.Datacenters, dcs.Apply)
+			}
+			if err == nil {
+				err = follow(env, &ts, topology.DeployComponents, names.ApplyComponent)
+			}
+			if err == nil {
+				err = follow(env, &ts, topology.AdmissionVerdicts, names.ApplyVerdict)
+			}
+			if err == nil {
+				var opts []kgo.Opt
+				opts, err = env.Kafka.ClientOpts()
+				if err == nil {
+					cl, err = kgo.NewClient(opts...)
+				}
+				if err != nil {
+					err = fmt.Errorf("admission: client for the offsets of %s: %w", env.Kafka.Topic(topology.DeployRequests), err)
+				}
+			}
+			if err == nil {
+				err = ts.catchUp(ctx, env)
 			}
 			if err != nil {
-				dcTable.Close()
-				table.Close()
-				return nil, nil, fmt.Errorf("admission: client for the offsets of %s: %w", env.Kafka.Topic(topology.DeployRequests), err)
+				closeAll()
+				return nil, nil, err
 			}
 			adm := kadm.NewClient(cl)
-			closeAll := func() {
-				cl.Close()
-				dcTable.Close()
-				table.Close()
-			}
-			if err := dcTable.WaitCaughtUp(ctx); err != nil {
-				closeAll()
-				return nil, nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.Datacenters), err)
-			}
-			log.Info().Int("policies", len(pols.All())).Int("datacenters", dcs.Len()).Msg("application policies and datacenters read")
+			log.Info().Int("policies", len(pols.All())).Int("datacenters", dcs.Len()).Msg("application policies, datacenters, components and verdicts read")
 			caughtUp := time.Now()
 			// covered holds, per partition of deploy.requests, the end
 			// offset listed as the last catch-up began: the requests
 			// before it were written before that catch-up.
 			var covered map[int32]int64
 			h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
-				// A policy or datacenter written before the request was
-				// must decide it: catch up with app.policies and
-				// placement.datacenters first, unless a catch-up that
-				// began after the request was written did.
+				// A policy, datacenter, component or verdict written
+				// before the request was must decide it: catch up with
+				// the tables first, unless a catch-up that began after
+				// the request was written did.
 				if !covers(caughtUp, covered, in.Timestamp, in.Partition, in.Offset) {
 					began := time.Now()
 					ends, err := runtime.Ends(ctx, adm, env.Kafka.Topic(topology.DeployRequests))
 					if err != nil {
 						return nil, fmt.Errorf("admission: %w", err)
 					}
-					if err := table.WaitCaughtUp(ctx); err != nil {
-						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.AppPolicies), err)
-					}
-					if err := dcTable.WaitCaughtUp(ctx); err != nil {
-						return nil, fmt.Errorf("admission: read %s: %w", env.Kafka.Topic(topology.Datacenters), err)
+					if err := ts.catchUp(ctx, env); err != nil {
+						return nil, err
 					}
 					caughtUp, covered = began, ends
 				}
-				outs, err := Decide(in.Value, in.Key, pols.All(), dcs.Get, time.Now())
-				if err == nil {
-					v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
-					log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
-						Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
+				outs, err := Decide(in.Value, in.Key, pols.All(), dcs.Get, names, time.Now())
+				if err != nil {
+					return nil, err
 				}
-				return outs, err
+				// The names this request took count for the next
+				// request at once, before the transaction commits them.
+				for _, o := range outs {
+					switch v := o.Value.(type) {
+					case *events.Component:
+						names.ApplyComponent(string(o.Key), v)
+					case *events.AdmissionVerdict:
+						names.ApplyVerdict(string(o.Key), v)
+					}
+				}
+				v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
+				log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
+					Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
+				return outs, nil
 			})
 			return h, closeAll, nil
 		},
@@ -272,16 +319,22 @@ const Source = "admission"
 // JSON, no tenant, a bad class name, a record whose deployment or tenant
 // disagrees with its JSON) is denied with the reason. A request that names
 // a datacenter has its placement checked against it (admit.CheckPlacement,
-// looking the datacenter up with dcs). Only a record that
-// names no deployment at all, so no verdict can be keyed, is an error
-// (dead-lettered).
-func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, now time.Time) ([]runtime.Output, error) {
+// looking the datacenter up with dcs). A request that would write a
+// component id or Consul folder another tenant holds is denied naming the
+// owner (admit.CheckNames against owners). A record that names no
+// deployment at all, so no verdict can be keyed, or a deployment another
+// tenant holds, whose verdict it would replace, is an error
+// (dead-lettered with the reason).
+func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, owners admit.Owners, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		dep = string(key)
 	}
 	if dep == "" {
 		return nil, runtime.Permanentf("admission: deployment request %s names no deployment_id and has no key, so its verdict has no key", dr.RequestID)
+	}
+	if c := admit.CheckClaim(admit.Claim{Tenant: dr.Tenant, DeploymentID: dep}, owners); c != nil {
+		return nil, runtime.Permanentf("admission: deployment request %s: %v; its verdict would replace the owner's, so it is not written", dr.RequestID, c)
 	}
 	refuse := func(reason string) []runtime.Output {
 		return []runtime.Output{{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: admit.Refused(dr.RequestID, dep, dr.Tenant, reason, now)}}
@@ -295,6 +348,7 @@ func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled
 	}
 	v := admit.Evaluate(req, policies)
 	admit.CheckPlacement(&v, dcs)
+	admit.CheckNames(&v, owners)
 	var outs []runtime.Output
 	var ids []string
 	if v.Admitted {

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +146,64 @@ func TestCatchUpCoversTheRequestsWrittenBeforeIt(t *testing.T) {
 		}
 		if got := covers(b, e, c.ts, c.partition, c.offset); got != c.want {
 			t.Errorf("%s: covers = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestStageRefusesAnotherTenantsNames: a request written straight onto
+// deploy.requests that would take over another tenant's component (its
+// id, or its Consul folder) is denied naming the owner, and one for
+// another tenant's deployment is dead-lettered, its verdict not written
+// over the owner's.
+func TestStageRefusesAnotherTenantsNames(t *testing.T) {
+	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
+		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+	c.Produce(t, topology.AdmissionVerdicts, "gx.prod", &events.AdmissionVerdict{RequestID: "g1", DeploymentID: "gx.prod", Tenant: "globex", Admitted: true,
+		Violations: []events.AdmissionFinding{}, Warnings: []events.AdmissionFinding{}, Mutations: []events.AdmissionMutation{}, Request: "{}",
+		Components: []string{"gx.prod.web"}, Policies: []string{}})
+	c.Produce(t, topology.DeployComponents, "gx.prod.web", &events.Component{ComponentID: "gx.prod.web", DeploymentID: "gx.prod", ServiceComponentName: "gx.prod.web",
+		Tenant: "globex", PolicyIDs: []string{"admission.gx.prod.web"}, PolicyFilters: []events.PolicyFilter{}, Notify: events.NotifyTarget{Kind: events.NotifyNone}, Config: "{}", Generation: 1})
+	app := func(name, scn string) string {
+		return `{"name":"` + name + `","package":"a.b","class":"a.b.C","properties":{"db_password":"attacker"},"component":{"service_component_name":"` + scn + `","notify":{"kind":"none"}}}`
+	}
+	c.ProduceRecords(t,
+		c.Record(t, topology.DeployRequests, "gx", request("r1", "gx", "acme", `{"deployment_id":"gx","tenant":"acme","applications":[`+app("prod.web", "gx.prod.web")+`]}`)),
+		c.Record(t, topology.DeployRequests, "gx", request("r2", "gx", "acme", `{"deployment_id":"gx","tenant":"acme","applications":[`+app("web", "gx.prod.web")+`]}`)),
+		c.Record(t, topology.DeployRequests, "gx.prod", request("r3", "gx.prod", "acme", `{"deployment_id":"gx.prod","tenant":"acme","applications":[`+app("web", "gx.prod.web")+`]}`)),
+		c.Record(t, topology.DeployRequests, "ac", request("r4", "ac", "acme", `{"deployment_id":"ac","tenant":"acme","applications":[`+app("web", "ac-web")+`]}`)),
+		c.Record(t, topology.DeployRequests, "ac2", request("r5", "ac2", "globex", `{"deployment_id":"ac2","tenant":"globex","applications":[`+app("web", "ac-web")+`]}`)),
+	)
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+	byRequest := map[string]*events.AdmissionVerdict{}
+	for _, r := range c.Read(t, topology.AdmissionVerdicts, 5, 60*time.Second) {
+		v := stagetest.Decode[*events.AdmissionVerdict](t, r)
+		byRequest[v.RequestID] = v
+	}
+	if v := byRequest["r1"]; v == nil || v.Admitted || len(v.Violations) != 1 || !strings.Contains(v.Violations[0].Message, `applications[0].name: "prod.web" holds a '.'`) {
+		t.Errorf("verdict on the dotted name = %+v; want denied for the '.' in the name", v)
+	}
+	if v := byRequest["r2"]; v == nil || v.Admitted || len(v.Violations) != 1 ||
+		v.Violations[0].Message != `tenant "acme": application "web": service_component_name gx.prod.web is the Consul folder of component gx.prod.web of tenant "globex", not of tenant "acme" (rule names of policy names)` {
+		t.Errorf("verdict on the folder takeover = %+v; want denied naming tenant globex", v)
+	}
+	if v := byRequest["r3"]; v != nil {
+		t.Errorf("a verdict on another tenant's deployment was written: %+v", v)
+	}
+	if v := byRequest["r4"]; v == nil || !v.Admitted {
+		t.Errorf("verdict on acme's own new deployment = %+v; want admitted", v)
+	}
+	// r5 is decided after r4 in the same run: r4's folder counts at once.
+	if v := byRequest["r5"]; v == nil || v.Admitted || len(v.Violations) != 1 || !strings.Contains(v.Violations[0].Message, `component ac.web of tenant "acme"`) {
+		t.Errorf("verdict on globex's request for acme's new folder = %+v; want denied naming tenant acme", v)
+	}
+	dlq := c.Read(t, topology.DLQ(topology.StageAdmission), 1, 30*time.Second)
+	if string(dlq[0].Key) != "gx.prod" {
+		t.Errorf("dead letter keyed %q; want gx.prod", dlq[0].Key)
+	}
+	comps := c.Read(t, topology.DeployComponents, 2, 30*time.Second)
+	for _, r := range comps {
+		if comp := stagetest.Decode[*events.Component](t, r); comp.ComponentID == "gx.prod.web" && comp.Tenant != "globex" {
+			t.Errorf("component gx.prod.web now registered to %q", comp.Tenant)
 		}
 	}
 }

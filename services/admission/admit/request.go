@@ -46,7 +46,8 @@ type Request struct {
 // deploy.components (see Components).
 type Application struct {
 	// Name is the application's name within the deployment; the
-	// component registered for it is <deployment_id>.<name>.
+	// component registered for it is <deployment_id>.<name>. It holds no
+	// '.', so no two (deployment, application) pairs share a component id.
 	Name string `json:"name"`
 	// Package is the package that provides the class, e.g.
 	// "io.murano.apps.apache".
@@ -158,6 +159,9 @@ func (r *Request) Normalize() error {
 		if err := CheckID("name", a.Name); err != nil {
 			return reqErr(f+".name", "%v", err)
 		}
+		if strings.Contains(a.Name, ".") {
+			return reqErr(f+".name", "%q holds a '.': the component id is <deployment_id>.<name>, and a name without '.' keeps it the id of one deployment's application", a.Name)
+		}
 		if j, dup := seen[a.Name]; dup {
 			return reqErr(f+".name", "%q is also the name of applications[%d]; names are unique within a deployment", a.Name, j)
 		}
@@ -227,7 +231,10 @@ func placementErr(err error) error {
 	return reqErr(inv.Problems[0].Field, "%s", msg)
 }
 
-// ComponentID is the id of the component registered for an application.
+// ComponentID is the id of the component registered for an application:
+// <deployment_id>.<name>. A name holds no '.' (Normalize), so the id's
+// last '.' separates the two and no two (deployment, application) pairs
+// give the same id (DeploymentOf reads the deployment back).
 func (r *Request) ComponentID(app string) string { return r.DeploymentID + "." + app }
 
 // ServiceComponentName is the Consul folder name of an application's

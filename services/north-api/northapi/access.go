@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
@@ -219,17 +220,48 @@ func (s *Server) mayReadFolder(p auth.Principal, scn string) *httpError {
 		p.Tenant, scn, p.Name)
 }
 
-// claimFolder refuses a component registration that names a Consul
-// folder (service_component_name) another registered component has: the
-// folder would be written by both and wiped by either's uninstall.
-func (s *Server) claimFolder(id, scn string) *httpError {
-	for _, c := range s.components.withServiceComponent(scn) {
-		if c.ComponentID != id {
-			return errorf(http.StatusConflict, "service_component_name %s is the Consul folder of component %s; a folder belongs to one component: choose another name, or delete %s first",
-				scn, c.ComponentID, c.ComponentID)
-		}
+// claimNames refuses a write of names (a deployment, a component and its
+// Consul folder) that someone else holds (admit.CheckClaim): 403 when
+// another tenant holds it, 409 when it is another component's of the same
+// tenant, either naming the holder.
+func (s *Server) claimNames(c admit.Claim) *httpError {
+	conflict := admit.CheckClaim(c, viewOwners{s})
+	switch {
+	case conflict == nil:
+		return nil
+	case conflict.OtherTenant:
+		return errorf(http.StatusForbidden, "%v", conflict)
 	}
-	return nil
+	return errorf(http.StatusConflict, "%v", conflict)
+}
+
+// viewOwners answers admit.Owners from the views of deploy.components and
+// admission.verdicts.
+type viewOwners struct{ s *Server }
+
+func (o viewOwners) Component(id string) (string, bool) {
+	c, ok := o.s.components.get(id)
+	if !ok {
+		return "", false
+	}
+	return c.Tenant, true
+}
+
+func (o viewOwners) Folder(scn string) []admit.Holder {
+	var out []admit.Holder
+	for _, c := range o.s.components.withServiceComponent(scn) {
+		out = append(out, admit.Holder{ComponentID: c.ComponentID, Tenant: c.Tenant})
+	}
+	return out
+}
+
+func (o viewOwners) Deployment(id string) []string {
+	tenants := o.s.components.deploymentTenants(id)
+	if v, ok := o.s.verdicts.get(id); ok && v.Tenant != "" { // a refused request of no tenant holds nothing
+		tenants = append(tenants, v.Tenant)
+	}
+	slices.Sort(tenants)
+	return slices.Compact(tenants)
 }
 
 // withServiceComponent returns the registered components with the

@@ -179,6 +179,7 @@ func TestTenantTokensAreScopedToTheirComponents(t *testing.T) {
 	other := componentBody()
 	other["tenant"] = "t2"
 	other["service_component_name"] = scn + "-other"
+	other["deployment_id"] = "dep-t2" // dep-1 is t1's
 
 	code, _, raw, _ := s.callAs(t, tenantToken, http.MethodPut, "/v1/components/c-own", own)
 	if code != http.StatusAccepted {

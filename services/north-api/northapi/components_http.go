@@ -12,7 +12,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -52,7 +54,11 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	unlockFolder := s.locks.lock("folder " + c.ServiceComponentName)
 	defer unlockFolder()
-	if e := s.claimFolder(id, c.ServiceComponentName); e != nil {
+	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
+		return e
+	}
+	if e := s.claimNames(admit.Claim{Tenant: c.Tenant, DeploymentID: c.DeploymentID, ComponentID: id, Folder: c.ServiceComponentName,
+		Operator: caller.Role != auth.RoleTenant}); e != nil {
 		return e
 	}
 	if c.Notify.Kind == events.NotifyScript {

@@ -106,13 +106,11 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 	if e := s.checkDeploymentComponents(&req); e != nil {
 		return e
 	}
-	if e := s.needViews(topology.AppPolicies, topology.AdmissionVerdicts); e != nil {
+	if e := s.needViews(topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployComponents); e != nil {
 		return e
 	}
-	if caller.Role == auth.RoleTenant {
-		if v, ok := s.verdicts.get(req.DeploymentID); ok && v.Tenant != caller.Tenant {
-			return errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", req.DeploymentID, v.Tenant, caller.Name, caller.Tenant)
-		}
+	if e := s.claimNames(admit.Claim{Tenant: req.Tenant, DeploymentID: req.DeploymentID}); e != nil {
+		return e
 	}
 	if dryRun {
 		if req.Datacenter != "" {
@@ -121,6 +119,11 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 			}
 		}
 		return s.dryRun(w, &req)
+	}
+	for i, c := range req.Claims() {
+		if e := s.claimNames(c); e != nil {
+			return errorf(e.status, "deployment request: applications[%d]: %s", i, e.msg)
+		}
 	}
 	body, err := req.JSON()
 	if err != nil {
@@ -144,8 +147,7 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 
 // checkDeploymentComponents holds each application's component to the
 // rules of a component registration (notify targets the operator allows,
-// filter limits), and refuses a Consul folder another deployment's
-// component has.
+// filter limits).
 func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
 	for i := range req.Applications {
 		a := &req.Applications[i]
@@ -162,21 +164,13 @@ func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
 			return errorf(http.StatusBadRequest, "deployment request: applications[%d].component (component %s): %v", i, id, err)
 		}
 	}
-	if e := s.needViews(topology.DeployComponents); e != nil {
-		return e
-	}
-	for i := range req.Applications {
-		a := &req.Applications[i]
-		if e := s.claimFolder(req.ComponentID(a.Name), req.ServiceComponentName(a)); e != nil {
-			return errorf(http.StatusConflict, "deployment request: applications[%d]: %s", i, e.msg)
-		}
-	}
 	return nil
 }
 
 func (s *Server) dryRun(w http.ResponseWriter, req *admit.Request) *httpError {
 	v := admit.Evaluate(req, s.appPols.compiled())
 	admit.CheckPlacement(&v, s.dcs.model)
+	admit.CheckNames(&v, viewOwners{s})
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "dry run: %v", err)

@@ -25,7 +25,8 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 	scn := func(c string) string { return c + "-" + suffix }
 	register := func(c, tenant string, byID bool) {
 		reg := componentBody()
-		reg["service_component_name"], reg["tenant"], reg["deployment_id"] = scn(c), tenant, "dep-roll"
+		// A deployment belongs to one tenant: one per tenant.
+		reg["service_component_name"], reg["tenant"], reg["deployment_id"] = scn(c), tenant, "dep-roll-"+tenant
 		reg["policy_ids"] = []string{}
 		if byID {
 			reg["policy_ids"] = []string{id}

@@ -195,6 +195,20 @@ func (v *componentsView) byServiceComponent(scn string) (*events.Component, bool
 	return best, best != nil
 }
 
+// deploymentTenants returns the tenants of the registered components of
+// the deployment.
+func (v *componentsView) deploymentTenants(deploymentID string) []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []string
+	for _, c := range v.byID {
+		if c.DeploymentID == deploymentID {
+			out = append(out, c.Tenant)
+		}
+	}
+	return out
+}
+
 // hasDeployment reports whether any registered component belongs to the
 // deployment.
 func (v *componentsView) hasDeployment(deploymentID string) bool {

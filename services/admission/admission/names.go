@@ -1,0 +1,110 @@
+package admission
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
+)
+
+// Names is who holds the names admission writes, kept current from
+// deploy.components and admission.verdicts (and from the stage's own
+// outputs as it makes them): the admit.Owners the stage decides against.
+type Names struct {
+	mu    sync.RWMutex
+	comps map[string]*events.Component // component id -> registration
+	// byFolder and byDeployment index comps: name -> component id -> tenant.
+	byFolder     map[string]map[string]string
+	byDeployment map[string]map[string]string
+	verdicts     map[string]string // deployment id -> tenant of its latest verdict
+}
+
+// NewNames is an empty set.
+func NewNames() *Names {
+	return &Names{comps: map[string]*events.Component{}, byFolder: map[string]map[string]string{},
+		byDeployment: map[string]map[string]string{}, verdicts: map[string]string{}}
+}
+
+// ApplyComponent folds one deploy.components record (a tombstone: nil) in.
+func (n *Names) ApplyComponent(id string, c *events.Component) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if old := n.comps[id]; old != nil {
+		unindex(n.byFolder, old.ServiceComponentName, id)
+		unindex(n.byDeployment, old.DeploymentID, id)
+		delete(n.comps, id)
+	}
+	if c == nil {
+		return
+	}
+	n.comps[id] = c
+	index(n.byFolder, c.ServiceComponentName, id, c.Tenant)
+	index(n.byDeployment, c.DeploymentID, id, c.Tenant)
+}
+
+// ApplyVerdict folds one admission.verdicts record (a tombstone: nil) in.
+func (n *Names) ApplyVerdict(deploymentID string, v *events.AdmissionVerdict) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if v == nil || v.Tenant == "" {
+		// A verdict of no tenant (a request that named none, refused)
+		// holds nothing.
+		delete(n.verdicts, deploymentID)
+		return
+	}
+	n.verdicts[deploymentID] = v.Tenant
+}
+
+func index(m map[string]map[string]string, name, id, tenant string) {
+	if m[name] == nil {
+		m[name] = map[string]string{}
+	}
+	m[name][id] = tenant
+}
+
+func unindex(m map[string]map[string]string, name, id string) {
+	delete(m[name], id)
+	if len(m[name]) == 0 {
+		delete(m, name)
+	}
+}
+
+// Component implements admit.Owners.
+func (n *Names) Component(id string) (string, bool) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	c, ok := n.comps[id]
+	if !ok {
+		return "", false
+	}
+	return c.Tenant, true
+}
+
+// Folder implements admit.Owners.
+func (n *Names) Folder(scn string) []admit.Holder {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var out []admit.Holder
+	for id, t := range n.byFolder[scn] {
+		out = append(out, admit.Holder{ComponentID: id, Tenant: t})
+	}
+	slices.SortFunc(out, func(a, b admit.Holder) int { return strings.Compare(a.ComponentID, b.ComponentID) })
+	return out
+}
+
+// Deployment implements admit.Owners.
+func (n *Names) Deployment(id string) []string {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var out []string
+	if t, ok := n.verdicts[id]; ok {
+		out = append(out, t)
+	}
+	for _, t := range n.byDeployment[id] {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
