@@ -92,6 +92,8 @@ var routeOwners = map[string]ownerCheck{
 	"GET /v1/orgs/{org}/nodes/{node}/directive": notTenants,
 	"PUT /v1/orgs/{org}/nodes/{node}/status":    notTenants,
 	"GET /v1/orgs/{org}/nodes/{node}/status":    byPath("org", ownedOrg),
+	"POST /v1/orgs/{org}/nodes/{node}/token":    notTenants,
+	"DELETE /v1/orgs/{org}/nodes/{node}/token":  notTenants,
 	"GET /v1/agentpackages":                     notTenants,
 	"POST /v1/agentpackages":                    notTenants,
 	"GET /v1/agentpackages/{version}":           notTenants,
