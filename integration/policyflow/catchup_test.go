@@ -339,40 +339,44 @@ func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgre
 	p.eventually(what, 2*time.Minute, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		var ids []string
+		found := map[string]northapi.CatalogProgress{}
 		err := runtime.ReadPartitions(ctx, p.kafka, topology.CatchupProgress, parts, func(rec *kgo.Record) error {
 			var pr events.CatchupProgress
 			if err := codec.DecodeInto(ctx, rec.Value, &pr); err != nil {
 				return err
 			}
 			if pr.Stage == events.ProgressPDPIngest && pr.RequestID > after {
-				ids = append(ids, pr.RequestID)
+				c := northapi.CatalogProgress{Listed: pr.Compared, Differed: pr.Differed, Removed: pr.Removed}
+				if pr.RemovalWithheld != nil {
+					c.RemovalWithheld = *pr.RemovalWithheld
+				}
+				found[pr.RequestID] = c
 			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		if len(ids) == 0 {
-			return fmt.Errorf("pdp-ingest reported no catch-up after %q", after)
+		ids := make([]string, 0, len(found))
+		for id := range found {
+			ids = append(ids, id)
 		}
-		sort.Strings(ids)
-		var last error
-		for i := len(ids) - 1; i >= 0; i-- {
-			code, out := p.do(http.MethodGet, "/v1/catchup/"+ids[i], nil)
+		sort.Sort(sort.Reverse(sort.StringSlice(ids)))
+		var last error = fmt.Errorf("pdp-ingest reported no catch-up after %q", after)
+		for _, id := range ids {
+			if last = ok(found[id]); last != nil {
+				continue
+			}
+			// The newest that did: what the API says of it, once done.
+			code, out := p.do(http.MethodGet, "/v1/catchup/"+id, nil)
 			st = northapi.CatchupStatus{}
 			if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil {
-				return fmt.Errorf("GET /v1/catchup/%s: %d %s", ids[i], code, out)
+				return fmt.Errorf("GET /v1/catchup/%s: %d %s", id, code, out)
 			}
-			if st.PDPIngest == nil {
-				return fmt.Errorf("GET /v1/catchup/%s has no pdp_ingest: %s", ids[i], out)
+			if st.PDPIngest == nil || ok(*st.PDPIngest) != nil || !st.Done {
+				return fmt.Errorf("GET /v1/catchup/%s: %s, want it done and pdp_ingest as reported", id, out)
 			}
-			if last = ok(*st.PDPIngest); last == nil && st.Done {
-				return nil
-			}
-			if last == nil {
-				last = fmt.Errorf("not done: %s", out)
-			}
+			return nil
 		}
 		return fmt.Errorf("none of %d catch-ups of pdp-ingest: %v", len(ids), last)
 	})
@@ -398,7 +402,7 @@ func TestCatchupRemovesAPolicyWhoseRemovalWasMissed(t *testing.T) {
 	p.publish("DCAE.Config_MR_B.1.xml", "1", `{"b": 1}`, match)
 	p.publish("DCAE.Config_MR_GONE.4.xml", "4", `{"gone": 4}`, match)
 	p.must(http.MethodPost, "/v1/policies", map[string]any{
-		"policyName": "DCAE.Config_MR_PUSHED.1.xml", "config": map[string]any{"p": 1}, "matchingConditions": match,
+		"policyName": "DCAE.Config_MR_PUSHED.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": map[string]any{"p": 1}, "matchingConditions": match,
 	})
 	p.waitItems(scn, map[string]string{"DCAE.Config_MR_A": `{"a":1}`, "DCAE.Config_MR_B": `{"b":1}`, "DCAE.Config_MR_GONE": `{"gone":4}`, "DCAE.Config_MR_PUSHED": `{"p":1}`})
 
