@@ -126,7 +126,20 @@ type PolicyCatalogEntry struct {
 	// Tenant owns the policy: only that tenant reads it and only its
 	// components hold it (policy.MayHold); "" is global.
 	Tenant string `avro:"tenant"`
+	// Source is where the body in force came from: SourcePDP or
+	// SourcePushed; "" in entries written before it was added.
+	Source string `avro:"source"`
 }
+
+// Catalog sources (PolicyCatalogEntry.Source).
+const (
+	// SourcePDP is a body from the PDP's answer: a catch-up removes it
+	// when the PDP's full listing no longer has it.
+	SourcePDP = "pdp"
+	// SourcePushed is a body pushed directly, with no PDP behind it: a
+	// catch-up never removes it.
+	SourcePushed = "pushed"
+)
 
 // NextRevision is the revision of a policy_id's next change after prev: a
 // microsecond timestamp, and always greater than prev, so revisions stay
@@ -186,6 +199,7 @@ type Component struct {
 
 // Stages that report catch-up progress (CatchupProgress.Stage).
 const (
+	ProgressPDPIngest    = "pdp-ingest"
 	ProgressMatcher      = "matcher"
 	ProgressConsulWriter = "consul-writer"
 )
@@ -193,13 +207,17 @@ const (
 // CatchupProgress is what one stage did for one catch-up request on one
 // partition of catchup.requests, written when it is done there.
 type CatchupProgress struct {
-	RequestID   string    `avro:"request_id"`
-	Stage       string    `avro:"stage"`
-	Partition   int32     `avro:"partition"`
-	Compared    int64     `avro:"compared"`
-	Differed    int64     `avro:"differed"`
-	KeysWritten int64     `avro:"keys_written"`
-	DoneAt      time.Time `avro:"done_at"`
+	RequestID   string `avro:"request_id"`
+	Stage       string `avro:"stage"`
+	Partition   int32  `avro:"partition"`
+	Compared    int64  `avro:"compared"`
+	Differed    int64  `avro:"differed"`
+	KeysWritten int64  `avro:"keys_written"`
+	// Removed and RemovalWithheld are pdp-ingest's: policies sent to be
+	// removed, and why none were when the catch-up held them back.
+	Removed         int64     `avro:"removed"`
+	RemovalWithheld *string   `avro:"removal_withheld"`
+	DoneAt          time.Time `avro:"done_at"`
 }
 
 // CatchupRequest asks for a catch-up of all deployments or one.

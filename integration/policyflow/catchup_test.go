@@ -9,17 +9,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // lastCallHas waits until the recorder's last call carries every want.
@@ -316,5 +319,160 @@ func TestPolicyctlCatchupRestoresAKeyDeletedByHand(t *testing.T) {
 	p.waitItems(scn, want)
 	if got := p.modifyIndexes(scn)[aKey]; got != aIndex {
 		t.Fatalf("the catch-up rewrote %s, which nobody changed: ModifyIndex %d -> %d", aKey, aIndex, got)
+	}
+}
+
+// pdpCatchup waits for a catch-up pdp-ingest ran (periodic or on start)
+// after the one named after ("" for any), whose comparison of the catalog
+// with the PDP satisfies ok, and that is done everywhere; it returns what
+// GET /v1/catchup/{request_id} says of it. pdp-ingest's catch-ups are
+// found on catchup.progress; their ids (pdp-ingest-<unix nanoseconds>)
+// sort by time.
+func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgress) error) northapi.CatchupStatus {
+	p.t.Helper()
+	var st northapi.CatchupStatus
+	parts := make([]int32, pipelinePartitions)
+	for i := range parts {
+		parts[i] = int32(i)
+	}
+	codec := events.Default()
+	p.eventually(what, 2*time.Minute, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		found := map[string]northapi.CatalogProgress{}
+		err := runtime.ReadPartitions(ctx, p.kafka, topology.CatchupProgress, parts, func(rec *kgo.Record) error {
+			var pr events.CatchupProgress
+			if err := codec.DecodeInto(ctx, rec.Value, &pr); err != nil {
+				return err
+			}
+			if pr.Stage == events.ProgressPDPIngest && pr.RequestID > after {
+				c := northapi.CatalogProgress{Listed: pr.Compared, Differed: pr.Differed, Removed: pr.Removed}
+				if pr.RemovalWithheld != nil {
+					c.RemovalWithheld = *pr.RemovalWithheld
+				}
+				found[pr.RequestID] = c
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		ids := make([]string, 0, len(found))
+		for id := range found {
+			ids = append(ids, id)
+		}
+		sort.Sort(sort.Reverse(sort.StringSlice(ids)))
+		var last error = fmt.Errorf("pdp-ingest reported no catch-up after %q", after)
+		for _, id := range ids {
+			if last = ok(found[id]); last != nil {
+				continue
+			}
+			// The newest that did: what the API says of it, once done.
+			code, out := p.do(http.MethodGet, "/v1/catchup/"+id, nil)
+			st = northapi.CatchupStatus{}
+			if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil {
+				return fmt.Errorf("GET /v1/catchup/%s: %d %s", id, code, out)
+			}
+			if st.PDPIngest == nil || ok(*st.PDPIngest) != nil || !st.Done {
+				return fmt.Errorf("GET /v1/catchup/%s: %s, want it done and pdp_ingest as reported", id, out)
+			}
+			return nil
+		}
+		return fmt.Errorf("none of %d catch-ups of pdp-ingest: %v", len(ids), last)
+	})
+	return st
+}
+
+// The PDP removes a policy and its notification is lost: a catch-up of
+// pdp-ingest removes it from the catalog and every component's folder,
+// and tells the component. A policy pushed directly, which the PDP never
+// had, stays.
+func TestCatchupRemovesAPolicyWhoseRemovalWasMissed(t *testing.T) {
+	p := start(t, func(p *pipeline) { p.catchupEvery = 2 * time.Second })
+	rec := p.newRecorder()
+	scn := scnFor(p, "missed-removal")
+	match := map[string]any{"ONAPName": "DCAE"}
+	ids := []string{"DCAE.Config_MR_A", "DCAE.Config_MR_B", "DCAE.Config_MR_GONE", "DCAE.Config_MR_PUSHED"}
+	p.register("comp-missed-removal", map[string]any{
+		"deployment_id": "dep-missed-removal", "service_component_name": scn,
+		"policy_ids": ids,
+		"notify":     map[string]any{"kind": "script", "script_path": rec.path},
+	})
+	p.publish("DCAE.Config_MR_A.1.xml", "1", `{"a": 1}`, match)
+	p.publish("DCAE.Config_MR_B.1.xml", "1", `{"b": 1}`, match)
+	p.publish("DCAE.Config_MR_GONE.4.xml", "4", `{"gone": 4}`, match)
+	p.must(http.MethodPost, "/v1/policies", map[string]any{
+		"policyName": "DCAE.Config_MR_PUSHED.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": map[string]any{"p": 1}, "matchingConditions": match,
+	})
+	p.waitItems(scn, map[string]string{"DCAE.Config_MR_A": `{"a":1}`, "DCAE.Config_MR_B": `{"b":1}`, "DCAE.Config_MR_GONE": `{"gone":4}`, "DCAE.Config_MR_PUSHED": `{"p":1}`})
+
+	// Gone from the PDP, and nobody tells the pipeline.
+	if removed := p.pdp.Remove("DCAE.Config_MR_GONE"); len(removed) != 1 {
+		t.Fatalf("the PDP removed %v, want version 4", removed)
+	}
+	p.waitItems(scn, map[string]string{"DCAE.Config_MR_A": `{"a":1}`, "DCAE.Config_MR_B": `{"b":1}`, "DCAE.Config_MR_PUSHED": `{"p":1}`})
+	p.lastCallHas(rec, "the script is told of the removal", `"removed_policies":[{`, "DCAE.Config_MR_GONE.4.xml")
+	if code, out := p.do(http.MethodGet, "/policy_latest/DCAE.Config_MR_GONE", nil); code != http.StatusNotFound {
+		t.Fatalf("GET /policy_latest of the removed policy: %d %s, want 404", code, out)
+	}
+	st := p.pdpCatchup("a catch-up reports the removal", "", func(c northapi.CatalogProgress) error {
+		if c.Removed != 1 || c.RemovalWithheld != "" {
+			return fmt.Errorf("pdp_ingest %+v, want one removal", c)
+		}
+		return nil
+	})
+	if st.PDPIngest.Listed != 2 {
+		t.Fatalf("pdp_ingest %+v, want the PDP's 2 policies listed", *st.PDPIngest)
+	}
+	// Later catch-ups leave the pushed policy where it is.
+	p.pdpCatchup("a later catch-up finds nothing to remove", st.RequestID, func(c northapi.CatalogProgress) error {
+		if c.Removed != 0 || c.Differed != 0 || c.RemovalWithheld != "" {
+			return fmt.Errorf("pdp_ingest %+v, want nothing different", c)
+		}
+		return nil
+	})
+	p.waitItems(scn, map[string]string{"DCAE.Config_MR_A": `{"a":1}`, "DCAE.Config_MR_B": `{"b":1}`, "DCAE.Config_MR_PUSHED": `{"p":1}`})
+	if code, out := p.do(http.MethodGet, "/policy_latest/DCAE.Config_MR_PUSHED", nil); code != http.StatusOK {
+		t.Fatalf("GET /policy_latest of the pushed policy: %d %s, want it still there", code, out)
+	}
+}
+
+// A PDP that answers a catch-up with nothing (it lost its store, or a
+// wrong filter) does not empty the components: the catch-up removes
+// nothing and says why, in GET /v1/catchup/{request_id} and in a metric.
+func TestCatchupWithAnEmptyPDPAnswerRemovesNothing(t *testing.T) {
+	p := start(t, func(p *pipeline) { p.catchupEvery = 2 * time.Second })
+	scn := scnFor(p, "empty-pdp")
+	match := map[string]any{"ONAPName": "DCAE"}
+	p.register("comp-empty-pdp", map[string]any{
+		"deployment_id": "dep-empty-pdp", "service_component_name": scn,
+		"policy_ids": []string{"DCAE.Config_EP_A", "DCAE.Config_EP_B"},
+	})
+	p.publish("DCAE.Config_EP_A.1.xml", "1", `{"a": 1}`, match)
+	p.publish("DCAE.Config_EP_B.1.xml", "1", `{"b": 1}`, match)
+	want := map[string]string{"DCAE.Config_EP_A": `{"a":1}`, "DCAE.Config_EP_B": `{"b":1}`}
+	p.waitItems(scn, want)
+
+	p.pdp.Remove("DCAE.Config_EP_A")
+	p.pdp.Remove("DCAE.Config_EP_B")
+	st := p.pdpCatchup("a catch-up withholds the removals", "", func(c northapi.CatalogProgress) error {
+		if c.Removed != 0 || !strings.Contains(c.RemovalWithheld, "the PDP listed no policy") {
+			return fmt.Errorf("pdp_ingest %+v, want the removals withheld because the listing is empty", c)
+		}
+		return nil
+	})
+	if st.PDPIngest.Listed != 0 || st.Matcher.Differed != 0 {
+		t.Fatalf("catch-up %+v: want nothing listed and no component sent anything", st)
+	}
+	samples, _ := p.scrape()
+	if n := value(samples, "policyflow_catchup_removals_total", `outcome="withheld"`); n < 2 {
+		t.Fatalf("policyflow_catchup_removals_total{outcome=\"withheld\"} = %g, want at least the 2 policies", n)
+	}
+	if n := value(samples, "policyflow_catchup_removals_total", `outcome="removed"`); n != 0 {
+		t.Fatalf("policyflow_catchup_removals_total{outcome=\"removed\"} = %g, want 0", n)
+	}
+	// The catch-up above is done everywhere: the folder is as it was.
+	if got := p.items(scn); len(got) != 2 {
+		t.Fatalf("after a catch-up with an empty PDP answer %s holds %v, want both policies", scn, keys(got))
 	}
 }

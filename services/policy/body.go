@@ -42,6 +42,11 @@ var ErrNoPolicyID = errors.New("no policy_id")
 // raw JSON object, so fields policyflow does not know are carried unchanged.
 type Body map[string]any
 
+// AdmissionPrefix starts the policy_id of every policy the admission stage
+// makes (an admitted application's settings, admission.<component_id>):
+// policyflow's own, never the PDP's.
+const AdmissionPrefix = "admission."
+
 // PolicyID derives the policy_id from a full policyName by stripping its
 // trailing ".<version>.<ext>": "DCAE.Config_VM_MEMORY.222.xml" gives
 // "DCAE.Config_VM_MEMORY". A name without that suffix is already a

@@ -199,6 +199,18 @@ func (c *CompiledFilter) nameMatches(v *view) bool {
 	return c.all || p == v.id || p == v.name || c.re.MatchString(v.name)
 }
 
+// MatchesName reports whether the filter's policyName condition holds for a
+// full policyName, as it does in Match: a filter without policyName
+// matches no name.
+func (c *CompiledFilter) MatchesName(policyName string) bool {
+	if c.re == nil {
+		return false
+	}
+	v := view{name: policyName}
+	v.id, _ = PolicyID(policyName)
+	return c.nameMatches(&v)
+}
+
 // restMatches checks every condition except the policyName one.
 func (c *CompiledFilter) restMatches(v *view) bool {
 	if c.filter.OnapName != "" {

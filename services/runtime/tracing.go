@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -65,33 +68,73 @@ func (t *Tracer) Start(ctx context.Context, name string, attrs ...attribute.KeyV
 
 // Tracing is the configuration of trace export.
 type Tracing struct {
-	// OTLPEndpoint is the URL of an OTLP/HTTP collector, e.g.
-	// http://otel-collector:4318; empty turns tracing off.
+	// OTLPEndpoint is the base URL of an OTLP/HTTP collector, e.g.
+	// http://otel-collector:4318, as OTEL_EXPORTER_OTLP_ENDPOINT is:
+	// spans go to <OTLPEndpoint>/v1/traces (see TracesURL). Empty turns
+	// tracing off unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set.
 	OTLPEndpoint string
 	// SampleRatio is the share of new traces recorded (0 to 1).
 	SampleRatio float64
 }
 
+// OpenTelemetry's environment variables for the OTLP exporter's endpoint
+// (the OTLP exporter specification).
+const (
+	// EnvOTLPEndpoint is the base URL of every signal; /v1/traces is
+	// appended for traces.
+	EnvOTLPEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	// EnvOTLPTracesEndpoint is the full URL of traces, used as it is.
+	EnvOTLPTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+)
+
 // RegisterFlags adds the tracing flags to fs.
 func (c *Tracing) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", EnvOr("PF_OTLP_ENDPOINT", ""),
-		"URL of an OTLP/HTTP collector to export traces to, e.g. http://otel-collector:4318; empty: no tracing (env PF_OTLP_ENDPOINT)")
+	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", EnvOr("PF_OTLP_ENDPOINT", EnvOr(EnvOTLPEndpoint, "")),
+		"base URL of an OTLP/HTTP collector to export traces to, e.g. http://otel-collector:4318: spans go to <url>/v1/traces; "+
+			EnvOTLPTracesEndpoint+", when set, is the full URL of traces instead; empty and that unset: no tracing (env PF_OTLP_ENDPOINT, then "+EnvOTLPEndpoint+")")
 	c.SampleRatio = 1
 	fs.Float64Var(&c.SampleRatio, "trace-sample-ratio", c.SampleRatio, "share of new traces recorded when tracing, 0 to 1 (a trace started upstream keeps its decision)")
+}
+
+// TracesURL is where an OTLP/HTTP exporter sends spans, as the
+// OpenTelemetry specification says: the traces endpoint, when given, as
+// it is; otherwise the base endpoint with v1/traces appended to its path
+// (http://collector:4318 and http://collector:4318/ give
+// http://collector:4318/v1/traces; http://gw/otlp gives
+// http://gw/otlp/v1/traces). "" when both are empty: no tracing.
+func TracesURL(base, traces string) (string, error) {
+	what, u := EnvOTLPTracesEndpoint, traces
+	if u == "" {
+		if base == "" {
+			return "", nil
+		}
+		what, u = "--otlp-endpoint", base
+	}
+	parsed, err := url.Parse(u)
+	if err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+		return "", fmt.Errorf("%s %q: want an http:// or https:// URL with a host, e.g. http://otel-collector:4318", what, u)
+	}
+	if traces != "" {
+		return traces, nil
+	}
+	parsed.Path = strings.TrimSuffix(parsed.Path, "/") + "/v1/traces"
+	parsed.RawPath = ""
+	return parsed.String(), nil
 }
 
 // Start builds the Tracer of the configuration for the named service, or
 // nil when tracing is off; stop flushes the spans still buffered.
 func (c Tracing) Start(ctx context.Context, service string) (tracer *Tracer, stop func(), err error) {
-	if c.OTLPEndpoint == "" {
-		return nil, func() {}, nil
+	endpoint, err := TracesURL(c.OTLPEndpoint, os.Getenv(EnvOTLPTracesEndpoint))
+	if err != nil || endpoint == "" {
+		return nil, func() {}, err
 	}
 	if c.SampleRatio < 0 || c.SampleRatio > 1 {
 		return nil, nil, fmt.Errorf("--trace-sample-ratio %g: want 0 to 1", c.SampleRatio)
 	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(c.OTLPEndpoint))
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
 	if err != nil {
-		return nil, nil, fmt.Errorf("OTLP exporter to %s: %w", c.OTLPEndpoint, err)
+		return nil, nil, fmt.Errorf("OTLP exporter to %s: %w", endpoint, err)
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", service))
 	tp := sdktrace.NewTracerProvider(

@@ -264,6 +264,26 @@ func TestPolicyAndCatchupCommands(t *testing.T) {
 		t.Errorf("catch-up waited for: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 
+	// --follow shows a catch-up pdp-ingest ran, with what it found
+	// comparing the catalog with the PDP.
+	const periodic = "pdp-ingest-1764190000000000000"
+	withheld := "the PDP listed no policy for .* while the catalog holds 3 from it: an empty answer removes nothing"
+	produce(t, k, topology.CatchupProgress, periodic, &events.CatchupProgress{RequestID: periodic, Stage: events.ProgressPDPIngest,
+		Compared: 0, RemovalWithheld: &withheld, DoneAt: time.Now().UTC()})
+	for _, stage := range []string{events.ProgressMatcher, events.ProgressConsulWriter} {
+		for p := int32(0); p < 2; p++ {
+			produce(t, k, topology.CatchupProgress, periodic, &events.CatchupProgress{RequestID: periodic, Stage: stage, Partition: p, Compared: 5, DoneAt: time.Now().UTC()})
+		}
+	}
+	r = policyctl(t, "catch-up", "--follow", periodic)
+	if got := stdoutJSON(t, r); r.code != 0 || got["removals_withheld"] != withheld || got["policies_removed"] != 0.0 ||
+		!strings.Contains(r.errOut, "REMOVALS WITHHELD: the PDP listed no policy") {
+		t.Errorf("catch-up --follow: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	if r = policyctl(t, "catch-up", "--follow", periodic, "--deployment", "d"); r.code != 2 {
+		t.Errorf("catch-up --follow --deployment: exit %d, want a usage error", r.code)
+	}
+
 	r = policyctl(t, "rollout", "DCAE.Config_NOBODY")
 	if r.code != 1 || !strings.Contains(r.errOut, "404") || !strings.Contains(r.errOut, "DCAE.Config_NOBODY is not in the catalog") {
 		t.Errorf("rollout of an unknown policy: exit %d stderr %q", r.code, r.errOut)

@@ -114,6 +114,9 @@ type devFlags struct {
 	brokerLogLevel string
 	pprof          bool
 	targets        notifytarget.Config
+	// tracing is where every stage and the North API of the stack send
+	// their spans (--otlp-endpoint).
+	tracing runtime.Tracing
 }
 
 func (f *devFlags) register(fs *flag.FlagSet) {
@@ -123,6 +126,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
 	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages and the North API (env PF_HTTP_ADDR)")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve the Go profiles under /debug/pprof/ on --http-addr")
+	f.tracing.RegisterFlags(fs)
 	fs.StringVar(&f.prefix, "topic-prefix", runtime.EnvOr("PF_TOPIC_PREFIX", ""), "prefix for every topic name (env PF_TOPIC_PREFIX)")
 	fs.IntVar(&f.partitions, "partitions", 0, "give every topic this many partitions; 0 keeps the topology's counts")
 	fs.StringVar(&f.pdpURL, "pdp-url", runtime.EnvOr("PF_PDP_URL", ""), "PDP API base URL pdp-ingest fetches policy bodies from (env PF_PDP_URL; default pdp-ingest's own)")
@@ -204,6 +208,12 @@ func runDev(ctx context.Context, args []string) error {
 	if _, err := f.targets.Rules(); err != nil {
 		return usageErrorf("%v", err)
 	}
+	// Every stage and the North API trace into one provider.
+	tracer, stopTracing, err := f.tracing.Start(ctx, "policyctl-dev")
+	if err != nil {
+		return usageErrorf("%v", err)
+	}
+	defer stopTracing()
 	// Check --stages now; the stages are built after the prepare hooks.
 	if _, err := selectStages(stages.All(), f.only); err != nil {
 		return err
@@ -299,6 +309,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 
 	env := runtime.NewEnv(kafka, log)
+	env.Tracer = tracer
 	stack := &devStack{Kafka: kafka, Consul: consul, Topology: topo, Env: env, Out: stdout(ctx),
 		DataDir: f.dataDir, OpsAddr: ln.Addr().String(), StageConfig: stages.Config{PDPURL: f.pdpURL, Consul: consul}, Targets: f.targets}
 	if f.ephemeral {

@@ -346,3 +346,13 @@ func TestDemoRunsAgainOnItsData(t *testing.T) {
 		}
 	}
 }
+
+// --otlp-endpoint is the collector's base URL; one that is not a URL is
+// refused before anything starts.
+func TestDevRefusesAnOTLPEndpointThatIsNotAURL(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	r := policyctl(t, "dev", "--ephemeral", "--otlp-endpoint", "collector:4318")
+	if r.code != 2 || !strings.Contains(r.errOut, `--otlp-endpoint "collector:4318": want an http:// or https:// URL`) {
+		t.Fatalf("policyctl dev --otlp-endpoint collector:4318: exit %d, stderr %s; want a usage error naming the flag", r.code, r.errOut)
+	}
+}

@@ -79,14 +79,25 @@ func runCatchup(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "catch-up", catchupSummary+
 		"\n\nEvery component's policies are compared with the latest ones and only differences are sent."+
 		"\npdp-ingest also runs one when it starts and every --catchup-interval (15m), first"+
-		"\nrepairing the catalog from the PDP's full state.", "")
+		"\nrepairing the catalog from the PDP's full state (missed updates and removals); follow one"+
+		"\nof those with --follow pdp-ingest-<n> (the request_id in pdp-ingest's log).", "")
 	api := registerAPIFlags(fs)
 	deployment := fs.String("deployment", "", "catch up only this deployment_id")
 	reason := fs.String("reason", "", "why, for the logs")
 	wait := fs.Bool("wait", true, "show the progress until every partition is done, then print a summary; --wait=false prints the accepted request at once")
 	timeout := fs.Duration("wait-timeout", 10*time.Minute, "with --wait, give up waiting after this long (the catch-up goes on)")
+	follow := fs.String("follow", "", "ask for nothing: show the progress of the catch-up with this request_id, e.g. pdp-ingest-<n> from pdp-ingest's log")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *follow != "" {
+		if *deployment != "" || *reason != "" || fs.NArg() > 0 {
+			return usageErrorf("--follow shows a catch-up already asked for; leave out --deployment, --reason and arguments")
+		}
+		if *timeout <= 0 {
+			return usageErrorf("--wait-timeout %s: want a positive duration", *timeout)
+		}
+		return waitCatchup(ctx, api, *follow, *timeout)
 	}
 	if *wait && *timeout <= 0 {
 		return usageErrorf("--wait-timeout %s: want a positive duration", *timeout)
@@ -136,6 +147,13 @@ type catchupProgress struct {
 		Differed       int64 `json:"differed"`
 		KeysWritten    int64 `json:"keys_written"`
 	} `json:"consul_writer"`
+	// PDPIngest is there for pdp-ingest's own catch-ups only.
+	PDPIngest *struct {
+		Listed          int64  `json:"listed"`
+		Differed        int64  `json:"differed"`
+		Removed         int64  `json:"removed"`
+		RemovalWithheld string `json:"removal_withheld"`
+	} `json:"pdp_ingest"`
 	Done bool `json:"done"`
 }
 
@@ -156,20 +174,34 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 			if err := json.Unmarshal(answer, &p); err != nil {
 				return fmt.Errorf("catch-up %s: the status answer is not JSON: %w", id, err)
 			}
-			line := fmt.Sprintf("catch-up %s: matcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back)",
-				id, p.Matcher.PartitionsDone, p.Partitions, p.Matcher.Compared, p.Matcher.Differed,
+			catalog := ""
+			if c := p.PDPIngest; c != nil {
+				catalog = fmt.Sprintf("pdp-ingest (%d policies listed by the PDP, %d read again, %d removed), ", c.Listed, c.Differed, c.Removed)
+				if c.RemovalWithheld != "" {
+					catalog = fmt.Sprintf("pdp-ingest (%d policies listed by the PDP, %d read again, REMOVALS WITHHELD: %s), ", c.Listed, c.Differed, c.RemovalWithheld)
+				}
+			}
+			line := fmt.Sprintf("catch-up %s: %smatcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back)",
+				id, catalog, p.Matcher.PartitionsDone, p.Partitions, p.Matcher.Compared, p.Matcher.Differed,
 				p.ConsulWriter.PartitionsDone, p.Partitions, p.ConsulWriter.Compared, p.ConsulWriter.Differed)
 			if line != last {
 				fmt.Fprintln(stderr(ctx), line)
 				last = line
 			}
 			if p.Done {
-				summary, _ := json.MarshalIndent(map[string]any{
+				sum := map[string]any{
 					"request_id": id, "components_compared": p.Matcher.Compared, "components_that_differed": p.Matcher.Differed,
 					"folders_compared": p.ConsulWriter.Compared, "folders_written_back": p.ConsulWriter.Differed,
 					"consul_keys_written": p.ConsulWriter.KeysWritten,
 					"notifications":       "each component that differed is written to Consul and notified as any update; see policyctl rollout or component status",
-				}, "", "  ")
+				}
+				if c := p.PDPIngest; c != nil {
+					sum["policies_listed_by_pdp"], sum["policies_read_again"], sum["policies_removed"] = c.Listed, c.Differed, c.Removed
+					if c.RemovalWithheld != "" {
+						sum["removals_withheld"] = c.RemovalWithheld
+					}
+				}
+				summary, _ := json.MarshalIndent(sum, "", "  ")
 				fmt.Fprintln(stdout(ctx), string(summary))
 				return nil
 			}

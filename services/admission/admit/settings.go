@@ -11,7 +11,7 @@ import (
 // SettingsPolicyPrefix starts the policy_id of the policy that carries an
 // admitted application's settings to its component's Consul folder:
 // admission.<component_id>.
-const SettingsPolicyPrefix = "admission."
+const SettingsPolicyPrefix = policy.AdmissionPrefix
 
 // SettingsPolicyID is the policy_id of an application's settings policy.
 func SettingsPolicyID(componentID string) string { return SettingsPolicyPrefix + componentID }

@@ -58,7 +58,22 @@ type StageProgress struct {
 	KeysWritten    int64 `json:"keys_written,omitempty"`
 }
 
-// CatchupStatus is the answer of GET /v1/catchup/{request_id}. The
+// CatalogProgress is what pdp-ingest's catch-up found comparing the
+// catalog with the PDP's full listing: policy_ids listed, policies read
+// again because they differed, policies the PDP no longer lists sent to be
+// removed everywhere, and, when it removed none of those, why
+// (removal_withheld: an empty listing, or more than
+// --catchup-max-removal-share of the catalog's policies from the PDP).
+type CatalogProgress struct {
+	Listed          int64  `json:"listed"`
+	Differed        int64  `json:"differed"`
+	Removed         int64  `json:"removed"`
+	RemovalWithheld string `json:"removal_withheld,omitempty"`
+}
+
+// CatchupStatus is the answer of GET /v1/catchup/{request_id}. A
+// catch-up pdp-ingest runs (pdp-ingest-<n>) first compares the catalog
+// with the PDP (pdp_ingest, see CatalogProgress). The
 // matcher compares components with what they should have (differed:
 // components sent a catch-up delta, each written to Consul and notified
 // as any update); the consul-writer compares Consul folders with their
@@ -69,7 +84,10 @@ type CatchupStatus struct {
 	Partitions   int           `json:"partitions"`
 	Matcher      StageProgress `json:"matcher"`
 	ConsulWriter StageProgress `json:"consul_writer"`
-	Done         bool          `json:"done"`
+	// PDPIngest is absent for catch-ups asked through the API, which
+	// compare components only.
+	PDPIngest *CatalogProgress `json:"pdp_ingest,omitempty"`
+	Done      bool             `json:"done"`
 }
 
 func (v *progressView) status(id string, partitions int) CatchupStatus {
@@ -87,6 +105,12 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 		return sp
 	}
 	st.Matcher, st.ConsulWriter = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter)
+	for _, p := range v.byID[id][events.ProgressPDPIngest] {
+		st.PDPIngest = &CatalogProgress{Listed: p.Compared, Differed: p.Differed, Removed: p.Removed}
+		if p.RemovalWithheld != nil {
+			st.PDPIngest.RemovalWithheld = *p.RemovalWithheld
+		}
+	}
 	st.Done = partitions > 0 && st.Matcher.PartitionsDone >= partitions && st.ConsulWriter.PartitionsDone >= partitions
 	return st
 }
@@ -108,7 +132,7 @@ func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *httpErro
 		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
 	}
 	st := s.progress.status(id, int(n))
-	if st.Matcher.PartitionsDone == 0 && st.ConsulWriter.PartitionsDone == 0 && !issuedCatchupID.MatchString(id) {
+	if st.Matcher.PartitionsDone == 0 && st.ConsulWriter.PartitionsDone == 0 && st.PDPIngest == nil && !issuedCatchupID.MatchString(id) {
 		return errorf(http.StatusNotFound, "no catch-up has request_id %q: give the request_id POST /v1/catchup or GET /catch_up answered (32 hex digits), or a periodic catch-up's pdp-ingest-<n> from pdp-ingest's log", id)
 	}
 	writeJSON(w, http.StatusOK, st)

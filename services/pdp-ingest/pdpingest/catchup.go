@@ -2,17 +2,20 @@ package pdpingest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -22,15 +25,18 @@ import (
 // leads. The leader is the member holding partition 0 of
 // pdp.notifications, so one member of the group runs them at a time. A
 // catch-up first repairs the catalog from the PDP's full state (missed
-// notifications, see Reconcile), then asks for a catch-up of every
-// deployment on catchup.requests, which the matcher answers by comparing
-// every component with what it should have.
+// updates and removals, see Reconcile) and reports what it found on
+// catchup.progress, then asks, under the same request id, for a catch-up
+// of every deployment on catchup.requests, which the matcher answers by
+// comparing every component with what it should have.
 type catchups struct {
 	g   *ingester
 	cfg Config
 	cl  *kgo.Client
 	adm *kadm.Client
 	log zerolog.Logger
+	// removals counts the removals catch-ups found, by outcome.
+	removals *prometheus.CounterVec
 
 	mu      sync.Mutex
 	leading bool
@@ -39,7 +45,12 @@ type catchups struct {
 }
 
 func newCatchups(g *ingester, cfg Config, cl *kgo.Client, adm *kadm.Client) *catchups {
-	return &catchups{g: g, cfg: cfg, cl: cl, adm: adm, log: g.log.With().Str("task", "catch-up").Logger(), wake: make(chan struct{}, 1)}
+	var reg *prometheus.Registry
+	if g.env.Metrics != nil {
+		reg = g.env.Metrics.Registry
+	}
+	return &catchups{g: g, cfg: cfg, cl: cl, adm: adm, log: g.log.With().Str("task", "catch-up").Logger(), wake: make(chan struct{}, 1),
+		removals: removalsCounter(reg)}
 }
 
 func (c *catchups) setLead(on bool) {
@@ -107,60 +118,143 @@ func (c *catchups) loop(ctx context.Context) {
 // run is one catch-up; a failure is logged and left to the next one.
 func (c *catchups) run(ctx context.Context, reason string) {
 	started := time.Now()
-	diffs, err := c.reconcile(ctx)
+	id := fmt.Sprintf("pdp-ingest-%d", started.UnixNano())
+	r, err := c.reconcile(ctx)
 	if err != nil {
-		c.log.Warn().Err(err).Str("reason", reason).Msg("catch-up could not compare the catalog with the PDP; the components are compared anyway, and the next catch-up tries the PDP again")
+		c.log.Warn().Err(err).Str("request_id", id).Str("reason", reason).Msg("catch-up could not compare the catalog with the PDP; the components are compared anyway, and the next catch-up tries the PDP again")
 	}
-	for _, d := range diffs {
-		c.log.Info().Str("policy_id", d.PolicyID).Str("pdp_version", d.PDP).Str("catalog_version", d.Catalog).Str("difference", d.Reason).
-			Msg("catalog differs from the PDP; the policy is read again from the PDP")
+	for _, d := range r.Differences {
+		msg := "catalog differs from the PDP; the policy is read again from the PDP"
+		switch {
+		case d.Remove && r.Withheld != "":
+			msg = "the PDP no longer lists this policy; its removal is withheld"
+		case d.Remove:
+			msg = "the PDP no longer lists this policy; it is removed everywhere"
+		}
+		c.log.Info().Str("request_id", id).Str("policy_id", d.PolicyID).Str("pdp_version", d.PDP).Str("catalog_version", d.Catalog).Str("difference", d.Reason).Msg(msg)
 	}
-	if len(diffs) > 0 {
+	if r.Withheld != "" {
+		c.log.Error().Str("request_id", id).Int("removals_withheld", len(r.Differences)-len(r.Notifications)).Str("why", r.Withheld).
+			Msg("catch-up removed no policy: check the PDP and --catchup-filter; remove policies the PDP really withdrew by notifying their removal")
+	}
+	c.removals.WithLabelValues(removalSent).Add(float64(r.Removed))
+	c.removals.WithLabelValues(removalWithheld).Add(float64(len(r.Differences) - len(r.Notifications)))
+	if n := len(r.Notifications); n > 0 {
 		noun := "policies"
-		if len(diffs) == 1 {
+		if n == 1 {
 			noun = "policy"
 		}
-		reason = fmt.Sprintf("%s: %d %s differed from the PDP", reason, len(diffs), noun)
+		reason = fmt.Sprintf("%s: %d %s differed from the PDP", reason, n, noun)
+		if r.Removed > 0 {
+			reason += fmt.Sprintf(", %d of them no longer listed", r.Removed)
+		}
 	}
-	id, err := c.request(ctx, reason)
-	if err != nil {
+	if err == nil {
+		if perr := c.progress(ctx, id, r); perr != nil {
+			c.log.Warn().Err(perr).Str("request_id", id).Msg("catch-up could not report what it found in the catalog")
+		}
+	}
+	if err := c.request(ctx, id, reason); err != nil {
 		c.log.Error().Err(err).Str("reason", reason).Msg("catch-up of the components could not be requested; the next catch-up tries again")
 		return
 	}
-	c.log.Info().Str("request_id", id).Str("reason", reason).Int("policies_repaired", len(diffs)).Dur("took", time.Since(started)).Msg("catch-up requested")
+	c.log.Info().Str("request_id", id).Str("reason", reason).Int("policies_repaired", len(r.Notifications)-r.Removed).
+		Int("policies_removed", r.Removed).Dur("took", time.Since(started)).Msg("catch-up requested")
+}
+
+// Outcomes of a removal a catch-up found (the outcome label of
+// policyflow_catchup_removals_total).
+const (
+	removalSent     = "removed"
+	removalWithheld = "withheld"
+)
+
+// removalsCounter is policyflow_catchup_removals_total on reg (the one
+// already there when another member of this process registered it).
+func removalsCounter(reg *prometheus.Registry) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "policyflow_catchup_removals_total",
+		Help: "Catalog policies from the PDP that a catch-up found no longer listed, by outcome: removed (sent to be removed everywhere), withheld (an empty listing, or more than --catchup-max-removal-share at once).",
+	}, []string{"outcome"})
+	if reg != nil {
+		if err := reg.Register(c); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			if errors.As(err, &dup) {
+				if existing, ok := dup.ExistingCollector.(*prometheus.CounterVec); ok {
+					c = existing
+				}
+			}
+		}
+	}
+	c.WithLabelValues(removalSent)
+	c.WithLabelValues(removalWithheld)
+	return c
 }
 
 // reconcile reads the PDP's full state and the whole catalog and produces
 // a notification for every policy_id that differs.
-func (c *catchups) reconcile(ctx context.Context) ([]Difference, error) {
+func (c *catchups) reconcile(ctx context.Context) (Reconciliation, error) {
+	filter, err := policy.CompileFilter(policy.Filter{PolicyName: c.cfg.CatchupFilter})
+	if err != nil {
+		return Reconciliation{}, fmt.Errorf("--catchup-filter: %w", err)
+	}
 	qctx, cancel := context.WithTimeout(ctx, c.cfg.PDPTimeout)
 	bodies, err := c.g.pdp.Latest(qctx, c.cfg.CatchupFilter)
 	cancel()
 	if err != nil {
-		return nil, err
+		return Reconciliation{}, err
 	}
 	catalog, err := c.catalog(ctx)
 	if err != nil {
-		return nil, err
+		return Reconciliation{}, err
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	keyed, diffs := Reconcile(bodies, catalog, "catch-up-"+now.Format("20060102T150405.000Z"), now)
-	if len(keyed) == 0 {
-		return nil, nil
+	r := Reconcile(CatchupInput{
+		Bodies: bodies, Catalog: catalog, Filter: filter, MaxRemovalShare: c.cfg.CatchupMaxRemovalShare,
+		ID: "catch-up-" + now.Format("20060102T150405.000Z"), Now: now,
+	})
+	if len(r.Notifications) == 0 {
+		return r, nil
 	}
 	topic := c.g.env.Kafka.Topic(topology.PDPNotifications)
-	recs := make([]*kgo.Record, 0, len(keyed))
-	for _, k := range keyed {
+	recs := make([]*kgo.Record, 0, len(r.Notifications))
+	for _, k := range r.Notifications {
 		b, err := c.g.env.Codec.Encode(k.Notification)
 		if err != nil {
-			return nil, fmt.Errorf("encode the catch-up notification of %s: %w", k.PolicyID, err)
+			return Reconciliation{}, fmt.Errorf("encode the catch-up notification of %s: %w", k.PolicyID, err)
 		}
 		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(k.PolicyID), Value: b})
 	}
 	if err := c.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return nil, fmt.Errorf("write %d catch-up notifications to %s: %w", len(recs), topic, c.g.env.Kafka.Explain(err))
+		return Reconciliation{}, fmt.Errorf("write %d catch-up notifications to %s: %w", len(recs), topic, c.g.env.Kafka.Explain(err))
 	}
-	return diffs, nil
+	return r, nil
+}
+
+// progress reports on catchup.progress what the catch-up id found in the
+// catalog (GET /v1/catchup/{id} shows it).
+func (c *catchups) progress(ctx context.Context, id string, r Reconciliation) error {
+	p := &events.CatchupProgress{
+		RequestID: id,
+		Stage:     events.ProgressPDPIngest,
+		Compared:  int64(r.Listed),
+		Differed:  int64(len(r.Notifications) - r.Removed),
+		Removed:   int64(r.Removed),
+		DoneAt:    time.Now().UTC(),
+	}
+	if r.Withheld != "" {
+		w := r.Withheld
+		p.RemovalWithheld = &w
+	}
+	b, err := c.g.env.Codec.Encode(p)
+	if err != nil {
+		return fmt.Errorf("encode catch-up progress: %w", err)
+	}
+	topic := c.g.env.Kafka.Topic(topology.CatchupProgress)
+	if err := c.cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(id), Value: b}).FirstErr(); err != nil {
+		return fmt.Errorf("write catch-up progress to %s: %w", topic, c.g.env.Kafka.Explain(err))
+	}
+	return nil
 }
 
 // catalog reads every partition of policy.catalog (read committed).
@@ -188,27 +282,28 @@ func (c *catchups) catalog(ctx context.Context) (map[string]*events.PolicyCatalo
 	return out, nil
 }
 
-// request asks every matcher partition for a catch-up of every deployment.
-func (c *catchups) request(ctx context.Context, reason string) (string, error) {
+// request asks every matcher partition for a catch-up of every deployment,
+// under the request id.
+func (c *catchups) request(ctx context.Context, id, reason string) error {
 	topic := c.g.env.Kafka.Topic(topology.CatchupRequests)
 	n, err := runtime.PartitionCount(ctx, c.adm, topic)
 	if err != nil {
-		return "", err
+		return err
 	}
 	req := &events.CatchupRequest{
-		RequestID:   fmt.Sprintf("pdp-ingest-%d", time.Now().UnixNano()),
+		RequestID:   id,
 		Scope:       events.ScopeAll,
 		Reason:      reason,
 		RequestedAt: time.Now().UTC(),
 	}
 	b, err := c.g.env.Codec.Encode(req)
 	if err != nil {
-		return "", fmt.Errorf("encode catch-up request: %w", err)
+		return fmt.Errorf("encode catch-up request: %w", err)
 	}
 	if err := c.cl.ProduceSync(ctx, runtime.EveryPartition(ctx, topic, n, []byte(events.ScopeAll), b)...).FirstErr(); err != nil {
-		return "", fmt.Errorf("write the catch-up request to %s: %w", topic, c.g.env.Kafka.Explain(err))
+		return fmt.Errorf("write the catch-up request to %s: %w", topic, c.g.env.Kafka.Explain(err))
 	}
-	return req.RequestID, nil
+	return nil
 }
 
 func contains(ps []int32, p int32) bool { return slices.Contains(ps, p) }

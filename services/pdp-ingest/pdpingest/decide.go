@@ -81,7 +81,7 @@ func Decide(req Request) (Decision, error) {
 	if req.Route.AskPDP {
 		sel := policy.SelectLatestRaw(req.PDPBodies)
 		if latest, ok := sel.Checked[id]; ok {
-			after, head = entry(latest, "", req.Now)
+			after, head = entry(latest, "", events.SourcePDP, req.Now)
 		} else if bad, ok := sel.Errored[id]; ok {
 			reason := fmt.Sprintf("latest version %s of %s from the PDP is invalid: %v", bad.VersionString(), id, sel.Reasons[id])
 			if after != nil {
@@ -114,7 +114,7 @@ func Decide(req Request) (Decision, error) {
 				continue
 			}
 		}
-		after, head = entry(p, req.Route.Tenant, req.Now)
+		after, head = entry(p, req.Route.Tenant, events.SourcePushed, req.Now)
 		erroredOnly = ""
 	}
 	return diff(d, id, req.Current, after, head, erroredOnly, req.Now, req.ChangeID), nil
@@ -143,6 +143,15 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head 
 		change.Action, change.Revision = events.ActionRemoved, next
 	default:
 		if before != nil && sameEntry(before, after) {
+			if after.Source != "" && after.Source != before.Source {
+				// Only where the body came from is new (the PDP
+				// confirms a pushed body, or an entry from before
+				// sources were recorded): the catalog records it,
+				// and nothing downstream changes.
+				e := *before
+				e.Source = after.Source
+				d.Catalog = &e
+			}
 			return d
 		}
 		if after.Status == events.StatusErrored {
@@ -167,8 +176,8 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head 
 func strPtr(s string) *string { return &s }
 
 // entry is a VALID catalog entry for a checked body owned by tenant ("":
-// global), and the body's header.
-func entry(c policy.Checked, tenant string, now time.Time) (*events.PolicyCatalogEntry, policy.Header) {
+// global) from source, and the body's header.
+func entry(c policy.Checked, tenant, source string, now time.Time) (*events.PolicyCatalogEntry, policy.Header) {
 	h := c.Header()
 	return &events.PolicyCatalogEntry{
 		PolicyID:      c.PolicyID,
@@ -179,6 +188,7 @@ func entry(c policy.Checked, tenant string, now time.Time) (*events.PolicyCatalo
 		Status:        events.StatusValid,
 		UpdatedAt:     now,
 		Tenant:        tenant,
+		Source:        source,
 	}, h
 }
 

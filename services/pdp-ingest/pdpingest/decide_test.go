@@ -45,8 +45,22 @@ func catalogEntry(t *testing.T, b policy.Body) *events.PolicyCatalogEntry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _ := entry(c, "", time.UnixMilli(1).UTC())
+	e, _ := entry(c, "", events.SourcePDP, time.UnixMilli(1).UTC())
 	return e
+}
+
+// noSource is e as written before the catalog recorded sources.
+func noSource(e *events.PolicyCatalogEntry) *events.PolicyCatalogEntry {
+	p := *e
+	p.Source = ""
+	return &p
+}
+
+// pushedEntry is e as a pushed body makes it.
+func pushedEntry(e *events.PolicyCatalogEntry) *events.PolicyCatalogEntry {
+	p := *e
+	p.Source = events.SourcePushed
+	return &p
 }
 
 // raws is what a PDP answering bodies sends, one raw body each.
@@ -288,21 +302,27 @@ func TestDecide(t *testing.T) {
 			want: want{remove: true, action: events.ActionRemoved, old: "5"}},
 		{name: "removal of an unknown policy changes nothing", n: removed(memID + ".5.xml"), pdp: nil},
 		{name: "pushed first version", n: pushed(jsonOf(t, v5)),
-			want: want{catalog: e5, action: events.ActionUpdated, new: "5"}},
+			want: want{catalog: pushedEntry(e5), action: events.ActionUpdated, new: "5"}},
 		{name: "pushed newer version", n: pushed(jsonOf(t, v6)), current: e5,
-			want: want{catalog: e6, action: events.ActionUpdated, old: "5", new: "6"}},
+			want: want{catalog: pushedEntry(e6), action: events.ActionUpdated, old: "5", new: "6"}},
+		{name: "the PDP's version replaces a pushed one and is from the PDP", n: loaded(memID + ".222.xml"), current: pushedEntry(e5), pdp: []policy.Body{v5, v222},
+			want: want{catalog: e222, action: events.ActionUpdated, old: "5", new: "222"}},
+		{name: "the PDP confirms a pushed body: only its source is written", n: loaded(memID + ".5.xml"), current: pushedEntry(e5), pdp: []policy.Body{v5},
+			want: want{catalog: e5}},
+		{name: "an entry without source learns it from the PDP", n: loaded(memID + ".5.xml"), current: noSource(e5), pdp: []policy.Body{v5},
+			want: want{catalog: e5}},
 		{name: "pushed older version never goes backwards", n: pushed(jsonOf(t, v5)), current: e222},
 		{name: "pushed same version and body changes nothing", n: pushed(jsonOf(t, v5)), current: e5},
 		{name: "pushed in order, the greatest stays", n: pushed(jsonOf(t, v10), jsonOf(t, v9)), current: e5,
-			want: want{catalog: e10, action: events.ActionUpdated, old: "5", new: "10"}},
+			want: want{catalog: pushedEntry(e10), action: events.ActionUpdated, old: "5", new: "10"}},
 		{name: "pushed same version with another body is refused", n: pushed(jsonOf(t, v5other)), current: e5,
 			wantErr: "differs from the body the catalog holds"},
 		{name: "pushed for a tenant: the tenant owns it", n: pushedBy("acme", jsonOf(t, v5)),
-			want: want{catalog: owned(e5, "acme"), action: events.ActionUpdated, new: "5"}},
+			want: want{catalog: owned(pushedEntry(e5), "acme"), action: events.ActionUpdated, new: "5"}},
 		{name: "the owner pushes a newer version", n: pushedBy("acme", jsonOf(t, v6)), current: owned(e5, "acme"),
-			want: want{catalog: owned(e6, "acme"), action: events.ActionUpdated, old: "5", new: "6"}},
+			want: want{catalog: owned(pushedEntry(e6), "acme"), action: events.ActionUpdated, old: "5", new: "6"}},
 		{name: "a global policy becomes a tenant's", n: pushedBy("acme", jsonOf(t, v6)), current: e5,
-			want: want{catalog: owned(e6, "acme"), action: events.ActionUpdated, old: "5", new: "6"}},
+			want: want{catalog: owned(pushedEntry(e6), "acme"), action: events.ActionUpdated, old: "5", new: "6"}},
 		{name: "another tenant may not push over a tenant's policy", n: pushedBy("globex", jsonOf(t, v6)), current: owned(e5, "acme"),
 			wantErr: `policy DCAE.Config_VM_MEMORY belongs to tenant "acme"; a notification of tenant "globex" may not change it`},
 		{name: "a global push may not replace a tenant's policy", n: pushed(jsonOf(t, v6)), current: owned(e5, "acme"),

@@ -2,7 +2,9 @@ package pdpingest
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/policyflow/policyflow/events"
@@ -18,28 +20,78 @@ const SourceCatchup = "catch-up"
 type Difference struct {
 	PolicyID string
 	// PDP is the latest version the PDP has ("" when its latest is
-	// invalid); Catalog the version the catalog holds ("" for none).
+	// invalid or it has none); Catalog the version the catalog holds (""
+	// for none).
 	PDP, Catalog string
 	// Reason says what differs, for the log and the summary.
 	Reason string
+	// Remove says the PDP's listing no longer has the policy: it is sent
+	// to be removed (or withheld, see Reconciliation.Withheld).
+	Remove bool
+}
+
+// CatchupInput is what one catch-up compares.
+type CatchupInput struct {
+	// Bodies is the PDP's answer to the full /getConfig query of
+	// Filter, one raw body each.
+	Bodies []json.RawMessage
+	// Catalog is every catalog entry by policy_id.
+	Catalog map[string]*events.PolicyCatalogEntry
+	// Filter is the policyName of that query: a catalog policy whose
+	// policyName it does not match is outside the listing and never
+	// missing from it.
+	Filter *policy.CompiledFilter
+	// MaxRemovalShare is the greatest share (0 to 1) of the catalog's
+	// removable policies (see Removable) that one catch-up removes;
+	// beyond it, it removes none.
+	MaxRemovalShare float64
+	// ID names the catch-up's notifications; Now stamps them.
+	ID  string
+	Now time.Time
+}
+
+// Reconciliation is what a catch-up found and sends.
+type Reconciliation struct {
+	// Notifications go to pdp.notifications, one per difference sent.
+	Notifications []Keyed
+	// Differences are every policy_id that differs, the withheld removals
+	// included.
+	Differences []Difference
+	// Listed is how many policy_ids the PDP listed.
+	Listed int
+	// Removed is how many of Notifications are removals.
+	Removed int
+	// Withheld, when not empty, says why the removals in Differences
+	// were not sent.
+	Withheld string
+}
+
+// Removable reports whether a catch-up may remove a catalog entry the
+// PDP's full listing (filter) lacks: only a policy whose body came from
+// the PDP and whose name the listing covers. Pushed policies (North API,
+// policyctl), the admission stage's own, and entries from before the
+// catalog recorded a source are never removed by a catch-up.
+func Removable(e *events.PolicyCatalogEntry, filter *policy.CompiledFilter) bool {
+	return e.Source == events.SourcePDP && !strings.HasPrefix(e.PolicyID, policy.AdmissionPrefix) && filter.MatchesName(e.PolicyName)
 }
 
 // Reconcile compares the PDP's answer to a full /getConfig query with the
-// catalog (every entry by policy_id) and returns, per policy_id that
-// differs, a notification naming the PDP's latest version as loaded. Each
-// is handled like any PDP notification: pdp-ingest asks the PDP for every
-// version of that policy_id and decides, so a catch-up repairs a missed
-// notification with the same rules, and a policy_id that already agrees is
-// left out (a catch-up sends only what differs).
+// catalog and returns, per policy_id that differs, a notification: the
+// PDP's latest version named as loaded, or, for a policy the PDP no longer
+// lists, the catalog's version named as removed. Each is handled like any
+// PDP notification: pdp-ingest asks the PDP for every version of that
+// policy_id and decides, so a catch-up repairs a missed notification with
+// the same rules (a removal the PDP did not make becomes nothing, or an
+// update), and a policy_id that already agrees is left out (a catch-up
+// sends only what differs).
 //
-// A catalog entry of a policy_id the PDP does not have at all is left as it
-// is: policies pushed through the North API never were in the PDP, and a
-// PDP that answered a narrower filter than the catalog's contents must not
-// withdraw them. A withdrawal the PDP announced but pdp-ingest missed is
-// repaired by naming the policy in a notification (policyctl or the PDP
-// simulator), not by a catch-up.
-func Reconcile(bodies []json.RawMessage, catalog map[string]*events.PolicyCatalogEntry, id string, now time.Time) ([]Keyed, []Difference) {
-	sel := policy.SelectLatestRaw(bodies)
+// Only Removable entries are removed. And none at all when the PDP listed
+// nothing, or when more than MaxRemovalShare of the removable entries
+// would go at once: a PDP that lost its store or answered wrongly must
+// not empty every component. Reconciliation.Withheld then says so, and the
+// updates are sent anyway.
+func Reconcile(in CatchupInput) Reconciliation {
+	sel := policy.SelectLatestRaw(in.Bodies)
 	type pdpLatest struct {
 		name, version, hash string
 		errored             bool
@@ -56,13 +108,20 @@ func Reconcile(bodies []json.RawMessage, catalog map[string]*events.PolicyCatalo
 		ids = append(ids, pid)
 	}
 	sort.Strings(ids)
-	var (
-		outs  []Keyed
-		diffs []Difference
-	)
+	out := Reconciliation{Listed: len(latest)}
+	notify := func(pid string, loaded []events.LoadedPolicy, removed []events.UnloadedPolicy) {
+		out.Notifications = append(out.Notifications, Keyed{PolicyID: pid, Notification: &events.PdpNotification{
+			NotificationID:  in.ID + ":" + pid,
+			Source:          SourceCatchup,
+			ReceivedAt:      in.Now,
+			LoadedPolicies:  loaded,
+			RemovedPolicies: removed,
+			PushedBodies:    []string{},
+		}})
+	}
 	for _, pid := range ids {
 		l := latest[pid]
-		cur := catalog[pid]
+		cur := in.Catalog[pid]
 		d := Difference{PolicyID: pid, PDP: l.version}
 		if l.errored {
 			d.PDP = ""
@@ -80,18 +139,51 @@ func Reconcile(bodies []json.RawMessage, catalog map[string]*events.PolicyCatalo
 			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog holds version "+cur.PolicyVersion+", the PDP "+l.version
 		case cur.BodyHash != "" && cur.BodyHash != l.hash:
 			d.Catalog, d.Reason = cur.PolicyVersion, "the body of version "+l.version+" differs from the PDP's"
+		case cur.Source == "":
+			// Written before the catalog recorded sources: read again,
+			// the entry learns that the PDP is its source.
+			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog does not record that version "+l.version+" came from the PDP"
 		default:
 			continue
 		}
-		diffs = append(diffs, d)
-		outs = append(outs, Keyed{PolicyID: pid, Notification: &events.PdpNotification{
-			NotificationID:  id + ":" + pid,
-			Source:          SourceCatchup,
-			ReceivedAt:      now,
-			LoadedPolicies:  []events.LoadedPolicy{{PolicyName: l.name, VersionNo: l.version, Matches: map[string]string{}}},
-			RemovedPolicies: []events.UnloadedPolicy{},
-			PushedBodies:    []string{},
-		}})
+		out.Differences = append(out.Differences, d)
+		notify(pid, []events.LoadedPolicy{{PolicyName: l.name, VersionNo: l.version, Matches: map[string]string{}}}, []events.UnloadedPolicy{})
 	}
-	return outs, diffs
+
+	var gone []*events.PolicyCatalogEntry
+	removable := 0
+	for _, e := range in.Catalog {
+		if !Removable(e, in.Filter) {
+			continue
+		}
+		removable++
+		if _, listed := latest[e.PolicyID]; !listed {
+			gone = append(gone, e)
+		}
+	}
+	if len(gone) == 0 {
+		return out
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i].PolicyID < gone[j].PolicyID })
+	share := float64(len(gone)) / float64(removable)
+	switch {
+	case len(latest) == 0:
+		out.Withheld = fmt.Sprintf("the PDP listed no policy for %s while the catalog holds %d from it: an empty answer removes nothing",
+			in.Filter.Filter().PolicyName, removable)
+	case share > in.MaxRemovalShare:
+		out.Withheld = fmt.Sprintf("the PDP's listing lacks %d of the %d catalog policies that came from it (%.0f%%), more than the %.0f%% one catch-up may remove (--catchup-max-removal-share %g): nothing is removed",
+			len(gone), removable, 100*share, 100*in.MaxRemovalShare, in.MaxRemovalShare)
+	}
+	for _, e := range gone {
+		d := Difference{PolicyID: e.PolicyID, Catalog: e.PolicyVersion, Remove: true, Reason: "the PDP no longer lists it"}
+		if out.Withheld != "" {
+			d.Reason += "; removal withheld"
+		}
+		out.Differences = append(out.Differences, d)
+		if out.Withheld == "" {
+			notify(e.PolicyID, []events.LoadedPolicy{}, []events.UnloadedPolicy{{PolicyName: e.PolicyName, VersionNo: e.PolicyVersion}})
+			out.Removed++
+		}
+	}
+	return out
 }

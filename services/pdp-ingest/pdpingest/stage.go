@@ -46,19 +46,29 @@ type Config struct {
 	// CatchupFilter is the policyName regular expression of the full
 	// /getConfig query a catch-up asks the PDP.
 	CatchupFilter string
+	// CatchupMaxRemovalShare is the greatest share (0 to 1) of the
+	// catalog's policies from the PDP, within CatchupFilter, that one
+	// catch-up removes because the PDP no longer lists them; a catch-up
+	// that would remove more removes none (see Reconcile). 0 turns
+	// catch-up removals off.
+	CatchupMaxRemovalShare float64
 }
 
 // DefaultConfig reads PF_PDP_URL, PF_PDP_TIMEOUT and PF_PDP_HEADERS,
 // falling back to the embedded stack's PDP.
 func DefaultConfig() Config {
 	c := Config{
-		PDPURL:            runtime.EnvOr("PF_PDP_URL", DefaultPDPURL),
-		PDPTimeout:        30 * time.Second,
-		PDPHeaders:        runtime.EnvOr("PF_PDP_HEADERS", ""),
-		PartitionsRefresh: time.Minute,
-		CatchupInterval:   15 * time.Minute,
-		CatchupOnStart:    runtime.EnvOr("PF_CATCHUP_ON_START", "true") != "false",
-		CatchupFilter:     runtime.EnvOr("PF_CATCHUP_FILTER", ".*"),
+		PDPURL:                 runtime.EnvOr("PF_PDP_URL", DefaultPDPURL),
+		PDPTimeout:             30 * time.Second,
+		PDPHeaders:             runtime.EnvOr("PF_PDP_HEADERS", ""),
+		PartitionsRefresh:      time.Minute,
+		CatchupInterval:        15 * time.Minute,
+		CatchupOnStart:         runtime.EnvOr("PF_CATCHUP_ON_START", "true") != "false",
+		CatchupFilter:          runtime.EnvOr("PF_CATCHUP_FILTER", ".*"),
+		CatchupMaxRemovalShare: 0.5,
+	}
+	if f, err := strconv.ParseFloat(runtime.EnvOr("PF_CATCHUP_MAX_REMOVAL_SHARE", ""), 64); err == nil {
+		c.CatchupMaxRemovalShare = f
 	}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_CATCHUP_INTERVAL", "")); err == nil {
 		c.CatchupInterval = d
@@ -77,6 +87,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CatchupInterval, "catchup-interval", c.CatchupInterval, "time between periodic catch-ups (each within ±10%): the PDP's full state is compared with the catalog, then every component with what it should have; 0 turns them off (env PF_CATCHUP_INTERVAL)")
 	fs.BoolVar(&c.CatchupOnStart, "catchup-on-start", c.CatchupOnStart, "run a catch-up when this member starts leading the group (env PF_CATCHUP_ON_START)")
 	fs.StringVar(&c.CatchupFilter, "catchup-filter", c.CatchupFilter, "policyName regular expression of the full /getConfig query of a catch-up, e.g. DCAE\\.Config_.* (env PF_CATCHUP_FILTER)")
+	fs.Float64Var(&c.CatchupMaxRemovalShare, "catchup-max-removal-share", c.CatchupMaxRemovalShare, "greatest share, 0 to 1, of the catalog's policies from the PDP (within --catchup-filter) that one catch-up removes because the PDP no longer lists them; a catch-up that would remove more, or that got an empty listing, removes none and says so; 0 turns catch-up removals off (env PF_CATCHUP_MAX_REMOVAL_SHARE)")
 }
 
 // Validate says what is wrong with the configuration.
@@ -98,6 +109,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := regexp.Compile(c.CatchupFilter); err != nil || c.CatchupFilter == "" {
 		return fmt.Errorf("--catchup-filter %q is not a regular expression of policy names: %v", c.CatchupFilter, err)
+	}
+	if !(c.CatchupMaxRemovalShare >= 0 && c.CatchupMaxRemovalShare <= 1) {
+		return fmt.Errorf("--catchup-max-removal-share %g: want a share from 0 (catch-ups remove nothing) to 1", c.CatchupMaxRemovalShare)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -487,5 +488,70 @@ func TestCatchupRepairsMissedNotificationsOnStartAndPeriodically(t *testing.T) {
 	}))
 	if e := cat[memID]; config(t, e)["min_memory"] != "2GB" {
 		t.Fatalf("catalog after the periodic catch-up: %+v, want version 5 with 2GB", e)
+	}
+}
+
+// A policy the PDP stops listing while its removal notification is lost
+// is removed by the next catch-up (a tombstone and a REMOVED change); an
+// empty listing removes nothing and says so on catchup.progress.
+func TestCatchupRemovesWhatThePDPNoLongerListsButNotOnAnEmptyAnswer(t *testing.T) {
+	c := newCluster(t)
+	c.CreateTopics(t, nil, topology.CatchupRequests, topology.CatchupProgress)
+	pdp := &fakePDP{}
+	srv := httptest.NewServer(pdp)
+	defer srv.Close()
+	a, b, gone := pdpBody(memID, "5", `{"min_memory":"2GB"}`), pdpBody("DCAE.Config_B", "1", `{"b":1}`), pdpBody("DCAE.Config_GONE", "3", `{"g":3}`)
+	pdp.set(a, b, gone)
+
+	cfg := DefaultConfig()
+	cfg.PDPURL = srv.URL
+	cfg.PDPTimeout = 5 * time.Second
+	cfg.CatchupOnStart, cfg.CatchupInterval = true, time.Second
+	stop := stagetest.Run(t, StageWith(cfg), stagetest.Env(c.Kafka))
+	defer stop()
+
+	cat := catalog(t, c.Read(t, topology.PolicyCatalog, 3, 60*time.Second))
+	for id, e := range cat {
+		if e.Source != events.SourcePDP {
+			t.Fatalf("catalog entry %s from source %q, want %q", id, e.Source, events.SourcePDP)
+		}
+	}
+
+	pdp.set(a, b)
+	cat = catalog(t, c.ReadUntil(t, topology.PolicyCatalog, 60*time.Second, func(recs []*kgo.Record) bool {
+		return slices.ContainsFunc(recs, func(r *kgo.Record) bool { return r.Value == nil && string(r.Key) == "DCAE.Config_GONE" })
+	}))
+	if len(cat) != 2 {
+		t.Fatalf("catalog after the catch-up: %v, want the 2 policies the PDP lists", cat)
+	}
+	c.ReadUntil(t, topology.PolicyChanges, 60*time.Second, func(recs []*kgo.Record) bool {
+		for _, ch := range changes(t, recs) {
+			if ch.PolicyID == "DCAE.Config_GONE" && ch.Action == events.ActionRemoved {
+				return true
+			}
+		}
+		return false
+	})
+
+	pdp.set()
+	var withheld *events.CatchupProgress
+	c.ReadUntil(t, topology.CatchupProgress, 60*time.Second, func(recs []*kgo.Record) bool {
+		for _, r := range recs {
+			if p := stagetest.Decode[*events.CatchupProgress](t, r); p.Stage == events.ProgressPDPIngest && p.RemovalWithheld != nil {
+				withheld = p
+				return true
+			}
+		}
+		return false
+	})
+	if withheld == nil {
+		t.Fatal("no catch-up reported withheld removals after the PDP's listing went empty")
+	}
+	if withheld.Removed != 0 || !strings.Contains(*withheld.RemovalWithheld, "the PDP listed no policy for .* while the catalog holds 2 from it") {
+		t.Fatalf("catch-up progress %+v (%s), want no removal and why", withheld, *withheld.RemovalWithheld)
+	}
+	// Every catalog record so far: the two policies are still there.
+	if cat := catalog(t, c.Read(t, topology.PolicyCatalog, 0, time.Second)); len(cat) != 2 {
+		t.Fatalf("catalog after a catch-up with an empty answer: %v, want both policies kept", cat)
 	}
 }
