@@ -129,7 +129,7 @@ func componentRefusals(rules ComponentRules, plain, subdir, outside string) []co
 		{"full name as policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{"DCAE.Config_VM_MEMORY.5.xml"} },
 			[]string{"full policyName", `use "DCAE.Config_VM_MEMORY"`}},
 		{"duplicate policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{"a", "a"} }, []string{"listed twice"}},
-		{"empty policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{""} }, []string{"policy_ids[0] is empty"}},
+		{"empty policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{""} }, []string{"policy_ids[0]: the policy_id is empty"}},
 		{"script without path", "c", nil, func(r *ComponentRequest) { r.Notify.ScriptPath = "" }, []string{"script_path is missing"}},
 		{"relative script", "c", nil, func(r *ComponentRequest) { r.Notify.ScriptPath = "bin/x.sh" }, []string{"not an absolute path"}},
 		{"script outside the allowed directories", "c", nil, func(r *ComponentRequest) { r.Notify.ScriptPath = "/usr/bin/touch" },
