@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -156,4 +157,23 @@ func TestErrorsNameTheRightPlace(t *testing.T) {
 	big := `{"confirmAllNodes": true, "pad": "` + strings.Repeat("x", 200<<10) + `"}`
 	code, body, _ = s.call(t, http.MethodPost, "/v1/orgs/acme/nmps/p/enable", big)
 	wantError(t, "200 KB enable body", code, body, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", maxActionBytes))
+}
+
+// TestWebhooksToRefusedPortsAreRefused registers components whose webhook
+// points at a refused port (a stack's Consul) that the allow list covers.
+func TestWebhooksToRefusedPortsAreRefused(t *testing.T) {
+	reg := Registration{Targets: notifytarget.Config{ScriptDirs: []string{testScriptDir},
+		WebhookAllow: []string{"127.0.0.1", "::1"}, WebhookRefuse: []string{"127.0.0.0/8:8500", "[::1]:8500"}}}
+	s := newStackWith(t, Options{Registration: reg}, nil)
+	for _, u := range []string{"http://127.0.0.1:8500/v1/kv/x", "http://[::1]:8500/v1/acl/bootstrap"} {
+		b := componentBody()
+		b["notify"] = map[string]any{"kind": "webhook", "webhook_url": u}
+		code, body, _ := s.call(t, http.MethodPut, "/v1/components/c1", b)
+		wantError(t, u, code, body, http.StatusBadRequest, "serves this stack itself, which no webhook may reach")
+	}
+	b := componentBody()
+	b["notify"] = map[string]any{"kind": "webhook", "webhook_url": "http://127.0.0.1:9999/hook"}
+	if code, _, raw := s.call(t, http.MethodPut, "/v1/components/c1", b); code != http.StatusAccepted {
+		t.Errorf("a webhook to another loopback port: %d %s; want 202", code, raw)
+	}
 }
