@@ -91,9 +91,9 @@ func (s *Server) wrap(route string, h handlerFunc) http.Handler {
 }
 
 // maxJSONDepth bounds how deep objects and arrays nest in a request body:
-// far more than any body of this API needs, far less than what would make
-// decoding costly.
-const maxJSONDepth = 64
+// room for a pushed policy body (policy.MaxDepth) inside the array of a
+// push, far less than what would make decoding costly.
+const maxJSONDepth = 128
 
 // decodeJSON reads the request body as one JSON value into v (see
 // decodeBytes). limit bounds the body size.
