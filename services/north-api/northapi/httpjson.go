@@ -169,13 +169,13 @@ func checkJSONText(data []byte) error {
 		for {
 			r, size := utf8.DecodeRune(data[i:])
 			if r == utf8.RuneError && size <= 1 {
-				return jsonTextError(fmt.Sprintf("byte %d (0x%02x) is not UTF-8; send JSON text in UTF-8", i, data[i]))
+				return jsonTextError(fmt.Sprintf("byte %d (0x%02x) is not UTF-8: JSON text must be UTF-8", i, data[i]))
 			}
 			i += size
 		}
 	}
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
-		return jsonTextError("the body is JSON null; send a JSON object")
+		return jsonTextError("the body is JSON null, not an object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	// One frame per open object or array.

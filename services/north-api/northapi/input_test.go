@@ -30,9 +30,9 @@ func TestBodiesAreRefusedWithWhatToFix(t *testing.T) {
 		wants                    []string
 	}{
 		{"sync: malformed", http.MethodPut, "/v2/participants/sync", `{"a":`, []string{"malformed JSON"}},
-		{"sync: not UTF-8", http.MethodPut, "/v2/participants/sync", "{\"a\": \"\xff\"}", []string{"byte 7 (0xff) is not UTF-8"}},
+		{"sync: not UTF-8", http.MethodPut, "/v2/participants/sync", "{\"a\": \"\xff\"}", []string{"byte 7 (0xff) is not UTF-8: JSON text must be UTF-8"}},
 		{"sync: deep", http.MethodPut, "/v2/participants/sync", deep, []string{"nest more than 128 levels deep"}},
-		{"sync: null", http.MethodPut, "/v2/participants/sync", "null", []string{"the body is JSON null; send a JSON object"}},
+		{"sync: null", http.MethodPut, "/v2/participants/sync", "null", []string{"the body is JSON null, not an object"}},
 		{"sync: a field", http.MethodPut, "/v2/participants/sync", `{"all": true}`, []string{`unknown field "all"`}},
 		{"NMP PUT: null", http.MethodPut, "/v1/orgs/acme/nmps/every", "null", []string{"JSON null"}},
 		{"NMP PUT: key twice", http.MethodPut, "/v1/orgs/acme/nmps/every", `{"constraints": ["arch == amd64"], "constraints": []}`,
