@@ -153,11 +153,6 @@ func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
 	return nil
 }
 
-// jsonTextError is what checkJSONText refuses.
-type jsonTextError string
-
-func (e jsonTextError) Error() string { return string(e) }
-
 // checkJSONText walks the tokens of data and refuses what encoding/json
 // would let through silently or slowly: bytes that are not UTF-8 (decoded
 // as U+FFFD), a key given twice in an object (the last one wins), nesting
@@ -169,15 +164,16 @@ func checkJSONText(data []byte) error {
 		for {
 			r, size := utf8.DecodeRune(data[i:])
 			if r == utf8.RuneError && size <= 1 {
-				return jsonTextError(fmt.Sprintf("byte %d (0x%02x) is not UTF-8: JSON text must be UTF-8", i, data[i]))
+				return fmt.Errorf("byte %d (0x%02x) is not UTF-8: JSON text must be UTF-8", i, data[i])
 			}
 			i += size
 		}
 	}
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
-		return jsonTextError("the body is JSON null, not an object")
+		return errors.New("the body is JSON null, not an object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // a number no float64 holds is no reason to stop
 	// One frame per open object or array.
 	type frame struct {
 		keys    map[string]bool // the keys seen; nil in an array
@@ -220,7 +216,7 @@ func checkJSONText(data []byte) error {
 		if key, ok := tok.(string); ok && len(stack) > 0 && stack[len(stack)-1].wantKey {
 			f := stack[len(stack)-1]
 			if f.keys[key] {
-				return jsonTextError(fmt.Sprintf("the key %q is given twice in the object at %s; give every key once", key, path(len(stack)-1)))
+				return fmt.Errorf("the key %q is given twice in the object at %s; give every key once", key, path(len(stack)-1))
 			}
 			f.keys[key], f.wantKey, f.at = true, false, "."+key
 			continue
@@ -228,7 +224,7 @@ func checkJSONText(data []byte) error {
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
 			if len(stack) >= maxJSONDepth {
-				return jsonTextError(fmt.Sprintf("objects and arrays nest more than %d levels deep at %s; flatten the body", maxJSONDepth, path(len(stack))))
+				return fmt.Errorf("objects and arrays nest more than %d levels deep at %s; flatten the body", maxJSONDepth, path(len(stack)))
 			}
 			f := &frame{at: "[0]"}
 			if tok == json.Delim('{') {
