@@ -255,9 +255,9 @@ func TestDecodeErrorsSayWhereAndWhat(t *testing.T) {
 		{`{"policy_filters": {"filter_id": "x"}}`, "policy_filters is a JSON object but must be an array"},
 		{` null `, "the body is JSON null, not an object"},
 		{"{\"deployment_id\": \"d\xff\"}", "byte 20 (0xff) is not UTF-8: JSON text must be UTF-8"},
-		{`{"config": {"a": [{"b": 1, "b": 2}]}}`, `the key "b" is given twice in the object at config.a[0]`},
-		{`{"config": {"n": 1e999, "k": 1, "k": 2}}`, `the key "k" is given twice in the object at config`},
-		{`{"policy_ids": ["a"], "policy_ids": []}`, `the key "policy_ids" is given twice in the object at the top level`},
+		{`{"config": {"a": [{"b": 1, "b": 2}]}}`, `the key "b" appears twice in the object at config.a[0]`},
+		{`{"config": {"n": 1e999, "k": 1, "k": 2}}`, `the key "k" appears twice in the object at config`},
+		{`{"policy_ids": ["a"], "policy_ids": []}`, `the key "policy_ids" appears twice in the object at the top level`},
 		{`{"config": {"a": ` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}}`, "objects and arrays nest more than 128 levels deep at config.a" + strings.Repeat("[0]", 126)},
 		{`{"notify": {"timeout_ms": 1e300}}`, "number out of range: notify.timeout_ms is 1e300; give an integer from -2147483648 to 2147483647"},
 	} {

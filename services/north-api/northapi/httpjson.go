@@ -216,7 +216,7 @@ func checkJSONText(data []byte) error {
 		if key, ok := tok.(string); ok && len(stack) > 0 && stack[len(stack)-1].wantKey {
 			f := stack[len(stack)-1]
 			if f.keys[key] {
-				return fmt.Errorf("the key %q is given twice in the object at %s; give every key once", key, path(len(stack)-1))
+				return fmt.Errorf("the key %q appears twice in the object at %s; give every key once", key, path(len(stack)-1))
 			}
 			f.keys[key], f.wantKey, f.at = true, false, "."+key
 			continue
