@@ -20,6 +20,11 @@ type Config struct {
 	ScriptDirs []string
 	// WebhookAllow are the host or host:port patterns webhooks may reach.
 	WebhookAllow []string
+	// WebhookRefuse are patterns, as in WebhookAllow, no webhook may
+	// reach even where WebhookAllow allows it: the services of the stack
+	// itself (policyctl dev refuses its Consul, North API, broker and
+	// listeners this way).
+	WebhookRefuse []string
 }
 
 // ConfigFromEnv reads PF_SCRIPT_DIRS (comma or colon separated) and
@@ -59,6 +64,13 @@ func (c Config) Rules() (Rules, error) {
 		}
 		r.hosts = append(r.hosts, hp)
 	}
+	for _, p := range c.WebhookRefuse {
+		hp, err := parsePattern(p)
+		if err != nil {
+			return Rules{}, fmt.Errorf("refused webhook address %q: %w", p, err)
+		}
+		r.refused = append(r.refused, hp)
+	}
 	return r, nil
 }
 
@@ -76,6 +88,7 @@ func (c Config) MustRules() Rules {
 type Rules struct {
 	scriptDirs []scriptDir
 	hosts      []hostPattern
+	refused    []hostPattern
 }
 
 // listFlag is a repeatable flag: the first Set replaces the value the

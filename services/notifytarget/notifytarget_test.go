@@ -197,6 +197,37 @@ func TestCheckDial(t *testing.T) {
 	}
 }
 
+// TestRefusedAddressesWinOverTheAllowList: a loopback allowed on every
+// port still does not reach a refused port (a stack's Consul), neither as
+// written in the URL nor through a name that resolves to it.
+func TestRefusedAddressesWinOverTheAllowList(t *testing.T) {
+	r := Config{WebhookAllow: []string{"127.0.0.1", "::1", "localhost"}, WebhookRefuse: []string{"127.0.0.0/8:8500", "[::1]:8500"}}.MustRules()
+	for _, tc := range []struct{ url, want string }{
+		{"http://127.0.0.1:8500/v1/kv/x", "127.0.0.1:8500 serves this stack itself, which no webhook may reach (refused: 127.0.0.0/8:8500, [::1]:8500)"},
+		{"http://[::1]:8500/v1/kv/x", "[::1]:8500 serves this stack itself"},
+		{"http://127.0.0.1:9000/hook", ""},
+	} {
+		_, err := r.CheckWebhook(tc.url)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("CheckWebhook(%q) = %v; want %q", tc.url, err, tc.want)
+		}
+	}
+	for _, tc := range []struct{ addr, want string }{
+		{"127.0.0.1:8500", "webhook host localhost: address 127.0.0.1:8500 serves this stack itself"},
+		{"127.0.0.2:8500", "serves this stack itself"},
+		{"[::1]:8500", "serves this stack itself"},
+		{"127.0.0.1:9000", ""},
+	} {
+		err := r.checkDial("localhost", tc.addr)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("checkDial(localhost, %s) = %v; want %q", tc.addr, err, tc.want)
+		}
+	}
+	if _, err := (Config{WebhookRefuse: []string{"http://x"}}).Rules(); err == nil || !strings.Contains(err.Error(), `refused webhook address "http://x"`) {
+		t.Errorf("a bad refused pattern: %v", err)
+	}
+}
+
 // TestClientChecksTheDialledAddress: a name the patterns allow that
 // resolves to a loopback address is refused when dialled, unless the
 // address is allowed too.

@@ -147,15 +147,25 @@ func hostPort(u *url.URL) (string, uint16, error) {
 	return host, uint16(n), nil
 }
 
-// allowsHost reports whether a pattern allows host:port as written.
-func (r Rules) allowsHost(host string, port uint16) bool {
+// anyMatches reports whether one of patterns names host:port as written.
+func anyMatches(patterns []hostPattern, host string, port uint16) bool {
 	a, err := netip.ParseAddr(host)
-	for _, p := range r.hosts {
+	for _, p := range patterns {
 		if err == nil && p.hasAddr(a.Unmap(), port) || err != nil && p.namesHost(host, port) {
 			return true
 		}
 	}
 	return false
+}
+
+// refusedErr says that host:port is one of the refused addresses.
+func (r Rules) refusedErr(hostport string) error {
+	refused := make([]string, len(r.refused))
+	for i, p := range r.refused {
+		refused[i] = p.raw
+	}
+	return fmt.Errorf("%s serves this stack itself, which no webhook may reach (refused: %s); send webhooks to another port",
+		hostport, strings.Join(refused, ", "))
 }
 
 // CheckWebhook says whether raw may be called as a webhook: an absolute
@@ -174,7 +184,10 @@ func (r Rules) CheckWebhook(raw string) (*url.URL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook_url %s: %w", MaskURL(raw), err)
 	}
-	if !r.allowsHost(host, port) {
+	if anyMatches(r.refused, host, port) {
+		return nil, fmt.Errorf("webhook_url %s: %w", MaskURL(raw), r.refusedErr(net.JoinHostPort(host, strconv.Itoa(int(port)))))
+	}
+	if !anyMatches(r.hosts, host, port) {
 		return nil, fmt.Errorf("webhook_url %s: host %s is not allowed; webhooks go only to %s (--webhook-allow, env PF_WEBHOOK_ALLOW)",
 			MaskURL(raw), net.JoinHostPort(host, strconv.Itoa(int(port))), strings.Join(r.WebhookAllow(), ", "))
 	}
@@ -223,6 +236,9 @@ func (r Rules) checkDial(host, address string) error {
 		return fmt.Errorf("webhook host %s: dial address %q: %w", host, address, err)
 	}
 	a, port := ap.Addr().Unmap(), ap.Port()
+	if anyMatches(r.refused, a.String(), port) {
+		return fmt.Errorf("webhook host %s: address %w", host, r.refusedErr(ap.String()))
+	}
 	named := false
 	for _, p := range r.hosts {
 		if p.hasAddr(a, port) {

@@ -115,8 +115,9 @@ func CheckName(name string) (id string, version int64, err error) {
 		return "", 0, fmt.Errorf("policyName %q: nothing is left before its .<version>.<ext>; %s: %w", name, nameExample, ErrNoPolicyID)
 	case id == name:
 		return "", 0, fail("it does not end in .<version>.<ext> with an integer version")
-	case !alnum(id[0]):
-		return "", 0, fail("policy_id %q does not start with a letter or a digit", id)
+	}
+	if err := CheckID(id); err != nil {
+		return "", 0, fail("%v", err)
 	}
 	digits := name[len(id)+1 : strings.LastIndexByte(name, '.')]
 	version, ok := ParseVersion(digits)
@@ -124,6 +125,25 @@ func CheckName(name string) (id string, version int64, err error) {
 		return "", 0, fail("version %s is too large for an integer", digits)
 	}
 	return id, version, nil
+}
+
+// CheckID accepts a policy_id, as components name the policies they
+// want: what CheckName leaves of a policyName, so 1 to MaxNameBytes bytes
+// of NameChars without "..", starting with a letter or a digit.
+func CheckID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("the policy_id is empty")
+	case len(id) > MaxNameBytes:
+		return fmt.Errorf("policy_id %s is %d bytes, over the limit of %d", quoteShort(id), len(id), MaxNameBytes)
+	}
+	if err := CheckChars(id); err != nil {
+		return fmt.Errorf("policy_id %s: %w", quoteShort(id), err)
+	}
+	if !alnum(id[0]) {
+		return fmt.Errorf("policy_id %q does not start with a letter or a digit", id)
+	}
+	return nil
 }
 
 // CheckChars says what is wrong with a name that becomes one Kafka key or

@@ -160,19 +160,21 @@ func FuzzNotification(f *testing.F) {
 			t.Fatalf("encoding changed the notification:\nfirst %+v\nagain %+v", n, back)
 		}
 
-		var names []string
+		var names, versions []string
 		for _, l := range n.LoadedPolicies {
-			names = append(names, l.PolicyName)
+			names, versions = append(names, l.PolicyName), append(versions, l.VersionNo)
 		}
 		for _, r := range n.RemovedPolicies {
-			names = append(names, r.PolicyName)
+			names, versions = append(names, r.PolicyName), append(versions, r.VersionNo)
 		}
 		var wantIDs []string
 		allValid := true
-		for _, name := range names {
-			id, _, err := CheckName(name)
-			if err != nil {
+		for i, name := range names {
+			id, version, err := CheckName(name)
+			if v, ok := ParseVersion(versions[i]); err != nil || versions[i] != "" && (!ok || v != version) {
 				allValid = false
+			}
+			if err != nil {
 				continue
 			}
 			if !slices.Contains(wantIDs, id) {
@@ -182,9 +184,9 @@ func FuzzNotification(f *testing.F) {
 		err = n.Validate()
 		switch {
 		case err == nil && !allValid:
-			t.Fatalf("Validate accepts %q, which CheckName refuses", names)
+			t.Fatalf("Validate accepts %q (versionNo %q), which CheckName refuses or whose versionNo differs", names, versions)
 		case err != nil && allValid:
-			t.Fatalf("Validate refuses %q, which CheckName accepts: %v", names, err)
+			t.Fatalf("Validate refuses %q (versionNo %q), which CheckName accepts with those versions: %v", names, versions, err)
 		case err != nil:
 			return
 		}

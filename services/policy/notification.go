@@ -1,9 +1,11 @@
 package policy
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Notification is a PDP policy notification in ONAP's JSON shape:
@@ -14,7 +16,7 @@ import (
 //	 "notificationType": "Both"}
 //
 // It names policy versions and their matching conditions, never their
-// config.
+// config. Decoding an entry refuses a field it does not have.
 type Notification struct {
 	LoadedPolicies  []LoadedPolicy  `json:"loadedPolicies"`
 	RemovedPolicies []RemovedPolicy `json:"removedPolicies"`
@@ -77,8 +79,8 @@ func (l *LoadedPolicy) UnmarshalJSON(data []byte) error {
 		Matches    map[string]json.RawMessage `json:"matches"`
 		UpdateType string                     `json:"updateType"`
 	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return fmt.Errorf("decode loadedPolicies entry: %w", err)
+	if err := decodeEntry("loadedPolicies", data, &raw); err != nil {
+		return err
 	}
 	version, err := textOf(raw.VersionNo)
 	if err != nil {
@@ -104,14 +106,25 @@ func (r *RemovedPolicy) UnmarshalJSON(data []byte) error {
 		PolicyName string          `json:"policyName"`
 		VersionNo  json.RawMessage `json:"versionNo"`
 	}
-	if err := json.Unmarshal(data, &raw); err != nil {
-		return fmt.Errorf("decode removedPolicies entry: %w", err)
+	if err := decodeEntry("removedPolicies", data, &raw); err != nil {
+		return err
 	}
 	version, err := textOf(raw.VersionNo)
 	if err != nil {
 		return fmt.Errorf("decode removedPolicies entry %q: versionNo: %w", raw.PolicyName, err)
 	}
 	*r = RemovedPolicy{PolicyName: raw.PolicyName, VersionNo: version}
+	return nil
+}
+
+// decodeEntry decodes one entry of list into raw, refusing a field raw
+// does not have.
+func decodeEntry(list string, data []byte, raw any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(raw); err != nil {
+		return fmt.Errorf("decode %s entry: %w", list, err)
+	}
 	return nil
 }
 
@@ -141,21 +154,36 @@ func textOf(raw json.RawMessage) (string, error) {
 }
 
 // Validate checks that every entry names a full policyName CheckName
-// accepts.
+// accepts, and a versionNo, when given, equal (as an integer) to the
+// version in that name.
 func (n Notification) Validate() error {
 	var errs []error
 	for i, l := range n.LoadedPolicies {
-		if _, _, err := CheckName(l.PolicyName); err != nil {
+		if err := checkEntry(l.PolicyName, l.VersionNo); err != nil {
 			errs = append(errs, fmt.Errorf("loadedPolicies[%d]: %w", i, err))
 		}
 	}
 	for i, r := range n.RemovedPolicies {
-		if _, _, err := CheckName(r.PolicyName); err != nil {
+		if err := checkEntry(r.PolicyName, r.VersionNo); err != nil {
 			errs = append(errs, fmt.Errorf("removedPolicies[%d]: %w", i, err))
 		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("validate PDP notification: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// checkEntry checks one entry's policyName and versionNo.
+func checkEntry(name, versionNo string) error {
+	id, version, err := CheckName(name)
+	if err != nil || versionNo == "" {
+		return err
+	}
+	if v, ok := ParseVersion(versionNo); !ok || v != version {
+		fromName := name[len(id)+1 : strings.LastIndexByte(name, '.')]
+		return fmt.Errorf("versionNo %s is not the version %s in policyName %s; give versionNo %q or leave it out",
+			quoteShort(versionNo), fromName, quoteShort(name), fromName)
 	}
 	return nil
 }

@@ -63,6 +63,31 @@ type devStack struct {
 	banner []string
 }
 
+// devWebhookAllow is where webhooks may go on a dev stack unless
+// --webhook-allow says otherwise: this machine, but for the stack's own
+// ports (webhookRefusals).
+var devWebhookAllow = []string{"127.0.0.1", "::1"}
+
+// webhookRefusals turns the host:ports the dev stack serves on into
+// refused webhook patterns: a loopback or unspecified host stands for
+// that port on every loopback address, IPv4 and IPv6.
+func webhookRefusals(addrs []string) []string {
+	var out []string
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			continue
+		}
+		ip := net.ParseIP(host)
+		if host == "localhost" || ip != nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+			out = append(out, "127.0.0.0/8:"+port, "[::1]:"+port)
+			continue
+		}
+		out = append(out, net.JoinHostPort(host, port))
+	}
+	return out
+}
+
 // AddBannerLine adds a line such as "PDP simulator  http://..." to the
 // start-up banner; prepare hooks call it (run hooks start after the banner).
 func (s *devStack) AddBannerLine(label, value string) {
@@ -138,7 +163,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	// tries first; --webhook-allow (or PF_WEBHOOK_ALLOW) replaces it.
 	f.targets = notifytarget.ConfigFromEnv()
 	if len(f.targets.WebhookAllow) == 0 {
-		f.targets.WebhookAllow = []string{"127.0.0.1", "::1"}
+		f.targets.WebhookAllow = slices.Clone(devWebhookAllow)
 	}
 	f.targets.RegisterFlags(fs)
 }
@@ -327,6 +352,16 @@ func runDev(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s: %w", h.name, err)
 		}
 	}
+	// Whatever --webhook-allow says, webhooks do not reach the stack's
+	// own services: Consul's HTTP API, the broker, the ops listener, the
+	// North API and the PDP simulator.
+	own := append([]string{agent.Addr, ln.Addr().String()}, broker.Addrs...)
+	for _, l := range []net.Listener{devAPIListener, devPDPListener} {
+		if l != nil {
+			own = append(own, l.Addr().String())
+		}
+	}
+	stack.Targets.WebhookRefuse = append(stack.Targets.WebhookRefuse, webhookRefusals(own)...)
 	if _, err := stack.Targets.Rules(); err != nil {
 		ln.Close()
 		return usageErrorf("%v", err)
@@ -441,7 +476,7 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
   stages           %s
   state            %s
   scripts from     %s
-  webhooks to      %s
+  webhooks to      %s (never the ports above)
 `, strings.Join(b.Addrs, ","), a.Addr, a.Addr, a.LogFile, httpAddr, profiles, report.String(), prefix, stageLine, state,
 		listOr(s.Targets.ScriptDirs, "nowhere (--script-dir)"), listOr(s.Targets.WebhookAllow, "nowhere (--webhook-allow)"))
 	for _, l := range s.banner {

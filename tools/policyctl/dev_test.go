@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -354,5 +355,22 @@ func TestDevRefusesAnOTLPEndpointThatIsNotAURL(t *testing.T) {
 	r := policyctl(t, "dev", "--ephemeral", "--otlp-endpoint", "collector:4318")
 	if r.code != 2 || !strings.Contains(r.errOut, `--otlp-endpoint "collector:4318": want an http:// or https:// URL`) {
 		t.Fatalf("policyctl dev --otlp-endpoint collector:4318: exit %d, stderr %s; want a usage error naming the flag", r.code, r.errOut)
+	}
+}
+
+// TestDevWebhooksNeverReachTheStack: the dev stack allows webhooks to
+// this machine, but not to the ports its Consul, broker, North API and
+// listeners serve on, on any loopback address.
+func TestDevWebhooksNeverReachTheStack(t *testing.T) {
+	own := []string{"127.0.0.1:8500", "[::1]:9092", "0.0.0.0:8080", "localhost:9090", "192.0.2.7:8181"}
+	r := notifytarget.Config{WebhookAllow: devWebhookAllow, WebhookRefuse: webhookRefusals(own)}.MustRules()
+	for _, u := range []string{"http://127.0.0.1:8500/v1/kv/x", "http://[::1]:8500/v1/acl/bootstrap", "http://127.0.0.2:9092/",
+		"http://127.0.0.1:8080/v1/components/x", "http://[::1]:9090/metrics"} {
+		if _, err := r.CheckWebhook(u); err == nil || !strings.Contains(err.Error(), "serves this stack itself") {
+			t.Errorf("webhook %s: %v; want it refused as one of the stack's own services", u, err)
+		}
+	}
+	if _, err := r.CheckWebhook("http://127.0.0.1:9999/hook"); err != nil {
+		t.Errorf("a webhook to another local port: %v", err)
 	}
 }

@@ -233,6 +233,13 @@ func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *httpError) {
 		if err := json.Unmarshal(t, &ids); err != nil {
 			return nil, errorf(http.StatusBadRequest, "tenantIds must be an array of tenant ids, or null for every tenant; got %s", policy.RawKind(t))
 		}
+		// Checked here, before sorting, so that an error names the
+		// index the caller gave.
+		for i, id := range ids {
+			if err := admit.CheckID("tenant id", id); err != nil {
+				return nil, errorf(http.StatusBadRequest, "tenantIds[%d]: %v", i, err)
+			}
+		}
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
 		rec.TenantIDs = &ids

@@ -51,6 +51,9 @@ type NotifyRequest struct {
 // MaxNotifyTimeout is the longest timeout_ms a notify target may ask for.
 const MaxNotifyTimeout = 10 * time.Minute
 
+// MaxPolicyIDs bounds the policy_ids of one component.
+const MaxPolicyIDs = 1000
+
 // maxIDLen bounds component ids, deployment ids and service component
 // names: they become Kafka keys and Consul key prefixes.
 const maxIDLen = 255
@@ -104,16 +107,16 @@ func BuildComponent(componentID string, req ComponentRequest, generation int64, 
 		UpdatedAt:            now.UTC(),
 	}
 
+	if len(req.PolicyIDs) > MaxPolicyIDs {
+		return nil, fmt.Errorf("policy_ids has %d ids; at most %d are allowed per component: name fewer, or match them with a policy filter",
+			len(req.PolicyIDs), MaxPolicyIDs)
+	}
 	seenIDs := map[string]bool{}
 	for i, id := range req.PolicyIDs {
-		if id == "" {
-			return nil, fmt.Errorf("policy_ids[%d] is empty; give a policy_id such as DCAE.Config_VM_MEMORY", i)
+		if err := policy.CheckID(id); err != nil {
+			return nil, fmt.Errorf("policy_ids[%d]: %w; give a policy_id such as DCAE.Config_VM_MEMORY", i, err)
 		}
-		derived, err := policy.PolicyID(id)
-		if err != nil {
-			return nil, fmt.Errorf("policy_ids[%d] %q: %w; give a policy_id such as DCAE.Config_VM_MEMORY", i, id, err)
-		}
-		if derived != id {
+		if derived, _ := policy.PolicyID(id); derived != id {
 			return nil, fmt.Errorf("policy_ids[%d] %q is a full policyName, not a policy_id; use %q (the name without .<version>.<ext>)",
 				i, id, derived)
 		}

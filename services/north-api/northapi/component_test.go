@@ -129,7 +129,7 @@ func componentRefusals(rules ComponentRules, plain, subdir, outside string) []co
 		{"full name as policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{"DCAE.Config_VM_MEMORY.5.xml"} },
 			[]string{"full policyName", `use "DCAE.Config_VM_MEMORY"`}},
 		{"duplicate policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{"a", "a"} }, []string{"listed twice"}},
-		{"empty policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{""} }, []string{"policy_ids[0] is empty"}},
+		{"empty policy id", "c", nil, func(r *ComponentRequest) { r.PolicyIDs = []string{""} }, []string{"policy_ids[0]: the policy_id is empty"}},
 		{"script without path", "c", nil, func(r *ComponentRequest) { r.Notify.ScriptPath = "" }, []string{"script_path is missing"}},
 		{"relative script", "c", nil, func(r *ComponentRequest) { r.Notify.ScriptPath = "bin/x.sh" }, []string{"not an absolute path"}},
 		{"script outside the allowed directories", "c", nil, func(r *ComponentRequest) { r.Notify.ScriptPath = "/usr/bin/touch" },
@@ -253,6 +253,13 @@ func TestDecodeErrorsSayWhereAndWhat(t *testing.T) {
 		{``, "request body is empty"},
 		{`{} {}`, "more data after the first JSON value"},
 		{`{"policy_filters": {"filter_id": "x"}}`, "policy_filters is a JSON object but must be an array"},
+		{` null `, "the body is JSON null, not an object"},
+		{"{\"deployment_id\": \"d\xff\"}", "byte 20 (0xff) is not UTF-8: JSON text must be UTF-8"},
+		{`{"config": {"a": [{"b": 1, "b": 2}]}}`, `the key "b" appears twice in the object at config.a[0]`},
+		{`{"config": {"n": 1e999, "k": 1, "k": 2}}`, `the key "k" appears twice in the object at config`},
+		{`{"policy_ids": ["a"], "policy_ids": []}`, `the key "policy_ids" appears twice in the object at the top level`},
+		{`{"config": {"a": ` + strings.Repeat("[", 200) + strings.Repeat("]", 200) + `}}`, "objects and arrays nest more than 128 levels deep at config.a" + strings.Repeat("[0]", 126)},
+		{`{"notify": {"timeout_ms": 1e300}}`, "number out of range: notify.timeout_ms is 1e300; give an integer from -2147483648 to 2147483647"},
 	} {
 		var r ComponentRequest
 		e := decodeBytes([]byte(tc.body), &r, true, componentExample)

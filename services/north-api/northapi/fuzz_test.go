@@ -178,7 +178,7 @@ func FuzzPoliciesLatestRequest(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cf, e := parseFilterBody(data)
+		cf, e := parseFilterBody(data, DefaultMaxFilterRegexBytes)
 		if e != nil {
 			if e.status != http.StatusBadRequest || e.msg == "" {
 				t.Fatalf("refused with %d %q; want 400 and a reason", e.status, e.msg)
@@ -194,7 +194,7 @@ func FuzzPoliciesLatestRequest(f *testing.F) {
 			t.Fatalf("accepted filter does not encode: %v", err)
 		}
 		for _, body := range [][]byte{own, []byte(`{"policy_filter": ` + string(own) + `}`)} {
-			again, e := parseFilterBody(body)
+			again, e := parseFilterBody(body, DefaultMaxFilterRegexBytes)
 			if e != nil {
 				t.Fatalf("the accepted filter as %s is refused: %s", body, e.msg)
 			}

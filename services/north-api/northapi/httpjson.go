@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // httpError is a failed request: the status and what to tell the caller.
@@ -89,23 +90,54 @@ func (s *Server) wrap(route string, h handlerFunc) http.Handler {
 	})
 }
 
-// decodeJSON reads the request body as one JSON value into v. strict
-// refuses fields v does not have. limit bounds the body size.
+// maxJSONDepth bounds how deep objects and arrays nest in a request body:
+// room for a pushed policy body (policy.MaxDepth) inside the array of a
+// push, far less than what would make decoding costly.
+const maxJSONDepth = 128
+
+// decodeJSON reads the request body as one JSON value into v (see
+// decodeBytes). limit bounds the body size.
 func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, strict bool, example string) *httpError {
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body is over the limit of %d bytes; send less per request", mbe.Limit)
-		}
-		return errorf(http.StatusBadRequest, "read request body: %v", err)
+	data, e := readBody(w, r, limit)
+	if e != nil {
+		return e
 	}
 	return decodeBytes(data, v, strict, example)
 }
 
+// decodeOptionalJSON is decodeJSON for a route whose body may be left
+// out: an empty body leaves v as it is; any other is decoded strictly.
+func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, example string) *httpError {
+	data, e := readBody(w, r, limit)
+	if e != nil || len(bytes.TrimSpace(data)) == 0 {
+		return e
+	}
+	return decodeBytes(data, v, true, example)
+}
+
+// readBody reads the request body, at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, errorf(http.StatusRequestEntityTooLarge, "request body is over the limit of %d bytes; send less per request", mbe.Limit)
+		}
+		return nil, errorf(http.StatusBadRequest, "read request body: %v", err)
+	}
+	return data, nil
+}
+
+// decodeBytes decodes data, one JSON value, into v. It refuses, saying
+// where: bytes that are not UTF-8, a key given twice in an object, nesting
+// deeper than maxJSONDepth, a body that is JSON null, a value of the wrong
+// type, and (strict) fields v does not have.
 func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return errorf(http.StatusBadRequest, "request body is empty; send JSON such as %s", example)
+	}
+	if err := checkJSONText(data); err != nil {
+		return errorf(http.StatusBadRequest, "%s; send JSON such as %s", err, example)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -119,6 +151,93 @@ func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
 		return errorf(http.StatusBadRequest, "malformed JSON: more data after the first JSON value at byte %d; send one JSON value", dec.InputOffset())
 	}
 	return nil
+}
+
+// checkJSONText walks the tokens of data and refuses what encoding/json
+// would let through silently or slowly: bytes that are not UTF-8 (decoded
+// as U+FFFD), a key given twice in an object (the last one wins), nesting
+// deeper than maxJSONDepth, and a body that is null (decoded as nothing
+// at all). It leaves syntax errors to decoding.
+func checkJSONText(data []byte) error {
+	if !utf8.Valid(data) {
+		i := 0
+		for {
+			r, size := utf8.DecodeRune(data[i:])
+			if r == utf8.RuneError && size <= 1 {
+				return fmt.Errorf("byte %d (0x%02x) is not UTF-8: JSON text must be UTF-8", i, data[i])
+			}
+			i += size
+		}
+	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return errors.New("the body is JSON null, not an object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // a number no float64 holds is no reason to stop
+	// One frame per open object or array.
+	type frame struct {
+		keys    map[string]bool // the keys seen; nil in an array
+		wantKey bool            // in an object: a key comes next
+		n       int             // in an array: the values read
+		at      string          // ".key" or "[i]" of the value being read
+	}
+	var stack []*frame
+	// path renders where the first n open values are: "the top level",
+	// or e.g. loadedPolicies[1].matches.
+	path := func(n int) string {
+		var sb strings.Builder
+		for _, f := range stack[:n] {
+			sb.WriteString(f.at)
+		}
+		if sb.Len() == 0 {
+			return "the top level"
+		}
+		return strings.TrimPrefix(sb.String(), ".")
+	}
+	// valueRead moves the innermost open value past the value just read.
+	valueRead := func() {
+		if len(stack) == 0 {
+			return
+		}
+		f := stack[len(stack)-1]
+		if f.keys != nil {
+			f.wantKey = true
+			return
+		}
+		f.n++
+		f.at = "[" + strconv.Itoa(f.n) + "]"
+	}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			// The end, or a syntax error, which decoding describes.
+			return nil
+		}
+		if key, ok := tok.(string); ok && len(stack) > 0 && stack[len(stack)-1].wantKey {
+			f := stack[len(stack)-1]
+			if f.keys[key] {
+				return fmt.Errorf("the key %q appears twice in the object at %s; give every key once", key, path(len(stack)-1))
+			}
+			f.keys[key], f.wantKey, f.at = true, false, "."+key
+			continue
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			if len(stack) >= maxJSONDepth {
+				return fmt.Errorf("objects and arrays nest more than %d levels deep at %s; flatten the body", maxJSONDepth, path(len(stack)))
+			}
+			f := &frame{at: "[0]"}
+			if tok == json.Delim('{') {
+				f = &frame{keys: map[string]bool{}, wantKey: true}
+			}
+			stack = append(stack, f)
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			valueRead()
+		default:
+			valueRead()
+		}
+	}
 }
 
 // describeJSONError says where and why a body is not the JSON expected.
@@ -137,9 +256,16 @@ func describeJSONError(data []byte, err error) string {
 		if field == "" {
 			field = "the body"
 		}
+		if num, ok := strings.CutPrefix(te.Value, "number "); ok && goTypeName(te.Type) == "a number" {
+			// A number the Go type cannot hold: too big, or a fraction
+			// for an integer.
+			return fmt.Sprintf("number out of range: %s is %s; give %s", field, num, numberKind(te.Type))
+		}
 		return fmt.Sprintf("wrong JSON type: %s is a JSON %s but must be %s", field, te.Value, goTypeName(te.Type))
-	case strings.HasPrefix(err.Error(), "json: unknown field"):
-		return fmt.Sprintf("%s is not a field of this request (check its spelling)", strings.TrimPrefix(err.Error(), "json: "))
+	case strings.Contains(err.Error(), "json: unknown field"):
+		// Also from a type's own decoding: "decode loadedPolicies entry:
+		// json: unknown field ...".
+		return fmt.Sprintf("%s is not a field of this request (check its spelling)", strings.Replace(err.Error(), "json: ", "", 1))
 	}
 	return fmt.Sprintf("malformed JSON: %v", err)
 }
@@ -160,6 +286,17 @@ func goTypeName(t reflect.Type) string {
 		return "a number"
 	}
 	return t.String()
+}
+
+// numberKind says which numbers a numeric Go type holds.
+func numberKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64:
+		return fmt.Sprintf("a number of at most %d bits", t.Bits())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("an integer from 0 to %d", uint64(1)<<t.Bits()-1)
+	}
+	return fmt.Sprintf("an integer from %d to %d", -(int64(1) << (t.Bits() - 1)), int64(1)<<(t.Bits()-1)-1)
 }
 
 func position(data []byte, off int64) (line, col int) {

@@ -1,9 +1,7 @@
 package northapi
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"sort"
@@ -159,13 +157,9 @@ func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *httpError {
 		return e
 	}
 	name := r.PathValue("name")
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, nmp.MaxBodyBytes))
-	if err != nil {
-		return errorf(http.StatusRequestEntityTooLarge, "the NMP is over %d bytes", nmp.MaxBodyBytes)
-	}
-	doc, err := nmp.Decode(raw)
-	if err != nil {
-		return errorf(http.StatusBadRequest, "%v; send JSON such as %s", err, nmpExample)
+	doc := &nmp.Document{}
+	if e := decodeJSON(w, r, nmp.MaxBodyBytes, doc, true, nmpExample); e != nil {
+		return e
 	}
 	if doc.Owner == "" {
 		doc.Owner = principalOf(r.Context()).Name
@@ -295,6 +289,9 @@ func (s *Server) nmpAction(act string) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) *httpError { return s.doNMPAction(w, r, act) }
 }
 
+// maxActionBytes bounds the optional body of an NMP action.
+const maxActionBytes = 4096
+
 func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string) *httpError {
 	p, e := s.lookupNMP(r)
 	if e != nil {
@@ -303,10 +300,8 @@ func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string)
 	var body struct {
 		ConfirmAllNodes bool `json:"confirmAllNodes"`
 	}
-	if raw, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096)); len(raw) > 0 {
-		if err := json.Unmarshal(raw, &body); err != nil {
-			return errorf(http.StatusBadRequest, "the body is optional, else {\"confirmAllNodes\": true}: %v", err)
-		}
+	if e := decodeOptionalJSON(w, r, maxActionBytes, &body, `{"confirmAllNodes": true}, or no body`); e != nil {
+		return e
 	}
 	doc := nmp.ToDocument(p.Ev)
 	doc.LastUpdated = ""

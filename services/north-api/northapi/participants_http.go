@@ -225,6 +225,10 @@ func (s *Server) syncAll(w http.ResponseWriter, r *http.Request) *httpError {
 // replica applies it again.
 func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *httpError {
 	id := r.PathValue("participant_id")
+	var none struct{}
+	if e := decodeOptionalJSON(w, r, MaxRequestBytes, &none, "{}, or no body"); e != nil {
+		return e
+	}
 	if id != "" {
 		if _, e := s.participantOr404(id); e != nil {
 			return e

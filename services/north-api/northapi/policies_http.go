@@ -48,7 +48,7 @@ type NotificationsAccepted struct {
 
 func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpError {
 	var n policy.Notification
-	if e := decodeJSON(w, r, MaxRequestBytes, &n, false, notificationExample); e != nil {
+	if e := decodeJSON(w, r, MaxRequestBytes, &n, true, notificationExample); e != nil {
 		return e
 	}
 	if len(n.LoadedPolicies) == 0 && len(n.RemovedPolicies) == 0 {
@@ -194,14 +194,8 @@ type CatchupAccepted struct {
 
 func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 	var body CatchupBody
-	data, e := readBody(w, r, MaxRequestBytes)
-	if e != nil {
+	if e := decodeOptionalJSON(w, r, MaxRequestBytes, &body, catchupExample); e != nil {
 		return e
-	}
-	if len(bytes.TrimSpace(data)) > 0 {
-		if e := decodeBytes(data, &body, true, catchupExample); e != nil {
-			return e
-		}
 	}
 	req := &events.CatchupRequest{
 		RequestID:   newID(),
@@ -236,18 +230,6 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
 	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: int(n)})
 	return nil
-}
-
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {
-	var raw bytes.Buffer
-	if _, err := raw.ReadFrom(http.MaxBytesReader(w, r.Body, limit)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, errorf(http.StatusRequestEntityTooLarge, "request body is over the limit of %d bytes", mbe.Limit)
-		}
-		return nil, errorf(http.StatusBadRequest, "read request body: %v", err)
-	}
-	return raw.Bytes(), nil
 }
 
 // LatestPolicy is one policy in the ONAP policy-handler shape.
@@ -291,10 +273,13 @@ type filterBody struct {
 }
 
 // compile turns the filter into a compiled policy filter, or says what to
-// fix.
-func (f filterBody) compile() (*policy.CompiledFilter, error) {
+// fix. maxRegex bounds policyName, as it bounds a component's filters.
+func (f filterBody) compile(maxRegex int) (*policy.CompiledFilter, error) {
 	if f.PolicyName == "" {
 		return nil, errors.New("policyName is missing; a filter without policyName matches nothing: give a regular expression such as \"DCAE.Config_.*\"")
+	}
+	if n := len(f.PolicyName); n > maxRegex {
+		return nil, fmt.Errorf("policyName is %d bytes; at most %d are allowed (--max-filter-regex-bytes): shorten the regular expression", n, maxRegex)
 	}
 	var attrs map[string]any
 	if raw := bytes.TrimSpace(f.ConfigAttributes); len(raw) > 0 {
@@ -316,8 +301,8 @@ func (f filterBody) compile() (*policy.CompiledFilter, error) {
 
 // parseFilterBody reads the body of POST /policies_latest: a filter,
 // given as is or as the only field "policy_filter", with no field
-// filterBody does not know.
-func parseFilterBody(data []byte) (*policy.CompiledFilter, *httpError) {
+// filterBody does not know and a policyName of at most maxRegex bytes.
+func parseFilterBody(data []byte, maxRegex int) (*policy.CompiledFilter, *httpError) {
 	var wrapper map[string]json.RawMessage
 	if e := decodeBytes(data, &wrapper, false, filterExample); e != nil {
 		return nil, e
@@ -329,7 +314,7 @@ func parseFilterBody(data []byte) (*policy.CompiledFilter, *httpError) {
 	if e := decodeBytes(data, &f, true, filterExample); e != nil {
 		return nil, e
 	}
-	cf, err := f.compile()
+	cf, err := f.compile(maxRegex)
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "policy filter: %v", err)
 	}
@@ -341,7 +326,7 @@ func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpErr
 	if e != nil {
 		return e
 	}
-	cf, e := parseFilterBody(data)
+	cf, e := parseFilterBody(data, s.rules.maxRegex())
 	if e != nil {
 		return e
 	}
