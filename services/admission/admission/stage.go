@@ -248,7 +248,7 @@ func Stage() runtime.Stage {
 					}
 					caughtUp, covered = began, ends
 				}
-				outs, err := Decide(in.Value, in.Key, pols.All(), dcs.Get, time.Now())
+				outs, err := Decide(ctx, in.Value, in.Key, pols.All(), dcs.Get, time.Now())
 				if err == nil {
 					v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
 					log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
@@ -274,8 +274,9 @@ const Source = "admission"
 // a datacenter has its placement checked against it (admit.CheckPlacement,
 // looking the datacenter up with dcs). Only a record that
 // names no deployment at all, so no verdict can be keyed, is an error
-// (dead-lettered).
-func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, now time.Time) ([]runtime.Output, error) {
+// (dead-lettered), and so is a ctx that ends during the evaluation (the
+// stage is stopping: the request is decided again, not denied).
+func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		dep = string(key)
@@ -293,7 +294,10 @@ func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled
 	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
 	}
-	v := admit.Evaluate(req, policies)
+	v, err := admit.Evaluate(ctx, req, policies)
+	if err != nil {
+		return nil, err
+	}
 	admit.CheckPlacement(&v, dcs)
 	var outs []runtime.Output
 	var ids []string

@@ -1,6 +1,7 @@
 package northapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -120,7 +121,7 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 				return e
 			}
 		}
-		return s.dryRun(w, &req)
+		return s.dryRun(r.Context(), w, &req)
 	}
 	body, err := req.JSON()
 	if err != nil {
@@ -174,8 +175,12 @@ func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
 	return nil
 }
 
-func (s *Server) dryRun(w http.ResponseWriter, req *admit.Request) *httpError {
-	v := admit.Evaluate(req, s.appPols.compiled())
+func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *httpError {
+	v, err := admit.Evaluate(ctx, req, s.appPols.compiled())
+	if err != nil {
+		// The client left: nobody reads the answer.
+		return errorf(http.StatusServiceUnavailable, "dry run: %v", err)
+	}
 	admit.CheckPlacement(&v, s.dcs.model)
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {
