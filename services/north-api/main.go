@@ -98,7 +98,7 @@ func main() {
 		os.Exit(2)
 	}
 	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps,
-		PackageDir: st.packageDir, Orgs: orgList}
+		PackageDir: st.packageDir, Orgs: orgList, MaxPlacements: c.MaxPlacements}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -181,7 +181,14 @@ func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.R
 		// The client left: nobody reads the answer.
 		return errorf(http.StatusServiceUnavailable, "dry run: %v", err)
 	}
-	admit.CheckPlacement(&v, s.dcs.model)
+	if req.Datacenter != "" {
+		release, e := s.placementSlot(w)
+		if e != nil {
+			return e
+		}
+		defer release()
+		admit.CheckPlacement(&v, s.dcs.model)
+	}
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {
 		return errorf(http.StatusInternalServerError, "dry run: %v", err)
