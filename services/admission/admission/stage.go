@@ -274,8 +274,9 @@ const Source = "admission"
 // a datacenter has its placement checked against it (admit.CheckPlacement,
 // looking the datacenter up with dcs). Only a record that
 // names no deployment at all, so no verdict can be keyed, is an error
-// (dead-lettered), and so is a ctx that ends during the evaluation (the
-// stage is stopping: the request is decided again, not denied).
+// (dead-lettered); a ctx that ends during the evaluation gives no verdict
+// either, but an error that is retried: the request is decided again, not
+// denied.
 func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
