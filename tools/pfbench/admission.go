@@ -154,7 +154,9 @@ func (b *bench) admission(ctx context.Context, w admissionWork, progress func(st
 			return run, err
 		}
 		t0 := time.Now()
-		admit.Evaluate(req, compiled)
+		if _, err := admit.Evaluate(context.Background(), req, compiled); err != nil {
+			return run, err
+		}
 		decide = append(decide, time.Since(t0))
 	}
 	run.DecideMs = summarize(decide)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"testing"
 
 	"github.com/policyflow/policyflow/services/admission/admit"
@@ -23,7 +24,7 @@ func TestAdmissionWorkloadIsValid(t *testing.T) {
 		if err := r.Normalize(); err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
-		if admit.Evaluate(r, compiled).Admitted {
+		if v, _ := admit.Evaluate(context.Background(), r, compiled); v.Admitted {
 			admitted++
 		} else {
 			denied++

@@ -284,7 +284,7 @@ func Stage() runtime.Stage {
 					}
 					caughtUp, covered = began, ends
 				}
-				outs, err := Decide(in.Value, in.Key, pols.All(), dcs.Get, names, time.Now())
+				outs, err := Decide(ctx, in.Value, in.Key, pols.All(), dcs.Get, names, time.Now())
 				if err != nil {
 					return nil, err
 				}
@@ -324,8 +324,10 @@ const Source = "admission"
 // owner (admit.CheckNames against owners). A record that names no
 // deployment at all, so no verdict can be keyed, or a deployment another
 // tenant holds, whose verdict it would replace, is an error
-// (dead-lettered with the reason).
-func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, owners admit.Owners, now time.Time) ([]runtime.Output, error) {
+// (dead-lettered with the reason); a ctx that ends during the evaluation
+// gives no verdict either, but an error that is retried: the request is
+// decided again, not denied.
+func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, owners admit.Owners, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		dep = string(key)
@@ -346,7 +348,10 @@ func Decide(dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled
 	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
 	}
-	v := admit.Evaluate(req, policies)
+	v, err := admit.Evaluate(ctx, req, policies)
+	if err != nil {
+		return nil, err
+	}
 	admit.CheckPlacement(&v, dcs)
 	admit.CheckNames(&v, owners)
 	var outs []runtime.Output

@@ -1,12 +1,13 @@
 package admit
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 )
 
-func mustCompile(t *testing.T, id, model, mode string, tenants ...string) *Compiled {
+func mustCompile(t testing.TB, id, model, mode string, tenants ...string) *Compiled {
 	t.Helper()
 	var ts []string
 	if len(tenants) > 0 {
@@ -242,7 +243,10 @@ func TestEvaluate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := mustRequest(t, tc.request)
 			before, _ := req.JSON()
-			v := Evaluate(req, tc.policies(t))
+			v, err := Evaluate(context.Background(), req, tc.policies(t))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if after, _ := req.JSON(); string(after) != string(before) {
 				t.Errorf("Evaluate changed its input")
 			}
@@ -348,13 +352,13 @@ func TestAuditFindsWhatAPolicyWouldDeny(t *testing.T) {
 	big := mustRequest(t, `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.large"}]}`)
 	small := mustRequest(t, `{"deployment_id":"d2","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.small"}]}`)
 	other := mustRequest(t, `{"deployment_id":"d3","tenant":"t2","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.large"}]}`)
-	if got := Audit(big, p); len(got) != 1 || got[0].Rule != "flavor-limit" {
+	if got := Audit(context.Background(), big, p); len(got) != 1 || got[0].Rule != "flavor-limit" {
 		t.Errorf("audit of the large flavor = %+v", got)
 	}
-	if got := Audit(small, p); len(got) != 0 {
+	if got := Audit(context.Background(), small, p); len(got) != 0 {
 		t.Errorf("audit of the small flavor = %+v", got)
 	}
-	if got := Audit(other, p); len(got) != 0 {
+	if got := Audit(context.Background(), other, p); len(got) != 0 {
 		t.Errorf("audit of another tenant's deployment = %+v", got)
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -23,8 +26,13 @@ const (
 // CEL's cost units, roughly one per operation and per element a
 // comprehension visits); an evaluation over it stops and counts as a
 // violation. Kubernetes gives one ValidatingAdmissionPolicy expression
-// the same order of magnitude.
+// the same order of magnitude. An expression whose worst case, estimated
+// when the policy is written, is over it is refused (CheckCost).
 var CostLimit uint64 = 1_000_000
+
+// interruptEvery is how many comprehension iterations CEL runs between
+// two looks at the context that stops an evaluation.
+const interruptEvery = 100
 
 // Scopes of a CEL validation.
 const (
@@ -63,18 +71,38 @@ func init() {
 	}
 }
 
+// celProgram is a compiled expression and the most one evaluation of it
+// can cost, estimated from the request's limits (celSizes).
+type celProgram struct {
+	prg cel.Program
+	// field names the expression in the objectModel.
+	field string
+	// worst is the estimated cost of one evaluation at worst.
+	worst uint64
+}
+
+// eval evaluates the expression within the request's budget: it stops
+// when the budget's context ends, and what it cost is charged to the
+// budget.
+func (p celProgram) eval(b *budget, vars map[string]any) (ref.Val, error) {
+	out, det, err := p.prg.ContextEval(b.ctx, vars)
+	b.charge(det)
+	return out, err
+}
+
 // compileExpr parses and type-checks an expression, wanting one of the
-// output types (dyn is always accepted: map fields are dyn).
-func compileExpr(env *cel.Env, field, expr string, want ...*cel.Type) (cel.Program, error) {
+// output types (dyn is always accepted: map fields are dyn), and
+// estimates its worst-case cost.
+func compileExpr(env *cel.Env, field, expr string, want ...*cel.Type) (celProgram, error) {
 	if strings.TrimSpace(expr) == "" {
-		return nil, paramErr(field, "is empty: give a CEL expression")
+		return celProgram{}, paramErr(field, "is empty: give a CEL expression")
 	}
 	if len(expr) > MaxExpressionBytes {
-		return nil, paramErr(field, "is %d bytes; at most %d are allowed", len(expr), MaxExpressionBytes)
+		return celProgram{}, paramErr(field, "is %d bytes; at most %d are allowed", len(expr), MaxExpressionBytes)
 	}
 	ast, iss := env.Compile(expr)
 	if iss != nil && iss.Err() != nil {
-		return nil, paramErr(field, "does not compile: %s", strings.ReplaceAll(iss.Err().Error(), "<input>", "line"))
+		return celProgram{}, paramErr(field, "does not compile: %s", strings.ReplaceAll(iss.Err().Error(), "<input>", "line"))
 	}
 	out := ast.OutputType()
 	ok := len(want) == 0 || out.IsExactType(cel.DynType)
@@ -86,13 +114,68 @@ func compileExpr(env *cel.Env, field, expr string, want ...*cel.Type) (cel.Progr
 		for i, w := range want {
 			names[i] = w.String()
 		}
-		return nil, paramErr(field, "yields %s; it must yield %s", out, strings.Join(names, " or "))
+		return celProgram{}, paramErr(field, "yields %s; it must yield %s", out, strings.Join(names, " or "))
 	}
-	prg, err := env.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(100))
+	est, err := env.EstimateCost(ast, celSizes{})
 	if err != nil {
-		return nil, paramErr(field, "%v", err)
+		return celProgram{}, paramErr(field, "its cost cannot be estimated: %v", err)
 	}
-	return prg, nil
+	prg, err := env.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(interruptEvery))
+	if err != nil {
+		return celProgram{}, paramErr(field, "%v", err)
+	}
+	return celProgram{prg: prg, field: field, worst: est.Max}, nil
+}
+
+// celSizes tells CEL's cost estimator how large the values of a request
+// can be at most, as Kubernetes derives them from a schema's maxItems and
+// maxLength: request.applications holds at most MaxApplications, ids at
+// most 255 bytes, and anything else no more than a request of
+// MaxRequestBytes can hold (a string one character per byte, a list of
+// strings one element per 3 bytes, `"",`; any other list or map one per 2
+// bytes).
+type celSizes struct{}
+
+func (celSizes) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	switch n.Type().Kind() {
+	case types.StringKind, types.BytesKind, types.ListKind, types.MapKind, types.DynKind:
+	default:
+		return nil
+	}
+	size := func(max uint64) *checker.SizeEstimate { return &checker.SizeEstimate{Min: 0, Max: max} }
+	p := n.Path()
+	if len(p) == 2 && p[0] == "request" {
+		switch p[1] {
+		case "applications":
+			return size(MaxApplications)
+		case "deployment_id", "tenant":
+			return size(maxIDLen)
+		}
+	}
+	// An application: app.<field>, or an element of request.applications.
+	var field string
+	switch {
+	case len(p) == 2 && p[0] == "app":
+		field = p[1]
+	case len(p) == 4 && p[0] == "request" && p[1] == "applications" && strings.HasPrefix(p[2], "@"):
+		field = p[3]
+	}
+	switch field {
+	case "name":
+		return size(maxIDLen)
+	case "inherits", "scripts":
+		return size(MaxRequestBytes / 3)
+	}
+	switch n.Type().Kind() {
+	case types.ListKind, types.MapKind:
+		return size(MaxRequestBytes / 2)
+	}
+	return size(MaxRequestBytes) // a string, or dyn: a string at worst
+
+}
+
+func (celSizes) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
 }
 
 // fieldTypes is what a mutation of a field must yield.
@@ -137,12 +220,16 @@ func compileCEL(p params) (ruleSet, error) {
 		if err != nil {
 			return ruleSet{}, err
 		}
+		rs.cel = append(rs.cel, prg)
 		field := m.Field
-		rs.mutators = append(rs.mutators, mutator{rule: f, fn: func(r *Request, emit func(Mutation)) error {
+		rs.mutators = append(rs.mutators, mutator{rule: f, fn: func(b *budget, r *Request, emit func(Mutation)) error {
 			reqV := celRequest(r)
 			for i := range r.Applications {
 				a := &r.Applications[i]
-				out, _, err := prg.Eval(map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]})
+				if b.stopped(i, len(r.Applications)) {
+					return nil
+				}
+				out, err := prg.eval(b, map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]})
 				if err != nil {
 					return fmt.Errorf("%s: %s: %w", a.describe(), f, err)
 				}
@@ -180,9 +267,13 @@ func compileCEL(p params) (ruleSet, error) {
 		if err != nil {
 			return ruleSet{}, err
 		}
+		rs.cel = append(rs.cel, prg)
 		msg, expr, scope := v.Message, v.Expression, v.Scope
-		check := func(vars map[string]any, object func() string, emit func(string, string)) {
-			out, _, err := prg.Eval(vars)
+		check := func(b *budget, vars map[string]any, object func() string, emit func(string, string)) {
+			out, err := prg.eval(b, vars)
+			if b.ctx.Err() != nil {
+				return // the verdict is not given
+			}
 			if err != nil {
 				emit(object(), fmt.Sprintf("%s (the expression %q could not be evaluated: %v)", msg, expr, err))
 				return
@@ -191,15 +282,20 @@ func compileCEL(p params) (ruleSet, error) {
 				emit(object(), msg)
 			}
 		}
-		rs.validators = append(rs.validators, validator{rule: f, fn: func(r *Request, emit func(string, string)) {
+		rs.validators = append(rs.validators, validator{rule: f, fn: func(b *budget, r *Request, emit func(string, string)) {
 			reqV := celRequest(r)
 			if scope == ScopeRequest {
-				check(map[string]any{"request": reqV}, func() string { return fmt.Sprintf("environment %q", r.Environment) }, emit)
+				if !b.stopped(0, len(r.Applications)) {
+					check(b, map[string]any{"request": reqV}, func() string { return fmt.Sprintf("environment %q", r.Environment) }, emit)
+				}
 				return
 			}
 			for i := range r.Applications {
 				a := &r.Applications[i]
-				check(map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]}, a.describe, emit)
+				if b.stopped(i, len(r.Applications)) {
+					return
+				}
+				check(b, map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]}, a.describe, emit)
 			}
 		}})
 	}

@@ -1,10 +1,72 @@
 package admit
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/google/cel-go/cel"
 )
+
+// RequestBudget is the CEL cost (in the units of CostLimit) one request
+// may spend in all, over every CEL rule of every policy that applies and
+// every application: a request that runs out of it is denied (rule
+// BudgetRule) without its remaining rules evaluated. An evaluation starts
+// only while the budget is not spent and costs at most CostLimit, so a
+// request costs at most RequestBudget + CostLimit: that bounds the time
+// one request can hold the requests behind it.
+var RequestBudget uint64 = 10_000_000
+
+// BudgetRule is the rule of the finding that denies a request whose
+// budget ran out.
+const BudgetRule = "admission-budget"
+
+// budget is what the evaluation of one request may still spend, and the
+// context that ends it.
+type budget struct {
+	ctx          context.Context
+	limit, spent uint64
+	// ranOut is set once the budget is spent, with how many of how
+	// many applications the rule being evaluated had decided then.
+	ranOut   bool
+	done, of int
+}
+
+func newBudget(ctx context.Context) *budget { return &budget{ctx: ctx, limit: RequestBudget} }
+
+// charge adds what one CEL evaluation cost.
+func (b *budget) charge(det *cel.EvalDetails) {
+	if det == nil {
+		return
+	}
+	if c := det.ActualCost(); c != nil {
+		b.spent += *c
+	}
+}
+
+// stopped reports whether evaluation must stop before the rule being
+// evaluated decides application i of n: the context ended, or the budget
+// is spent (recorded the first time).
+func (b *budget) stopped(i, n int) bool {
+	if b.ctx.Err() != nil {
+		return true
+	}
+	if b.spent < b.limit {
+		return false
+	}
+	if !b.ranOut {
+		b.ranOut, b.done, b.of = true, i, n
+	}
+	return true
+}
+
+// finding is the violation that denies a request whose budget ran out,
+// at a rule of a policy.
+func (b *budget) finding(p *Compiled, rule string) Finding {
+	return Finding{PolicyID: p.ID, Rule: BudgetRule, Object: "request",
+		Message: fmt.Sprintf("admission budget of %d CEL cost units exhausted after %d of %d applications (at rule %s; %d units spent); the remaining rules were not evaluated, so the request is denied: make the policy's expressions cheaper or split the deployment", b.limit, b.done, b.of, rule, b.spent)}
+}
 
 // Applicable returns the policies that apply to the tenant, in the order
 // Evaluate runs them (by policy id).
@@ -24,8 +86,15 @@ func Applicable(policies []*Compiled, tenant string) []*Compiled {
 // then validations on the mutated request (see the package doc). The
 // request itself is not changed; the verdict holds the mutated copy. A
 // mutation that fails (a CEL error, a value of the wrong type) is a
-// violation of its policy, or a warning in audit mode.
-func Evaluate(req *Request, policies []*Compiled) Verdict {
+// violation of its policy, or a warning in audit mode. A request whose
+// CEL rules spend more than RequestBudget is denied (rule BudgetRule),
+// whatever the policy's mode. When ctx ends the evaluation stops and
+// the error is ctx's: there is no verdict.
+func Evaluate(ctx context.Context, req *Request, policies []*Compiled) (Verdict, error) {
+	return evaluate(newBudget(ctx), req, policies)
+}
+
+func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 	v := Verdict{Violations: []Finding{}, Warnings: []Finding{}, Mutations: []Mutation{}, Policies: []string{}}
 	r := req.Clone()
 	ps := Applicable(policies, req.Tenant)
@@ -39,15 +108,30 @@ func Evaluate(req *Request, policies []*Compiled) Verdict {
 		}
 		v.Violations = append(v.Violations, f)
 	}
+	// stop ends the evaluation after a rule when the context ended or the
+	// budget ran out.
+	stop := func(p *Compiled, rule string) bool {
+		if !b.stopped(len(r.Applications), len(r.Applications)) {
+			return false
+		}
+		if b.ctx.Err() == nil {
+			v.Violations = append(v.Violations, b.finding(p, rule))
+		}
+		return true
+	}
 	for _, p := range ps {
 		for _, m := range p.rules.mutators {
 			// A mutation that fails midway leaves the request as it was.
 			before := r.Clone()
 			var made []Mutation
-			err := m.fn(r, func(mu Mutation) {
+			err := m.fn(b, r, func(mu Mutation) {
 				mu.PolicyID, mu.Rule = p.ID, m.rule
 				made = append(made, mu)
 			})
+			if stop(p, m.rule) {
+				r = before
+				return b.verdict(v, r)
+			}
 			if err != nil {
 				r = before
 				report(p, false, Finding{PolicyID: p.ID, Rule: m.rule, Object: "mutation", Message: fmt.Sprintf("could not be applied: %v", err)})
@@ -58,32 +142,52 @@ func Evaluate(req *Request, policies []*Compiled) Verdict {
 	}
 	for _, p := range ps {
 		for _, val := range p.rules.validators {
-			val.fn(r, func(object, msg string) {
+			val.fn(b, r, func(object, msg string) {
 				report(p, val.notice, Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg})
 			})
+			if stop(p, val.rule) {
+				return b.verdict(v, r)
+			}
 		}
+	}
+	return b.verdict(v, r)
+}
+
+// verdict completes a verdict on the request as mutated, or is the
+// context's error when it ended.
+func (b *budget) verdict(v Verdict, r *Request) (Verdict, error) {
+	if err := b.ctx.Err(); err != nil {
+		return Verdict{}, fmt.Errorf("admission: evaluation of deployment %s stopped: %w", r.DeploymentID, context.Cause(b.ctx))
 	}
 	v.Request = r
 	v.Admitted = len(v.Violations) == 0
-	return v
+	return v, nil
 }
 
 // Audit is what one policy, enforced, would find in a request that was
 // admitted: its validations' findings on the request as it was admitted
-// (mutated), whatever the policy's mode. Policies of other tenants find
-// nothing.
-func Audit(req *Request, p *Compiled) []Finding {
+// (mutated), whatever the policy's mode, within the request's budget (a
+// budget that runs out is a finding). Policies of other tenants find
+// nothing; when ctx ends, the findings so far.
+func Audit(ctx context.Context, req *Request, p *Compiled) []Finding {
 	out := []Finding{}
 	if !p.AppliesTo(req.Tenant) {
 		return out
 	}
+	b := newBudget(ctx)
 	for _, val := range p.rules.validators {
 		if val.notice {
 			continue
 		}
-		val.fn(req, func(object, msg string) {
+		val.fn(b, req, func(object, msg string) {
 			out = append(out, Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg})
 		})
+		if b.stopped(len(req.Applications), len(req.Applications)) {
+			if ctx.Err() == nil {
+				out = append(out, b.finding(p, val.rule))
+			}
+			break
+		}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -46,7 +47,10 @@ func FuzzParseRequest(f *testing.F) {
 		if err := again.Normalize(); err != nil {
 			t.Fatalf("an accepted request no longer normalizes: %v", err)
 		}
-		v := Evaluate(r, policies)
+		v, err := Evaluate(context.Background(), r, policies)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if v.Request == nil || v.Admitted != (len(v.Violations) == 0) {
 			t.Fatalf("verdict %+v", v)
 		}

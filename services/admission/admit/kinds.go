@@ -96,7 +96,7 @@ func compileBlacklist(p params) (ruleSet, error) {
 			return ruleSet{}, paramErr(fmt.Sprintf("%s[%d]", f, j), "%q is not a qualified name (dot-separated identifiers)", n)
 		}
 	}
-	return ruleSet{validators: []validator{{rule: "blacklist", fn: func(r *Request, emit func(string, string)) {
+	return ruleSet{validators: []validator{{rule: "blacklist", fn: func(_ *budget, r *Request, emit func(string, string)) {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			for _, n := range apps {
@@ -127,7 +127,7 @@ func compileRequiredApp(p params) (ruleSet, error) {
 	if !classRE.MatchString(name) {
 		return ruleSet{}, paramErr("application", "%q is not a qualified class name", name)
 	}
-	return ruleSet{validators: []validator{{rule: "required-application", fn: func(r *Request, emit func(string, string)) {
+	return ruleSet{validators: []validator{{rule: "required-application", fn: func(_ *budget, r *Request, emit func(string, string)) {
 		for i := range r.Applications {
 			if r.Applications[i].Is(name) {
 				return
@@ -146,7 +146,7 @@ func compileInstanceQuota(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(r *Request, emit func(string, string)) {
+	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(_ *budget, r *Request, emit func(string, string)) {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			if selects(apps, a) && a.Instances > maxN {
@@ -181,7 +181,7 @@ func compileFlavorLimit(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "flavor-limit", fn: func(r *Request, emit func(string, string)) {
+	return ruleSet{validators: []validator{{rule: "flavor-limit", fn: func(_ *budget, r *Request, emit func(string, string)) {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			if a.Flavor == "" || (len(approved) > 0 && slices.ContainsFunc(approved, a.Is)) {
@@ -237,7 +237,7 @@ func compileDefaultOverride(p params) (ruleSet, error) {
 		}
 		return false
 	}
-	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(r *Request, emit func(Mutation)) error {
+	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(_ *budget, r *Request, emit func(Mutation)) error {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			if !selects(apps, a) {
@@ -266,7 +266,7 @@ func compileScriptInjection(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{mutators: []mutator{{rule: "script-injection", fn: func(r *Request, emit func(Mutation)) error {
+	return ruleSet{mutators: []mutator{{rule: "script-injection", fn: func(_ *budget, r *Request, emit func(Mutation)) error {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			if !selects(apps, a) || slices.Contains(a.Scripts, script) {
@@ -285,7 +285,7 @@ func compileInstanceNotice(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(r *Request, emit func(string, string)) {
+	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(_ *budget, r *Request, emit func(string, string)) {
 		total := 0
 		for _, a := range r.Applications {
 			total += a.Instances

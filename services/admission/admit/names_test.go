@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -84,7 +85,10 @@ func TestComponentIDsAreUnambiguous(t *testing.T) {
 
 func TestCheckNames(t *testing.T) {
 	takeover := mustRequest(t, `{"deployment_id":"gx","tenant":"acme","applications":[{"name":"web","class":"a.b.C"},{"name":"db","class":"a.b.C","component":{"service_component_name":"gx.prod.web"}}]}`)
-	v := Evaluate(takeover, nil)
+	v, err := Evaluate(context.Background(), takeover, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	CheckNames(&v, globexAndAcme)
 	if v.Admitted || len(v.Violations) != 1 {
 		t.Fatalf("verdict %+v; want denied for the folder of gx.prod.web", v)
@@ -95,14 +99,14 @@ func TestCheckNames(t *testing.T) {
 	}
 
 	twice := mustRequest(t, `{"deployment_id":"ac","tenant":"acme","applications":[{"name":"a","class":"a.b.C","component":{"service_component_name":"f"}},{"name":"b","class":"a.b.C","component":{"service_component_name":"f"}}]}`)
-	v = Evaluate(twice, nil)
+	v, _ = Evaluate(context.Background(), twice, nil)
 	CheckNames(&v, owners{})
 	if v.Admitted || len(v.Violations) != 1 || !strings.Contains(v.Violations[0].Message, `also the Consul folder of application "a"`) {
 		t.Fatalf("verdict %+v; want one folder named by two applications denied", v)
 	}
 
 	own := mustRequest(t, `{"deployment_id":"gx.prod","tenant":"globex","applications":[{"name":"web","class":"a.b.C"}]}`)
-	v = Evaluate(own, nil)
+	v, _ = Evaluate(context.Background(), own, nil)
 	CheckNames(&v, globexAndAcme)
 	if !v.Admitted {
 		t.Fatalf("verdict %+v; want the owner's request admitted", v)

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -77,7 +78,7 @@ func TestCheckPlacement(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := mustRequest(t, haRequest(t, tc.edit))
-			v := Evaluate(req, nil)
+			v, _ := Evaluate(context.Background(), req, nil)
 			CheckPlacement(&v, dcs)
 			if v.Admitted != (len(tc.violations) == 0) {
 				t.Errorf("admitted = %v", v.Admitted)
@@ -131,7 +132,7 @@ func TestRequestWithoutPlacementUnchanged(t *testing.T) {
 	if err != nil || string(b) != js {
 		t.Fatalf("JSON = %s, %v", b, err)
 	}
-	v := Evaluate(r, nil)
+	v, _ := Evaluate(context.Background(), r, nil)
 	CheckPlacement(&v, func(string) (*placement.Model, bool) { t.Fatal("looked a datacenter up"); return nil, false })
 	if !v.Admitted {
 		t.Fatal(v.Violations)

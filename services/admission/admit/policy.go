@@ -54,20 +54,25 @@ func (e *UnknownKindError) Error() string {
 type ruleSet struct {
 	mutators   []mutator
 	validators []validator
+	// cel are the CEL expressions of the rules, with their estimated
+	// costs (CheckCost).
+	cel []celProgram
 }
 
-// mutator changes a request, reporting each change.
+// mutator changes a request, reporting each change. A rule that
+// evaluates CEL spends b and stops when b says so.
 type mutator struct {
 	rule string
-	fn   func(r *Request, emit func(Mutation)) error
+	fn   func(b *budget, r *Request, emit func(Mutation)) error
 }
 
-// validator finds what is wrong with a request.
+// validator finds what is wrong with a request, spending b as a mutator
+// does.
 type validator struct {
 	rule string
 	// notice marks findings that never deny (the quota notification).
 	notice bool
-	fn     func(r *Request, emit func(object, msg string))
+	fn     func(b *budget, r *Request, emit func(object, msg string))
 }
 
 // kind compiles a policy kind's parameters.
@@ -91,6 +96,22 @@ type Compiled struct {
 // AppliesTo reports whether the policy applies to the tenant.
 func (c *Compiled) AppliesTo(tenant string) bool {
 	return c.Tenants == nil || slices.Contains(c.Tenants, tenant)
+}
+
+// CheckCost refuses a policy with a CEL expression whose worst-case cost
+// for one evaluation, estimated from the request's limits as Kubernetes
+// estimates a ValidatingAdmissionPolicy's, is over CostLimit: a
+// *ParamError naming the expression and stating the estimate and the
+// limit. The North API calls it when a policy is created or replaced;
+// the stage does not, so that a policy written before the check keeps
+// deciding (within the request's budget).
+func (c *Compiled) CheckCost() error {
+	for _, e := range c.rules.cel {
+		if e.worst > CostLimit {
+			return paramErr(e.field, "its worst-case cost is estimated at %d CEL cost units, over the limit of %d for one evaluation: iterate fewer or smaller lists (request.applications holds at most %d; app.inherits, app.scripts and app.properties are bounded only by the %d-byte request, so prefer 'x' in app.scripts to a comprehension over them) or nest fewer comprehensions", e.worst, CostLimit, MaxApplications, MaxRequestBytes)
+		}
+	}
+	return nil
 }
 
 // Mutates reports whether the policy changes requests.

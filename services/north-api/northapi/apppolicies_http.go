@@ -186,6 +186,9 @@ func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing
 		}
 	}
 	compiled, err := admit.CompilePolicy(rec)
+	if err == nil {
+		err = compiled.CheckCost()
+	}
 	if err != nil {
 		return policyCompileError(err)
 	}
@@ -322,7 +325,7 @@ func (s *Server) appPolicyViolations(w http.ResponseWriter, r *http.Request) *ht
 			continue
 		}
 		out.Checked++
-		if fs := admit.Audit(req, p.compiled); len(fs) > 0 {
+		if fs := admit.Audit(r.Context(), req, p.compiled); len(fs) > 0 {
 			dv := DeploymentViolation{DeploymentID: v.DeploymentID, RequestID: v.RequestID, Tenant: v.Tenant}
 			for _, f := range fs {
 				dv.Findings = append(dv.Findings, events.AdmissionFinding{PolicyID: f.PolicyID, Rule: f.Rule, Object: f.Object, Message: f.Text(v.Tenant)})

@@ -68,10 +68,13 @@ func TestAppPoliciesAPIAnswersEverySeedCode(t *testing.T) {
 		{"unknown parameter", map[string]any{"objectModel": map[string]any{"maxFlavour": "m1.small", "?": map[string]any{"type": "io.policyflow.admission.FlavorLimit"}}}, "objectModel.maxFlavour: is not a parameter"},
 		{"CEL that does not compile", map[string]any{"objectModel": map[string]any{"validations": []any{map[string]any{"expression": "app.flavor ==", "message": "m"}}, "?": map[string]any{"type": "io.policyflow.admission.CEL"}}}, "objectModel.validations[0].expression: does not compile: ERROR: line:1:14"},
 		{"bad mode", map[string]any{"objectModel": seedFlavorPolicy("")["objectModel"], "mode": "maybe"}, "mode: \"maybe\" is not a mode"},
+		{"CEL over the cost limit", costlyCEL, "objectModel.validations[0].expression: its worst-case cost is estimated at "},
 	} {
 		code, out, _ := s.call(t, http.MethodPost, "/policies", tc.body)
 		wantError(t, "create with "+tc.name, code, out, http.StatusBadRequest, tc.want)
 	}
+	code, out, _ = s.call(t, http.MethodPut, "/policies/"+id, costlyCEL)
+	wantError(t, "update to CEL over the cost limit", code, out, http.StatusBadRequest, "over the limit of 1000000 for one evaluation")
 
 	// 404: a kind that does not exist (the seed's "class doesn't exist or it is not an Aspect").
 	code, out, _ = s.call(t, http.MethodPost, "/policies", map[string]any{"objectModel": map[string]any{"maxFlavor": "m1.medium", "?": map[string]any{"type": "com.example.MyAspect"}}})
@@ -270,3 +273,9 @@ func (s *stack) callAs2(t *testing.T, token, method, path string, body any) (int
 	code, out, raw, _ := s.callAs(t, token, method, path, body)
 	return code, out, raw
 }
+
+// costlyCEL is a CEL policy whose one rule, six comprehensions nested over
+// ten items, costs more than one evaluation may.
+var costlyCEL = map[string]any{"objectModel": map[string]any{"validations": []any{map[string]any{
+	"expression": "[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, a+b+c+d+e+f > 0))))))",
+	"message":    "costly"}}, "?": map[string]any{"type": "io.policyflow.admission.CEL"}}}

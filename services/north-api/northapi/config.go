@@ -112,6 +112,8 @@ type Config struct {
 	// client's requests.
 	RatePerSecond float64
 	RateBurst     int
+	// MaxPlacements bounds the placement computations running at once.
+	MaxPlacements int
 
 	envErr error
 }
@@ -147,6 +149,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	c.RateBurst = c.envInt("PF_API_RATE_BURST", DefaultRateBurst)
 	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
+	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", DefaultMaxPlacements)
+	fs.IntVar(&c.MaxPlacements, "max-placements", c.MaxPlacements, "placement computations (POST /v1/placements, dry runs naming a datacenter) run at once; one more answers 503 with Retry-After (env PF_API_MAX_PLACEMENTS)")
 }
 
 func (c *Config) duration(fs *flag.FlagSet, dst *time.Duration, name, env string, def time.Duration, usage string) {
@@ -208,6 +212,8 @@ func (c Config) Check() error {
 		return errors.New("--max-header-bytes must be positive")
 	case c.RatePerSecond < 0 || c.RateBurst <= 0:
 		return errors.New("--rate-limit must be 0 (off) or positive, and --rate-burst positive")
+	case c.MaxPlacements <= 0:
+		return errors.New("--max-placements must be positive")
 	}
 	return nil
 }

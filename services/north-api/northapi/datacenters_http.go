@@ -275,6 +275,11 @@ func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *httpErro
 	if d.model == nil {
 		return errorf(http.StatusConflict, "datacenter %s does not validate (%v); store a valid model with PUT /v1/datacenters/%s", tpl.Datacenter, d.err, tpl.Datacenter)
 	}
+	release, e := s.placementSlot(w)
+	if e != nil {
+		return e
+	}
+	defer release()
 	p, err := placement.Propose(d.model, &tpl, placement.Options{Timeout: ProposeTimeout})
 	var inf *placement.Infeasible
 	var inv *placement.Invalid

@@ -136,3 +136,36 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+func TestPlacementsOverTheCapAnswer503(t *testing.T) {
+	s := newStackWith(t, Options{MaxPlacements: 1}, nil)
+	if code, _, raw, _ := s.callAs(t, operatorToken, http.MethodPut, "/v1/datacenters/dc-example", placementExampleJSON(t, "datacenter.json")); code != http.StatusOK {
+		t.Fatalf("PUT datacenter: %d %s", code, raw)
+	}
+	ha := placementExampleJSON(t, "ha-clusters.json")
+	delete(ha, "placement")
+	dry := placementExampleJSON(t, "ha-clusters.json")
+	dry["deployment_id"], dry["tenant"] = "ha", "t1"
+	dry["applications"] = []any{map[string]any{"name": "app", "class": "com.example.App"}}
+
+	// The one slot is taken by a computation still running.
+	s.server.placing <- struct{}{}
+	code, out, _, h := s.callAs(t, tenantToken, http.MethodPost, "/v1/placements", ha)
+	wantError(t, "POST /v1/placements with every slot taken", code, out, http.StatusServiceUnavailable, "1 placement computations are running", "--max-placements")
+	if ra := h.Get("Retry-After"); ra == "" || ra == "0" {
+		t.Errorf("503 without a Retry-After: %q", ra)
+	}
+	code, out, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", dry)
+	wantError(t, "dry run naming a datacenter with every slot taken", code, out, http.StatusServiceUnavailable, "--max-placements")
+
+	// Once it ends, both compute again, and release their slot.
+	<-s.server.placing
+	for range 2 {
+		if code, _, raw, _ := s.callAs(t, tenantToken, http.MethodPost, "/v1/placements", ha); code != http.StatusOK {
+			t.Fatalf("POST /v1/placements with a free slot: %d %s", code, raw)
+		}
+		if code, _, raw := s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", dry); code != http.StatusOK {
+			t.Fatalf("dry run with a free slot: %d %s", code, raw)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package northapi
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -118,7 +119,7 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 				return e
 			}
 		}
-		return s.dryRun(w, &req)
+		return s.dryRun(r.Context(), w, &req)
 	}
 	for i, c := range req.Claims() {
 		if e := s.claimNames(c); e != nil {
@@ -167,9 +168,20 @@ func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
 	return nil
 }
 
-func (s *Server) dryRun(w http.ResponseWriter, req *admit.Request) *httpError {
-	v := admit.Evaluate(req, s.appPols.compiled())
-	admit.CheckPlacement(&v, s.dcs.model)
+func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *httpError {
+	v, err := admit.Evaluate(ctx, req, s.appPols.compiled())
+	if err != nil {
+		// The client left: nobody reads the answer.
+		return errorf(http.StatusServiceUnavailable, "dry run: %v", err)
+	}
+	if req.Datacenter != "" {
+		release, e := s.placementSlot(w)
+		if e != nil {
+			return e
+		}
+		defer release()
+		admit.CheckPlacement(&v, s.dcs.model)
+	}
 	admit.CheckNames(&v, viewOwners{s})
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {

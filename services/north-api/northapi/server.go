@@ -84,6 +84,9 @@ type Options struct {
 	// Orgs, when set, are the orgs node management serves; a request for
 	// another org answers 404. Empty: any well-formed org name.
 	Orgs []string
+	// MaxPlacements bounds the placement computations running at once
+	// (default DefaultMaxPlacements); one more answers 503.
+	MaxPlacements int
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -109,6 +112,7 @@ type Server struct {
 	rules   ComponentRules
 	locks   keyedMutex
 	limiter *limiter
+	placing chan struct{} // a slot per placement computation running
 
 	requests *prometheus.CounterVec
 	produced *prometheus.CounterVec
@@ -125,6 +129,9 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	}
 	if opts.ProduceTimeout <= 0 {
 		opts.ProduceTimeout = 30 * time.Second
+	}
+	if opts.MaxPlacements <= 0 {
+		opts.MaxPlacements = DefaultMaxPlacements
 	}
 	if opts.Consul == (consulkv.Config{}) {
 		opts.Consul = consulkv.FromEnv()
@@ -150,6 +157,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		verdicts:   newVerdictsView(env.Codec),
 		dcs:        newDatacentersView(env.Codec),
 		limiter:    newLimiter(opts.RateLimit),
+		placing:    make(chan struct{}, opts.MaxPlacements),
 		rules:      rules,
 	}
 	if opts.InsecureNoAuth {

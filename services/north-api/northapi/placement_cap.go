@@ -1,0 +1,30 @@
+package northapi
+
+import (
+	"net/http"
+	"strconv"
+)
+
+// DefaultMaxPlacements is how many placement computations (POST
+// /v1/placements, and the placement check of a dry run that names a
+// datacenter) one North API runs at once unless Options.MaxPlacements
+// says otherwise; each can take ProposeTimeout of a CPU.
+const DefaultMaxPlacements = 4
+
+// placementRetryAfter is the Retry-After, in seconds, of a placement
+// refused because every slot is taken.
+const placementRetryAfter = 1
+
+// placementSlot takes one of the slots of placement computations, or,
+// when every slot is taken, answers 503 with Retry-After rather than
+// queue: a computation holds its slot for up to ProposeTimeout. The caller
+// releases the slot when the computation ends.
+func (s *Server) placementSlot(w http.ResponseWriter) (release func(), e *httpError) {
+	select {
+	case s.placing <- struct{}{}:
+		return func() { <-s.placing }, nil
+	default:
+		w.Header().Set("Retry-After", strconv.Itoa(placementRetryAfter))
+		return nil, errorf(http.StatusServiceUnavailable, "%d placement computations are running, as many as this North API runs at once (--max-placements); retry after %d s", cap(s.placing), placementRetryAfter)
+	}
+}
