@@ -40,9 +40,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		return fmt.Errorf("stage %s: initialise the transactional producer %s: %w", r.stage.Name, r.transactionalID(), err)
 	}
-	if r.stage.Assigned == nil {
-		r.env.Health.Ready(r.stage.Name)
-	}
+	r.env.Health.NotReady(r.stage.Name, notJoined)
 
 	for {
 		fetches := sess.PollRecords(ctx, r.pollRecords())
@@ -50,7 +48,6 @@ func (r *runner) runTransactional(ctx context.Context) error {
 			return nil
 		}
 		r.logFetchErrors(fetches)
-		r.observeLag(fetches)
 		data, _ := dataRecords(fetches)
 		if len(data) == 0 {
 			// Transaction markers only: their offsets commit with the
