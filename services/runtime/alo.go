@@ -38,7 +38,7 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 	if err := r.waitBrokers(ctx, cl); err != nil {
 		return err
 	}
-	r.env.Health.NotReady(r.stage.Name, notJoined)
+	r.joining()
 
 	for {
 		fetches := cl.PollRecords(ctx, r.pollRecords())

@@ -39,6 +39,9 @@ type runner struct {
 	// group callbacks and read by the poll loop after an abort.
 	mu    sync.Mutex
 	owned map[string][]int32
+	// assigned is set once the group has given the member its first
+	// assignment (possibly empty).
+	assigned bool
 }
 
 // Run runs the stage until ctx is done: it builds the handler, joins the
@@ -194,9 +197,27 @@ const (
 	partitionsLost = "partitions lost (session expired or fenced): rejoining the consumer group"
 )
 
+// joining says, once the brokers answer, that the stage waits for its
+// group to assign it partitions, unless the group already has (the join
+// starts with the client, and may complete before the brokers are
+// known to answer).
+func (r *runner) joining() { r.notReadyUnlessAssigned(notJoined) }
+
+// notReadyUnlessAssigned marks the stage not ready for why, unless the
+// group has assigned it partitions already: from then on the group
+// callbacks tell its readiness.
+func (r *runner) notReadyUnlessAssigned(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.assigned {
+		r.env.Health.NotReady(r.stage.Name, why)
+	}
+}
+
 func (r *runner) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	r.log.Info().Interface("partitions", assigned).Msg("partitions assigned")
 	r.mu.Lock()
+	r.assigned = true
 	for t, ps := range r.base(assigned) {
 		r.owned[t] = append(r.owned[t], ps...)
 	}

@@ -40,7 +40,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		return fmt.Errorf("stage %s: initialise the transactional producer %s: %w", r.stage.Name, r.transactionalID(), err)
 	}
-	r.env.Health.NotReady(r.stage.Name, notJoined)
+	r.joining()
 
 	for {
 		fetches := sess.PollRecords(ctx, r.pollRecords())
@@ -156,7 +156,7 @@ func (r *runner) waitBrokers(ctx context.Context, cl *kgo.Client) error {
 			return nil
 		}
 		err = r.env.Kafka.Explain(err)
-		r.env.Health.NotReady(r.stage.Name, err.Error())
+		r.notReadyUnlessAssigned(err.Error())
 		ev := r.log.Warn()
 		if attempt == 0 {
 			ev = r.log.Error()
