@@ -48,12 +48,16 @@ func (r *runner) runTransactional(ctx context.Context) error {
 			return nil
 		}
 		r.logFetchErrors(fetches)
-		data, _ := dataRecords(fetches)
-		if len(data) == 0 {
-			// Transaction markers only: their offsets commit with the
-			// next transaction.
+		data, markers := dataRecords(fetches)
+		if len(data) == 0 && len(markers) == 0 {
 			continue
 		}
+		// A poll of transaction markers only (the marker of an aborted
+		// transaction, whose records read_committed skips) still ends in
+		// a transaction, of their offsets alone, as a poll whose records
+		// were all filtered does: the group's committed lag then reads 0
+		// once the partition is read, not the aborted records and marker
+		// until the next record comes.
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
 		}
