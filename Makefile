@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul browser compose build run test bench bench-go fuzz lint images clean
+.PHONY: help consul browser promtool compose build run test bench bench-go fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -72,6 +72,19 @@ browser: ## install Debian's chromium for the status page's browser test, when i
 		chromium --version 2>/dev/null | sed -n 1p; \
 	fi
 
+# The alert rules' test (integration/deploy TestAlertRules) runs promtool
+# against deploy/prometheus/*_test.yaml; on a machine without it, this
+# installs Debian's prometheus package, which holds it (as root, or with sudo).
+promtool: ## install Debian's prometheus (for promtool) for the alert rules' test, when promtool is missing
+	@if command -v promtool >/dev/null 2>&1; then \
+		promtool --version 2>&1 | sed -n 1p; \
+	else \
+		echo 'promtool: installing prometheus (Debian package) for the alert rules test'; \
+		sudo=''; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq prometheus >/dev/null; \
+		promtool --version 2>&1 | sed -n 1p; \
+	fi
+
 # The compose test (integration/deploy TestComposeFileRuns, containers
 # backend) brings deploy/compose.yaml up with `docker compose` or, where that
 # plugin is missing, Debian's docker-compose, installed here when neither runs.
@@ -106,14 +119,14 @@ run: build consul ## run the whole pipeline on this machine with the demo (bin/p
 # tests (which already ran each target's seed corpus): about a minute in all.
 TEST_FUZZTIME ?= 3s
 
-test: consul browser ## unit tests of every module, every fuzz target for TEST_FUZZTIME (3s), then integration on the embedded backend (and containers when Docker works)
+test: consul browser promtool ## unit tests of every module, every fuzz target for TEST_FUZZTIME (3s), then integration on the embedded backend (and containers when Docker works)
 	@for m in $(UNIT_MODULES); do \
 		echo "==> unit tests: $$m"; \
 		(cd $$m && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...); \
 	done
 	@$(MAKE) fuzz FUZZTIME=$(TEST_FUZZTIME)
 	@echo '==> integration: PF_BACKEND=embedded'
-	@cd integration && PF_BACKEND=embedded PF_REQUIRE_BROWSER=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@cd integration && PF_BACKEND=embedded PF_REQUIRE_BROWSER=1 PF_REQUIRE_PROMTOOL=1 $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@if docker info >/dev/null 2>&1; then \
 		$(MAKE) compose; \
 		echo '==> images of the containers backend and of the compose test (deploy/compose.yaml runs every one)'; \

@@ -77,6 +77,20 @@ stage_ops() {
 	printf '%s\n' "$ops"
 }
 
+# compose_env prints the compose-only settings of service $1. compose ships
+# no PDP: pdp-ingest takes pushed policies and catch-up requests, and its
+# catch-ups against the PDP are off unless turned on with PF_PDP_URL.
+compose_env() {
+	case $1 in
+	pdp-ingest)
+		cat <<'EOF'
+      PF_CATCHUP_ON_START: ${PF_CATCHUP_ON_START:-false}
+      PF_CATCHUP_INTERVAL: ${PF_CATCHUP_INTERVAL:-0}
+EOF
+		;;
+	esac
+}
+
 compose_block() {
 	printf '%s\n' "$begin"
 	for s in $(services); do
@@ -88,7 +102,9 @@ compose_block() {
     environment:
       <<: *service-env
       $ops_addr: 0.0.0.0:$ops_port
+      PF_INSTANCE_ID: $s
 EOF
+		compose_env "$s"
 		if [ "$(kind_of "$s")" = api ]; then
 			var=PF_$(printf '%s' "$s" | tr 'a-z-' 'A-Z_')_PORT
 			cat <<EOF
@@ -106,6 +122,33 @@ EOF
 		fi
 	done
 	printf '%s\n' "$end"
+}
+
+# service_yaml prints the Service $1 of the pods of service $1, for their
+# port named $2 as port $3; $4 is an extra line of its spec, or empty.
+service_yaml() {
+	cat <<EOF
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: $1
+  namespace: policyflow
+  labels:
+    app.kubernetes.io/name: $1
+    app.kubernetes.io/part-of: policyflow
+spec:
+EOF
+	[ -z "$4" ] || printf '%s\n' "$4"
+	cat <<EOF
+  selector:
+    app.kubernetes.io/name: $1
+    app.kubernetes.io/part-of: policyflow
+  ports:
+    - name: $2
+      port: $3
+      targetPort: $2
+EOF
 }
 
 k8s_file() {
@@ -171,6 +214,15 @@ spec:
             - name: PF_LOG_LEVEL
               valueFrom:
                 configMapKeyRef: {name: policyflow-config, key: PF_LOG_LEVEL}
+            - name: PF_SESSION_TIMEOUT
+              valueFrom:
+                configMapKeyRef: {name: policyflow-config, key: PF_SESSION_TIMEOUT}
+            # Static group membership under the pod's name: a container
+            # that crashes and restarts in its pod takes its partitions
+            # back at once; a new pod is a new member (deploy/README.md).
+            - name: PF_INSTANCE_ID
+              valueFrom:
+                fieldRef: {fieldPath: metadata.name}
             - name: $ops_addr
               value: 0.0.0.0:$ops_port
 EOF
@@ -180,6 +232,10 @@ EOF
               value: 0.0.0.0:$api_port
             - name: PF_TOKENS_FILE
               value: $tokens_file
+            # The stages the status page lists, each read through its
+            # ops Service below; one that does not answer is shown down.
+            - name: PF_STAGE_OPS
+              value: $(stage_ops)
             - name: PF_PACKAGE_DIR
               value: $packages_dir
 EOF
@@ -261,27 +317,16 @@ EOF
           emptyDir: {}
 EOF
 		fi
-		if [ "$kind" = api ]; then
-			cat <<EOF
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: $s
-  namespace: policyflow
-  labels:
-    app.kubernetes.io/name: $s
-    app.kubernetes.io/part-of: policyflow
-spec:
-  selector:
-    app.kubernetes.io/name: $s
-    app.kubernetes.io/part-of: policyflow
-  ports:
-    - name: api
-      port: $api_port
-      targetPort: api
-EOF
-		fi
+		case $kind in
+		stage)
+			# The stage's ops listener (/readyz, /metrics) for the North
+			# API's status page (PF_STAGE_OPS). Not-ready pods stay behind
+			# it, so the page shows why a stage is not ready rather than an
+			# address that does not answer.
+			service_yaml "$s" http "$ops_port" "  publishNotReadyAddresses: true"
+			;;
+		api) service_yaml "$s" api "$api_port" "" ;;
+		esac
 	done
 }
 

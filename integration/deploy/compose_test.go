@@ -14,10 +14,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/nmp"
@@ -271,5 +274,66 @@ func TestComposeFileRuns(t *testing.T) {
 	}
 	if left := strings.Fields(string(out)); len(left) > 0 {
 		t.Errorf("compose down left %d containers of %s: %v", len(left), project, left)
+	}
+}
+
+// TestComposeStagesRecoverFast reads deploy/compose.yaml: every service is
+// a static member under an id of its own with the chosen session timeout,
+// pdp-ingest runs no catch-up against a PDP the file does not ship, and
+// every port variable deploy/README.md names is one the file reads.
+func TestComposeStagesRecoverFast(t *testing.T) {
+	root := repoRoot(t)
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Services map[string]struct {
+			Environment map[string]string `json:"environment"`
+		} `json:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatalf("deploy/compose.yaml: %v", err)
+	}
+	list, err := exec.Command("sh", filepath.Join(root, "deploy", "stages.sh"), "list").Output()
+	if err != nil {
+		t.Fatalf("deploy/stages.sh list: %v", err)
+	}
+	// defaultOf is the value of a compose setting with the environment
+	// unset: ${VAR:-default} is default.
+	defaultOf := func(v string) string {
+		if m := regexp.MustCompile(`^\$\{[A-Z_]+:-(.*)\}$`).FindStringSubmatch(v); m != nil {
+			return m[1]
+		}
+		return v
+	}
+	ids := map[string]string{}
+	for _, s := range strings.Fields(string(list)) {
+		env := file.Services[s].Environment
+		id := defaultOf(env["PF_INSTANCE_ID"])
+		switch {
+		case id == "":
+			t.Errorf("service %s: no PF_INSTANCE_ID: a crashed container waits out the session timeout", s)
+		case ids[id] != "":
+			t.Errorf("services %s and %s share PF_INSTANCE_ID %s", s, ids[id], id)
+		}
+		ids[id] = s
+		if got := defaultOf(env["PF_SESSION_TIMEOUT"]); got != sessionTimeout {
+			t.Errorf("service %s: PF_SESSION_TIMEOUT %q, want %s", s, got, sessionTimeout)
+		}
+	}
+	pdp := file.Services["pdp-ingest"].Environment
+	if _, ok := file.Services["pdpsim"]; !ok && (defaultOf(pdp["PF_CATCHUP_ON_START"]) != "false" || defaultOf(pdp["PF_CATCHUP_INTERVAL"]) != "0") {
+		t.Errorf("pdp-ingest: catch-ups against a PDP are on (PF_CATCHUP_ON_START %q, PF_CATCHUP_INTERVAL %q) but the file runs no PDP",
+			pdp["PF_CATCHUP_ON_START"], pdp["PF_CATCHUP_INTERVAL"])
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "deploy", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range regexp.MustCompile(`PF_[A-Z_]+_PORT\b`).FindAllString(string(readme), -1) {
+		if !strings.Contains(string(raw), "${"+v+":-") {
+			t.Errorf("deploy/README.md names %s, which deploy/compose.yaml does not read", v)
+		}
 	}
 }

@@ -281,3 +281,85 @@ func commandOutput(name string, args ...string) (string, error) {
 	out, err := osexec.Command(name, args...).Output()
 	return string(out), err
 }
+
+// sessionTimeout is the session timeout the manifests choose for every
+// stage's consumer group (see deploy/README.md, "Recovery after a crash").
+const sessionTimeout = "10s"
+
+// TestKubernetesStagesRecoverFast checks that every service's pod is a
+// static member of its group under its own pod name with the chosen session
+// timeout, so that a crashed container takes its partitions back at once
+// and a replacement pod within the session timeout; and that the North API
+// is told of every stage (PF_STAGE_OPS), each behind an ops Service.
+func TestKubernetesStagesRecoverFast(t *testing.T) {
+	root := repoRoot(t)
+	ms := decodeManifests(t, filepath.Join(root, "deploy", "k8s"))
+	config := map[string]string{}
+	services := map[string]*corev1.Service{}
+	for _, m := range ms {
+		switch o := m.obj.(type) {
+		case *corev1.ConfigMap:
+			if o.Name == "policyflow-config" {
+				config = o.Data
+			}
+		case *corev1.Service:
+			services[o.Name] = o
+		}
+	}
+	stages, err := commandOutput("sh", filepath.Join(root, "deploy", "stages.sh"), "stages")
+	if err != nil {
+		t.Fatalf("deploy/stages.sh stages: %v", err)
+	}
+	deployments := 0
+	for _, m := range ms {
+		dep, ok := m.obj.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		deployments++
+		for _, c := range dep.Spec.Template.Spec.Containers {
+			at := fmt.Sprintf("Deployment %s container %s", dep.Name, c.Name)
+			env := map[string]corev1.EnvVar{}
+			for _, e := range c.Env {
+				env[e.Name] = e
+			}
+			id, ok := env["PF_INSTANCE_ID"]
+			if !ok || id.ValueFrom == nil || id.ValueFrom.FieldRef == nil || id.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+				t.Errorf("%s: PF_INSTANCE_ID is not the pod's name (fieldRef metadata.name): a crashed stage waits out the session timeout", at)
+			}
+			st, ok := env["PF_SESSION_TIMEOUT"]
+			got := st.Value
+			if ok && st.ValueFrom != nil && st.ValueFrom.ConfigMapKeyRef != nil {
+				got = config[st.ValueFrom.ConfigMapKeyRef.Key]
+			}
+			if got != sessionTimeout {
+				t.Errorf("%s: PF_SESSION_TIMEOUT is %q, want %s", at, got, sessionTimeout)
+			}
+			if ops, ok := env["PF_STAGE_OPS"]; ok || dep.Labels["app.kubernetes.io/component"] == "api" {
+				listed := map[string]bool{}
+				for _, a := range strings.Split(ops.Value, ",") {
+					host, _, _ := strings.Cut(a, ":")
+					listed[host] = true
+				}
+				for _, s := range strings.Fields(stages) {
+					if !listed[s] {
+						t.Errorf("%s: PF_STAGE_OPS %q does not list stage %s: the status page would not show it", at, ops.Value, s)
+					}
+				}
+			}
+		}
+	}
+	if deployments == 0 {
+		t.Fatal("no Deployment in deploy/k8s")
+	}
+	for _, s := range strings.Fields(stages) {
+		svc := services[s]
+		if svc == nil {
+			t.Errorf("stage %s has no ops Service: PF_STAGE_OPS names %s:9090", s, s)
+			continue
+		}
+		if !svc.Spec.PublishNotReadyAddresses {
+			t.Errorf("Service %s leaves out not-ready pods: the status page would see no answer instead of the reason", s)
+		}
+	}
+}

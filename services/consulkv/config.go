@@ -99,3 +99,20 @@ func (c Config) Connect(ctx context.Context, log zerolog.Logger) (*api.Client, e
 	}
 	return cl, nil
 }
+
+// Dependency is the Consul agent as a dependency of a stage's readiness
+// (runtime.Health.Depend): the agent answers and its cluster has a leader,
+// without which no write or consistent read succeeds. It asks
+// /v1/status/leader, which needs no ACL.
+func Dependency(cl *api.Client) runtime.Dependency {
+	return runtime.Dependency{Name: "Consul", Check: func(ctx context.Context) error {
+		leader, err := cl.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		if leader == "" {
+			return errors.New("the Consul cluster has no leader")
+		}
+		return nil
+	}}
+}

@@ -38,9 +38,7 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 	if err := r.waitBrokers(ctx, cl); err != nil {
 		return err
 	}
-	if r.stage.Assigned == nil {
-		r.env.Health.Ready(r.stage.Name)
-	}
+	r.joining()
 
 	for {
 		fetches := cl.PollRecords(ctx, r.pollRecords())
@@ -49,7 +47,6 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 			return nil
 		}
 		r.logFetchErrors(fetches)
-		r.observeLag(fetches)
 		polled, markers := dataRecords(fetches)
 		outs, n := r.handle(ctx, polled)
 		done, stopped := polled[:n], n < len(polled)

@@ -42,6 +42,9 @@ type Env struct {
 	// static member does not leave the group when it stops; its
 	// partitions move SessionTimeout later unless it comes back.
 	InstanceID string
+	// LagInterval is how often each stage reads its group's committed
+	// lag (Metrics.Lag); default DefaultLagInterval.
+	LagInterval time.Duration
 	// PollRecords caps the records handled per poll (and per transaction).
 	PollRecords int
 	// MaxRecordBytes is the largest record a stage may produce
@@ -80,15 +83,18 @@ func (b Backoff) Next(attempt int) time.Duration {
 // NewEnv builds an Env with a fresh metrics registry and health tracker.
 func NewEnv(k Kafka, log zerolog.Logger) Env {
 	codec := events.Default()
+	m, h := NewMetrics(), NewHealth()
+	m.Registry.MustRegister(healthCollector{h})
 	return Env{
 		Kafka:              k,
 		Log:                log,
 		Codec:              codec,
-		Metrics:            NewMetrics(),
-		Health:             NewHealth(),
+		Metrics:            m,
+		Health:             h,
 		Retry:              Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		TransactionTimeout: 30 * time.Second,
 		PollRecords:        5000,
+		LagInterval:        DefaultLagInterval,
 		MaxRecordBytes:     topology.MaxRecordBytes,
 	}
 }
@@ -202,7 +208,7 @@ func NewMetrics() *Metrics {
 			Buckets: latencyBuckets,
 		}, []string{"stage"}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "policyflow_consumer_lag", Help: "Offsets between a stage's position and the partition's last stable offset, as of its last fetch; transaction markers already read are not lag, so an idle pipeline reads 0.",
+			Name: "policyflow_consumer_lag", Help: "Records of a stage's input partition after its consumer group's committed offset (the partition's end offset minus the commit), read every few seconds by each member for the whole group: what is fetched but not yet done counts, and so do the partitions of a member that died. Members of one stage report the same numbers; aggregate them with max by partition.",
 		}, []string{"stage", "topic", "partition"}),
 		Txns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_transactions_total", Help: "Transactions ended by a stage, by outcome.",

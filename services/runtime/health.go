@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -22,6 +23,51 @@ type Health struct {
 	mu     sync.Mutex
 	stages map[string]string // stage -> "" when ready, else why not
 	detail map[string]*StageHealth
+	// expected are the stages that should run in this process (Expect):
+	// one that does not (never started, or stopped) is not ready.
+	expected []string
+	// deps are the outside services each stage needs (Depend).
+	deps map[string][]*dependency
+}
+
+// Dependency is an outside service a stage needs to make progress, such
+// as Consul for the stages that write or read it: while Check fails the
+// stage is not ready, whatever it holds.
+type Dependency struct {
+	Name string
+	// Check is a cheap call to the service; it is given a context of
+	// DependencyTimeout and its answer is kept for DependencyCacheFor.
+	Check func(ctx context.Context) error
+}
+
+// How long a dependency check may take, and how long its answer stands:
+// a probe every few seconds from each of Kubernetes, Prometheus and the
+// status page costs the dependency one call every DependencyCacheFor.
+const (
+	DependencyTimeout  = time.Second
+	DependencyCacheFor = 2 * time.Second
+)
+
+// dependency is a Dependency with its last answer.
+type dependency struct {
+	Dependency
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+// check returns the dependency's answer, asking it again when the last
+// one is older than DependencyCacheFor.
+func (d *dependency) check() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.at.IsZero() && time.Since(d.at) < DependencyCacheFor {
+		return d.err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DependencyTimeout)
+	defer cancel()
+	d.err, d.at = d.Check(ctx), time.Now()
+	return d.err
 }
 
 // StageHealth is what /readyz says of one stage.
@@ -35,11 +81,73 @@ type StageHealth struct {
 	// Idle says the member holds no partition while ready: the group
 	// has more members than partitions, so it stands by by design.
 	Idle bool `json:"idle,omitempty"`
+	// Expected says the stage should run here (Health.Expect).
+	Expected bool `json:"expected,omitempty"`
 }
 
 // NewHealth returns an empty tracker (ready: nothing to wait for).
 func NewHealth() *Health {
-	return &Health{stages: map[string]string{}, detail: map[string]*StageHealth{}}
+	return &Health{stages: map[string]string{}, detail: map[string]*StageHealth{}, deps: map[string][]*dependency{}}
+}
+
+// Expect names the stages that should run in this process: each is
+// reported not ready ("not running") whenever it is not, so that a stage
+// that stopped or never started shows instead of disappearing.
+func (h *Health) Expect(stages ...string) {
+	h.mu.Lock()
+	h.expected = append(h.expected, stages...)
+	h.mu.Unlock()
+}
+
+// NotRunning is the reason given for an expected stage that does not run.
+const NotRunning = "not running"
+
+// Depend makes a stage's readiness depend on an outside service as well
+// (see Dependency); it lasts until the stage stops (Forget).
+func (h *Health) Depend(stage string, d Dependency) {
+	h.mu.Lock()
+	h.deps[stage] = append(h.deps[stage], &dependency{Dependency: d})
+	h.mu.Unlock()
+}
+
+// dependencies returns the stages' dependencies as they are now.
+func (h *Health) dependencies() map[string][]*dependency {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string][]*dependency, len(h.deps))
+	for s, ds := range h.deps {
+		out[s] = ds
+	}
+	return out
+}
+
+// reasons returns every known stage's reason not to be ready ("" when
+// ready): its own state, then its dependencies, then the expected stages
+// that do not run. Dependencies are asked outside the lock.
+func (h *Health) reasons() map[string]string {
+	h.mu.Lock()
+	out := make(map[string]string, len(h.stages)+len(h.expected))
+	for s, why := range h.stages {
+		out[s] = why
+	}
+	for _, s := range h.expected {
+		if _, ok := out[s]; !ok {
+			out[s] = NotRunning
+		}
+	}
+	h.mu.Unlock()
+	for s, ds := range h.dependencies() {
+		if why, ok := out[s]; !ok || why != "" {
+			continue
+		}
+		for _, d := range ds {
+			if err := d.check(); err != nil {
+				out[s] = d.Name + " does not answer: " + err.Error()
+				break
+			}
+		}
+	}
+	return out
 }
 
 // NotReady records why a stage is not ready.
@@ -57,6 +165,7 @@ func (h *Health) Forget(stage string) {
 	h.mu.Lock()
 	delete(h.stages, stage)
 	delete(h.detail, stage)
+	delete(h.deps, stage)
 	h.mu.Unlock()
 }
 
@@ -86,10 +195,8 @@ func (h *Health) hold(stage string, owned map[string][]int32) {
 
 // Status returns the reasons stages are not ready (empty when all are).
 func (h *Health) Status() map[string]string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	out := map[string]string{}
-	for s, why := range h.stages {
+	for s, why := range h.reasons() {
 		if why != "" {
 			out[s] = why
 		}
@@ -97,15 +204,16 @@ func (h *Health) Status() map[string]string {
 	return out
 }
 
-// Detail returns what /readyz says of every stage known: ready or why
-// not, and the partitions it holds. Components tracked by NotReady and
-// Ready only (the North API's views) have no partitions.
+// Detail returns what /readyz says of every stage known or expected:
+// ready or why not, and the partitions it holds. Components tracked by
+// NotReady and Ready only (the North API's views) have no partitions.
 func (h *Health) Detail() map[string]StageHealth {
+	reasons := h.reasons()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := make(map[string]StageHealth, len(h.stages))
-	for s, why := range h.stages {
-		d := StageHealth{Ready: why == "", Reason: why}
+	out := make(map[string]StageHealth, len(reasons))
+	for s, why := range reasons {
+		d := StageHealth{Ready: why == "", Reason: why, Expected: slices.Contains(h.expected, s)}
 		if dd := h.detail[s]; dd != nil {
 			d.Mode, d.Group = dd.Mode, dd.Group
 			d.Partitions = map[string][]int32{}
@@ -182,4 +290,54 @@ func ServeListener(ctx context.Context, ln net.Listener, env Env, extra map[stri
 		return err
 	}
 	return nil
+}
+
+// Readiness as metrics, read at each scrape: policyflow_stage_ready (1 when
+// the stage is ready, 0 when not, expected stages that do not run
+// included) and policyflow_dependency_up (1 when an outside service a stage
+// depends on answers, else 0), for alerts on a stage or a dependency down.
+var (
+	stageReadyDesc = prometheus.NewDesc("policyflow_stage_ready",
+		"1 while a stage is ready (joined its group, holds its partitions or is idle by design, its dependencies answer), else 0; a stage expected in the process that does not run reads 0.",
+		[]string{"stage"}, nil)
+	dependencyUpDesc = prometheus.NewDesc("policyflow_dependency_up",
+		"1 while an outside service a stage needs (Consul) answers a cheap call within a second, else 0; answers are kept for two seconds.",
+		[]string{"stage", "dependency"}, nil)
+)
+
+// healthCollector exports a Health as metrics.
+type healthCollector struct{ h *Health }
+
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- stageReadyDesc
+	ch <- dependencyUpDesc
+}
+
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	reasons := c.h.reasons()
+	c.h.mu.Lock()
+	stages := map[string]bool{}
+	for s := range reasons {
+		// Stages only: the North API's views are tracked here too.
+		stages[s] = c.h.detail[s] != nil || slices.Contains(c.h.expected, s)
+	}
+	c.h.mu.Unlock()
+	for s, why := range reasons {
+		if !stages[s] {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(stageReadyDesc, prometheus.GaugeValue, boolValue(why == ""), s)
+	}
+	for s, ds := range c.h.dependencies() {
+		for _, d := range ds {
+			ch <- prometheus.MustNewConstMetric(dependencyUpDesc, prometheus.GaugeValue, boolValue(d.check() == nil), s, d.Name)
+		}
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +39,9 @@ type runner struct {
 	// group callbacks and read by the poll loop after an abort.
 	mu    sync.Mutex
 	owned map[string][]int32
+	// assigned is set once the group has given the member its first
+	// assignment (possibly empty).
+	assigned bool
 }
 
 // Run runs the stage until ctx is done: it builds the handler, joins the
@@ -96,6 +98,9 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 		Retry(env.Retry, ctx.Done(), r.retrying),
 		encoding(env.Codec),
 	)
+	lctx, stopLag := context.WithCancel(ctx)
+	defer stopLag()
+	go r.watchLag(lctx)
 	log.Info().Str("mode", s.Mode.String()).Str("group", s.GroupIn(env.Kafka)).Strs("inputs", s.Inputs).Msg("stage starting")
 	if s.Mode == AtLeastOnce {
 		err = r.runAtLeastOnce(ctx)
@@ -180,15 +185,46 @@ func (r *runner) base(topics map[string][]int32) map[string][]int32 {
 	return out
 }
 
+// Readiness follows the group: a stage is ready once its member has
+// joined and been given its assignment (and restored the state of its
+// partitions, see restore). A member given no partition is ready and idle:
+// its group has more members than partitions. Until the join completes,
+// while a rebalance has taken every partition away and after they were
+// lost, it is not ready: it makes no progress, however well it runs.
+const (
+	notJoined      = "joining the consumer group: no partitions assigned yet"
+	rebalancing    = "rebalancing: every partition revoked, waiting for the group's next assignment"
+	partitionsLost = "partitions lost (session expired or fenced): rejoining the consumer group"
+)
+
+// joining says, once the brokers answer, that the stage waits for its
+// group to assign it partitions, unless the group already has (the join
+// starts with the client, and may complete before the brokers are
+// known to answer).
+func (r *runner) joining() { r.notReadyUnlessAssigned(notJoined) }
+
+// notReadyUnlessAssigned marks the stage not ready for why, unless the
+// group has assigned it partitions already: from then on the group
+// callbacks tell its readiness.
+func (r *runner) notReadyUnlessAssigned(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.assigned {
+		r.env.Health.NotReady(r.stage.Name, why)
+	}
+}
+
 func (r *runner) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	r.log.Info().Interface("partitions", assigned).Msg("partitions assigned")
 	r.mu.Lock()
+	r.assigned = true
 	for t, ps := range r.base(assigned) {
 		r.owned[t] = append(r.owned[t], ps...)
 	}
 	r.env.Health.hold(r.stage.Name, r.owned)
 	r.mu.Unlock()
 	if r.stage.Assigned == nil {
+		r.env.Health.Ready(r.stage.Name)
 		return
 	}
 	r.restore(ctx, r.base(assigned), r.stage.Assigned)
@@ -234,10 +270,17 @@ func (r *runner) rewound(ctx context.Context) {
 	}
 }
 
-func (r *runner) disown(parts map[string][]int32) {
+// disown drops partitions no longer held; when none is left, the stage
+// is not ready for the reason why.
+func (r *runner) disown(parts map[string][]int32, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	defer func() { r.env.Health.hold(r.stage.Name, r.owned) }()
+	defer func() {
+		r.env.Health.hold(r.stage.Name, r.owned)
+		if len(r.owned) == 0 {
+			r.env.Health.NotReady(r.stage.Name, why)
+		}
+	}()
 	for t, ps := range r.base(parts) {
 		keep := r.owned[t][:0]
 		for _, p := range r.owned[t] {
@@ -254,16 +297,12 @@ func (r *runner) disown(parts map[string][]int32) {
 		} else {
 			r.owned[t] = keep
 		}
-		// A partition no longer held has no lag of this stage.
-		for _, p := range ps {
-			r.env.Metrics.Lag.DeleteLabelValues(r.stage.Name, t, strconv.Itoa(int(p)))
-		}
 	}
 }
 
 func (r *runner) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	r.log.Info().Interface("partitions", revoked).Msg("partitions revoked")
-	r.disown(revoked)
+	r.disown(revoked, rebalancing)
 	if r.stage.Mode == AtLeastOnce {
 		if err := cl.CommitMarkedOffsets(ctx); err != nil {
 			r.log.Warn().Err(err).Msg("commit marked offsets on revoke")
@@ -276,7 +315,7 @@ func (r *runner) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 
 func (r *runner) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.log.Warn().Interface("partitions", lost).Msg("partitions lost")
-	r.disown(lost)
+	r.disown(lost, partitionsLost)
 	if r.stage.Revoked != nil {
 		r.stage.Revoked(ctx, r.env, r.base(lost))
 	}
@@ -492,26 +531,6 @@ func dataRecords(fetches kgo.Fetches) (data, markers []*kgo.Record) {
 		}
 	})
 	return data, markers
-}
-
-// observeLag sets the lag of every partition of a fetch: the offsets
-// between the last record read (a transaction marker included) and the
-// partition's last stable offset.
-func (r *runner) observeLag(fetches kgo.Fetches) {
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if len(p.Records) == 0 {
-			return
-		}
-		end := p.LastStableOffset
-		if end < 0 {
-			end = p.HighWatermark
-		}
-		lag := end - (p.Records[len(p.Records)-1].Offset + 1)
-		if lag < 0 {
-			lag = 0
-		}
-		r.env.Metrics.Lag.WithLabelValues(r.stage.Name, strings.TrimPrefix(p.Topic, r.env.Kafka.Prefix), strconv.Itoa(int(p.Partition))).Set(float64(lag))
-	})
 }
 
 func (r *runner) logFetchErrors(fetches kgo.Fetches) {

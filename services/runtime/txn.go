@@ -40,9 +40,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	if _, _, err := sess.Client().ProducerID(ctx); err != nil {
 		return fmt.Errorf("stage %s: initialise the transactional producer %s: %w", r.stage.Name, r.transactionalID(), err)
 	}
-	if r.stage.Assigned == nil {
-		r.env.Health.Ready(r.stage.Name)
-	}
+	r.joining()
 
 	for {
 		fetches := sess.PollRecords(ctx, r.pollRecords())
@@ -50,13 +48,16 @@ func (r *runner) runTransactional(ctx context.Context) error {
 			return nil
 		}
 		r.logFetchErrors(fetches)
-		r.observeLag(fetches)
-		data, _ := dataRecords(fetches)
-		if len(data) == 0 {
-			// Transaction markers only: their offsets commit with the
-			// next transaction.
+		data, markers := dataRecords(fetches)
+		if len(data) == 0 && len(markers) == 0 {
 			continue
 		}
+		// A poll of transaction markers only (the marker of an aborted
+		// transaction, whose records read_committed skips) still ends in
+		// a transaction, of their offsets alone, as a poll whose records
+		// were all filtered does: the group's committed lag then reads 0
+		// once the partition is read, not the aborted records and marker
+		// until the next record comes.
 		if err := sess.Begin(); err != nil {
 			return fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
 		}
@@ -159,7 +160,7 @@ func (r *runner) waitBrokers(ctx context.Context, cl *kgo.Client) error {
 			return nil
 		}
 		err = r.env.Kafka.Explain(err)
-		r.env.Health.NotReady(r.stage.Name, err.Error())
+		r.notReadyUnlessAssigned(err.Error())
 		ev := r.log.Warn()
 		if attempt == 0 {
 			ev = r.log.Error()

@@ -373,6 +373,11 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	stack.Stages = run
+	// /readyz and the status page show a stage that stops as not running
+	// instead of leaving it out.
+	for _, st := range run {
+		env.Health.Expect(st.Name)
+	}
 	printDevBanner(stdout(ctx), stack, broker, agent, ln.Addr().String(), f, report)
 
 	g, gctx := errgroup.WithContext(ctx)

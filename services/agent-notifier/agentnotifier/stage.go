@@ -203,6 +203,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 		return nil, nil, fmt.Errorf("agent-notifier: %w", err)
 	}
 	n.txn = cl.Txn()
+	env.Health.Depend(topology.StageAgentNotifier, consulkv.Dependency(cl))
 	// As many kept connections per host as webhooks in flight: many
 	// components often share one webhook host.
 	n.http = n.rules.Client(n.cfg.Concurrency)

@@ -82,6 +82,7 @@ func (w *writer) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandl
 		return nil, nil, fmt.Errorf("consul-writer: %w", err)
 	}
 	w.kv, w.txn = cl.KV(), cl.Txn()
+	env.Health.Depend(topology.StageConsulWriter, consulkv.Dependency(cl))
 	w.env = env
 	return w.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), runtime.Typed(runtime.RefuseTombstones, w.repair)), nil, nil
 }

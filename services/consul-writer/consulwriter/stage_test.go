@@ -310,15 +310,31 @@ func TestConsulWriterWaitsForConsul(t *testing.T) {
 	if err := fs.Parse([]string{"--consul-addr", "127.0.0.1:" + strconv.Itoa(port)}); err != nil {
 		t.Fatal(err)
 	}
-	stagetest.Run(t, s, stagetest.Env(c.Kafka))
+	env := stagetest.Env(c.Kafka)
+	stagetest.Run(t, s, env)
 	c.Produce(t, topology.ComponentPolicies, "c1", collection("u1", 1, vmMemory()))
 	applied.Until(1, 2*time.Second)
 	if len(applied.Records()) != 0 {
 		t.Fatalf("applied emitted while Consul is down: %d records", len(applied.Records()))
 	}
+	// It holds its partitions, yet is not ready: nothing reaches Consul.
+	why := func() string { return env.Health.Detail()[topology.StageConsulWriter].Reason }
+	deadline := time.Now().Add(30 * time.Second)
+	for len(env.Health.Detail()[topology.StageConsulWriter].Partitions) == 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d := env.Health.Detail()[topology.StageConsulWriter]; len(d.Partitions) == 0 || d.Ready || !strings.Contains(d.Reason, "Consul does not answer") {
+		t.Fatalf("with Consul down, the consul-writer's readiness is %+v; want not ready, holding its partitions, saying Consul does not answer", d)
+	}
 	_, consul := stagetest.ConsulOn(t, port)
 	if n := len(applied.Until(1, 90*time.Second)); n != 1 {
 		t.Fatalf("got %d applied records once Consul is up, want 1", n)
+	}
+	for deadline := time.Now().Add(10 * time.Second); why() != "" && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if w := why(); w != "" {
+		t.Fatalf("Consul is up, yet the consul-writer is not ready: %s", w)
 	}
 	ev, _ := eventOf(t, consul, "dcae-vm")
 	if ev["update_id"] != "u1" {

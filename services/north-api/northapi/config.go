@@ -143,7 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 			}
 		}
 	}
-	fs.Func("stage-ops", "ops listener (host:port or URL) of a stage, whose /readyz and /metrics the status page /ui/ shows; repeatable; none: the stages of this process (env PF_STAGE_OPS, comma separated)", func(v string) error {
+	fs.Func("stage-ops", "ops listener (host:port, URL, or name=address) of a stage, whose /readyz and /metrics the status page /ui/ shows; a host that is a stage's name, or name=, names a stage that should run: it is listed down when it does not answer; repeatable; none: the stages of this process (env PF_STAGE_OPS, comma separated)", func(v string) error {
 		c.StageOps = append(c.StageOps, v)
 		return nil
 	})

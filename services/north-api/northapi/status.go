@@ -257,11 +257,45 @@ func (s *Server) stageStatus(ctx context.Context) []StageStatus {
 		return stagesOf(s.env.Health.Detail(), familiesByName(fams), "")
 	}
 	out := []StageStatus{}
-	for _, addr := range s.opts.StageOps {
-		out = append(out, s.remoteStages(ctx, addr)...)
+	for _, entry := range s.opts.StageOps {
+		name, addr := stageOf(entry)
+		rows := s.remoteStages(ctx, addr)
+		if name != "" && !slices.ContainsFunc(rows, func(r StageStatus) bool { return r.Name == name }) {
+			// The listener of an expected stage does not answer, or
+			// answers without it: the stage is down, by its name.
+			why := "not running: " + opsURL(addr) + " reports no stage " + name
+			if len(rows) == 1 && rows[0].Name == addr {
+				why, rows = rows[0].Reason, nil
+			}
+			rows = append(rows, StageStatus{Name: name, Reason: why, Source: opsURL(addr)})
+		}
+		out = append(out, rows...)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sortStages(out)
 	return out
+}
+
+// stageOf reads an entry of --stage-ops: name=addr names the stage the
+// listener at addr runs; a bare address is named by its host when that is
+// a stage's name (compose and Kubernetes reach a stage by its name). A
+// stage so named is expected: when its listener does not answer, or
+// answers without it, the status shows it down rather than leaving it out.
+func stageOf(entry string) (name, addr string) {
+	if n, a, ok := strings.Cut(entry, "="); ok {
+		return strings.TrimSpace(n), strings.TrimSpace(a)
+	}
+	host := entry
+	if _, rest, ok := strings.Cut(host, "://"); ok {
+		host = rest
+	}
+	host, _, _ = strings.Cut(host, "/")
+	if h, _, ok := strings.Cut(host, ":"); ok {
+		host = h
+	}
+	if slices.Contains(topology.Stages(), host) {
+		return host, entry
+	}
+	return "", entry
 }
 
 func familiesByName(fams []*dto.MetricFamily) map[string]*dto.MetricFamily {
@@ -357,7 +391,7 @@ func stagesOf(detail map[string]runtime.StageHealth, fams map[string]*dto.Metric
 	notDLQ := func(m *dto.Metric) bool { return !strings.HasPrefix(label(m, "topic"), "dlq.") }
 	out := []StageStatus{}
 	for name, d := range detail {
-		if d.Mode == "" {
+		if d.Mode == "" && !d.Expected {
 			continue
 		}
 		out = append(out, StageStatus{
@@ -368,6 +402,13 @@ func stagesOf(detail map[string]runtime.StageHealth, fams map[string]*dto.Metric
 			DLQ:        sum("policyflow_dlq_total", name, nil),
 		})
 	}
+	sortStages(out)
+	return out
+}
+
+// sortStages puts stages in pipeline order (topology.Stages), others after
+// by name.
+func sortStages(out []StageStatus) {
 	order := map[string]int{}
 	for i, n := range topology.Stages() {
 		order[n] = i + 1
@@ -379,7 +420,6 @@ func stagesOf(detail map[string]runtime.StageHealth, fams map[string]*dto.Metric
 		}
 		return out[i].Name < out[j].Name
 	})
-	return out
 }
 
 func label(m *dto.Metric, name string) string {
