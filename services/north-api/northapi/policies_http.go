@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -140,6 +142,9 @@ func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError
 		if err != nil {
 			return errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
 		}
+		if e := s.olderThanLoaded(i, c); e != nil {
+			return e
+		}
 		g := open[c.PolicyID]
 		if g == nil || g.size+len(c.JSON) > maxPushedBytes {
 			g = &group{id: c.PolicyID}
@@ -232,10 +237,36 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 	return nil
 }
 
+// olderThanLoaded refuses (409) a pushed body whose version is older than
+// the one the catalog holds: pdp-ingest would keep the loaded one and
+// only log the push, so the caller is told here what would happen.
+// Version fencing stays pdp-ingest's (the catalog read here may be a
+// moment behind).
+func (s *Server) olderThanLoaded(i int, c policy.Checked) *httpError {
+	if s.needViews(topology.PolicyCatalog) != nil {
+		return nil
+	}
+	e, ok := s.catalog.get(c.PolicyID)
+	if !ok {
+		return nil
+	}
+	loaded, ok := policy.ParseVersion(e.PolicyVersion)
+	if !ok || c.Version >= loaded {
+		return nil
+	}
+	return errorf(http.StatusConflict, "policies[%d]: version %d of %s is older than the loaded version %s, which stays in force; nothing of this request was published (push a version greater than %s)",
+		i, c.Version, c.PolicyID, e.PolicyVersion, e.PolicyVersion)
+}
+
 // LatestPolicy is one policy in the ONAP policy-handler shape.
 type LatestPolicy struct {
 	PolicyID   string          `json:"policy_id"`
 	PolicyBody json.RawMessage `json:"policy_body"`
+	// Status is ERRORED, with the Error, when the PDP's latest version of
+	// the policy is invalid and PolicyBody is the last valid one, still
+	// in force; absent otherwise.
+	Status string `json:"status,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *httpError {
@@ -255,7 +286,13 @@ func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *httpError
 		}
 		return errorf(http.StatusNotFound, "no policy %s in the policy catalog: %s", id, hint)
 	}
-	writeJSON(w, http.StatusOK, LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body})
+	lp := LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
+	if e.Status == events.StatusErrored {
+		// The PDP's latest version is invalid: the last valid one stays
+		// in force, and the answer says so.
+		lp.Status, lp.Error = e.Status, e.Error
+	}
+	writeJSON(w, http.StatusOK, lp)
 	return nil
 }
 
@@ -426,8 +463,30 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 		return errorf(http.StatusInternalServerError, "encode policies of %s: %v", scn, err)
 	}
 	out["policies"] = pol
+	// The seed's answer carries when it was made and the request's id
+	// (the caller's X-ONAP-RequestID, else a new one).
+	rid := requestID(w, r)
+	ts, _ := json.Marshal(time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
+	out["timestamp"], out["requestID"] = ts, json.RawMessage(strconv.Quote(rid))
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// HeaderRequestID is ONAP's request id header: given by a caller, it is
+// echoed in the answer (and in the body where ONAP's answer names it).
+const HeaderRequestID = "X-ONAP-RequestID"
+
+var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// requestID is the caller's X-ONAP-RequestID when it is a plain id of up
+// to 64 characters, else a new UUID; it is set on the answer's header.
+func requestID(w http.ResponseWriter, r *http.Request) string {
+	id := r.Header.Get(HeaderRequestID)
+	if !requestIDPattern.MatchString(id) {
+		id = newUUID()
+	}
+	w.Header().Set(HeaderRequestID, id)
+	return id
 }
 
 // consulFailed is the answer to a failed read of key (a key prefix when

@@ -28,9 +28,10 @@ const (
 // that should hold it (by policy_id or by a filter that matches it).
 type Rollout struct {
 	PolicyID string `json:"policy_id"`
-	// Version and PolicyName are the catalog's latest version; Status is
-	// VALID or ERRORED (the latest version the PDP has is invalid and the
-	// last valid one stays in force).
+	// Version is the version asked for with ?version= (by default the
+	// catalog's latest); PolicyName is the latest's; Status is VALID or
+	// ERRORED (the latest version the PDP has is invalid and the last
+	// valid one stays in force).
 	Version    string `json:"version"`
 	PolicyName string `json:"policy_name"`
 	Status     string `json:"status"`
@@ -48,7 +49,7 @@ type Rollout struct {
 	Pending        int `json:"pending"`
 	NoNotification int `json:"no_notification"`
 	// OtherVersions counts, per version, the components that should hold
-	// the latest but hold that one in Consul.
+	// the policy but hold another version than Version in Consul.
 	OtherVersions map[string]int `json:"other_versions"`
 	// FailedComponents and PendingComponents name the components, by
 	// component_id, at most ?limit= of each (Truncated says more exist).
@@ -102,7 +103,21 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpErro
 		// Another tenant's policy answers as one that does not exist.
 		return errorf(http.StatusNotFound, "policy %s is not in the catalog: no version of it is loaded (GET /policy_latest/%s says the same)", id, id)
 	}
-	out := Rollout{PolicyID: id, Version: e.PolicyVersion, PolicyName: e.PolicyName, Status: e.Status,
+	// ?version= asks for the rollout of another loaded version than the
+	// latest (e.g. the one before it, while components still hold it).
+	target := e.PolicyVersion
+	if q := r.URL.Query().Get("version"); q != "" {
+		v, ok := policy.ParseVersion(q)
+		latest, _ := policy.ParseVersion(e.PolicyVersion)
+		switch {
+		case !ok:
+			return errorf(http.StatusBadRequest, "version %q is not a policyVersion (all digits, e.g. 5)", q)
+		case v > latest:
+			return errorf(http.StatusNotFound, "version %s of %s is not loaded: the latest is %s", q, id, e.PolicyVersion)
+		}
+		target = strconv.FormatInt(v, 10)
+	}
+	out := Rollout{PolicyID: id, Version: target, PolicyName: e.PolicyName, Status: e.Status,
 		OtherVersions: map[string]int{}, FailedComponents: []RolloutFailure{}, PendingComponents: []RolloutPending{}}
 	var told []rolloutTarget // in Consul, with a notify target: the claim says the rest
 	for _, c := range s.components.wanting(e) {
@@ -119,7 +134,7 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpErro
 		switch {
 		case !has:
 			out.pending(limit, c.ComponentID, "not in its Consul folder yet")
-		case ap.Version != e.PolicyVersion:
+		case ap.Version != target:
 			out.OtherVersions[ap.Version]++
 			out.pending(limit, c.ComponentID, "its Consul folder holds version "+ap.Version)
 		default:

@@ -102,7 +102,17 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 	if err := json.Unmarshal(raw, &r); code != http.StatusOK || err != nil || r.Components != 5 || r.Pending != 3 || len(r.PendingComponents) != 1 || !r.Truncated {
 		t.Fatalf("tenant's rollout with limit 1: %d %s", code, raw)
 	}
-	code, body2, _ := s.call(t, http.MethodGet, "/v1/policies/DCAE.Config_NONE/rollout", nil)
+	// ?version= counts the components at that version: c-old holds 6.
+	code, _, raw, _ = s.callAs(t, adminToken, http.MethodGet, "/v1/policies/"+id+"/rollout?version=6", nil)
+	r = Rollout{}
+	if err := json.Unmarshal(raw, &r); code != http.StatusOK || err != nil || r.Version != "6" || r.InConsul != 1 || r.OtherVersions["7"] != 4 {
+		t.Fatalf("rollout of version 6: %d %s", code, raw)
+	}
+	code, body2, _ := s.call(t, http.MethodGet, "/v1/policies/"+id+"/rollout?version=8", nil)
+	wantError(t, "rollout of a version newer than the latest", code, body2, http.StatusNotFound, "the latest is 7")
+	code, body2, _ = s.call(t, http.MethodGet, "/v1/policies/"+id+"/rollout?version=v6", nil)
+	wantError(t, "rollout of a malformed version", code, body2, http.StatusBadRequest, "not a policyVersion")
+	code, body2, _ = s.call(t, http.MethodGet, "/v1/policies/DCAE.Config_NONE/rollout", nil)
 	wantError(t, "rollout of an unknown policy", code, body2, http.StatusNotFound, "is not in the catalog")
 	code, body2, _ = s.call(t, http.MethodGet, "/v1/policies/"+id+"/rollout?limit=x", nil)
 	wantError(t, "rollout with a bad limit", code, body2, http.StatusBadRequest, "limit")

@@ -323,6 +323,15 @@ func (s *Server) produce(ctx context.Context, recs ...*kgo.Record) error {
 }
 
 // newID returns 16 random bytes in hex, for notification and request ids.
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
 func newID() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)

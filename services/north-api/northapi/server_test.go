@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -390,7 +391,10 @@ func TestLatestPoliciesComeFromTheCatalog(t *testing.T) {
 	gone := pdpBody("DCAE.Config_GONE.1.xml", "1", map[string]any{"x": 1})
 	s := newStack(t, func(s *stack) {
 		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_VM_MEMORY", catalogRecord("DCAE.Config_VM_MEMORY.222.xml", "222", mem))
-		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_VM_CPU", catalogRecord("DCAE.Config_VM_CPU.3.xml", "3", cpu))
+		errored := catalogRecord("DCAE.Config_VM_CPU.3.xml", "3", cpu)
+		reason := "latest version 4 of DCAE.Config_VM_CPU from the PDP is invalid: its config is empty"
+		errored.Status, errored.Error = events.StatusErrored, &reason
+		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_VM_CPU", errored)
 		s.ProduceCommitted(t, s.Record(t, topology.PolicyCatalog, "SDNC.Config_X", catalogRecord("SDNC.Config_X.1.xml", "1", other)))
 		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_GONE", catalogRecord("DCAE.Config_GONE.1.xml", "1", gone))
 		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_GONE", nil)
@@ -406,6 +410,16 @@ func TestLatestPoliciesComeFromTheCatalog(t *testing.T) {
 	}
 	code, body, _ = s.call(t, http.MethodGet, "/policy_latest/DCAE.Config_GONE", nil)
 	wantError(t, "removed policy", code, body, http.StatusNotFound, "no policy DCAE.Config_GONE")
+	// The PDP's latest version is invalid: the last valid one is served,
+	// and the answer says the latest is errored.
+	code, body, raw = s.call(t, http.MethodGet, "/policy_latest/DCAE.Config_VM_CPU", nil)
+	if pb, _ := body["policy_body"].(map[string]any); code != http.StatusOK || pb["policyVersion"] != "3" || body["status"] != events.StatusErrored ||
+		!strings.Contains(fmt.Sprint(body["error"]), "latest version 4") {
+		t.Errorf("policy_latest of an errored policy: %d %s", code, raw)
+	}
+	if _, has := mustCall(t, s, "/policy_latest/DCAE.Config_VM_MEMORY")["status"]; has {
+		t.Error("a valid latest policy's answer has a status")
+	}
 	code, body, _ = s.call(t, http.MethodGet, "/policy_latest/DCAE.Config_VM_MEMORY.222.xml", nil)
 	wantError(t, "full name", code, body, http.StatusNotFound, `ask for its policy_id "DCAE.Config_VM_MEMORY"`)
 
@@ -486,6 +500,28 @@ func TestServiceComponentAllReadsConsul(t *testing.T) {
 	}
 	if compact(got.Policies.Event) != compact([]byte(event)) {
 		t.Errorf("event %s", got.Policies.Event)
+	}
+	// The seed's answer names when it was made and the request: the
+	// caller's X-ONAP-RequestID, echoed, or a new UUID.
+	var stamp struct {
+		Timestamp time.Time `json:"timestamp"`
+		RequestID string    `json:"requestID"`
+	}
+	if err := json.Unmarshal(raw, &stamp); err != nil || time.Since(stamp.Timestamp) > time.Minute ||
+		!regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(stamp.RequestID) {
+		t.Errorf("timestamp and requestID of %s: %+v %v", raw, stamp, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, s.url+"/service_component_all/"+scn, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	req.Header.Set(HeaderRequestID, "3914b74f-a09e-4186-b5a6-fbe934c59c24")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&stamp); err != nil || stamp.RequestID != "3914b74f-a09e-4186-b5a6-fbe934c59c24" ||
+		resp.Header.Get(HeaderRequestID) != stamp.RequestID {
+		t.Errorf("the caller's request id: %+v %v, header %q", stamp, err, resp.Header.Get(HeaderRequestID))
 	}
 
 	// A registered component with no Consul folder yet: its config, no items.
@@ -721,4 +757,35 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 	// An id no catch-up could have been given is none.
 	code, body, _ = s.call(t, http.MethodGet, "/v1/catchup/zzz", nil)
 	wantError(t, "catch-up status of an id never given", code, body, http.StatusNotFound, "no catch-up has request_id")
+}
+
+// mustCall GETs path as the admin and returns the decoded answer.
+func mustCall(t *testing.T, s *stack, path string) map[string]any {
+	t.Helper()
+	code, body, raw := s.call(t, http.MethodGet, path, nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, raw)
+	}
+	return body
+}
+
+// A pushed version older than the one loaded is answered 409 with what
+// stays in force, and nothing is published; the same or a newer version
+// is accepted.
+func TestPushingAnOlderVersionSaysWhatHappens(t *testing.T) {
+	loaded := pdpBody("DCAE.Config_OLD.5.xml", "5", map[string]any{"k": 5})
+	s := newStack(t, func(s *stack) {
+		s.Produce(t, topology.PolicyCatalog, "DCAE.Config_OLD", catalogRecord("DCAE.Config_OLD.5.xml", "5", loaded))
+	})
+	mustCall(t, s, "/policy_latest/DCAE.Config_OLD") // the catalog is read
+	code, body, _ := s.call(t, http.MethodPost, "/v1/policies", []any{
+		pdpBody("DCAE.Config_NEW.1.xml", "1", map[string]any{"k": 1}), pdpBody("DCAE.Config_OLD.3.xml", "3", map[string]any{"k": 3})})
+	wantError(t, "an older version", code, body, http.StatusConflict, "version 3 of DCAE.Config_OLD is older than the loaded version 5")
+	if code, _, raw := s.call(t, http.MethodPost, "/v1/policies", pdpBody("DCAE.Config_OLD.6.xml", "6", map[string]any{"k": 6})); code != http.StatusAccepted {
+		t.Fatalf("a newer version: %d %s", code, raw)
+	}
+	recs := s.records(t, topology.PDPNotifications, 1)
+	if len(recs) != 1 || string(recs[0].Key) != "DCAE.Config_OLD" {
+		t.Fatalf("%d records on pdp.notifications, want only the newer version's", len(recs))
+	}
 }

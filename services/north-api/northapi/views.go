@@ -21,7 +21,9 @@ type catalogEntry struct {
 	PolicyName    string
 	PolicyVersion string
 	Status        string
-	Body          json.RawMessage // the latest valid policy_body, as stored
+	// Error says why the PDP's latest version is invalid (Status ERRORED).
+	Error string
+	Body  json.RawMessage // the latest valid policy_body, as stored
 	// ChangedAt is when the entry was written to policy.catalog.
 	ChangedAt time.Time
 	// Tenant owns the policy; "" is global (policy.MayHold).
@@ -65,6 +67,7 @@ func (v *catalogView) apply(ctx context.Context, rec *kgo.Record) error {
 		PolicyName:    e.PolicyName,
 		PolicyVersion: e.PolicyVersion,
 		Status:        e.Status,
+		Error:         stringOr(e.Error, ""),
 		Body:          json.RawMessage(e.Body),
 		ChangedAt:     rec.Timestamp,
 		Tenant:        e.Tenant,
@@ -327,4 +330,12 @@ func (v *appliedView) get(id string) (*appliedState, bool) {
 	defer v.mu.RUnlock()
 	a, ok := v.byID[id]
 	return a, ok
+}
+
+// stringOr is *p, or def when p is nil.
+func stringOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
 }
