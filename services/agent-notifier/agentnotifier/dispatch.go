@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -158,6 +159,13 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 				return
 			}
 			c.slots <- struct{}{}
+			if !n.holdLease(ctx, j) {
+				<-c.slots
+				if j.unrecorded {
+					n.resumeLater(j.a, n.retry.Max)
+				}
+				return
+			}
 			n.notify(ctx, j)
 			<-c.slots
 			c.record(j)
@@ -284,4 +292,30 @@ func (c *chains) claimGroup(g []claimReq) {
 			r.res <- claimRes{}
 		}
 	}
+}
+
+// holdLease makes sure j's claim's lease lasts until every run of the
+// notification could have ended (a job may wait for a slot longer than
+// its lease had left), renewing it with check-and-set when it does not:
+// after its lease another notifier may take the claim over, and the two
+// runs would overlap. It reports false when the notification must not
+// run: the claim was taken over (nothing more to do here), or it could
+// not be renewed (j.unrecorded: looked at again later).
+func (n *notifier) holdLease(ctx context.Context, j *job) bool {
+	now := time.Now().UTC()
+	if until, ok := leaseEnd(&j.claim, 0); ok && now.Add(n.stale(j)-leaseMargin).Before(until) {
+		return true
+	}
+	j.claim.LeaseUntil = now.Add(n.stale(j)).Format(time.RFC3339Nano)
+	ok, err := n.cas(ctx, []*job{j})
+	switch {
+	case err != nil:
+		j.unrecorded = true
+		j.log.Warn().Err(err).Str("key", j.key).Msg("the claim's lease could not be renewed; the notification runs later")
+		return false
+	case !ok:
+		j.log.Warn().Str("key", j.key).Msg("the claim was taken over while the notification waited for a slot; it is another notifier's now")
+		return false
+	}
+	return true
 }

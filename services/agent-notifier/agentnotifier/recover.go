@@ -113,3 +113,36 @@ func (n *notifier) resumeLater(a *events.ComponentApplied, d time.Duration) {
 		}
 	})
 }
+
+// orphanWait bounds how long the processes a gone notifier left running
+// of a component take to end once killed.
+const orphanWait = 10 * time.Second
+
+// seen is what the notifier sees beside j's claim (prior): whether the
+// notifier process that holds it unfinished is gone, as seen from this
+// machine (a process of the same host, boot and PID namespace).
+func (n *notifier) seen(prior *consulkv.Claim, j *job) Seen {
+	s := Seen{Self: n.owner, Now: time.Now(), Stale: n.stale(j), Again: j.again, Request: j.request}
+	if prior != nil && prior.Generation == j.a.Generation && prior.Owner != n.owner {
+		if done, _ := prior.Finished(); !done {
+			s.OwnerGone = runnerGone(prior.Runner, n.runner)
+		}
+	}
+	return s
+}
+
+// stopLeft kills what the notifier run that holds j's unfinished claim
+// left running for j's component on this machine (its script, and the
+// children that kept its environment), before the notification runs
+// again, so that two runs never overlap. ok is false when some did not
+// end in time.
+func (n *notifier) stopLeft(prior *consulkv.Claim, j *job) (killed int, ok bool) {
+	if prior.Owner == "" {
+		return 0, true
+	}
+	killed, ok = stopOrphans(prior.Owner, j.a.ComponentID, orphanWait)
+	if killed > 0 || !ok {
+		j.log.Warn().Str("owner", prior.Owner).Int("killed", killed).Bool("stopped", ok).Msg("processes the previous notifier left running were killed")
+	}
+	return killed, ok
+}

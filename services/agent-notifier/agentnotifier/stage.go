@@ -159,6 +159,8 @@ type notifier struct {
 	tracer  *runtime.Tracer
 	// owner names this run in the claims it writes: "<instance>/<run>".
 	owner string
+	// runner names this process in the claims it writes.
+	runner *consulkv.Runner
 }
 
 // newOwner is the owner name of a notifier run: the member's instance id
@@ -180,11 +182,15 @@ func (n *notifier) timeout(j *job) time.Duration {
 	return n.cfg.Timeout
 }
 
-// stale is how old an unfinished claim of another notifier must be before
-// it is taken over: every attempt at its timeout, the backoff between
-// them, and a margin.
+// leaseMargin is what a claim's lease adds to the longest its runs take.
+const leaseMargin = 30 * time.Second
+
+// stale is a claim's lease: how long its notification may take, every
+// attempt at its timeout and the backoff between them, and a margin.
+// Another notifier takes an unfinished claim over only after it, unless
+// it sees the claim's notifier gone.
 func (n *notifier) stale(j *job) time.Duration {
-	d := time.Duration(n.cfg.Attempts)*n.timeout(j) + 30*time.Second
+	d := time.Duration(n.cfg.Attempts)*n.timeout(j) + leaseMargin
 	for k := 0; k < n.cfg.Attempts-1; k++ {
 		d += n.retry.Next(k)
 	}
@@ -210,6 +216,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
 	n.owner = newOwner(env.InstanceID)
+	n.runner = thisRunner()
 	n.metrics = env.Metrics
 	n.tracer = env.Tracer
 	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
