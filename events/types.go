@@ -202,6 +202,9 @@ type CatchupRequest struct {
 	DeploymentID *string   `avro:"deployment_id"`
 	Reason       string    `avro:"reason"`
 	RequestedAt  time.Time `avro:"requested_at"`
+	// ComponentID names a component to notify again, however its last
+	// notification ended (nil: none).
+	ComponentID *string `avro:"component_id"`
 }
 
 // PolicyMatch is the per-deployment delta the matcher computed.

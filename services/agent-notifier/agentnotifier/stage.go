@@ -137,9 +137,12 @@ func StageWith(cfg Config) runtime.Stage {
 	return runtime.Stage{
 		Name:       topology.StageAgentNotifier,
 		Mode:       runtime.AtLeastOnce,
-		Inputs:     []string{topology.ComponentApplied},
+		Inputs:     []string{topology.ComponentApplied, topology.CatchupRequests},
 		Flags:      n.cfg.RegisterFlags,
 		SetupBatch: n.setup,
+		// A catch-up request on partition p runs again the failed
+		// notifications of component.applied partition p.
+		CoPartitioned: true,
 		Assigned: func(ctx context.Context, env runtime.Env, assigned map[string][]int32) error {
 			return n.recoverPartitions(ctx, env, assigned[topology.ComponentApplied])
 		},
@@ -161,6 +164,7 @@ type notifier struct {
 	owner string
 	// runner names this process in the claims it writes.
 	runner *consulkv.Runner
+	env    runtime.Env
 }
 
 // newOwner is the owner name of a notifier run: the member's instance id
@@ -221,7 +225,8 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.tracer = env.Tracer
 	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
 	n.chains = newChains(n)
-	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
+	n.env = env
+	return n.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, n.handle), runtime.Typed(runtime.RefuseTombstones, n.catchUp)), func() {
 		n.chains.close()
 		n.http.CloseIdleConnections()
 	}, nil
@@ -255,4 +260,32 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 	}
 	n.notifyAll(ctx, jobs, out)
 	return out
+}
+
+// handleInputs hands the component.applied records of a poll to applied,
+// as one batch, and then each catch-up request to catchUp.
+func (n *notifier) handleInputs(applied runtime.BatchHandler, catchUp runtime.Handler) runtime.BatchHandler {
+	return func(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
+		out := make([]runtime.Outcome, len(ins))
+		var idx []int
+		var records []runtime.Input
+		for i, in := range ins {
+			if in.Topic != topology.CatchupRequests {
+				idx = append(idx, i)
+				records = append(records, in)
+			}
+		}
+		if len(records) > 0 {
+			for k, o := range applied(ctx, records) {
+				out[idx[k]] = o
+			}
+		}
+		for i, in := range ins {
+			if in.Topic == topology.CatchupRequests {
+				outs, err := catchUp(ctx, in)
+				out[i] = runtime.Outcome{Outputs: outs, Err: err}
+			}
+		}
+		return out
+	}
 }
