@@ -8,8 +8,8 @@ import (
 // Claim is the JSON value of the claim key. The agent-notifier writes it
 // with check-and-set before the component is notified (ExitCode null,
 // Outcome ""), and completes it with the outcome afterwards. A claim left
-// unfinished by a notifier that stopped is taken over and run again
-// (Attempts counts the runs).
+// unfinished by a notifier that stopped is taken over and run again once
+// its lease ended or its Runner is seen gone (Attempts counts the runs).
 type Claim struct {
 	UpdateID   string `json:"update_id"`
 	Generation int64  `json:"generation"`

@@ -27,7 +27,7 @@ const ReconfigureType = "policies"
 // ShouldNotify decides whether a component.applied record is notified: not
 // when the component was uninstalled or has no notify target, and not
 // when the claim shows this generation (or a newer one) was already
-// claimed, so each update_id is notified at most once and a replay
+// claimed (ClaimAction says when a claimed one runs again), so a replay
 // notifies nobody. reason says why not.
 func ShouldNotify(claim *consulkv.Claim, a *events.ComponentApplied) (ok bool, reason string) {
 	switch {

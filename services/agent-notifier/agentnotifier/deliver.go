@@ -227,7 +227,7 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 
 // notify runs the claimed job's script or webhook and puts the outcome in
 // its claim. A run that fails (a non-zero exit, an answer that is not
-// 2xx, no answer) is run again after the runtime's backoff, up to
+// 2xx, no answer) is run again after the notify backoff, up to
 // cfg.Attempts runs in all; then the outcome is failed. A target the rules
 // refuse is not run again: that cannot change before an operator acts.
 func (n *notifier) notify(ctx context.Context, j *job) {
@@ -273,7 +273,7 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(n.retry.Next(run - 1)):
+		case <-time.After(n.backoff.Next(run - 1)):
 		}
 	}
 	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus

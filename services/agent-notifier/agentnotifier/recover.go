@@ -167,6 +167,7 @@ func (n *notifier) catchUp(ctx context.Context, in runtime.Msg[*events.CatchupRe
 	n.resumeJobs(todo)
 	return nil, nil
 }
+
 // resumeLater calls resume for a after d, unless the notifier closed.
 func (n *notifier) resumeLater(a *events.ComponentApplied, d time.Duration) {
 	time.AfterFunc(d, func() {
