@@ -210,7 +210,7 @@ func Default() []Topic {
 		}),
 		del(Topic{
 			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",
-			Writers: l(RoleScheduler, RoleNorthAPI, StagePDPIngest), Readers: l(StageMatcher, StageConsulWriter),
+			Writers: l(RoleScheduler, RoleNorthAPI, StagePDPIngest), Readers: l(StageMatcher, StageConsulWriter, StageAgentNotifier),
 			Doc: "catch-up requests for everything or for one deployment",
 		}),
 		del(Topic{
