@@ -19,9 +19,10 @@ import (
 // notification and the outcome's record go on in the background. A
 // notifier that stops in the middle leaves its claims unfinished: the
 // member that gets the partition next finds them (recoverPartitions) and
-// runs them again, at once when they are its own instance's, otherwise
-// once they are stale (ClaimAction): every update is notified at least
-// once. A slow or failing script or webhook holds up only its own
+// runs them again, at once when it sees the notifier process that claimed
+// them gone (after killing what it left running), otherwise once their
+// lease ended (ClaimAction): every update is notified at least once, and
+// two runs for a component never overlap. A slow or failing script or webhook holds up only its own
 // component's next notification (and, when that one is in the next batch,
 // the return of that batch's handler, which waits for its claim), and a
 // notification slot.
