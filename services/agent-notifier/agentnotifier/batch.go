@@ -107,21 +107,22 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 					"(grant key_prefix %q { policy = \"read\" })", j.a.ComponentID, j.a.UpdateID, consulkv.EventKey(scn), consulkv.Folder(scn)))
 				continue
 			}
-			switch {
-			case toldAgain:
-				// Told before, and now again (a repair, an operator's
-				// request): every policy it holds is news again, as the
-				// component may have read something else meanwhile.
-				j.base = map[string]consulkv.Told{}
-			case prior != nil:
+			if prior != nil {
 				j.base = prior.Told
-			default:
+			} else {
 				// Never notified (no claim): it was told nothing, so
 				// everything it holds is news to it, also when the
 				// generations that brought it were skipped.
 				j.base = map[string]consulkv.Told{}
 			}
-			body, told, err := PayloadSince(j.a, folders[k].items, j.base)
+			since := j.base
+			if toldAgain {
+				// Told before, and now again (a repair, an operator's
+				// request): every policy it holds is news again, as the
+				// component may have read something else meanwhile.
+				since = map[string]consulkv.Told{}
+			}
+			body, told, err := PayloadSince(j.a, folders[k].items, since)
 			j.told = told
 			if err != nil {
 				bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
