@@ -181,6 +181,9 @@ type Component struct {
 const (
 	ProgressMatcher      = "matcher"
 	ProgressConsulWriter = "consul-writer"
+	// ProgressAgentNotifier: components looked at, and notifications run
+	// again (failed ones, and the component an operator named).
+	ProgressAgentNotifier = "agent-notifier"
 )
 
 // CatchupProgress is what one stage did for one catch-up request on one

@@ -136,6 +136,10 @@ type catchupProgress struct {
 		Differed       int64 `json:"differed"`
 		KeysWritten    int64 `json:"keys_written"`
 	} `json:"consul_writer"`
+	AgentNotifier struct {
+		PartitionsDone int   `json:"partitions_done"`
+		Differed       int64 `json:"differed"`
+	} `json:"agent_notifier"`
 	Done bool `json:"done"`
 }
 
@@ -156,9 +160,10 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 			if err := json.Unmarshal(answer, &p); err != nil {
 				return fmt.Errorf("catch-up %s: the status answer is not JSON: %w", id, err)
 			}
-			line := fmt.Sprintf("catch-up %s: matcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back)",
+			line := fmt.Sprintf("catch-up %s: matcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back), agent-notifier %d/%d (%d notifications run again)",
 				id, p.Matcher.PartitionsDone, p.Partitions, p.Matcher.Compared, p.Matcher.Differed,
-				p.ConsulWriter.PartitionsDone, p.Partitions, p.ConsulWriter.Compared, p.ConsulWriter.Differed)
+				p.ConsulWriter.PartitionsDone, p.Partitions, p.ConsulWriter.Compared, p.ConsulWriter.Differed,
+				p.AgentNotifier.PartitionsDone, p.Partitions, p.AgentNotifier.Differed)
 			if line != last {
 				fmt.Fprintln(stderr(ctx), line)
 				last = line
@@ -167,8 +172,9 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 				summary, _ := json.MarshalIndent(map[string]any{
 					"request_id": id, "components_compared": p.Matcher.Compared, "components_that_differed": p.Matcher.Differed,
 					"folders_compared": p.ConsulWriter.Compared, "folders_written_back": p.ConsulWriter.Differed,
-					"consul_keys_written": p.ConsulWriter.KeysWritten,
-					"notifications":       "each component that differed is written to Consul and notified as any update; see policyctl rollout or component status",
+					"consul_keys_written": p.ConsulWriter.KeysWritten, "notifications_run_again": p.AgentNotifier.Differed,
+					"notifications": "each component that differed is written to Consul and notified as any update, each folder written back is notified again, " +
+						"and each failed notification is run again; see policyctl rollout or component status",
 				}, "", "  ")
 				fmt.Fprintln(stdout(ctx), string(summary))
 				return nil

@@ -68,7 +68,7 @@ func catchUpOn(t *testing.T, c *stagetest.Cluster, id, request string, renotify 
 // operator's renotify runs it once more, once per request.
 func TestCatchUpRunsAFailedNotificationAgain(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
-	c := newCluster(t, topology.ComponentApplied, topology.CatchupRequests, topology.DLQ(topology.StageAgentNotifier))
+	c := newCluster(t, topology.ComponentApplied, topology.CatchupRequests, topology.CatchupProgress, topology.DLQ(topology.StageAgentNotifier))
 	scripts, state := t.TempDir(), t.TempDir()
 	runs, broken := filepath.Join(state, "runs"), filepath.Join(state, "broken")
 	script := writeScript(t, scripts, "flaky.sh", fmt.Sprintf("echo \"$POLICYFLOW_UPDATE_ID\" >> %s\nif [ -e %s ]; then echo broken >&2; exit 3; fi\n", runs, broken))
@@ -92,6 +92,10 @@ func TestCatchUpRunsAFailedNotificationAgain(t *testing.T) {
 	cl = waitOutcome(t, consul, id, "ok after the catch-up", func(c consulkv.Claim) bool { return c.Outcome == consulkv.OutcomeOK })
 	if n := len(runsOf(t, runs)); n != DefaultAttempts+1 {
 		t.Fatalf("%d runs after the catch-up, want %d", n, DefaultAttempts+1)
+	}
+	prog := stagetest.Decode[*events.CatchupProgress](t, c.Read(t, topology.CatchupProgress, 1, 60*time.Second)[0])
+	if prog.RequestID != "r1" || prog.Stage != events.ProgressAgentNotifier || prog.Compared != 1 || prog.Differed != 1 {
+		t.Fatalf("catch-up progress %+v, want r1: 1 component looked at, 1 notification run again", prog)
 	}
 
 	// Notified with success: a catch-up leaves it be.
@@ -119,7 +123,7 @@ func TestCatchUpRunsAFailedNotificationAgain(t *testing.T) {
 // holds, once.
 func TestRepairedFolderIsNotifiedAgain(t *testing.T) {
 	consulCfg, consul := stagetest.Consul(t)
-	c := newCluster(t, topology.ComponentApplied, topology.CatchupRequests, topology.DLQ(topology.StageAgentNotifier))
+	c := newCluster(t, topology.ComponentApplied, topology.CatchupRequests, topology.CatchupProgress, topology.DLQ(topology.StageAgentNotifier))
 	scripts := t.TempDir()
 	rec := newRecorder(t, scripts)
 	target := events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: rec.script}

@@ -128,7 +128,8 @@ func (n *notifier) latestApplied(ctx context.Context, env runtime.Env, partition
 // request reach the notifier as component.applied records flagged
 // catch_up, and are notified again (ClaimAction). The request's scope
 // does not narrow the failed notifications run again: component.applied
-// does not say a component's deployment.
+// does not say a component's deployment. It reports on catchup.progress
+// how many components it looked at and how many it notified again.
 func (n *notifier) catchUp(ctx context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
 	req := in.Value
 	latest, err := n.latestApplied(ctx, n.env, []int32{in.Partition})
@@ -165,7 +166,10 @@ func (n *notifier) catchUp(ctx context.Context, in runtime.Msg[*events.CatchupRe
 	n.log.Info().Str("request_id", req.RequestID).Int32("partition", in.Partition).Int("components", len(jobs)).Int("notified_again", len(todo)).
 		Msg("catch-up: failed notifications run again")
 	n.resumeJobs(todo)
-	return nil, nil
+	return []runtime.Output{{Topic: topology.CatchupProgress, Key: []byte(req.RequestID), Value: &events.CatchupProgress{
+		RequestID: req.RequestID, Stage: events.ProgressAgentNotifier, Partition: in.Partition,
+		Compared: int64(len(jobs)), Differed: int64(len(todo)), DoneAt: time.Now().UTC(),
+	}}}, nil
 }
 
 // resumeLater calls resume for a after d, unless the notifier closed.

@@ -168,6 +168,7 @@ func StageWith(cfg Config) runtime.Stage {
 		Name:       topology.StageAgentNotifier,
 		Mode:       runtime.AtLeastOnce,
 		Inputs:     []string{topology.ComponentApplied, topology.CatchupRequests},
+		Outputs:    []string{topology.CatchupProgress},
 		Flags:      n.cfg.RegisterFlags,
 		SetupBatch: n.setup,
 		// A catch-up request on partition p runs again the failed

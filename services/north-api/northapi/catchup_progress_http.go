@@ -62,14 +62,18 @@ type StageProgress struct {
 // matcher compares components with what they should have (differed:
 // components sent a catch-up delta, each written to Consul and notified
 // as any update); the consul-writer compares Consul folders with their
-// collections (differed: folders written back, with keys_written keys).
-// Done once both reported from every partition.
+// collections (differed: folders written back, with keys_written keys);
+// the agent-notifier looks at the components' last notifications
+// (differed: notifications run again, the failed ones and a renotify's).
+// Done once the matcher and the consul-writer reported from every
+// partition.
 type CatchupStatus struct {
-	RequestID    string        `json:"request_id"`
-	Partitions   int           `json:"partitions"`
-	Matcher      StageProgress `json:"matcher"`
-	ConsulWriter StageProgress `json:"consul_writer"`
-	Done         bool          `json:"done"`
+	RequestID     string        `json:"request_id"`
+	Partitions    int           `json:"partitions"`
+	Matcher       StageProgress `json:"matcher"`
+	ConsulWriter  StageProgress `json:"consul_writer"`
+	AgentNotifier StageProgress `json:"agent_notifier"`
+	Done          bool          `json:"done"`
 }
 
 func (v *progressView) status(id string, partitions int) CatchupStatus {
@@ -86,7 +90,7 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 		}
 		return sp
 	}
-	st.Matcher, st.ConsulWriter = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter)
+	st.Matcher, st.ConsulWriter, st.AgentNotifier = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter), sum(events.ProgressAgentNotifier)
 	st.Done = partitions > 0 && st.Matcher.PartitionsDone >= partitions && st.ConsulWriter.PartitionsDone >= partitions
 	return st
 }
