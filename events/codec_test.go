@@ -174,7 +174,7 @@ func TestReadsNewerWriter(t *testing.T) {
 	}
 	body, err := avro.Marshal(ws, map[string]any{
 		"request_id": "r1", "scope": "DEPLOYMENT", "deployment_id": map[string]any{"string": "dep-1"},
-		"reason": "on-demand", "requested_at": time.UnixMilli(5).UTC(), "priority": 9,
+		"reason": "on-demand", "requested_at": time.UnixMilli(5).UTC(), "component_id": nil, "priority": 9,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -202,6 +202,9 @@ const (
 	ProgressPDPIngest    = "pdp-ingest"
 	ProgressMatcher      = "matcher"
 	ProgressConsulWriter = "consul-writer"
+	// ProgressAgentNotifier: components looked at, and notifications run
+	// again (failed ones, and the component an operator named).
+	ProgressAgentNotifier = "agent-notifier"
 )
 
 // CatchupProgress is what one stage did for one catch-up request on one
@@ -227,6 +230,9 @@ type CatchupRequest struct {
 	DeploymentID *string   `avro:"deployment_id"`
 	Reason       string    `avro:"reason"`
 	RequestedAt  time.Time `avro:"requested_at"`
+	// ComponentID names a component to notify again, however its last
+	// notification ended (nil: none).
+	ComponentID *string `avro:"component_id"`
 }
 
 // PolicyMatch is the per-deployment delta the matcher computed.

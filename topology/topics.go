@@ -210,13 +210,13 @@ func Default() []Topic {
 		}),
 		del(Topic{
 			Name: CatchupRequests, Partitions: DefaultPartitions, Key: "scope", ValueSchema: "policyflow.CatchupRequest",
-			Writers: l(RoleScheduler, RoleNorthAPI, StagePDPIngest), Readers: l(StageMatcher, StageConsulWriter),
+			Writers: l(RoleScheduler, RoleNorthAPI, StagePDPIngest), Readers: l(StageMatcher, StageConsulWriter, StageAgentNotifier),
 			Doc: "catch-up requests for everything or for one deployment",
 		}),
 		del(Topic{
 			Name: CatchupProgress, Partitions: DefaultPartitions, Key: "request_id", ValueSchema: "policyflow.CatchupProgress",
-			Writers: l(StageMatcher, StageConsulWriter), Readers: l(RoleNorthAPI),
-			Doc: "what the matcher and the consul-writer did for a catch-up request, per catchup.requests partition, once done there",
+			Writers: l(StageMatcher, StageConsulWriter, StageAgentNotifier), Readers: l(RoleNorthAPI),
+			Doc: "what the matcher, the consul-writer and the agent-notifier did for a catch-up request, per catchup.requests partition, once done there",
 		}),
 		del(Topic{
 			Name: PolicyMatches, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.PolicyMatch",

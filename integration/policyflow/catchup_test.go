@@ -71,7 +71,8 @@ func (p *pipeline) catchup(method, path string, body any) northapi.CatchupStatus
 }
 
 // A catch-up with nothing changed writes nothing to Consul and notifies
-// nobody; a key deleted by hand is restored by the next catch-up.
+// nobody; a key deleted by hand is restored by the next catch-up, and the
+// component is notified once of its folder as restored.
 func TestCatchupRestoresKeysDeletedByHandAndOtherwiseDoesNothing(t *testing.T) {
 	p := start(t)
 	rec := p.newRecorder()
@@ -106,19 +107,29 @@ func TestCatchupRestoresKeysDeletedByHandAndOtherwiseDoesNothing(t *testing.T) {
 		t.Fatalf("catch-up after a key was deleted: %+v, want one folder written back with 2 keys", st)
 	}
 	p.waitItems(scn, map[string]string{"DCAE.Config_DRIFT_A": `{"a":1}`, "DCAE.Config_DRIFT_B": `{"b":1}`})
+	// The component may have read the folder without the key: it is told
+	// of the folder as restored, every policy in it as updated (its claim
+	// records that notification).
+	p.eventually("the component told of its restored folder", 2*time.Minute, func() error {
+		got := rec.calls(p.t)
+		if len(got) != calls+1 || !strings.Contains(got[len(got)-1].raw, `"updated_policies":[{`) || !strings.Contains(got[len(got)-1].raw, `"b":1`) {
+			return fmt.Errorf("%d calls since the catch-ups, want 1 telling of the restored folder", len(got)-calls)
+		}
+		return nil
+	})
 	after := p.modifyIndexes(scn)
 	for k, i := range before {
-		if k != bKey && k != consulkv.EventKey(scn) && after[k] != i {
+		if k != bKey && k != consulkv.EventKey(scn) && k != consulkv.ClaimKey(scn) && after[k] != i {
 			t.Fatalf("catch-up rewrote %s, which nobody changed: ModifyIndex %d -> %d", k, i, after[k])
 		}
 	}
 
 	// Barrier for the notifier: the next version's notification comes
-	// after anything the catch-ups would have sent, so it must be the only
-	// call since.
+	// after anything the catch-ups would have sent, so it and the
+	// repair's must be the only calls since.
 	p.publish("DCAE.Config_DRIFT_A.2.xml", "2", `{"a": 2}`, match)
-	if n := p.lastCallHas(rec, "the script is told of version 2", `"a":2`); n != calls+1 {
-		t.Fatalf("%d calls since the catch-ups, want only the barrier's: a catch-up with nothing changed notified the component", n-calls)
+	if n := p.lastCallHas(rec, "the script is told of version 2", `"a":2`); n != calls+2 {
+		t.Fatalf("%d calls since the catch-ups, want the repair's and the barrier's: a catch-up with nothing changed notified the component", n-calls)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Command agent-notifier tells components that their policies changed: it
-// runs each component's reconfigure script or calls its webhook, at most
-// once per update.
+// runs each component's reconfigure script or calls its webhook, at least
+// once per update, never two at once for a component, and not again once
+// a run finished unless a catch-up, a repair or an operator asks.
 package main
 
 import (

@@ -8,8 +8,8 @@ import (
 // Claim is the JSON value of the claim key. The agent-notifier writes it
 // with check-and-set before the component is notified (ExitCode null,
 // Outcome ""), and completes it with the outcome afterwards. A claim left
-// unfinished by a notifier that stopped is taken over and run again
-// (Attempts counts the runs).
+// unfinished by a notifier that stopped is taken over and run again once
+// its lease ended or its Runner is seen gone (Attempts counts the runs).
 type Claim struct {
 	UpdateID   string `json:"update_id"`
 	Generation int64  `json:"generation"`
@@ -36,6 +36,33 @@ type Claim struct {
 	// claims written before it, and for components with more than
 	// MaxTold policies (their updates are then the update's own).
 	Told map[string]Told `json:"told,omitempty"`
+	// LeaseUntil (RFC3339Nano) is until when the owner may still run
+	// the notification: a claim left unfinished is not taken over before,
+	// unless its Runner is seen to be gone. Empty in claims written
+	// before it: At plus the reader's own bound then.
+	LeaseUntil string `json:"lease_until,omitempty"`
+	// Runner is the notifier process that holds the claim, so that a
+	// notifier on the same machine can tell whether it still lives.
+	Runner *Runner `json:"runner,omitempty"`
+	// ConsulIndex is the consul_index of the component.applied record
+	// notified: a drift repair of the same generation writes the folder
+	// again, at a greater index, and is notified again.
+	ConsulIndex int64 `json:"consul_index,omitempty"`
+	// Renotify is the catch-up request that last asked for this
+	// component to be notified again whatever its claim said, once
+	// notified for it (so that the same request read twice runs once).
+	Renotify string `json:"renotify,omitempty"`
+}
+
+// Runner names a notifier process: its host and boot, its PID namespace,
+// its PID and the start time of that PID (in clock ticks since boot), so
+// that a PID reused by another process is not taken for it.
+type Runner struct {
+	Host   string `json:"host"`
+	BootID string `json:"boot_id,omitempty"`
+	PIDNS  string `json:"pid_ns,omitempty"`
+	PID    int    `json:"pid"`
+	Start  uint64 `json:"start,omitempty"`
 }
 
 // Told is one policy as a component was last told of it.

@@ -381,7 +381,7 @@ func (b *bench) quiet(ctx context.Context, timeout time.Duration) error {
 		topology.StageSegmenter:     {topology.PolicyMatches},
 		topology.StageExecutor:      {topology.PolicySegments},
 		topology.StageConsulWriter:  {topology.ComponentPolicies, topology.CatchupRequests},
-		topology.StageAgentNotifier: {topology.ComponentApplied},
+		topology.StageAgentNotifier: {topology.ComponentApplied, topology.CatchupRequests},
 	}
 	look := func() (string, error) {
 		var state []string

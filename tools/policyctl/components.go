@@ -22,15 +22,17 @@ import (
 const defaultAPI = "http://127.0.0.1:8080"
 
 const (
-	componentPutSummary    = "register or change a component from a JSON file (- for stdin) through the North API"
-	componentDeleteSummary = "uninstall a component: its policies leave its Consul folder"
-	componentStatusSummary = "show what a component has in Consul, per policy: version, update_id, Consul index, notified"
+	componentPutSummary      = "register or change a component from a JSON file (- for stdin) through the North API"
+	componentDeleteSummary   = "uninstall a component: its policies leave its Consul folder"
+	componentStatusSummary   = "show what a component has in Consul, per policy: version, update_id, Consul index, notified"
+	componentRenotifySummary = "notify a component again of what Consul holds for it, however its last notification ended"
 )
 
 func init() {
 	register(command{name: "component put", summary: componentPutSummary, run: runComponentPut})
 	register(command{name: "component delete", summary: componentDeleteSummary, run: runComponentDelete})
 	register(command{name: "component status", summary: componentStatusSummary, run: runComponentStatus})
+	register(command{name: "component renotify", summary: componentRenotifySummary, run: runComponentRenotify})
 }
 
 // inputKey carries the reader commands take "-" and piped input from.
@@ -358,5 +360,11 @@ func runComponentDelete(ctx context.Context, args []string) error {
 func runComponentStatus(ctx context.Context, args []string) error {
 	return runIDCommand(ctx, args, "component status", componentStatusSummary, func(api *apiClient, id string) ([]byte, error) {
 		return api.do(ctx, http.MethodGet, "/v1/components/"+url.PathEscape(id)+"/status", nil)
+	})
+}
+
+func runComponentRenotify(ctx context.Context, args []string) error {
+	return runIDCommand(ctx, args, "component renotify", componentRenotifySummary, func(api *apiClient, id string) ([]byte, error) {
+		return api.do(ctx, http.MethodPost, "/v1/components/"+url.PathEscape(id)+"/renotify", nil)
 	})
 }

@@ -157,6 +157,11 @@ func TestComponentCommandsTalkToTheNorthAPI(t *testing.T) {
 		t.Errorf("component status: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
 
+	r = policyctl(t, "component", "renotify", "comp-ctl")
+	if got := stdoutJSON(t, r); r.code != 0 || got["component_id"] != "comp-ctl" || got["deployment_id"] != "dep-ctl" || got["request_id"] == "" {
+		t.Errorf("component renotify: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+
 	r = policyctl(t, "component", "delete", "comp-ctl")
 	if got := stdoutJSON(t, r); r.code != 0 || got["deleted"] != true {
 		t.Errorf("component delete: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)

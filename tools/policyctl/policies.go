@@ -154,6 +154,10 @@ type catchupProgress struct {
 		Removed         int64  `json:"removed"`
 		RemovalWithheld string `json:"removal_withheld"`
 	} `json:"pdp_ingest"`
+	AgentNotifier struct {
+		PartitionsDone int   `json:"partitions_done"`
+		Differed       int64 `json:"differed"`
+	} `json:"agent_notifier"`
 	Done bool `json:"done"`
 }
 
@@ -181,9 +185,10 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 					catalog = fmt.Sprintf("pdp-ingest (%d policies listed by the PDP, %d read again, REMOVALS WITHHELD: %s), ", c.Listed, c.Differed, c.RemovalWithheld)
 				}
 			}
-			line := fmt.Sprintf("catch-up %s: %smatcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back)",
+			line := fmt.Sprintf("catch-up %s: %smatcher %d/%d partitions (%d components compared, %d differed), consul-writer %d/%d (%d folders compared, %d written back), agent-notifier %d/%d (%d notifications run again)",
 				id, catalog, p.Matcher.PartitionsDone, p.Partitions, p.Matcher.Compared, p.Matcher.Differed,
-				p.ConsulWriter.PartitionsDone, p.Partitions, p.ConsulWriter.Compared, p.ConsulWriter.Differed)
+				p.ConsulWriter.PartitionsDone, p.Partitions, p.ConsulWriter.Compared, p.ConsulWriter.Differed,
+				p.AgentNotifier.PartitionsDone, p.Partitions, p.AgentNotifier.Differed)
 			if line != last {
 				fmt.Fprintln(stderr(ctx), line)
 				last = line
@@ -192,8 +197,9 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 				sum := map[string]any{
 					"request_id": id, "components_compared": p.Matcher.Compared, "components_that_differed": p.Matcher.Differed,
 					"folders_compared": p.ConsulWriter.Compared, "folders_written_back": p.ConsulWriter.Differed,
-					"consul_keys_written": p.ConsulWriter.KeysWritten,
-					"notifications":       "each component that differed is written to Consul and notified as any update; see policyctl rollout or component status",
+					"consul_keys_written": p.ConsulWriter.KeysWritten, "notifications_run_again": p.AgentNotifier.Differed,
+					"notifications": "each component that differed is written to Consul and notified as any update, each folder written back is notified again, " +
+						"and each failed notification is run again; see policyctl rollout or component status",
 				}
 				if c := p.PDPIngest; c != nil {
 					sum["policies_listed_by_pdp"], sum["policies_read_again"], sum["policies_removed"] = c.Listed, c.Differed, c.Removed

@@ -63,19 +63,39 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 				j.log.Info().Int64("consul_generation", later).Msg("not notified: Consul already holds a later generation, whose record notifies the component")
 				continue
 			}
-			act, why := ClaimAction(prior, j.a, n.owner, time.Now(), n.stale(j))
+			seen := n.seen(prior, j)
+			act, why := ClaimAction(prior, j.a, seen)
 			switch act {
 			case Skip:
 				j.log.Info().Str("reason", why).Msg("not notified again")
 				continue
 			case Wait:
-				bad(j, fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its claim is older than %s: %w",
-					j.a.ComponentID, j.a.UpdateID, why, n.stale(j), ErrClaimTaken))
+				bad(j, fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its lease ends: %w",
+					j.a.ComponentID, j.a.UpdateID, why, ErrClaimTaken))
 				continue
 			}
+			if prior != nil {
+				j.renotified = prior.Renotify
+			}
+			if j.again == AgainAlways {
+				j.renotified = j.request
+			}
+			toldAgain := false // a notification of this generation that told it, run again
 			if prior != nil && prior.Generation == j.a.Generation {
-				j.attempts = prior.Attempts
-				j.log.Warn().Str("reason", why).Int("attempts_before", prior.Attempts).Msg("unfinished notification taken over and run again")
+				done, ok := prior.Finished()
+				j.attempts, toldAgain = prior.Attempts, done && ok
+				if !done && prior.Owner != n.owner {
+					killed, ok := n.stopLeft(prior, j)
+					if !ok {
+						bad(j, fmt.Errorf("agent-notifier: component %s update %s: what the notifier %s left running did not stop: %w",
+							j.a.ComponentID, j.a.UpdateID, prior.Owner, ErrClaimTaken))
+						continue
+					}
+					if killed > 0 {
+						j.attempts++ // the run it stopped
+					}
+				}
+				j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
 			}
 			if f := folders[k]; !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
 				// Consul answers a read the token may not make with nothing
@@ -95,7 +115,14 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 				// generations that brought it were skipped.
 				j.base = map[string]consulkv.Told{}
 			}
-			body, told, err := PayloadSince(j.a, folders[k].items, j.base)
+			since := j.base
+			if toldAgain {
+				// Told before, and now again (a repair, an operator's
+				// request): every policy it holds is news again, as the
+				// component may have read something else meanwhile.
+				since = map[string]consulkv.Told{}
+			}
+			body, told, err := PayloadSince(j.a, folders[k].items, since)
 			j.told = told
 			if err != nil {
 				bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
@@ -212,9 +239,10 @@ var errClaimDenied = errors.New("claim denied")
 // time, so a conflict holds up only its own component. A Consul error
 // fails the first job it left unclaimed and ends the claiming.
 func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
-	at := time.Now().UTC().Format(time.RFC3339Nano)
+	now := time.Now().UTC()
 	for _, j := range jobs {
-		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: at, Owner: n.owner, Attempts: j.attempts, Told: j.base}
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: now.Format(time.RFC3339Nano), Owner: n.owner, Attempts: j.attempts, Told: j.base,
+			LeaseUntil: now.Add(n.stale(j)).Format(time.RFC3339Nano), Runner: n.runner, ConsulIndex: j.a.ConsulIndex, Renotify: j.renotified}
 	}
 	var claimed []*job
 	for _, g := range groups(jobs) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -28,7 +27,7 @@ const ReconfigureType = "policies"
 // ShouldNotify decides whether a component.applied record is notified: not
 // when the component was uninstalled or has no notify target, and not
 // when the claim shows this generation (or a newer one) was already
-// claimed, so each update_id is notified at most once and a replay
+// claimed (ClaimAction says when a claimed one runs again), so a replay
 // notifies nobody. reason says why not.
 func ShouldNotify(claim *consulkv.Claim, a *events.ComponentApplied) (ok bool, reason string) {
 	switch {
@@ -55,21 +54,53 @@ const (
 	Wait
 )
 
+// Again says why a notification that finished may be run again.
+type Again int
+
+const (
+	// AgainNever: a finished notification is not run again (unless the
+	// consul-writer repaired the folder since: the record says catch_up,
+	// at a greater consul_index than the claim's).
+	AgainNever Again = iota
+	// AgainFailed: a catch-up runs a notification that failed again.
+	AgainFailed
+	// AgainAlways: an operator asked (a catch-up request naming the
+	// component): run again once per request, however it ended.
+	AgainAlways
+)
+
+// Seen is what the notifier knows, beside the claim, when it decides.
+type Seen struct {
+	// Self is this notifier's owner name, "<instance>/<run>".
+	Self string
+	Now  time.Time
+	// Stale is how long a claim that names no lease of its own is held.
+	Stale time.Duration
+	// OwnerGone says the notifier process named in the claim is seen
+	// to be gone (it ran on this machine), and nothing it left runs.
+	OwnerGone bool
+	// Again, and the catch-up request that asks (AgainAlways).
+	Again   Again
+	Request string
+}
+
 // ClaimAction decides, from the component's claim, what to do with a
 // component.applied record, so that every update is notified at least
-// once and, once a run of it finished, never again:
+// once, two runs for a component never overlap and, once a run of it
+// finished, it is not run again unless asked:
 //   - ShouldNotify's rules first (uninstalled, no target, an update already
 //     claimed with a greater generation: skipped);
 //   - a claim of an older generation, or none: notify;
 //   - a claim of the same generation that is finished (ok, or failed after
-//     its attempts): skipped;
+//     its attempts): skipped, unless the record is the consul-writer's
+//     repair of the folder after the notification (catch_up, a greater
+//     consul_index), a catch-up asks again for a failed one, or an
+//     operator asked for this component (once per request);
 //   - one that is unfinished: notify again when it is this run's own (its
-//     outcome was not recorded) or a previous run's of the same instance
-//     (the notifier stopped in the middle of it), or when it is older than
-//     stale (its notifier is gone); otherwise wait for its owner.
-//
-// self is this notifier's owner name, "<instance>/<run>".
-func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, self string, now time.Time, stale time.Duration) (Action, string) {
+//     outcome was not recorded), when its notifier is seen to be gone
+//     (the caller stopped what it left running), or once its lease
+//     expired; otherwise wait for its owner.
+func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, s Seen) (Action, string) {
 	if ok, why := ShouldNotify(nil, a); !ok {
 		return Skip, why
 	}
@@ -80,29 +111,43 @@ func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, self string,
 		return Skip, fmt.Sprintf("generation %d (update %s) was already claimed", claim.Generation, claim.UpdateID)
 	}
 	if done, ok := claim.Finished(); done {
+		switch {
+		case s.Again == AgainAlways && claim.Renotify != s.Request:
+			return Notify, fmt.Sprintf("catch-up request %s asks for the component to be notified again", s.Request)
+		case s.Again == AgainFailed && !ok:
+			return Notify, "a catch-up runs the failed notification again"
+		case a.CatchUp && claim.ConsulIndex > 0 && a.ConsulIndex > claim.ConsulIndex:
+			return Notify, fmt.Sprintf("the consul-writer repaired the folder (Consul index %d) after the component was notified (index %d)", a.ConsulIndex, claim.ConsulIndex)
+		}
 		outcome := "notified"
 		if !ok {
 			outcome = fmt.Sprintf("failed after %d attempt(s)", max(claim.Attempts, 1))
 		}
 		return Skip, fmt.Sprintf("generation %d (update %s) was already %s", claim.Generation, claim.UpdateID, outcome)
 	}
+	owner := cmp.Or(claim.Owner, "an older notifier")
 	switch {
-	case claim.Owner == self:
+	case claim.Owner == s.Self:
 		return Notify, "this notifier's own run of it left no outcome"
-	case claim.Owner != "" && instanceOf(claim.Owner) == instanceOf(self):
-		return Notify, fmt.Sprintf("the previous run %s of this instance stopped while it notified", claim.Owner)
+	case s.OwnerGone:
+		return Notify, fmt.Sprintf("its notifier %s is gone, and what it left running was stopped", owner)
 	}
-	at, err := time.Parse(time.RFC3339Nano, claim.At)
-	if err != nil || now.Sub(at) > stale {
-		return Notify, fmt.Sprintf("the unfinished claim of %s at %s is older than %s: its notifier is gone", cmp.Or(claim.Owner, "an older notifier"), claim.At, stale)
+	until, ok := leaseEnd(claim, s.Stale)
+	if !ok || s.Now.After(until) {
+		return Notify, fmt.Sprintf("the lease of the unfinished claim of %s ended at %s: its notifier is gone", owner, until.Format(time.RFC3339Nano))
 	}
-	return Wait, fmt.Sprintf("generation %d is being notified by %s since %s", claim.Generation, cmp.Or(claim.Owner, "another notifier"), claim.At)
+	return Wait, fmt.Sprintf("generation %d is being notified by %s since %s, its lease ends at %s", claim.Generation, owner, claim.At, until.Format(time.RFC3339Nano))
 }
 
-// instanceOf is the instance part of an owner name.
-func instanceOf(owner string) string {
-	i, _, _ := strings.Cut(owner, "/")
-	return i
+// leaseEnd is when an unfinished claim's lease ends: its LeaseUntil, or
+// for a claim written before leases, At plus stale. ok is false when the
+// claim says neither readably.
+func leaseEnd(c *consulkv.Claim, stale time.Duration) (time.Time, bool) {
+	if t, err := time.Parse(time.RFC3339Nano, c.LeaseUntil); err == nil {
+		return t, true
+	}
+	at, err := time.Parse(time.RFC3339Nano, c.At)
+	return at.Add(stale), err == nil
 }
 
 // payload is the notification JSON. Field order is the documented one.
@@ -266,6 +311,13 @@ type job struct {
 	hasOrigin bool
 	// trace is the record's trace context (nil when not tracing).
 	trace context.Context
+	// again says why a finished notification may run again, and
+	// request is the catch-up request that asks.
+	again   Again
+	request string
+	// renotified is the claim's Renotify to write: the request, or the
+	// one the claim named before.
+	renotified string
 }
 
 // prepare checks a component.applied record. It returns no job when the

@@ -77,17 +77,19 @@ func (l *limitedBuffer) String() string {
 // nothing, and reports exit code -1 with the reason, when the rules refuse
 // path (checked now, so a file replaced since the component was
 // registered is refused too) or the notification does not fit one
-// argument. The script gets notifytarget.ScriptEnv as its whole
-// environment. At the timeout the script (and its process group, where
-// the system has them) is killed; the result then has exit code -1.
-func RunScript(ctx context.Context, rules notifytarget.Rules, path string, payload []byte, timeout time.Duration) Result {
+// argument. The script's whole environment is notifytarget.ScriptEnv and
+// the Delivery (Delivery.Env), so it can drop a copy of an update it was
+// already given. At the timeout the script (and its process group, where
+// the system has them) is killed; the result then has exit code -1. On
+// Linux the kernel kills the script when the notifier dies.
+func RunScript(ctx context.Context, rules notifytarget.Rules, path string, d Delivery, payload []byte, timeout time.Duration) Result {
 	start := time.Now()
-	res := runScript(ctx, rules, path, payload, timeout)
+	res := runScript(ctx, rules, path, d, payload, timeout)
 	res.Took = time.Since(start)
 	return res
 }
 
-func runScript(ctx context.Context, rules notifytarget.Rules, path string, payload []byte, timeout time.Duration) Result {
+func runScript(ctx context.Context, rules notifytarget.Rules, path string, d Delivery, payload []byte, timeout time.Duration) Result {
 	file, err := rules.CheckScript(path)
 	if err == nil {
 		err = notifytarget.CheckArg(len(payload))
@@ -98,14 +100,14 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, paylo
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, file, ReconfigureType, string(payload))
-	cmd.Env = notifytarget.ScriptEnv()
+	cmd.Env = append(notifytarget.ScriptEnv(), d.Env()...)
 	stderr := &limitedBuffer{max: MaxStderrBytes}
 	cmd.Stderr = stderr
 	// Without it, a script that ended while a process it started keeps
 	// its stderr open would be waited for until that process ends.
 	cmd.WaitDelay = scriptWaitDelay
-	killProcessGroup(cmd)
-	err = cmd.Run()
+	prepareScript(cmd)
+	err = runScriptCmd(cmd)
 	res := Result{ExitCode: -1, Stderr: stderr.String()}
 	switch st := cmd.ProcessState; {
 	case st != nil && st.Exited():
@@ -126,22 +128,42 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, paylo
 	return res
 }
 
-// The headers of a webhook notification that name the update it
-// delivers: a receiver can tell a notification delivered again (the
-// agent-notifier delivers an update at most once, but a receiver may be
-// reached by a copy, e.g. a proxy's retry) and their order (generations
-// of a component only grow).
+// The headers of a webhook notification, and the environment variables
+// of a script, that name the update it delivers: a receiver can tell a
+// notification delivered again (a run that failed, or that a notifier
+// which died left unfinished, is run again; a repair or an operator's
+// renotify delivers the same update again; a proxy may retry) and their
+// order (generations of a component only grow).
 const (
 	HeaderComponentID = "Policyflow-Component-Id"
 	HeaderUpdateID    = "Policyflow-Update-Id"
 	HeaderGeneration  = "Policyflow-Generation"
+
+	EnvComponentID = "POLICYFLOW_COMPONENT_ID"
+	EnvUpdateID    = "POLICYFLOW_UPDATE_ID"
+	EnvGeneration  = "POLICYFLOW_GENERATION"
+	// EnvRun names the notifier run that started the script, by which
+	// the notifier that takes its claim over finds what it left running.
+	EnvRun = "POLICYFLOW_NOTIFIER_RUN"
 )
 
 // Delivery names what a notification delivers, sent with a webhook in
-// HeaderComponentID, HeaderUpdateID and HeaderGeneration.
+// HeaderComponentID, HeaderUpdateID and HeaderGeneration, and to a
+// script in its environment (Env).
 type Delivery struct {
 	ComponentID, UpdateID string
 	Generation            int64
+	// Run is the notifier run (its claim owner), given to scripts only.
+	Run string
+}
+
+// Env is the Delivery as a script's environment variables.
+func (d Delivery) Env() []string {
+	env := []string{EnvComponentID + "=" + d.ComponentID, EnvUpdateID + "=" + d.UpdateID, EnvGeneration + "=" + strconv.FormatInt(d.Generation, 10)}
+	if d.Run != "" {
+		env = append(env, EnvRun+"="+d.Run)
+	}
+	return env
 }
 
 // PostWebhook POSTs the notification (Content-Type application/json, the
@@ -205,7 +227,7 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 
 // notify runs the claimed job's script or webhook and puts the outcome in
 // its claim. A run that fails (a non-zero exit, an answer that is not
-// 2xx, no answer) is run again after the runtime's backoff, up to
+// 2xx, no answer) is run again after the notify backoff, up to
 // cfg.Attempts runs in all; then the outcome is failed. A target the rules
 // refuse is not run again: that cannot change before an operator acts.
 func (n *notifier) notify(ctx context.Context, j *job) {
@@ -225,13 +247,14 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 	}
 	var res Result
 	var target string
+	d := Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation, Run: n.owner}
 	for run := 1; ; run++ {
 		if a.Notify.Kind == events.NotifyScript {
 			target = a.Notify.ScriptPath
-			res = RunScript(ctx, n.rules, a.Notify.ScriptPath, j.body, timeout)
+			res = RunScript(ctx, n.rules, a.Notify.ScriptPath, d, j.body, timeout)
 		} else {
 			target = notifytarget.MaskURL(a.Notify.WebhookURL)
-			res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation}, j.body, timeout)
+			res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, d, j.body, timeout)
 		}
 		j.claim.Attempts++
 		n.counted(j, res)
@@ -250,7 +273,7 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(n.retry.Next(run - 1)):
+		case <-time.After(n.backoff.Next(run - 1)):
 		}
 	}
 	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus

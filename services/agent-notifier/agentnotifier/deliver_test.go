@@ -32,30 +32,31 @@ func TestRunScript(t *testing.T) {
 	rules := scriptRules(t, dir)
 	ctx := context.Background()
 	t.Setenv("PF_SECRET", "from the notifier's environment")
-	echo := writeScript(t, dir, "echo.sh", `printf '%s|' "$#" "$1" "$PATH" "${PF_SECRET-unset}" >&2; exit 0`+"\n")
-	if r := RunScript(ctx, rules, echo, []byte(`{"a":"b c"}`), 10*time.Second); r.ExitCode != 0 || r.Stderr != `2|policies|/usr/bin:/bin|unset|` {
-		t.Fatalf("echo script: %+v; want 2 arguments, PATH=/usr/bin:/bin and nothing of the notifier's environment", r)
+	echo := writeScript(t, dir, "echo.sh", `printf '%s|' "$#" "$1" "$PATH" "${PF_SECRET-unset}" "$POLICYFLOW_COMPONENT_ID" "$POLICYFLOW_UPDATE_ID" "$POLICYFLOW_GENERATION" >&2; exit 0`+"\n")
+	d := Delivery{ComponentID: "c-1", UpdateID: "u-7", Generation: 7}
+	if r := RunScript(ctx, rules, echo, d, []byte(`{"a":"b c"}`), 10*time.Second); r.ExitCode != 0 || r.Stderr != `2|policies|/usr/bin:/bin|unset|c-1|u-7|7|` {
+		t.Fatalf("echo script: %+v; want 2 arguments, PATH=/usr/bin:/bin, the update it delivers and nothing of the notifier's environment", r)
 	}
 	fail := writeScript(t, dir, "fail.sh", "echo boom >&2\nexit 3\n")
-	if r := RunScript(ctx, rules, fail, []byte(`{}`), 10*time.Second); r.ExitCode != 3 || r.Stderr != "boom\n" {
+	if r := RunScript(ctx, rules, fail, Delivery{}, []byte(`{}`), 10*time.Second); r.ExitCode != 3 || r.Stderr != "boom\n" {
 		t.Fatalf("failing script: %+v", r)
 	}
 	noisy := writeScript(t, dir, "noisy.sh", "i=0; while [ $i -lt 2000 ]; do echo 0123456789 >&2; i=$((i+1)); done\n")
-	if r := RunScript(ctx, rules, noisy, []byte(`{}`), 10*time.Second); r.ExitCode != 0 || !strings.HasPrefix(r.Stderr, "0123456789\n") ||
+	if r := RunScript(ctx, rules, noisy, Delivery{}, []byte(`{}`), 10*time.Second); r.ExitCode != 0 || !strings.HasPrefix(r.Stderr, "0123456789\n") ||
 		!strings.Contains(r.Stderr, "more bytes of stderr dropped") || len(r.Stderr) > MaxStderrBytes+100 {
 		t.Fatalf("noisy script: exit %d, %d bytes of stderr", r.ExitCode, len(r.Stderr))
 	}
 	// A script that starts a child and hangs is killed with its child.
 	slow := writeScript(t, dir, "slow.sh", "sleep 60 &\nsleep 60\n")
 	start := time.Now()
-	r := RunScript(ctx, rules, slow, []byte(`{}`), 300*time.Millisecond)
+	r := RunScript(ctx, rules, slow, Delivery{}, []byte(`{}`), 300*time.Millisecond)
 	if r.ExitCode != -1 || !strings.Contains(r.Stderr, "timeout of 300ms") || time.Since(start) > 30*time.Second {
 		t.Fatalf("slow script: %+v after %s", r, time.Since(start))
 	}
 	// A script that ended while a child keeps its stderr open is
 	// recorded with its own exit status.
 	detached := writeScript(t, dir, "detached.sh", "sleep 4 &\necho started >&2\nexit 0\n")
-	if r := RunScript(ctx, rules, detached, []byte(`{}`), 10*time.Second); r.ExitCode != 0 || !strings.HasPrefix(r.Stderr, "started\n") ||
+	if r := RunScript(ctx, rules, detached, Delivery{}, []byte(`{}`), 10*time.Second); r.ExitCode != 0 || !strings.HasPrefix(r.Stderr, "started\n") ||
 		!strings.Contains(r.Stderr, "kept its stderr open") {
 		t.Fatalf("script whose child holds its stderr: %+v", r)
 	}
@@ -78,7 +79,7 @@ func TestRunScriptRefuses(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	run := func(path string) Result { return RunScript(ctx, rules, path, []byte(`{}`), 10*time.Second) }
+	run := func(path string) Result { return RunScript(ctx, rules, path, Delivery{}, []byte(`{}`), 10*time.Second) }
 	// Registered while it was fine, then replaced by a link out of the
 	// allowed directory: refused when it would run.
 	if r := run(replaced); r.ExitCode != 0 {
@@ -106,7 +107,7 @@ func TestRunScriptRefuses(t *testing.T) {
 		{rules, filepath.Join(dir, "sub"), "is a directory"},
 		{notifytarget.Rules{}, outside, "--script-dir"},
 	} {
-		r := RunScript(ctx, tc.rules, tc.path, []byte(`{}`), 10*time.Second)
+		r := RunScript(ctx, tc.rules, tc.path, Delivery{}, []byte(`{}`), 10*time.Second)
 		if r.ExitCode != -1 || !strings.HasPrefix(r.Stderr, "not run: ") || !strings.Contains(r.Stderr, tc.want) {
 			t.Errorf("%s: %+v; want exit -1 and %q", tc.path, r, tc.want)
 		}
@@ -123,14 +124,14 @@ func TestRunScriptArgumentLimit(t *testing.T) {
 	rules := scriptRules(t, dir)
 	size := writeScript(t, dir, "size.sh", `printf '%s' "${#2}" >&2`+"\n")
 	big := []byte(strings.Repeat("x", notifytarget.MaxArgBytes+1))
-	r := RunScript(context.Background(), rules, size, big, 10*time.Second)
+	r := RunScript(context.Background(), rules, size, Delivery{}, big, 10*time.Second)
 	if r.ExitCode != -1 || !strings.Contains(r.Stderr, "not run: the notification is 131072 bytes") || !strings.Contains(r.Stderr, "128 KiB") {
 		t.Fatalf("oversized notification: %+v", r)
 	}
 	if runtime.GOOS != "linux" {
 		return
 	}
-	r = RunScript(context.Background(), rules, size, big[:notifytarget.MaxArgBytes], 10*time.Second)
+	r = RunScript(context.Background(), rules, size, Delivery{}, big[:notifytarget.MaxArgBytes], 10*time.Second)
 	if r.ExitCode != 0 || r.Stderr != strconv.Itoa(notifytarget.MaxArgBytes) {
 		t.Fatalf("notification of exactly %d bytes: %+v", notifytarget.MaxArgBytes, r)
 	}

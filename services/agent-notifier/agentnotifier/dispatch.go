@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -18,9 +19,10 @@ import (
 // notification and the outcome's record go on in the background. A
 // notifier that stops in the middle leaves its claims unfinished: the
 // member that gets the partition next finds them (recoverPartitions) and
-// runs them again, at once when they are its own instance's, otherwise
-// once they are stale (ClaimAction): every update is notified at least
-// once. A slow or failing script or webhook holds up only its own
+// runs them again, at once when it sees the notifier process that claimed
+// them gone (after killing what it left running), otherwise once their
+// lease ended (ClaimAction): every update is notified at least once, and
+// two runs for a component never overlap. A slow or failing script or webhook holds up only its own
 // component's next notification (and, when that one is in the next batch,
 // the return of that batch's handler, which waits for its claim), and a
 // notification slot.
@@ -158,6 +160,13 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 				return
 			}
 			c.slots <- struct{}{}
+			if !n.holdLease(ctx, j) {
+				<-c.slots
+				if j.unrecorded {
+					n.resumeLater(j.a, n.retry.Max)
+				}
+				return
+			}
 			n.notify(ctx, j)
 			<-c.slots
 			c.record(j)
@@ -284,4 +293,30 @@ func (c *chains) claimGroup(g []claimReq) {
 			r.res <- claimRes{}
 		}
 	}
+}
+
+// holdLease makes sure j's claim's lease lasts until every run of the
+// notification could have ended (a job may wait for a slot longer than
+// its lease had left), renewing it with check-and-set when it does not:
+// after its lease another notifier may take the claim over, and the two
+// runs would overlap. It reports false when the notification must not
+// run: the claim was taken over (nothing more to do here), or it could
+// not be renewed (j.unrecorded: looked at again later).
+func (n *notifier) holdLease(ctx context.Context, j *job) bool {
+	now := time.Now().UTC()
+	if until, ok := leaseEnd(&j.claim, 0); ok && now.Add(n.stale(j)-leaseMargin).Before(until) {
+		return true
+	}
+	j.claim.LeaseUntil = now.Add(n.stale(j)).Format(time.RFC3339Nano)
+	ok, err := n.cas(ctx, []*job{j})
+	switch {
+	case err != nil:
+		j.unrecorded = true
+		j.log.Warn().Err(err).Str("key", j.key).Msg("the claim's lease could not be renewed; the notification runs later")
+		return false
+	case !ok:
+		j.log.Warn().Str("key", j.key).Msg("the claim was taken over while the notification waited for a slot; it is another notifier's now")
+		return false
+	}
+	return true
 }

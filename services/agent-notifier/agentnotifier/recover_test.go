@@ -22,10 +22,14 @@ func TestClaimAction(t *testing.T) {
 	const self = "node-1/run-b"
 	stale := time.Minute
 	fresh, old := now.Add(-10*time.Second).Format(time.RFC3339Nano), now.Add(-2*time.Minute).Format(time.RFC3339Nano)
+	until := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339Nano) }
+	repair := update("c", 5, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"})
+	repair.CatchUp, repair.ConsulIndex = true, 90
 	cases := []struct {
 		name   string
 		claim  *consulkv.Claim
 		a      *events.ComponentApplied
+		seen   Seen
 		want   Action
 		reason string
 	}{
@@ -36,8 +40,25 @@ func TestClaimAction(t *testing.T) {
 		{name: "failed after its attempts", claim: &consulkv.Claim{Generation: 5, UpdateID: "c-u5", ExitCode: intp(3), Outcome: consulkv.OutcomeFailed, Attempts: 3},
 			want: Skip, reason: "failed after 3 attempt(s)"},
 		{name: "finished before outcomes were recorded", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(1)}, want: Skip, reason: "failed"},
+		{name: "failed, a catch-up asks again", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(3), Outcome: consulkv.OutcomeFailed},
+			seen: Seen{Again: AgainFailed}, want: Notify, reason: "runs the failed notification again"},
+		{name: "notified, a catch-up asks for failed ones", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(0), Outcome: consulkv.OutcomeOK},
+			seen: Seen{Again: AgainFailed}, want: Skip, reason: "already notified"},
+		{name: "notified, an operator asks", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(0), Outcome: consulkv.OutcomeOK},
+			seen: Seen{Again: AgainAlways, Request: "r1"}, want: Notify, reason: "r1 asks"},
+		{name: "notified for the operator's request already", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(0), Outcome: consulkv.OutcomeOK, Renotify: "r1"},
+			seen: Seen{Again: AgainAlways, Request: "r1"}, want: Skip, reason: "already notified"},
+		{name: "repaired after it was notified", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(0), Outcome: consulkv.OutcomeOK, ConsulIndex: 40},
+			a: repair, want: Notify, reason: "repaired the folder (Consul index 90)"},
+		{name: "the repair notified already", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(0), Outcome: consulkv.OutcomeOK, ConsulIndex: 90},
+			a: repair, want: Skip, reason: "already notified"},
 		{name: "unfinished, this run's own", claim: &consulkv.Claim{Generation: 5, Owner: self, At: fresh}, want: Notify},
-		{name: "unfinished, a previous run of this instance", claim: &consulkv.Claim{Generation: 5, Owner: "node-1/run-a", At: fresh}, want: Notify, reason: "stopped while it notified"},
+		{name: "unfinished, a previous run of this instance, in its lease", claim: &consulkv.Claim{Generation: 5, Owner: "node-1/run-a", At: fresh, LeaseUntil: until(time.Minute)},
+			want: Wait, reason: "its lease ends at"},
+		{name: "unfinished, its notifier seen gone", claim: &consulkv.Claim{Generation: 5, Owner: "node-1/run-a", At: fresh, LeaseUntil: until(time.Minute)},
+			seen: Seen{OwnerGone: true}, want: Notify, reason: "node-1/run-a is gone"},
+		{name: "unfinished, its lease ended", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: fresh, LeaseUntil: until(-time.Second)},
+			want: Notify, reason: "its notifier is gone"},
 		{name: "unfinished, another instance, fresh", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: fresh}, want: Wait, reason: "being notified by node-2/run-x"},
 		{name: "unfinished, another instance, stale", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: old}, want: Notify, reason: "its notifier is gone"},
 		{name: "unfinished, no owner (older notifier), stale", claim: &consulkv.Claim{Generation: 5, At: old}, want: Notify},
@@ -50,7 +71,9 @@ func TestClaimAction(t *testing.T) {
 			if tc.a != nil {
 				rec = tc.a
 			}
-			got, why := ClaimAction(tc.claim, rec, self, now, stale)
+			seen := tc.seen
+			seen.Self, seen.Now, seen.Stale = self, now, stale
+			got, why := ClaimAction(tc.claim, rec, seen)
 			if got != tc.want || !strings.Contains(why, tc.reason) {
 				t.Fatalf("ClaimAction = %d %q, want %d with %q", got, why, tc.want, tc.reason)
 			}
@@ -83,10 +106,16 @@ func TestUnfinishedNotificationIsRunAgainAfterARestart(t *testing.T) {
 		t.Fatalf("%d script calls before the crash, want 3", n)
 	}
 
-	// As a crash leaves them: claimed, never finished. One by a previous
-	// run of this host's notifier, one by another instance long ago.
+	// As a crash leaves them: claimed, never finished. One by a notifier
+	// process of this machine that is gone, one by another instance long
+	// ago.
 	unfinished := func(id, owner string, at time.Time) {
 		cl := consulkv.Claim{UpdateID: id + "-u1", Generation: 1, At: at.UTC().Format(time.RFC3339Nano), Owner: owner, Attempts: 0}
+		if strings.HasPrefix(owner, host+"/") {
+			// A process of this machine that is gone: the claim is
+			// taken over at once, its lease notwithstanding.
+			cl.Runner, cl.LeaseUntil = deadRunner(t), at.Add(time.Hour).UTC().Format(time.RFC3339Nano)
+		}
 		if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.ClaimKey(id), Value: cl.JSON()}, nil); err != nil {
 			t.Fatal(err)
 		}

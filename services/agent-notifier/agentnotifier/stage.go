@@ -1,11 +1,25 @@
 // Package agentnotifier is the agent-notifier stage: it tells each component that
 // its policies changed, by running its reconfigure script or calling its
-// webhook, at least once per update and, once a run finished, never again,
-// claiming each notification in Consul first and recording its outcome in
-// the claim (a failing run is retried, then recorded as failed; a run a
-// stopped notifier left unfinished is run again). Scripts run and webhooks are called only as the operator's
-// notifytarget rules allow; one component's slow or failing target does not
-// hold up the others.
+// webhook. It claims each notification in Consul first (with a lease, and
+// naming the notifier process) and records its outcome in the claim, so
+// that:
+//   - every update is notified at least once: a failing run is retried with
+//     backoff, then recorded as failed and run again by the next catch-up;
+//     a run a notifier that died left unfinished is run again;
+//   - a component's runs never overlap: the script runs in its own process
+//     group and dies with the notifier (Linux's parent-death signal), and
+//     an unfinished claim of another run is taken over only once its lease
+//     ended or its process is seen gone, after what it left running for
+//     the component is killed;
+//   - a run that finished is not run again for the same update, unless the
+//     consul-writer repaired the folder since, a catch-up runs a failed one
+//     again, or an operator asks (a catch-up request naming the component).
+//
+// The script gets the update in its environment (POLICYFLOW_COMPONENT_ID,
+// POLICYFLOW_UPDATE_ID, POLICYFLOW_GENERATION), the webhook in headers, so
+// either can drop a copy. Scripts run and webhooks are called only as the
+// operator's notifytarget rules allow; one component's slow or failing
+// target does not hold up the others.
 //
 // The notification is built from Consul, as it is when the component is
 // notified: its policies are the bodies in the component's folder, read
@@ -64,9 +78,12 @@ type Config struct {
 	// components run at once; one component's notifications still run
 	// one after another, in order.
 	Concurrency int
-	// Attempts is how many times a failing notification runs, with the
-	// runtime's backoff between runs, before it is recorded as failed.
+	// Attempts is how many times a failing notification runs, with
+	// Backoff between runs, before it is recorded as failed.
 	Attempts int
+	// Backoff is the wait after a failed run, doubling after each one up
+	// to its Max (zero: the runtime's retry backoff, 100ms to 10s).
+	Backoff runtime.Backoff
 	// Consul is the agent that holds the claims.
 	Consul consulkv.Config
 	// Targets is where notifications may go: the allowed script
@@ -90,6 +107,12 @@ func DefaultConfig() Config {
 	if n, err := strconv.Atoi(runtime.EnvOr("PF_NOTIFY_CONCURRENCY", "")); err == nil {
 		c.Concurrency = n
 	}
+	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_BACKOFF", "")); err == nil {
+		c.Backoff.Initial = d
+	}
+	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_BACKOFF_MAX", "")); err == nil {
+		c.Backoff.Max = d
+	}
 	return c
 }
 
@@ -103,6 +126,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how many components' scripts or webhooks run at once (env PF_NOTIFY_CONCURRENCY)")
 	fs.IntVar(&c.Attempts, "notify-attempts", c.Attempts,
 		"how many times a notification whose script exits non-zero or whose webhook does not answer 2xx is run, with backoff, before it is recorded as failed (env PF_NOTIFY_ATTEMPTS)")
+	fs.DurationVar(&c.Backoff.Initial, "notify-backoff", c.Backoff.Initial,
+		"the wait after a notification's first failed run, doubled after each further one; 0: the runtime's retry backoff, 100ms (env PF_NOTIFY_BACKOFF)")
+	fs.DurationVar(&c.Backoff.Max, "notify-backoff-max", c.Backoff.Max,
+		"the longest wait between runs of a failing notification; 0: 10s (env PF_NOTIFY_BACKOFF_MAX)")
 	c.Targets.RegisterFlags(fs)
 }
 
@@ -116,6 +143,9 @@ func (c Config) Validate() error {
 	}
 	if c.Attempts < 1 || c.Attempts > 100 {
 		return fmt.Errorf("--notify-attempts %d: want 1 to 100", c.Attempts)
+	}
+	if c.Backoff.Initial < 0 || c.Backoff.Max < 0 || c.Backoff.Max > time.Hour {
+		return fmt.Errorf("--notify-backoff %s, --notify-backoff-max %s: want durations from 0 to 1h", c.Backoff.Initial, c.Backoff.Max)
 	}
 	if _, err := c.Targets.Rules(); err != nil {
 		return err
@@ -137,9 +167,13 @@ func StageWith(cfg Config) runtime.Stage {
 	return runtime.Stage{
 		Name:       topology.StageAgentNotifier,
 		Mode:       runtime.AtLeastOnce,
-		Inputs:     []string{topology.ComponentApplied},
+		Inputs:     []string{topology.ComponentApplied, topology.CatchupRequests},
+		Outputs:    []string{topology.CatchupProgress},
 		Flags:      n.cfg.RegisterFlags,
 		SetupBatch: n.setup,
+		// A catch-up request on partition p runs again the failed
+		// notifications of component.applied partition p.
+		CoPartitioned: true,
 		Assigned: func(ctx context.Context, env runtime.Env, assigned map[string][]int32) error {
 			return n.recoverPartitions(ctx, env, assigned[topology.ComponentApplied])
 		},
@@ -153,12 +187,16 @@ type notifier struct {
 	txn     *api.Txn
 	http    *http.Client
 	log     zerolog.Logger
-	retry   runtime.Backoff
+	retry   runtime.Backoff // of Consul requests
+	backoff runtime.Backoff // between runs of a failing notification
 	chains  *chains
 	metrics *runtime.Metrics
 	tracer  *runtime.Tracer
 	// owner names this run in the claims it writes: "<instance>/<run>".
 	owner string
+	// runner names this process in the claims it writes.
+	runner *consulkv.Runner
+	env    runtime.Env
 }
 
 // newOwner is the owner name of a notifier run: the member's instance id
@@ -180,13 +218,17 @@ func (n *notifier) timeout(j *job) time.Duration {
 	return n.cfg.Timeout
 }
 
-// stale is how old an unfinished claim of another notifier must be before
-// it is taken over: every attempt at its timeout, the backoff between
-// them, and a margin.
+// leaseMargin is what a claim's lease adds to the longest its runs take.
+const leaseMargin = 30 * time.Second
+
+// stale is a claim's lease: how long its notification may take, every
+// attempt at its timeout and the backoff between them, and a margin.
+// Another notifier takes an unfinished claim over only after it, unless
+// it sees the claim's notifier gone.
 func (n *notifier) stale(j *job) time.Duration {
-	d := time.Duration(n.cfg.Attempts)*n.timeout(j) + 30*time.Second
+	d := time.Duration(n.cfg.Attempts)*n.timeout(j) + leaseMargin
 	for k := 0; k < n.cfg.Attempts-1; k++ {
-		d += n.retry.Next(k)
+		d += n.backoff.Next(k)
 	}
 	return d
 }
@@ -210,12 +252,21 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.log = env.Log.With().Str("stage", topology.StageAgentNotifier).Logger()
 	n.log.Info().Strs("script_dirs", n.rules.ScriptDirs()).Strs("webhook_allow", n.rules.WebhookAllow()).Msg("notification targets allowed")
 	n.retry = env.Retry
+	n.backoff = env.Retry
+	if n.cfg.Backoff.Initial > 0 {
+		n.backoff.Initial = n.cfg.Backoff.Initial
+	}
+	if n.cfg.Backoff.Max > 0 {
+		n.backoff.Max = n.cfg.Backoff.Max
+	}
 	n.owner = newOwner(env.InstanceID)
+	n.runner = thisRunner()
 	n.metrics = env.Metrics
 	n.tracer = env.Tracer
 	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
 	n.chains = newChains(n)
-	return runtime.TypedBatch(runtime.SkipTombstones, n.handle), func() {
+	n.env = env
+	return n.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, n.handle), runtime.Typed(runtime.RefuseTombstones, n.catchUp)), func() {
 		n.chains.close()
 		n.http.CloseIdleConnections()
 	}, nil
@@ -249,4 +300,32 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 	}
 	n.notifyAll(ctx, jobs, out)
 	return out
+}
+
+// handleInputs hands the component.applied records of a poll to applied,
+// as one batch, and then each catch-up request to catchUp.
+func (n *notifier) handleInputs(applied runtime.BatchHandler, catchUp runtime.Handler) runtime.BatchHandler {
+	return func(ctx context.Context, ins []runtime.Input) []runtime.Outcome {
+		out := make([]runtime.Outcome, len(ins))
+		var idx []int
+		var records []runtime.Input
+		for i, in := range ins {
+			if in.Topic != topology.CatchupRequests {
+				idx = append(idx, i)
+				records = append(records, in)
+			}
+		}
+		if len(records) > 0 {
+			for k, o := range applied(ctx, records) {
+				out[idx[k]] = o
+			}
+		}
+		for i, in := range ins {
+			if in.Topic == topology.CatchupRequests {
+				outs, err := catchUp(ctx, in)
+				out[i] = runtime.Outcome{Outputs: outs, Err: err}
+			}
+		}
+		return out
+	}
 }

@@ -77,13 +77,17 @@ type CatalogProgress struct {
 // matcher compares components with what they should have (differed:
 // components sent a catch-up delta, each written to Consul and notified
 // as any update); the consul-writer compares Consul folders with their
-// collections (differed: folders written back, with keys_written keys).
-// Done once both reported from every partition.
+// collections (differed: folders written back, with keys_written keys);
+// the agent-notifier looks at the components' last notifications
+// (differed: notifications run again, the failed ones and a renotify's).
+// Done once the matcher and the consul-writer reported from every
+// partition.
 type CatchupStatus struct {
-	RequestID    string        `json:"request_id"`
-	Partitions   int           `json:"partitions"`
-	Matcher      StageProgress `json:"matcher"`
-	ConsulWriter StageProgress `json:"consul_writer"`
+	RequestID     string        `json:"request_id"`
+	Partitions    int           `json:"partitions"`
+	Matcher       StageProgress `json:"matcher"`
+	ConsulWriter  StageProgress `json:"consul_writer"`
+	AgentNotifier StageProgress `json:"agent_notifier"`
 	// PDPIngest is absent for catch-ups asked through the API, which
 	// compare components only.
 	PDPIngest *CatalogProgress `json:"pdp_ingest,omitempty"`
@@ -104,7 +108,7 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 		}
 		return sp
 	}
-	st.Matcher, st.ConsulWriter = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter)
+	st.Matcher, st.ConsulWriter, st.AgentNotifier = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter), sum(events.ProgressAgentNotifier)
 	for _, p := range v.byID[id][events.ProgressPDPIngest] {
 		st.PDPIngest = &CatalogProgress{Listed: p.Compared, Differed: p.Differed, Removed: p.Removed}
 		if p.RemovalWithheld != nil {

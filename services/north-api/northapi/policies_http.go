@@ -228,12 +228,59 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 		req.DeploymentID = &d
 		key = d
 	}
-	n, e := s.produceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
+	n, e := s.requestCatchup(r, req, key)
 	if e != nil {
 		return e
 	}
 	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
-	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: int(n)})
+	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
+	return nil
+}
+
+// requestCatchup writes req, keyed by key, on every partition of
+// catchup.requests, and says on how many.
+func (s *Server) requestCatchup(r *http.Request, req *events.CatchupRequest, key string) (int, *httpError) {
+	n, e := s.produceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
+	return int(n), e
+}
+
+// RenotifyAccepted is the answer of POST
+// /v1/components/{component_id}/renotify: the catch-up request that
+// carries it.
+type RenotifyAccepted struct {
+	RequestID    string `json:"request_id"`
+	ComponentID  string `json:"component_id"`
+	DeploymentID string `json:"deployment_id"`
+	Partitions   int    `json:"partitions"`
+}
+
+// renotify asks for a component to be notified again of what Consul
+// holds, however its last notification ended: a catch-up of its
+// deployment that names it, which the agent-notifier runs once.
+func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *httpError {
+	id := r.PathValue("component_id")
+	if err := CheckID("component_id", id); err != nil {
+		return errorf(http.StatusBadRequest, "%v", err)
+	}
+	if e := s.needViews(topology.DeployComponents); e != nil {
+		return e
+	}
+	c, ok := s.components.get(id)
+	if !ok {
+		return errorf(http.StatusNotFound, "no registered component %s: check the component_id (policyctl component list)", id)
+	}
+	if c.Notify.Kind == events.NotifyNone || c.Notify.Kind == "" {
+		return errorf(http.StatusConflict, "component %s has no notify target (notify kind none): it reads its policies from Consul and has nothing to be notified by", id)
+	}
+	dep := c.DeploymentID
+	req := &events.CatchupRequest{RequestID: newID(), Scope: events.ScopeDeployment, DeploymentID: &dep, ComponentID: &id,
+		Reason: "renotify requested through the North API", RequestedAt: time.Now().UTC()}
+	n, e := s.requestCatchup(r, req, dep)
+	if e != nil {
+		return e
+	}
+	s.log.Info().Str("request_id", req.RequestID).Str("component_id", id).Str("deployment_id", dep).Msg("renotify requested")
+	writeJSON(w, http.StatusAccepted, RenotifyAccepted{RequestID: req.RequestID, ComponentID: id, DeploymentID: dep, Partitions: n})
 	return nil
 }
 

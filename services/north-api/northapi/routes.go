@@ -27,6 +27,7 @@ func (s *Server) routeTable() []route {
 		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
 		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, ownComponents},
 		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
+		{http.MethodPost, "/v1/components/{component_id}/renotify", s.renotify, operators},
 		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, operators},
 		{http.MethodPost, "/v1/policies", s.pushPolicies, operators},
 		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, readers},

@@ -368,6 +368,41 @@ func TestCatchupGoesToEveryPartition(t *testing.T) {
 	}
 }
 
+// POST /v1/components/{id}/renotify is a catch-up of the component's
+// deployment that names it, on every partition, for the agent-notifier to
+// notify it again.
+func TestRenotifyIsACatchupNamingTheComponent(t *testing.T) {
+	s := newStack(t, nil)
+	if code, _, raw := s.call(t, http.MethodPut, "/v1/components/c-renotify", componentBody()); code != http.StatusAccepted {
+		t.Fatalf("PUT: %d %s", code, raw)
+	}
+	var code int
+	var body map[string]any
+	var raw []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for code, body, raw = s.call(t, http.MethodPost, "/v1/components/c-renotify/renotify", ""); code == http.StatusNotFound && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond) // the component view catches up
+		code, body, raw = s.call(t, http.MethodPost, "/v1/components/c-renotify/renotify", "")
+	}
+	if code != http.StatusAccepted || body["component_id"] != "c-renotify" || body["deployment_id"] != "dep-1" || body["partitions"] != float64(testPartitions) {
+		t.Fatalf("renotify: %d %s", code, raw)
+	}
+	recs := s.records(t, topology.CatchupRequests, testPartitions)
+	for _, rec := range recs {
+		r := stagetest.Decode[*events.CatchupRequest](t, rec)
+		if r.RequestID != body["request_id"] || r.Scope != events.ScopeDeployment || r.DeploymentID == nil || *r.DeploymentID != "dep-1" ||
+			r.ComponentID == nil || *r.ComponentID != "c-renotify" {
+			t.Errorf("partition %d: %+v", rec.Partition, r)
+		}
+	}
+	if code, _, raw := s.call(t, http.MethodPost, "/v1/components/nobody/renotify", ""); code != http.StatusNotFound {
+		t.Errorf("renotify of an unknown component: %d %s; want 404", code, raw)
+	}
+	if code, _, raw, _ := s.callAs(t, readOnlyToken, http.MethodPost, "/v1/components/c-renotify/renotify", nil); code != http.StatusForbidden {
+		t.Errorf("renotify as read-only: %d %s; want 403", code, raw)
+	}
+}
+
 func catalogRecord(name, version string, body map[string]any) *events.PolicyCatalogEntry {
 	data, _ := json.Marshal(body)
 	id := strings.TrimSuffix(name, "."+version+".xml")

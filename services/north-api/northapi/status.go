@@ -68,8 +68,10 @@ type PolicyRollout struct {
 	ChangedAt  time.Time `json:"changed_at"`
 	ShouldHave int       `json:"should_have"`
 	Written    int       `json:"written"`
-	Notified   int       `json:"notified"`
-	Failed     int       `json:"failed"`
+	// Notified counts the components notified of the version, and those
+	// with no notify target (none) that hold it in Consul.
+	Notified int `json:"notified"`
+	Failed   int `json:"failed"`
 }
 
 // FailedNotification is a component whose last notification failed.
@@ -205,6 +207,10 @@ func (s *Server) rollouts(comps []*events.Component, claims map[string]*consulkv
 				continue
 			}
 			ro.Written++
+			if k := a.Notify.Kind; k == events.NotifyNone || k == "" {
+				ro.Notified++ // told through Consul alone: done once written
+				continue
+			}
 			cl := claims[c.ComponentID]
 			if cl == nil || cl.ExitCode == nil || (cl.UpdateID != p.UpdateID && cl.Generation < p.Generation) {
 				continue

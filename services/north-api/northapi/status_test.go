@@ -13,9 +13,10 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
-// TestPipelineStatusShowsARollout: a policy two components should have,
-// written to both, one notified and one whose webhook failed, reads as
-// should have 2, written 2, notified 1, failed 1; the failure is listed
+// TestPipelineStatusShowsARollout: a policy three components should have,
+// written to all, one notified, one whose webhook failed and one notified
+// by none (Consul alone), reads as should have 3, written 3, notified 2,
+// failed 1; the failure is listed
 // with its reason, secrets masked. Tenants may not read the whole
 // pipeline.
 func TestPipelineStatusShowsARollout(t *testing.T) {
@@ -26,7 +27,7 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 	s.Produce(t, topology.PolicyCatalog, pid, &events.PolicyCatalogEntry{
 		PolicyID: pid, PolicyName: pid + ".3.xml", PolicyVersion: "3", Body: body, Status: "VALID", UpdatedAt: time.Now().UTC(),
 	})
-	comps := []string{"st-ok-" + suffix, "st-failed-" + suffix}
+	comps := []string{"st-ok-" + suffix, "st-failed-" + suffix, "st-none-" + suffix}
 	for i, id := range comps {
 		reg := componentBody()
 		reg["service_component_name"] = "scn-" + id
@@ -36,11 +37,18 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 			t.Fatalf("PUT %s: %d %s", id, code, raw)
 		}
 		ref := events.PolicyRef{PolicyID: pid, PolicyName: pid + ".3.xml", PolicyVersion: "3"}
+		notify := events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}
+		if i == 2 {
+			notify = events.NotifyTarget{Kind: events.NotifyNone}
+		}
 		s.Produce(t, topology.ComponentApplied, id, &events.ComponentApplied{
 			ComponentID: id, ServiceComponentName: "scn-" + id, UpdateID: "u-" + id, Action: "gathered", ConsulIndex: 10, PoliciesCount: 1, Generation: 1,
 			PolicyRefs: []events.PolicyRef{ref}, UpdatedRefs: []events.PolicyRef{ref},
-			Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, AppliedAt: time.Now().UTC(),
+			Notify: notify, AppliedAt: time.Now().UTC(),
 		})
+		if i == 2 {
+			continue // no claim: nothing notifies it
+		}
 		claim := `{"update_id":"u-` + id + `","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:0` + fmt.Sprint(i) + `Z","http_status":200}`
 		if i == 1 {
 			claim = `{"update_id":"u-` + id + `","generation":1,"exit_code":1,"stderr":"POST http://u:hunter2@h/p?token=s3cret: 500 Internal Server Error","at":"2024-05-01T10:00:01Z","http_status":500}`
@@ -61,17 +69,17 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 		if err := json.Unmarshal(raw, &st); err != nil {
 			t.Fatalf("GET /v1/status: %v %s", err, raw)
 		}
-		if len(st.Changes) > 0 && st.Changes[0].PolicyID == pid && st.Changes[0].Written == 2 {
+		if len(st.Changes) > 0 && st.Changes[0].PolicyID == pid && st.Changes[0].Written == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("GET /v1/status never showed %s written to both components: %s", pid, raw)
+			t.Fatalf("GET /v1/status never showed %s written to the three components: %s", pid, raw)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	got := st.Changes[0]
-	if got.Version != "3" || got.ShouldHave != 2 || got.Written != 2 || got.Notified != 1 || got.Failed != 1 {
-		t.Errorf("rollout of %s: %+v; want version 3, should have 2, written 2, notified 1, failed 1", pid, got)
+	if got.Version != "3" || got.ShouldHave != 3 || got.Written != 3 || got.Notified != 2 || got.Failed != 1 {
+		t.Errorf("rollout of %s: %+v; want version 3, should have 3, written 3, notified 2 (one by none), failed 1", pid, got)
 	}
 	var failed *FailedNotification
 	for i, f := range st.FailedNotifications {
