@@ -55,6 +55,7 @@ var routeOwners = map[string]ownerCheck{
 	"PUT /v1/components/{component_id}":                   byPath("component_id", ownedComponent),
 	"DELETE /v1/components/{component_id}":                byPath("component_id", ownedComponent),
 	"GET /v1/components/{component_id}/status":            byPath("component_id", ownedComponent),
+	"POST /v1/components/{component_id}/renotify":         notTenants,
 	"POST /v1/pdp/notifications":                          notTenants,
 	"POST /v1/policies":                                   notTenants,
 	"GET /v1/policies/{policy_id}/rollout":                global("PDP policies are global; the rollout lists only the caller's tenant's components"),
