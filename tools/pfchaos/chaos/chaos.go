@@ -136,7 +136,7 @@ func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
 		Hold: 3 * time.Second, OwedAfter: 2 * time.Second, ProgressBound: 10 * time.Second, ReplaceBound: 20 * time.Second,
-		FailFor: 5 * time.Second,
+		FailFor:     5 * time.Second,
 		ConsulImage: DefaultConsulImage, StageImages: "policyflow/%s:dev", Disconnected: 20 * time.Second, Log: zerolog.Nop()}
 }
 

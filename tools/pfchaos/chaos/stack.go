@@ -62,8 +62,8 @@ type stack struct {
 	// is <stage>-<incarnation>.
 	incarnation map[string]int
 	hooks       string // the component scripts' directory
-	apiURL string
-	token  string
+	apiURL      string
+	token       string
 
 	sim     *pdp.Server
 	base    string // the PDP simulator and the webhooks
