@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -291,7 +292,8 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 // component to settle and reads the ledger.
 func (s *stack) runFault(ctx context.Context, fault string) Row {
 	row := Row{Fault: fault, Bound: s.o.ProgressBound}
-	if strings.HasPrefix(fault, "replace-") {
+	if strings.HasPrefix(fault, "replace-") || s.o.Dynamic {
+		// A new identity: the group first lets the dead member go.
 		row.Bound = s.o.ReplaceBound
 	}
 	s.obs.reset()
@@ -450,4 +452,28 @@ func (s *stack) storm(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ShippedSessionTimeout is the session timeout the Kubernetes manifests
+// give every stage (PF_SESSION_TIMEOUT in deploy/k8s/config.yaml under
+// root), so that the matrix runs the stages as they are shipped: static
+// members under their pod's name with that timeout.
+func ShippedSessionTimeout(root string) (time.Duration, error) {
+	path := filepath.Join(root, "deploy", "k8s", "config.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || k != "PF_SESSION_TIMEOUT" {
+			continue
+		}
+		d, err := time.ParseDuration(strings.Trim(strings.TrimSpace(v), `"'`))
+		if err != nil {
+			return 0, fmt.Errorf("%s: PF_SESSION_TIMEOUT: %w", path, err)
+		}
+		return d, nil
+	}
+	return 0, fmt.Errorf("%s sets no PF_SESSION_TIMEOUT", path)
 }
