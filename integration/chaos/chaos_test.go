@@ -1,10 +1,13 @@
 // Package chaos runs a short fault matrix (tools/pfchaos/chaos) as a
 // test, so that `make test` keeps it working: the stages and the North API
-// built from this checkout and run as processes, some of them killed
-// mid-stream, the broker restarted, Consul stopped a few seconds and a
-// short rebalance storm, each followed by the check that no component lost
-// the newest version, got a notification twice or saw a step backwards.
-// `make chaos` runs the whole matrix with longer faults.
+// built from this checkout and run as processes in the configuration the
+// manifests ship, some of them killed or replaced mid-run, the broker
+// restarted, Consul stopped a few seconds, a short rebalance storm,
+// scripts failing and Consul edited by hand, each checked against the
+// ledger of every notification run: nothing owed lost, no finished run
+// repeated, no two runs of a component at once, nothing backwards, and
+// progress within the bound. `make chaos` runs the whole matrix with
+// longer faults.
 package chaos
 
 import (
@@ -40,7 +43,41 @@ func build(t *testing.T, dir string) {
 	}
 }
 
+// TestFaultMatrix runs the matrix in the configuration the manifests
+// ship (static members under their pod's name, the ConfigMap's session
+// timeout), with a fault for each promise: a notifier killed mid-run, a
+// stage replaced by a new identity, Consul away, a rebalance storm,
+// scripts failing, Consul edited by hand.
 func TestFaultMatrix(t *testing.T) {
+	root, err := devstack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout, err := chaos.ShippedSessionTimeout(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runMatrix(t, false, timeout, []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
+		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
+		chaos.FaultScriptFails, chaos.FaultConsulEdit})
+}
+
+// TestFaultMatrixDynamicMembers runs the stage kills with dynamic group
+// members (no instance id): every restart is a new identity, bound by
+// the replacement's 20 s.
+func TestFaultMatrixDynamicMembers(t *testing.T) {
+	root, err := devstack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeout, err := chaos.ShippedSessionTimeout(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runMatrix(t, true, timeout, []string{chaos.Kill("consul-writer"), chaos.Kill("agent-notifier")})
+}
+
+func runMatrix(t *testing.T, dynamic bool, sessionTimeout time.Duration, faults []string) {
 	if kind := runtime.EnvOr("PF_BACKEND", "embedded"); kind != "embedded" {
 		t.Skipf("the fault matrix brings its own broker and Consul agent; it runs with PF_BACKEND=embedded, not %s", kind)
 	}
@@ -51,11 +88,10 @@ func TestFaultMatrix(t *testing.T) {
 	build(t, bin)
 	o := chaos.Defaults()
 	o.BinDir, o.Dir = bin, t.TempDir()
-	o.Faults = []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
-		chaos.FaultBrokerRestart, chaos.FaultConsulDown, chaos.FaultRebalanceStorm}
-	o.Components, o.Updates, o.ConsulDown, o.StormRounds = 20, 10, 3*time.Second, 2
+	o.Faults, o.Dynamic, o.SessionTimeout = faults, dynamic, sessionTimeout
+	o.Components, o.Updates, o.ConsulDown, o.StormRounds, o.FailFor = 20, 10, 3*time.Second, 2, 3*time.Second
 	o.Progress = t.Logf
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	m, err := chaos.Run(ctx, o)
 	if err != nil {
@@ -63,7 +99,7 @@ func TestFaultMatrix(t *testing.T) {
 	}
 	var table strings.Builder
 	m.Print(&table)
-	t.Logf("fault matrix:\n%s", table.String())
+	t.Logf("fault matrix (session timeout %s, dynamic members %v):\n%s", sessionTimeout, dynamic, table.String())
 	if len(m) != len(o.Faults) || m.Failed() {
 		for _, name := range append(append([]string(nil), chaos.Stages...), chaos.NorthAPI) {
 			t.Logf("--- %s.log ---\n%s", name, devstack.Tail(filepath.Join(o.Dir, name+".log"), 3000))

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,15 +24,24 @@ import (
 )
 
 // The faults of the embedded backend, by name: "kill-<process>" kills a
-// stage or the North API with SIGKILL and starts it again at once;
-// "broker-restart" closes the broker and starts it again on its data
-// directory and port; "consul-down" stops the Consul agent for
+// stage or the North API with SIGKILL and starts it again at once under
+// the same identity; "replace-<stage>" kills it and starts a replacement
+// under a new instance id (a new pod: the group must first let the dead
+// member go); "broker-restart" closes the broker and starts it again on
+// its data directory and port; "consul-down" stops the Consul agent for
 // Options.ConsulDown and starts it again on its data; "rebalance-storm"
-// makes members of every consumer stage join and leave again and again.
+// makes members of every consumer stage join and leave again and again;
+// "script-fails" makes every component script fail (exit 3) for
+// Options.FailFor, then asks for a catch-up, which must notify them
+// again; "consul-edit" edits every component's item in Consul by hand
+// and asks for a catch-up, which must restore the items and notify each
+// component again.
 const (
 	FaultBrokerRestart  = "broker-restart"
 	FaultConsulDown     = "consul-down"
 	FaultRebalanceStorm = "rebalance-storm"
+	FaultScriptFails    = "script-fails"
+	FaultConsulEdit     = "consul-edit"
 	// The faults of the containers backend: the stack's Consul is then
 	// three servers and a client agent in containers (Options.ConsulImage),
 	// and ContainerStage runs in a container (Options.StageImages) on
@@ -49,8 +59,13 @@ func containersFault(f string) bool {
 	return f == FaultConsulLeaderLoss || f == FaultNetworkDisconnected
 }
 
-// Kill is the fault that kills process name.
+// Kill is the fault that kills process name and starts it again under
+// the same identity.
 func Kill(name string) string { return "kill-" + name }
+
+// Replace is the fault that kills stage name and starts a replacement
+// under a new instance id.
+func Replace(name string) string { return "replace-" + name }
 
 // AllFaults are every fault this package runs, in the order it runs them.
 func AllFaults() []string {
@@ -58,7 +73,11 @@ func AllFaults() []string {
 	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
 		out = append(out, Kill(s))
 	}
-	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultConsulLeaderLoss, FaultNetworkDisconnected)
+	for _, s := range Stages {
+		out = append(out, Replace(s))
+	}
+	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultScriptFails, FaultConsulEdit,
+		FaultConsulLeaderLoss, FaultNetworkDisconnected)
 }
 
 // Options configure Run.
@@ -87,7 +106,18 @@ type Options struct {
 	Dynamic bool
 	// Settle bounds the wait for every component to reach the newest
 	// version after a fault; what is still behind then is lost.
-	Settle     time.Duration
+	Settle time.Duration
+	// Hold is how long the version published while the fault is in
+	// effect stays the newest after the fault ended; OwedAfter is how
+	// long a version must stay the newest to be owed to every component
+	// (a version superseded sooner may be skipped for the newer one).
+	Hold, OwedAfter time.Duration
+	// ProgressBound is the longest a component may wait, after a fault
+	// ended, for a run of the version that was newest then (or a newer
+	// one); ReplaceBound the same after a replace-<stage> fault.
+	ProgressBound, ReplaceBound time.Duration
+	// FailFor is how long script-fails keeps the scripts failing.
+	FailFor    time.Duration
 	Partitions int
 	// ConsulImage is the image of the containers faults' Consul cluster.
 	ConsulImage string
@@ -106,27 +136,29 @@ type Options struct {
 func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
+		Hold: 3 * time.Second, OwedAfter: 2 * time.Second, ProgressBound: 10 * time.Second, ReplaceBound: 20 * time.Second,
+		FailFor:     5 * time.Second,
 		ConsulImage: DefaultConsulImage, StageImages: "policyflow/%s:dev", Disconnected: 20 * time.Second, Log: zerolog.Nop()}
 }
 
 // Row is one fault's result.
 type Row struct {
 	Fault string
-	// Lost counts components whose Consul item, or whose latest
-	// notification, was not at the newest version of their policy when
+	// Counters are the ledger's counts during the fault and until every
+	// component settled.
+	Counters
+	// Behind counts components whose Consul item, or whose latest
+	// finished run, was not at the newest version of their policy when
 	// Settle ran out (each counts once per place).
-	Lost int
-	// Dup counts notifications of a version a component had already
-	// been notified of.
-	Dup int
-	// Backwards counts notifications of a version older than one the
-	// component had been notified of, and Consul item values older than
-	// one seen before.
-	Backwards int
+	Behind int
+	// Stall is how long after the fault ended the slowest component
+	// waited for a run of the version that was newest then (or a newer
+	// one); Bound the longest it may.
+	Stall, Bound time.Duration
 	// Recovery is the time from the end of the fault (the process
 	// restarted, the broker or Consul back, the storm over) to every
 	// component's Consul item and latest notification showing the
-	// newest version, with the rest of the stream published at once.
+	// newest version.
 	Recovery time.Duration
 	// Err is a fault that could not be run; Details what was counted.
 	Err     string
@@ -134,7 +166,10 @@ type Row struct {
 }
 
 // Failed reports a row with something counted or an error.
-func (r Row) Failed() bool { return r.Lost != 0 || r.Dup != 0 || r.Backwards != 0 || r.Err != "" }
+func (r Row) Failed() bool {
+	return r.Lost != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
+		r.Unreadable != 0 || r.Stall > r.Bound || r.Err != ""
+}
 
 // Matrix is the result of a run.
 type Matrix []Row
@@ -142,20 +177,22 @@ type Matrix []Row
 // Failed reports whether any row failed.
 func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 
-// Print writes the matrix as a table, then the details of failed rows.
+// Print writes the matrix as a table with every counter, then the
+// details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\tlost\tdup\tbackwards\trecovery\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tstall/bound\trecovery\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t\n", r.Fault, r.Lost, r.Dup, r.Backwards, rec)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.Stall.Seconds(), r.Bound.Seconds(), rec)
 	}
 	_ = tw.Flush()
 	for _, r := range m {
-		if !r.Failed() {
+		if !r.Failed() && r.Redelivered == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s:\n", r.Fault)
@@ -178,7 +215,7 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 		progress = func(string, ...any) {}
 	}
 	for _, f := range o.Faults {
-		if !slices.Contains(AllFaults(), f) && f != FaultConsulLeaderLoss && f != FaultNetworkDisconnected {
+		if !slices.Contains(AllFaults(), f) {
 			return nil, fmt.Errorf("unknown fault %q; the faults are %s", f, strings.Join(AllFaults(), ", "))
 		}
 	}
@@ -238,7 +275,8 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 	for _, f := range faults {
 		progress("%s: %d updates, the fault after %d", f, o.Updates, o.Updates/2)
 		r := s.runFault(ctx, f)
-		progress("%s: lost %d, dup %d, backwards %d, recovery %.1fs %s", f, r.Lost, r.Dup, r.Backwards, r.Recovery.Seconds(), r.Err)
+		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs %s",
+			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Err)
 		m = append(m, r)
 		if ctx.Err() != nil {
 			break
@@ -247,56 +285,74 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 	return m, nil
 }
 
-// runFault runs one fault in the middle of a stream of updates.
+// runFault runs one fault in the middle of a stream of updates: half of
+// them Pace apart, the fault, one update while it is in effect, the end
+// of the fault, Hold with that version the newest (so it is owed to
+// every component), then the rest Pace apart. It then waits for every
+// component to settle and reads the ledger.
 func (s *stack) runFault(ctx context.Context, fault string) Row {
-	row := Row{Fault: fault}
+	row := Row{Fault: fault, Bound: s.o.ProgressBound}
+	if strings.HasPrefix(fault, "replace-") || s.o.Dynamic {
+		// A new identity: the group first lets the dead member go.
+		row.Bound = s.o.ReplaceBound
+	}
 	s.obs.reset()
-	var faultDone <-chan error
-	var ended time.Time
-	for i := 0; i < s.o.Updates; i++ {
-		if i == s.o.Updates/2 {
-			// The rest of the stream comes once the fault is in effect.
-			s.obs.faultStarts()
-			faultDone = s.inject(ctx, fault)
+	from := time.Now()
+	pause := func(d time.Duration) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
 		}
+	}
+	for i := 0; i < s.o.Updates/2; i++ {
 		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
 			row.Err = err.Error()
 			return row
 		}
-		// Once the fault is over, the rest of the stream goes at once.
-		if faultDone != nil && ended.IsZero() {
-			select {
-			case err := <-faultDone:
-				if err != nil {
-					row.Err = err.Error()
-					return row
-				}
-				ended = time.Now()
-				s.obs.faultEnds()
-				continue
-			case <-time.After(s.o.Pace):
-			}
-		} else if faultDone == nil {
-			time.Sleep(s.o.Pace)
-		}
+		pause(s.o.Pace)
 	}
-	if ended.IsZero() {
-		if err := <-faultDone; err != nil {
+	s.obs.faultStarts()
+	faultDone := s.inject(ctx, fault)
+	// Published while the fault is in effect (again until the North API
+	// takes it, when the fault is the North API's).
+	if err := s.publishAll(ctx); err != nil {
+		row.Err = err.Error()
+		return row
+	}
+	if err := <-faultDone; err != nil {
+		row.Err = err.Error()
+		return row
+	}
+	ended := s.obs.faultEnds()
+	pause(s.o.Hold)
+	for i := s.o.Updates / 2; i < s.o.Updates; i++ {
+		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
 			row.Err = err.Error()
 			return row
 		}
-		ended = time.Now()
-		s.obs.faultEnds()
+		pause(s.o.Pace)
 	}
 	behind, _ := s.settle(ctx)
 	row.Recovery = time.Since(ended)
-	row.Lost = len(behind)
-	row.Dup, row.Backwards, row.Details = s.obs.counts()
+	row.Behind = len(behind)
+	// What runs are still under way end before the ledger is read.
+	pause(ScriptRun + WebhookDelay)
+	row.Counters, row.Stall, row.Details = s.obs.verdict(from, s.o.OwedAfter, row.Bound, time.Now())
 	row.Details = append(row.Details, behind...)
 	if err := s.alive(); err != nil {
 		row.Err = err.Error()
 	}
 	return row
+}
+
+// publishAll publishes the next version of every policy.
+func (s *stack) publishAll(ctx context.Context) error {
+	for p := 0; p < s.o.Policies; p++ {
+		if err := s.publish(ctx, policyID(p)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // inject starts the fault and returns once it is in effect (the process
@@ -329,6 +385,12 @@ func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 			return err
 		}
 		return nil
+	case strings.HasPrefix(fault, "replace-"):
+		return s.replace(ctx, strings.TrimPrefix(fault, "replace-"), started)
+	case fault == FaultScriptFails:
+		return s.scriptsFail(ctx, started)
+	case fault == FaultConsulEdit:
+		return s.editConsul(ctx, started)
 	case fault == FaultBrokerRestart:
 		s.broker.Close()
 		started()
@@ -390,4 +452,28 @@ func (s *stack) storm(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ShippedSessionTimeout is the session timeout the Kubernetes manifests
+// give every stage (PF_SESSION_TIMEOUT in deploy/k8s/config.yaml under
+// root), so that the matrix runs the stages as they are shipped: static
+// members under their pod's name with that timeout.
+func ShippedSessionTimeout(root string) (time.Duration, error) {
+	path := filepath.Join(root, "deploy", "k8s", "config.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || k != "PF_SESSION_TIMEOUT" {
+			continue
+		}
+		d, err := time.ParseDuration(strings.Trim(strings.TrimSpace(v), `"'`))
+		if err != nil {
+			return 0, fmt.Errorf("%s: PF_SESSION_TIMEOUT: %w", path, err)
+		}
+		return d, nil
+	}
+	return 0, fmt.Errorf("%s sets no PF_SESSION_TIMEOUT", path)
 }

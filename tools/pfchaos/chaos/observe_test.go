@@ -1,8 +1,12 @@
 package chaos
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,12 +18,15 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 )
 
+func notification(v int) string {
+	return `{"policies":[{"policyName":"P.` + strconv.Itoa(v) + `.xml","policyVersion":"` + strconv.Itoa(v) + `"}],"updated_policies":[],"removed_policies":[]}`
+}
+
 // notify delivers to o's webhook what the agent-notifier would: component
 // c's generation gen holding version v of policy P.
 func notify(t *testing.T, o *observer, c string, gen, v int) {
 	t.Helper()
-	body := `{"policies":[{"policyName":"P.` + strconv.Itoa(v) + `.xml","policyVersion":"` + strconv.Itoa(v) + `"}],"updated_policies":[],"removed_policies":[]}`
-	req := httptest.NewRequest(http.MethodPost, "/hook/"+c, strings.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, "/hook/"+c, strings.NewReader(notification(v)))
 	req.Header.Set(agentnotifier.HeaderGeneration, strconv.Itoa(gen))
 	w := httptest.NewRecorder()
 	o.webhook(w, req)
@@ -28,28 +35,30 @@ func notify(t *testing.T, o *observer, c string, gen, v int) {
 	}
 }
 
-// The observer counts what the matrix promises to count: a generation
-// delivered twice, a generation or a version older than one delivered
+func init() { WebhookDelay = time.Millisecond }
+
+// The observer counts what the matrix promises to count: a finished
+// generation run again, a generation or a version older than one run
 // before, and a Consul item going back to an older version; a newer
 // generation holding the same version (the notifier builds it from
 // Consul when it delivers) is neither.
 func TestObserverCounts(t *testing.T) {
-	o := newObserver(map[string]string{"a": "P", "b": "P"})
+	o := newObserver(map[string]string{"a": "P", "b": "P"}, "")
 	notify(t, o, "a", 1, 1)
 	notify(t, o, "a", 2, 3)
 	notify(t, o, "a", 3, 3) // generation 2 was delivered with 3 already
-	if dup, back, ev := o.counts(); dup != 0 || back != 0 {
-		t.Fatalf("in-order deliveries counted dup %d backwards %d: %v", dup, back, ev)
+	if c := o.c; c.Repeated != 0 || c.Backwards != 0 || c.Runs != 3 || c.Finished != 3 {
+		t.Fatalf("in-order deliveries: %+v %v", c, o.events)
 	}
 	notify(t, o, "a", 3, 3)
-	if dup, back, _ := o.counts(); dup != 1 || back != 0 {
-		t.Fatalf("generation 3 again: dup %d backwards %d, want 1 and 0", dup, back)
+	if c := o.c; c.Repeated != 1 || c.Backwards != 0 {
+		t.Fatalf("generation 3 again: %+v, want 1 repeated", c)
 	}
 	notify(t, o, "b", 5, 4)
 	notify(t, o, "b", 4, 4)
 	notify(t, o, "b", 6, 2)
-	if dup, back, _ := o.counts(); dup != 1 || back != 2 {
-		t.Fatalf("generation 4 after 5, version 2 after 4: dup %d backwards %d, want 1 and 2", dup, back)
+	if c := o.c; c.Repeated != 1 || c.Backwards != 2 {
+		t.Fatalf("generation 4 after 5, version 2 after 4: %+v, want 2 backwards", c)
 	}
 	if got := o.lastNotified("b"); got != 2 {
 		t.Fatalf("last notified version of b: %d, want 2", got)
@@ -61,56 +70,166 @@ func TestObserverCounts(t *testing.T) {
 	}
 	o.sawConsul(consulapi.KVPairs{item("a", 3), item("b", 4), {Key: "other:policies/items/P", Value: []byte(`{"policyVersion":"1"}`)}})
 	o.sawConsul(consulapi.KVPairs{item("a", 3), item("b", 5)})
-	if _, back, ev := o.counts(); back != 0 {
-		t.Fatalf("Consul values going forward counted %d backwards: %v", back, ev)
+	if o.c.Backwards != 0 {
+		t.Fatalf("Consul values going forward counted %d backwards: %v", o.c.Backwards, o.events)
 	}
-	o.sawConsul(consulapi.KVPairs{item("a", 2), item("b", 5)})
-	if _, back, _ := o.counts(); back != 1 {
-		t.Fatalf("Consul item of a from 3 to 2: %d backwards, want 1", back)
+	o.sawConsul(consulapi.KVPairs{item("a", 2), item("b", 5), {Key: consulkv.ItemKey("b", "P"), Value: []byte(`{` + hand + `:true}`)}})
+	if o.c.Backwards != 1 {
+		t.Fatalf("Consul item of a from 3 to 2 (and b edited by hand): %d backwards, want 1", o.c.Backwards)
 	}
 }
 
 func TestMatrixFailed(t *testing.T) {
-	ok := Matrix{{Fault: "kill-matcher"}, {Fault: "consul-down"}}
+	ok := Matrix{{Fault: "kill-matcher", Bound: time.Second}, {Fault: "consul-down", Bound: time.Second, Counters: Counters{Redelivered: 3}}}
 	if ok.Failed() {
 		t.Fatal("a matrix of zeros failed")
 	}
-	for _, r := range []Row{{Lost: 1}, {Dup: 1}, {Backwards: 1}, {Err: "not run"}} {
+	for _, r := range []Row{{Counters: Counters{Lost: 1}}, {Counters: Counters{Repeated: 1}}, {Counters: Counters{Overlapping: 1}},
+		{Counters: Counters{Backwards: 1}}, {Behind: 1}, {Stall: 2 * time.Second, Bound: time.Second}, {Err: "not run"}} {
 		if !append(ok, r).Failed() {
 			t.Errorf("a matrix with %+v did not fail", r)
 		}
 	}
 	var b strings.Builder
-	append(ok, Row{Fault: "broker-restart", Dup: 2, Details: []string{"a notified of generation 3 again"}}).Print(&b)
-	if out := b.String(); !strings.Contains(out, "broker-restart") || !strings.Contains(out, "a notified of generation 3 again") {
-		t.Fatalf("the printed matrix does not show the failed row and its details:\n%s", out)
+	append(ok, Row{Fault: "broker-restart", Counters: Counters{Repeated: 2}, Details: []string{"a: generation 3 run again"}}).Print(&b)
+	out := b.String()
+	for _, want := range []string{"broker-restart", "a: generation 3 run again", "redelivered", "overlapping", "stall/bound"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the printed matrix does not show %q:\n%s", want, out)
+		}
 	}
 }
 
-// A generation delivered again because the fault cut the notifier off
-// between its delivery and the record of its outcome is at least once, as
-// promised, and not a duplicate; delivered again with no fault in
-// between, it is.
+// A generation run again because the fault cut the notifier off between
+// the end of its run and the record of its outcome is at least once, as
+// promised, and not a repeat; run again with no fault in between, it is.
 func TestObserverExcusesRedeliveryAcrossTheFault(t *testing.T) {
-	o := newObserver(map[string]string{"a": "P"})
+	o := newObserver(map[string]string{"a": "P"}, "")
 	notify(t, o, "a", 1, 1)
 	o.mu.Lock()
-	o.gens["a"][1] = time.Now().Add(-time.Minute) // long before the fault
+	o.runs["a"][0].end = time.Now().Add(-time.Minute) // long before the fault
 	o.mu.Unlock()
 	notify(t, o, "a", 2, 2) // just before the fault
 	o.faultStarts()
 	o.faultEnds()
 	notify(t, o, "a", 2, 2) // run again after the kill
-	if dup, _, ev := o.counts(); dup != 0 || o.redelivered != 1 {
-		t.Fatalf("redelivery across the fault: dup %d redelivered %d: %v", dup, o.redelivered, ev)
+	if o.c.Repeated != 0 || o.c.Redelivered != 1 {
+		t.Fatalf("redelivery across the fault: %+v %v", o.c, o.events)
 	}
-	notify(t, o, "a", 1, 2) // delivered long before the fault: a duplicate
-	if dup, _, _ := o.counts(); dup != 1 {
-		t.Fatalf("generation 1 again: dup %d, want 1", dup)
+	notify(t, o, "a", 1, 2) // finished long before the fault: a repeat
+	if o.c.Repeated != 1 {
+		t.Fatalf("generation 1 again: %+v, want 1 repeated", o.c)
 	}
-	notify(t, o, "a", 3, 3)
-	notify(t, o, "a", 3, 3) // both after the fault ended
-	if dup, _, _ := o.counts(); dup != 2 {
-		t.Fatalf("generation 3 twice after the fault: dup %d, want 2", dup)
+}
+
+// A webhook call that arrives while another of the same component is
+// open overlaps it.
+func TestObserverCountsOverlappingWebhookCalls(t *testing.T) {
+	defer func(d time.Duration) { WebhookDelay = d }(WebhookDelay)
+	WebhookDelay = 300 * time.Millisecond
+	o := newObserver(map[string]string{"a": "P"}, "")
+	done := make(chan struct{})
+	go func() { notify(t, o, "a", 1, 1); close(done) }()
+	for o.runsSince("a", time.Time{}) == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	notify(t, o, "a", 2, 2)
+	<-done
+	if o.c.Overlapping != 1 {
+		t.Fatalf("two calls at once: %+v, want 1 overlapping", o.c)
+	}
+}
+
+// The component script writes the ledger the observer reads: a run's
+// start with the notifier's update id, generation and notification, its
+// end with the exit status; a run started while an earlier run of the
+// component is alive writes an overlap line; a run while the fail file
+// exists exits 3.
+func TestScriptLedger(t *testing.T) {
+	defer func(d time.Duration) { ScriptRun = d }(ScriptRun)
+	ScriptRun = 400 * time.Millisecond
+	dir := t.TempDir()
+	path, long := filepath.Join(dir, "c.sh"), filepath.Join(dir, "c-long.sh")
+	if err := os.WriteFile(path, []byte(script(dir, "c")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ScriptRun = 5 * time.Second
+	if err := os.WriteFile(long, []byte(script(dir, "c")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ScriptRun = 400 * time.Millisecond
+	o := newObserver(map[string]string{"c": "P"}, dir)
+	o.published("P", 1)
+	start := func(gen, v int, path string) *exec.Cmd {
+		cmd := exec.CommandContext(context.Background(), path, "policies", notification(v))
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "POLICYFLOW_UPDATE_ID=u" + strconv.Itoa(gen), "POLICYFLOW_GENERATION=" + strconv.Itoa(gen)}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	if err := start(1, 1, path).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	o.readLedgers()
+	if o.c.Runs != 1 || o.c.Finished != 1 || o.c.Overlapping != 0 || o.lastNotified("c") != 1 {
+		t.Fatalf("one run: %+v %v", o.c, o.events)
+	}
+	first := start(2, 2, long)
+	for o.runsSince("c", time.Time{}) < 2 { // its start line is written
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := start(2, 2, path)
+	_, _ = first.Process.Wait()
+	_ = second.Wait()
+	o.readLedgers()
+	if o.c.Overlapping != 1 || o.c.Runs != 3 {
+		t.Fatalf("a run while another is alive: %+v %v", o.c, o.events)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(3, 3, path).Wait(); err == nil {
+		t.Fatal("the script succeeded while the fail file exists")
+	}
+	o.readLedgers()
+	if o.c.FailedRuns != 1 || o.c.Repeated != 0 {
+		t.Fatalf("after a failed run: %+v, want 1 failed and no repeat", o.c)
+	}
+	if err := start(3, 3, path).Wait(); err == nil {
+		t.Fatal("the script succeeded while the fail file exists")
+	}
+	if err := os.Remove(filepath.Join(dir, "fail")); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(3, 3, path).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(3, 3, path).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	o.readLedgers()
+	if o.c.FailedRuns != 2 || o.c.Repeated != 1 || o.c.Finished != 5 {
+		t.Fatalf("generation 3 failed twice, then ran twice: %+v, want the last run a repeat", o.c)
+	}
+}
+
+// A version that stayed the newest for OwedAfter or more is owed to every
+// component, and so is the newest one; a version superseded sooner may
+// be skipped for the newer one.
+func TestVerdictCountsOwedVersionsNeverRun(t *testing.T) {
+	o := newObserver(map[string]string{"a": "P"}, "")
+	from := time.Now()
+	t0 := from.Add(time.Second)
+	o.pubs["P"] = []publication{{1, t0}, {2, t0.Add(10 * time.Millisecond)}, {3, t0.Add(20 * time.Millisecond)},
+		{4, t0.Add(5 * time.Second)}}
+	o.runs["a"] = []*run{{gen: 1, version: 1, start: t0.Add(time.Millisecond), ok: true, ended: true}}
+	c, _, ev := o.verdict(from, 2*time.Second, time.Second, t0.Add(10*time.Second))
+	if c.Lost != 2 { // 3 stayed latest 5 s, 4 is the newest
+		t.Fatalf("lost %d, want 2: %v", c.Lost, ev)
+	}
+	o.runs["a"] = append(o.runs["a"], &run{gen: 2, version: 4, start: t0.Add(6 * time.Second), ok: true, ended: true})
+	if c, _, ev := o.verdict(from, 2*time.Second, time.Second, t0.Add(10*time.Second)); c.Lost != 1 {
+		t.Fatalf("with version 4 run: lost %d, want 1 (version 3 never ran while it was the newest): %v", c.Lost, ev)
 	}
 }

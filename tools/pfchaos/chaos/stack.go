@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,8 +58,12 @@ type stack struct {
 	procMu sync.Mutex
 	procs  map[string]*devstack.StageProc
 	opsOf  map[string]string // each process's ops address, kept across restarts
-	apiURL string
-	token  string
+	// incarnation counts the replacements of each stage: its instance id
+	// is <stage>-<incarnation>.
+	incarnation map[string]int
+	hooks       string // the component scripts' directory
+	apiURL      string
+	token       string
 
 	sim     *pdp.Server
 	base    string // the PDP simulator and the webhooks
@@ -76,7 +82,7 @@ func policyID(i int) string { return "CHAOS.Config_p" + strconv.Itoa(i) }
 // cluster in containers (startCluster) instead of a local agent.
 func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err error) {
 	s = &stack{o: o, log: o.Log, procs: map[string]*devstack.StageProc{}, opsOf: map[string]string{},
-		policy: map[string]string{}, latest: map[string]int{}}
+		policy: map[string]string{}, latest: map[string]int{}, incarnation: map[string]int{}}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -129,13 +135,27 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 		return s, fmt.Errorf("apply topology: %w", err)
 	}
 
-	// The components: each wants one policy and is notified by webhook.
+	// The components: each wants one policy; the even ones are notified
+	// by a script that works ScriptRun, the odd ones by a webhook that
+	// takes WebhookDelay, both writing the ledger of their runs.
+	ledger := filepath.Join(o.Dir, "ledger")
+	s.hooks = filepath.Join(o.Dir, "hooks")
+	for _, d := range []string{ledger, s.hooks} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return s, err
+		}
+	}
 	for i := 0; i < o.Components; i++ {
 		c := fmt.Sprintf("chaos-c%02d", i)
 		s.comps = append(s.comps, c)
 		s.policy[c] = policyID(i % o.Policies)
+		if i%2 == 0 {
+			if err := os.WriteFile(filepath.Join(s.hooks, c+".sh"), []byte(script(ledger, c)), 0o755); err != nil {
+				return s, err
+			}
+		}
 	}
-	s.obs = newObserver(s.policy)
+	s.obs = newObserver(s.policy, ledger)
 	s.sim = pdp.NewServer()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hook/", s.obs.webhook)
@@ -150,14 +170,18 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 	octx, stop := context.WithCancel(context.Background())
 	s.stopObs = stop
 	go s.obs.watchConsul(octx, s.kv)
+	go s.obs.followLedgers(octx)
 
 	codec := events.Default()
 	var recs []*kgo.Record
 	now := time.Now().UTC()
 	for i, c := range s.comps {
+		notify := events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: s.base + "/hook/" + c, TimeoutMs: 10000}
+		if i%2 == 0 {
+			notify = events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: filepath.Join(s.hooks, c+".sh"), TimeoutMs: 30000}
+		}
 		v, err := codec.Encode(&events.Component{ComponentID: c, DeploymentID: fmt.Sprintf("chaos-d%02d", i/2), ServiceComponentName: c,
-			Tenant: "chaos", PolicyIDs: []string{s.policy[c]}, Config: "{}", Generation: 1, UpdatedAt: now,
-			Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: s.base + "/hook/" + c, TimeoutMs: 10000}})
+			Tenant: "chaos", PolicyIDs: []string{s.policy[c]}, Config: "{}", Generation: 1, UpdatedAt: now, Notify: notify})
 		if err != nil {
 			return s, err
 		}
@@ -259,13 +283,16 @@ func (s *stack) args(name, member string) []string {
 	}
 	args := []string{"--session-timeout", s.o.SessionTimeout.String()}
 	if member == "" && !s.o.Dynamic {
-		args = append(args, "--instance-id", name+"-0")
+		s.procMu.Lock()
+		n := s.incarnation[name]
+		s.procMu.Unlock()
+		args = append(args, "--instance-id", name+"-"+strconv.Itoa(n))
 	}
 	switch name {
 	case topology.StagePDPIngest:
 		args = append(args, "--pdp-url", s.base)
 	case topology.StageAgentNotifier:
-		args = append(args, "--webhook-allow", "127.0.0.1")
+		args = append(args, "--webhook-allow", "127.0.0.1", "--script-dir", s.hooks)
 	}
 	return args
 }
@@ -328,6 +355,7 @@ func (s *stack) publish(ctx context.Context, pid string) error {
 		return err
 	}
 	client := auth.Client(s.token)
+	s.obs.published(pid, v) // from now on the newest (the PDP holds it)
 	var last error
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -420,4 +448,92 @@ func (s *stack) close() {
 	if s.broker != nil {
 		s.broker.Close()
 	}
+}
+
+// replace kills stage name and starts a replacement under a new instance
+// id, as a new pod would be; the fault is over once it is ready.
+func (s *stack) replace(ctx context.Context, name string, started func()) error {
+	s.procMu.Lock()
+	p := s.procs[name]
+	s.incarnation[name]++
+	s.procMu.Unlock()
+	p.Kill()
+	started()
+	if _, err := s.start(name, ""); err != nil {
+		return err
+	}
+	return s.ready(ctx, name)
+}
+
+// scriptsFail makes every component script fail for FailFor, then asks
+// for a catch-up: the failed notifications must be run again (retried,
+// or by the catch-up).
+func (s *stack) scriptsFail(ctx context.Context, started func()) error {
+	fail := filepath.Join(s.obs.ledgerDir, "fail")
+	if err := os.WriteFile(fail, nil, 0o644); err != nil {
+		return err
+	}
+	started()
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.o.FailFor):
+	}
+	if err := os.Remove(fail); err != nil {
+		return err
+	}
+	return s.catchup(ctx)
+}
+
+// editConsul writes every component's item by hand, as an operator
+// might, then asks for a catch-up: each item must be restored and each
+// component notified again, since it may have read the edited value.
+func (s *stack) editConsul(ctx context.Context, started func()) error {
+	at := time.Now()
+	for _, c := range s.comps {
+		if _, err := s.kv.KV().Put(&consulapi.KVPair{Key: consulkv.ItemKey(c, s.policy[c]), Value: []byte(`{` + hand + `:true}`)},
+			(&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+			return fmt.Errorf("edit %s in Consul: %w", c, err)
+		}
+	}
+	started()
+	if err := s.catchup(ctx); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(s.o.Settle)
+	for {
+		var missing []string
+		for _, c := range s.comps {
+			if s.obs.runsSince(c, at) == 0 {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%d components were not notified after the catch-up restored their edited items: %s",
+				len(missing), strings.Join(missing, ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// catchup asks the North API for a catch-up of everything.
+func (s *stack) catchup(ctx context.Context) error {
+	client := auth.Client(s.token)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.apiURL+"/v1/catchup", strings.NewReader(`{"reason":"chaos"}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("ask for a catch-up: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("ask for a catch-up: %s %s", resp.Status, b)
+	}
+	return nil
 }
