@@ -214,10 +214,14 @@ func TestRollbackOrder(t *testing.T) {
 	h.waitStatus("n2", "successful", "1.1.0")
 	h.must(http.MethodPost, "/v1/orgs/acme/nmps/p/rollback", nil)
 	for _, n := range []string{"n1", "n2"} {
-		h.waitStatus(n, "rollback successful", "1.0.0")
+		h.waitStatus(n, "rolled back", "1.0.0")
 		if got := h.installLines(n); !slices.Equal(got, []string{"packages 1.1.0", "config 1.1.0", "packages 1.0.0", "config 1.0.0"}) {
 			t.Errorf("%s ran %v", n, got)
 		}
+	}
+	// The NMP's status lists them as rolled back to 1.0.0, not failing.
+	if st := h.nmpStatus("p"); len(st.Failing) != 0 || len(st.RolledBack) != 2 || st.RolledBack[0].Version != "1.0.0" || st.States["rolled back"] != 2 {
+		t.Errorf("NMP status %+v", st)
 	}
 	// A node that comes now is not started.
 	h.startAgent("n3", "1.0.0", "amd64", "")

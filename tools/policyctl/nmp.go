@@ -344,17 +344,18 @@ func runNMPStatus(ctx context.Context, args []string) error {
 	if *asJSON {
 		return printAnswer(ctx, data)
 	}
+	type nodeState struct{ Node, Status, Version, FailedVersion, Error string }
 	var st struct {
-		Enabled bool           `json:"enabled"`
-		Nodes   int            `json:"nodes"`
-		States  map[string]int `json:"states"`
-		Failing []struct {
-			Node, Status, FailedVersion, Error string
-		} `json:"failing"`
-		Rollout struct {
-			Started, Failed int64
-			Paused          bool
-			Reason          string
+		Enabled        bool           `json:"enabled"`
+		Nodes          int            `json:"nodes"`
+		States         map[string]int `json:"states"`
+		Failing        []nodeState    `json:"failing"`
+		PrecheckFailed []nodeState    `json:"precheckFailed"`
+		RolledBack     []nodeState    `json:"rolledBack"`
+		Rollout        struct {
+			Started, Failed, PrecheckFailed int64
+			Paused                          bool
+			Reason                          string
 		} `json:"rollout"`
 	}
 	if err := json.Unmarshal(data, &st); err != nil {
@@ -382,6 +383,18 @@ func runNMPStatus(ctx context.Context, args []string) error {
 		fmt.Fprintln(w, "Failing nodes:")
 		for _, f := range st.Failing {
 			fmt.Fprintf(w, "  %s: %s (version %s) %s\n", f.Node, f.Status, f.FailedVersion, f.Error)
+		}
+	}
+	if len(st.PrecheckFailed) > 0 {
+		fmt.Fprintln(w, "Nodes that cannot take the upgrade (precheck failed; not counted as failures):")
+		for _, f := range st.PrecheckFailed {
+			fmt.Fprintf(w, "  %s: running %s: %s\n", f.Node, f.Version, f.Error)
+		}
+	}
+	if len(st.RolledBack) > 0 {
+		fmt.Fprintln(w, "Nodes rolled back on order:")
+		for _, f := range st.RolledBack {
+			fmt.Fprintf(w, "  %s: back to %s\n", f.Node, f.Version)
 		}
 	}
 	return nil

@@ -183,7 +183,7 @@ func (a *Agent) consider(ctx context.Context, d *Directive) (*Directive, <-chan 
 		// after this node reached the version changes nothing: the
 		// report stays the one that says so.
 		if l := a.st.LastStatus; l != nil && l.Policy == d.Policy && l.SoftwareVersion == a.st.Version &&
-			(l.Status == nmp.StateSuccessful || l.Status == nmp.StateNoActionRequired || l.Status == nmp.StateRollbackSuccessful) {
+			(l.Status == nmp.StateSuccessful || l.Status == nmp.StateNoActionRequired || l.Status == nmp.StateRollbackSuccessful || l.Status == nmp.StateRolledBack) {
 			_ = a.save()
 			return nil, nil
 		}
@@ -268,7 +268,8 @@ func (a *Agent) upgrade(ctx context.Context) {
 	}
 	_ = a.retry(ctx, "register", func() error { return a.register(ctx) })
 	if wasRollback {
-		a.report(ctx, d, nmp.StateRollbackSuccessful, "")
+		// An ordered rollback, not a failed upgrade's.
+		a.report(ctx, d, nmp.StateRolledBack, "")
 	} else {
 		a.report(ctx, d, nmp.StateSuccessful, "")
 	}
