@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,6 +29,14 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 func env(k, d string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
+	}
+	return d
+}
+
+// envInt is the integer in the environment variable k, or d.
+func envInt(k string, d int) int {
+	if n, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return n
 	}
 	return d
 }
@@ -49,6 +58,7 @@ func main() {
 	restart := fs.String("restart-cmd", env("PF_RESTART_CMD", ""), "command run after a successful install (env PF_RESTART_CMD)")
 	pollWait := fs.Duration("poll-wait", 60*time.Second, "long poll wait")
 	cmdTimeout := fs.Duration("cmd-timeout", 5*time.Minute, "timeout of the install and restart commands")
+	downloads := fs.Int("download-attempts", envInt("PF_DOWNLOAD_ATTEMPTS", edgeagent.DefaultDownloadAttempts), "how many times a package download is tried, with backoff, before the node reports download failed (env PF_DOWNLOAD_ATTEMPTS)")
 	logLevel := fs.String("log-level", env("PF_LOG_LEVEL", "info"), "log level")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -88,6 +98,7 @@ func main() {
 		PollWait:       *pollWait,
 		Log:            runtime.NewLogger(os.Stderr, *logLevel, false).With().Str("node", *org+"/"+*node).Logger(),
 	}
+	cfg.DownloadAttempts = *downloads
 	a, err := edgeagent.New(cfg)
 	if err != nil {
 		fail("%v", err)
