@@ -24,7 +24,7 @@ const (
 	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
 	nmpDisableSummary  = "disable an NMP: nodes that have not started do not start"
 	nmpStatusSummary   = "show an NMP's rollout: nodes per state, the failing nodes, whether it is paused"
-	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict"
+	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict; --versions: which agent version each runs"
 	nmpResumeSummary   = "resume a rollout paused by its failure threshold (failures so far no longer count)"
 	nmpRollbackSummary = "order the nodes an NMP upgraded back to their previous version; nodes it did not upgrade do not start"
 )
@@ -39,7 +39,7 @@ func init() {
 	register(command{name: "nmp resume", summary: nmpResumeSummary, run: nmpOne("resume", nmpResumeSummary, http.MethodPost, "/resume")})
 	register(command{name: "nmp rollback", summary: nmpRollbackSummary, run: nmpOne("rollback", nmpRollbackSummary, http.MethodPost, "/rollback")})
 	register(command{name: "nmp status", summary: nmpStatusSummary, run: runNMPStatus})
-	register(command{name: "nmp nodes", summary: nmpNodesSummary, run: nmpOne("nodes", nmpNodesSummary, http.MethodGet, "/nodes")})
+	register(command{name: "nmp nodes", summary: nmpNodesSummary, run: runNMPNodes})
 }
 
 // nmpTemplate is what `nmp new` prints: every field, with its meaning.
@@ -294,6 +294,43 @@ func runNMPEnable(ctx context.Context, args []string) error {
 		return confirmHint(err)
 	}
 	return printPublish(ctx, *org, fs.Arg(0), ans)
+}
+
+func runNMPNodes(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "nmp nodes", nmpNodesSummary, "NAME")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	versions := fs.Bool("versions", false, "print each node with the agent version it runs")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := needOrg(*org); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageErrorf("nmp nodes takes the NMP's NAME, got %d arguments", fs.NArg())
+	}
+	ans, err := api.do(ctx, http.MethodGet, nmpPath(*org, fs.Arg(0))+"/nodes", nil)
+	if err != nil {
+		return err
+	}
+	if !*versions {
+		return printAnswer(ctx, ans)
+	}
+	var nn struct {
+		Nodes     []string          `json:"nodes"`
+		Versions  map[string]string `json:"versions"`
+		Conflicts map[string]string `json:"conflicts"`
+	}
+	if err := json.Unmarshal(ans, &nn); err != nil {
+		return fmt.Errorf("the North API's answer is not the node list expected: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVERSION\tIGNORED FOR")
+	for _, n := range nn.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", n, nn.Versions[n], nn.Conflicts[*org+"/"+n])
+	}
+	return tw.Flush()
 }
 
 // nmpOne is a command on one NMP that prints the API's answer.

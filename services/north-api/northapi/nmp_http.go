@@ -251,11 +251,16 @@ func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *httpError {
 		return e
 	}
 	nodes := []string{}
+	versions := map[string]string{} // node -> the agent version it registered
 	for _, k := range s.nm.world.NodesOf(p) {
 		_, n := splitKey(k)
 		nodes = append(nodes, n)
+		if node := s.nm.world.Node(k); node != nil {
+			versions[n] = node.Ev.SoftwareVersion
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "conflicts": s.nm.world.Conflicts(p)})
+	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "versions": versions,
+		"conflicts": s.nm.world.Conflicts(p)})
 	return nil
 }
 
