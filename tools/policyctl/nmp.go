@@ -296,21 +296,36 @@ func runNMPEnable(ctx context.Context, args []string) error {
 	return printPublish(ctx, *org, fs.Arg(0), ans)
 }
 
-func runNMPNodes(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "nmp nodes", nmpNodesSummary, "NAME")
+// parseNMPCommand parses the flags of a command on one NMP (more adds the
+// command's own) and answers the API client, the org and the NMP's name.
+func parseNMPCommand(ctx context.Context, verb, summary string, args []string, more func(*flag.FlagSet)) (*apiClient, string, string, error) {
+	fs := newFlagSet(ctx, "nmp "+verb, summary, "NAME")
 	api := registerAPIFlags(fs)
 	org := registerOrgFlag(fs)
-	versions := fs.Bool("versions", false, "print each node with the agent version it runs")
+	if more != nil {
+		more(fs)
+	}
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, "", "", err
 	}
 	if err := needOrg(*org); err != nil {
-		return err
+		return nil, "", "", err
 	}
 	if fs.NArg() != 1 {
-		return usageErrorf("nmp nodes takes the NMP's NAME, got %d arguments", fs.NArg())
+		return nil, "", "", usageErrorf("nmp %s takes the NMP's NAME, got %d arguments", verb, fs.NArg())
 	}
-	ans, err := api.do(ctx, http.MethodGet, nmpPath(*org, fs.Arg(0))+"/nodes", nil)
+	return api, *org, fs.Arg(0), nil
+}
+
+func runNMPNodes(ctx context.Context, args []string) error {
+	var versions *bool
+	api, org, name, err := parseNMPCommand(ctx, "nodes", nmpNodesSummary, args, func(fs *flag.FlagSet) {
+		versions = fs.Bool("versions", false, "print each node with the agent version it runs")
+	})
+	if err != nil {
+		return err
+	}
+	ans, err := api.do(ctx, http.MethodGet, nmpPath(org, name)+"/nodes", nil)
 	if err != nil {
 		return err
 	}
@@ -328,7 +343,7 @@ func runNMPNodes(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tVERSION\tIGNORED FOR")
 	for _, n := range nn.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", n, nn.Versions[n], nn.Conflicts[*org+"/"+n])
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", n, nn.Versions[n], nn.Conflicts[org+"/"+n])
 	}
 	return tw.Flush()
 }
@@ -336,23 +351,15 @@ func runNMPNodes(ctx context.Context, args []string) error {
 // nmpOne is a command on one NMP that prints the API's answer.
 func nmpOne(verb, summary, method, suffix string) func(ctx context.Context, args []string) error {
 	return func(ctx context.Context, args []string) error {
-		fs := newFlagSet(ctx, "nmp "+verb, summary, "NAME")
-		api := registerAPIFlags(fs)
-		org := registerOrgFlag(fs)
-		if err := parseFlags(fs, args); err != nil {
+		api, org, name, err := parseNMPCommand(ctx, verb, summary, args, nil)
+		if err != nil {
 			return err
-		}
-		if err := needOrg(*org); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return usageErrorf("nmp %s takes the NMP's NAME, got %d arguments", verb, fs.NArg())
 		}
 		var body []byte
 		if method == http.MethodPost {
 			body = []byte(`{}`)
 		}
-		ans, err := api.do(ctx, method, nmpPath(*org, fs.Arg(0))+suffix, body)
+		ans, err := api.do(ctx, method, nmpPath(org, name)+suffix, body)
 		if err != nil {
 			return err
 		}
