@@ -99,6 +99,33 @@ func TestFailedInstallRollsBackAndANewerVersionIsTried(t *testing.T) {
 	}
 }
 
+// A package the hub serves corrupt for a moment is downloaded again: the
+// node upgrades to it without waiting for a newer package.
+func TestBrieflyCorruptPackageIsDownloadedAgain(t *testing.T) {
+	h := start(t)
+	h.publishPackage("1.0.0")
+	file := h.publishPackage("1.1.0")
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("corrupt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.startAgent("n1", "1.0.0", "amd64", "")
+	h.must(http.MethodPut, "/v1/orgs/acme/nmps/p", amd64NMP("1.1.0", nil))
+	eventually(t, "n1 tries the download", time.Minute, func() error {
+		if s, _ := h.status("n1"); s.Status != "download started" && s.Status != "download failed" {
+			return errorf("n1: %+v", s)
+		}
+		return nil
+	})
+	if err := os.WriteFile(file, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("n1", "successful", "1.1.0")
+}
+
 // With a failure threshold, enough failures pause the rollout: a node
 // that has not started gets no start until the NMP is resumed.
 func TestThresholdPausesTheRollout(t *testing.T) {

@@ -44,6 +44,7 @@ type hub struct {
 	admin      string // admin token
 	agent      string // agent token
 	control    string // what the install script reads and writes
+	packageDir string // where the North API stores the packages
 	installCmd string
 	containers bool // agents run as containers of agentImage
 	agents     map[string]*agentProc
@@ -131,7 +132,7 @@ func start(t *testing.T) *hub {
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
-	h := &hub{t: t, control: t.TempDir(), agents: map[string]*agentProc{}}
+	h := &hub{t: t, control: t.TempDir(), packageDir: t.TempDir(), agents: map[string]*agentProc{}}
 	// On the containers backend the agents are containers too (host
 	// network, so they reach the North API this process serves).
 	if b.Kind == backend.KindContainers {
@@ -175,7 +176,7 @@ func start(t *testing.T) *hub {
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := northapi.ServeListener(ctx, env, ln, northapi.Options{Consul: b.Consul(), Tokens: tokens, PackageDir: t.TempDir()}); err != nil && ctx.Err() == nil {
+		if err := northapi.ServeListener(ctx, env, ln, northapi.Options{Consul: b.Consul(), Tokens: tokens, PackageDir: h.packageDir}); err != nil && ctx.Err() == nil {
 			t.Errorf("north api: %v", err)
 		}
 	}()
@@ -263,7 +264,9 @@ func (h *hub) must(method, path string, body any) []byte {
 }
 
 // publishPackage uploads an agent package of a version.
-func (h *hub) publishPackage(version string) {
+// publishPackage uploads a package of version and answers the file the
+// hub stores it in.
+func (h *hub) publishPackage(version string) string {
 	h.t.Helper()
 	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: version, ConfigVersion: version}, map[string][]byte{
 		"packages/agent.bin": []byte("agent " + version), "config/agent.cfg": []byte("HUB=" + h.api),
@@ -283,6 +286,7 @@ func (h *hub) publishPackage(version string) {
 	if resp.StatusCode != 200 {
 		h.t.Fatalf("upload %s: %d %s", version, resp.StatusCode, out)
 	}
+	return filepath.Join(h.packageDir, hex.EncodeToString(sum[:])+".tar.gz")
 }
 
 // agentProc is one running edge agent.
