@@ -1,10 +1,11 @@
 // Package edgeagent is the reference edge agent of node management: it
 // registers its node with the hub, long-polls the node's directive, and at
-// the directive's start time downloads the agent package, checks its
-// SHA-256, runs the install command for each of the package's directories,
-// restarts, and reports each step. A failed step rolls the node back to
-// its previous version; a failed version is never tried again, a newer one
-// is. Its position is kept on disk, so a restart resumes (a download is
+// the directive's start time prechecks the host, downloads the agent
+// package (with retries), checks its SHA-256, runs the install command for
+// each of the package's directories, restarts, and reports each step. A
+// failed download is tried again after a backoff; a failed install rolls
+// the node back to its previous version, and that version is never tried
+// again, a newer one is. Its position is kept on disk, so a restart resumes (a download is
 // started again; an interrupted install is rolled back, then tried once
 // more).
 package edgeagent
