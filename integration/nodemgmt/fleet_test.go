@@ -200,6 +200,14 @@ func TestConflictingPolicies(t *testing.T) {
 	if d := h.directive("n3"); d.Policy != "acme/second" || len(d.Conflicts) != 1 || !strings.Contains(d.Conflicts[0], "acme/first: ignored") {
 		t.Errorf("n3: %+v", d)
 	}
+	// Each NMP's status says where it is ignored, and keeps its own
+	// nodes' states.
+	if st := h.nmpStatus("second"); st.States["ignored (conflict with acme/first)"] != 2 || st.States["successful"] != 1 {
+		t.Errorf("status of second: %+v", st.States)
+	}
+	if st := h.nmpStatus("first"); st.States["successful"] != 2 || st.States["ignored (conflict with acme/second)"] != 1 {
+		t.Errorf("status of first: %+v", st.States)
+	}
 }
 
 // An agent killed in the middle of an install rolls back when it starts
