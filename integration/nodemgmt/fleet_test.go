@@ -102,6 +102,33 @@ func TestFailedInstallRollsBackAndANewerVersionIsTried(t *testing.T) {
 	}
 }
 
+// A package the hub serves corrupt for a moment is downloaded again: the
+// node upgrades to it without waiting for a newer package.
+func TestBrieflyCorruptPackageIsDownloadedAgain(t *testing.T) {
+	h := start(t)
+	h.publishPackage("1.0.0")
+	file := h.publishPackage("1.1.0")
+	good, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("corrupt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.startAgent("n1", "1.0.0", "amd64", "")
+	h.must(http.MethodPut, "/v1/orgs/acme/nmps/p", amd64NMP("1.1.0", nil))
+	eventually(t, "n1 tries the download", time.Minute, func() error {
+		if s, _ := h.status("n1"); s.Status != "download started" && s.Status != "download failed" {
+			return errorf("n1: %+v", s)
+		}
+		return nil
+	})
+	if err := os.WriteFile(file, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("n1", "successful", "1.1.0")
+}
+
 // With a failure threshold, enough failures pause the rollout: a node
 // that has not started gets no start until the NMP is resumed.
 func TestThresholdPausesTheRollout(t *testing.T) {
@@ -176,6 +203,14 @@ func TestConflictingPolicies(t *testing.T) {
 	if d := h.directive("n3"); d.Policy != "acme/second" || len(d.Conflicts) != 1 || !strings.Contains(d.Conflicts[0], "acme/first: ignored") {
 		t.Errorf("n3: %+v", d)
 	}
+	// Each NMP's status says where it is ignored, and keeps its own
+	// nodes' states.
+	if st := h.nmpStatus("second"); st.States["ignored (conflict with acme/first)"] != 2 || st.States["successful"] != 1 {
+		t.Errorf("status of second: %+v", st.States)
+	}
+	if st := h.nmpStatus("first"); st.States["successful"] != 2 || st.States["ignored (conflict with acme/second)"] != 1 {
+		t.Errorf("status of first: %+v", st.States)
+	}
 }
 
 // An agent killed in the middle of an install rolls back when it starts
@@ -217,10 +252,14 @@ func TestRollbackOrder(t *testing.T) {
 	h.waitStatus("n2", "successful", "1.1.0")
 	h.must(http.MethodPost, "/v1/orgs/acme/nmps/p/rollback", nil)
 	for _, n := range []string{"n1", "n2"} {
-		h.waitStatus(n, "rollback successful", "1.0.0")
+		h.waitStatus(n, "rolled back", "1.0.0")
 		if got := h.installLines(n); !slices.Equal(got, []string{"packages 1.1.0", "config 1.1.0", "packages 1.0.0", "config 1.0.0"}) {
 			t.Errorf("%s ran %v", n, got)
 		}
+	}
+	// The NMP's status lists them as rolled back to 1.0.0, not failing.
+	if st := h.nmpStatus("p"); len(st.Failing) != 0 || len(st.RolledBack) != 2 || st.RolledBack[0].Version != "1.0.0" || st.States["rolled back"] != 2 {
+		t.Errorf("NMP status %+v", st)
 	}
 	// A node that comes now is not started.
 	h.startAgent("n3", "1.0.0", "amd64", "")

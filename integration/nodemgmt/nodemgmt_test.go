@@ -46,6 +46,7 @@ type hub struct {
 	agent      string // agent token
 	key        ed25519.PrivateKey
 	control    string // what the install script reads and writes
+	packageDir string // where the North API stores the packages
 	installCmd string
 	containers bool // agents run as containers of agentImage
 	agents     map[string]*agentProc
@@ -133,7 +134,7 @@ func start(t *testing.T) *hub {
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
-	h := &hub{t: t, control: t.TempDir(), agents: map[string]*agentProc{}}
+	h := &hub{t: t, control: t.TempDir(), packageDir: t.TempDir(), agents: map[string]*agentProc{}}
 	// On the containers backend the agents are containers too (host
 	// network, so they reach the North API this process serves).
 	if b.Kind == backend.KindContainers {
@@ -189,7 +190,7 @@ func start(t *testing.T) *hub {
 	}()
 	go func() {
 		defer func() { done <- struct{}{} }()
-		if err := northapi.ServeListener(ctx, env, ln, northapi.Options{Consul: b.Consul(), Tokens: tokens, PackageDir: t.TempDir()}); err != nil && ctx.Err() == nil {
+		if err := northapi.ServeListener(ctx, env, ln, northapi.Options{Consul: b.Consul(), Tokens: tokens, PackageDir: h.packageDir}); err != nil && ctx.Err() == nil {
 			t.Errorf("north api: %v", err)
 		}
 	}()
@@ -277,14 +278,15 @@ func (h *hub) must(method, path string, body any) []byte {
 }
 
 // publishPackage uploads an agent package of a version, signed with the
-// key the agents trust.
-func (h *hub) publishPackage(version string) {
+// key the agents trust, and answers the file the hub stores it in.
+func (h *hub) publishPackage(version string) string {
 	h.t.Helper()
-	h.publishSigned(version, h.key)
+	return h.publishSigned(version, h.key)
 }
 
-// publishSigned uploads an agent package of a version signed with key.
-func (h *hub) publishSigned(version string, key ed25519.PrivateKey) {
+// publishSigned uploads an agent package of a version signed with key,
+// and answers the file the hub stores it in.
+func (h *hub) publishSigned(version string, key ed25519.PrivateKey) string {
 	h.t.Helper()
 	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: version, ConfigVersion: version}, map[string][]byte{
 		"packages/agent.bin": []byte("agent " + version), "config/agent.cfg": []byte("HUB=" + h.api),
@@ -307,6 +309,7 @@ func (h *hub) publishSigned(version string, key ed25519.PrivateKey) {
 	if resp.StatusCode != 200 {
 		h.t.Fatalf("upload %s: %d %s", version, resp.StatusCode, out)
 	}
+	return filepath.Join(h.packageDir, hex.EncodeToString(sum[:])+".tar.gz")
 }
 
 // agentProc is one running edge agent.

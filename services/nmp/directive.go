@@ -226,35 +226,14 @@ type Input struct {
 func Compute(in Input, issued time.Time) *events.AgentDirective {
 	n := in.Node
 	d := &events.AgentDirective{Org: n.Ev.Org, Node: n.Ev.Node, IssuedAt: issued.UTC().Truncate(time.Millisecond), Conflicts: []string{}}
-	var apply []*Policy
-	for _, p := range in.Policies {
-		if p.Ev.Enabled && p.Ev.AgentUpgrade != nil && p.Applies(n) {
-			apply = append(apply, p)
-		}
-	}
-	if len(apply) == 0 {
+	apply, win, enacted := choose(in)
+	if win == nil {
 		d.Action, d.Reason = ActionNone, "no enabled node management policy applies to the node"
 		d.DirectiveID = directiveID(d)
 		return d
 	}
-	sort.Slice(apply, func(i, j int) bool { // newest first
-		a, b := apply[i].Ev.LastUpdated, apply[j].Ev.LastUpdated
-		if !a.Equal(b) {
-			return a.After(b)
-		}
-		return apply[i].Key > apply[j].Key
-	})
-	win := apply[0]
-	enacted := false
-	if st := in.Status; st != nil && st.Policy != "" {
-		for _, p := range apply {
-			if p.Key == st.Policy && st.Status != "" && st.Status != StateWaiting {
-				win, enacted = p, true
-			}
-		}
-	}
 	for _, p := range apply {
-		if p == win || p.intent() == win.intent() {
+		if !conflicting(p, win) {
 			continue
 		}
 		why := "newer"
@@ -315,6 +294,41 @@ func Compute(in Input, issued time.Time) *events.AgentDirective {
 	d.DirectiveID = directiveID(d)
 	return d
 }
+
+// choose lists the NMPs that apply to the node, are enabled and carry an
+// upgrade policy (newest first) and picks the one in force: the one
+// enacted on the node (named by its last status, past waiting), else the
+// newest. win is nil when none applies.
+func choose(in Input) (apply []*Policy, win *Policy, enacted bool) {
+	for _, p := range in.Policies {
+		if p.Ev.Enabled && p.Ev.AgentUpgrade != nil && p.Applies(in.Node) {
+			apply = append(apply, p)
+		}
+	}
+	if len(apply) == 0 {
+		return nil, nil, false
+	}
+	sort.Slice(apply, func(i, j int) bool { // newest first
+		a, b := apply[i].Ev.LastUpdated, apply[j].Ev.LastUpdated
+		if !a.Equal(b) {
+			return a.After(b)
+		}
+		return apply[i].Key > apply[j].Key
+	})
+	win = apply[0]
+	if st := in.Status; st != nil && st.Policy != "" {
+		for _, p := range apply {
+			if p.Key == st.Policy && st.Status != "" && st.Status != StateWaiting {
+				win, enacted = p, true
+			}
+		}
+	}
+	return apply, win, enacted
+}
+
+// conflicting says whether p, applying to a node where win is in force,
+// is ignored there for asking something else.
+func conflicting(p, win *Policy) bool { return p != win && p.intent() != win.intent() }
 
 // directiveID names what the agent is asked to do, so it changes exactly
 // when that does (never with IssuedAt).

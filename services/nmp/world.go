@@ -14,11 +14,15 @@ import (
 // use.
 type World struct {
 	mu       sync.RWMutex
-	policies map[string]*Policy            // by org/name
-	byOrg    map[string]map[string]*Policy // org -> key -> policy
-	nodes    map[string]*Node              // by org/node
-	orgNodes map[string]map[string]*Node   // org -> key -> node
-	status   map[string]*events.AgentStatus
+	policies map[string]*Policy             // by org/name
+	byOrg    map[string]map[string]*Policy  // org -> key -> policy
+	nodes    map[string]*Node               // by org/node
+	orgNodes map[string]map[string]*Node    // org -> key -> node
+	status   map[string]*events.AgentStatus // the node's last report, by org/node
+	// history is the last report about each NMP, by org/node then NMP
+	// key: a report about one NMP does not erase the node's state for
+	// another.
+	history  map[string]map[string]*events.AgentStatus
 	packages Packages
 	latest   *events.AgentPackage
 	tallies  map[string]*Tally // by policy key
@@ -30,7 +34,7 @@ func NewWorld() *World {
 	return &World{
 		policies: map[string]*Policy{}, byOrg: map[string]map[string]*Policy{},
 		nodes: map[string]*Node{}, orgNodes: map[string]map[string]*Node{},
-		status: map[string]*events.AgentStatus{}, packages: Packages{},
+		status: map[string]*events.AgentStatus{}, history: map[string]map[string]*events.AgentStatus{}, packages: Packages{},
 		tallies: map[string]*Tally{}, rollouts: map[string]Rollout{},
 	}
 }
@@ -75,8 +79,8 @@ func (w *World) SetPolicy(key string, p *Policy) []string {
 // threshold may have changed).
 func (w *World) retallyLocked(p *Policy) {
 	t := &Tally{}
-	for _, st := range w.status {
-		if st.Policy == p.Key {
+	for _, h := range w.history {
+		if st := h[p.Key]; st != nil {
 			t.Add(p.Ev, st)
 		}
 	}
@@ -103,24 +107,35 @@ func (w *World) SetNode(key string, n *Node) []string {
 	return []string{key}
 }
 
-// SetStatus puts (st non-nil) or removes a node's last report. When the
-// report moves an NMP across its failure threshold, every node of the
-// NMP's org is returned.
+// SetStatus puts (st non-nil) or removes a node's last report. The report
+// replaces the node's last report about the same NMP only; removing
+// forgets every report of the node. When the report moves an NMP across
+// its failure threshold, every node of the NMP's org is returned.
 func (w *World) SetStatus(key string, st *events.AgentStatus) []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	old := w.status[key]
 	touched := map[string]bool{}
-	if old != nil {
+	uncount := func(old *events.AgentStatus) {
 		if p := w.policies[old.Policy]; p != nil {
 			w.tallies[p.Key].Remove(p.Ev, old)
 			touched[p.Key] = true
 		}
 	}
 	if st == nil {
+		for _, old := range w.history[key] {
+			uncount(old)
+		}
 		delete(w.status, key)
+		delete(w.history, key)
 	} else {
 		w.status[key] = st
+		if w.history[key] == nil {
+			w.history[key] = map[string]*events.AgentStatus{}
+		}
+		if old := w.history[key][st.Policy]; old != nil {
+			uncount(old)
+		}
+		w.history[key][st.Policy] = st
 		if p := w.policies[st.Policy]; p != nil {
 			w.tallies[p.Key].Add(p.Ev, st)
 			touched[p.Key] = true
@@ -228,6 +243,59 @@ func (w *World) Status(key string) *events.AgentStatus {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.status[key]
+}
+
+// NodeState is one node's state in an NMP's status.
+type NodeState struct {
+	Node string `json:"node"`
+	// Status is the node's last reported state about the NMP, waiting
+	// when it reported none, or StateIgnored when another NMP with a
+	// different intent is in force on it.
+	Status string `json:"status"`
+	// Version is the agent version the node runs, by its report.
+	Version       string `json:"version,omitempty"`
+	FailedVersion string `json:"failedVersion,omitempty"`
+	Error         string `json:"error,omitempty"`
+}
+
+// NodeStates is the state of every node the NMP applies to, sorted by
+// node: its last report about this NMP (whatever it reported about
+// others since); where it has none, "ignored (conflict with X)" when X,
+// with a different intent, is in force on the node, X's state when X asks
+// the same, else waiting.
+func (w *World) NodeStates(p *Policy) []NodeState {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	pols := make([]*Policy, 0, len(w.byOrg[p.Ev.Org]))
+	for _, q := range w.byOrg[p.Ev.Org] {
+		pols = append(pols, q)
+	}
+	out := []NodeState{}
+	for k, n := range w.orgNodes[p.Ev.Org] {
+		if !p.Applies(n) {
+			continue
+		}
+		ns := NodeState{Node: n.Ev.Node, Status: StateWaiting}
+		st := w.history[k][p.Key]
+		if st == nil || st.Status == "" || st.Status == StateWaiting {
+			st = nil
+			// A disabled NMP is in force nowhere: nothing to compare.
+			inForce := p.Ev.Enabled && p.Ev.AgentUpgrade != nil
+			if _, win, _ := choose(Input{Node: n, Policies: pols, Status: w.status[k]}); inForce && win != nil && win != p {
+				if conflicting(p, win) {
+					ns.Status = StateIgnored(win.Key)
+				} else {
+					st = w.history[k][win.Key]
+				}
+			}
+		}
+		if st != nil && st.Status != "" {
+			ns.Status, ns.Version, ns.FailedVersion, ns.Error = st.Status, st.SoftwareVersion, st.FailedVersion, st.ErrorMessage
+		}
+		out = append(out, ns)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
+	return out
 }
 
 // Node is a registered node.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,14 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 func env(k, d string) string {
 	if v := os.Getenv(k); v != "" {
 		return v
+	}
+	return d
+}
+
+// envInt is the integer in the environment variable k, or d.
+func envInt(k string, d int) int {
+	if n, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return n
 	}
 	return d
 }
@@ -60,6 +69,7 @@ func main() {
 	pollWait := fs.Duration("poll-wait", 60*time.Second, "long poll wait")
 	cmdTimeout := fs.Duration("cmd-timeout", 5*time.Minute, "timeout of the install and restart commands")
 	maxUnpacked := fs.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of an agent package; a package decompressing to more (a gzip bomb) is refused before anything is unpacked")
+	downloads := fs.Int("download-attempts", envInt("PF_DOWNLOAD_ATTEMPTS", edgeagent.DefaultDownloadAttempts), "how many times a package download is tried, with backoff, before the node reports download failed (env PF_DOWNLOAD_ATTEMPTS)")
 	logLevel := fs.String("log-level", env("PF_LOG_LEVEL", "info"), "log level")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == flag.ErrHelp {
@@ -120,6 +130,7 @@ func main() {
 		MaxUnpackedBytes: *maxUnpacked,
 		Log:              runtime.NewLogger(os.Stderr, *logLevel, false).With().Str("node", *org+"/"+*node).Logger(),
 	}
+	cfg.DownloadAttempts = *downloads
 	a, err := edgeagent.New(cfg)
 	if err != nil {
 		fail("%v", err)

@@ -24,7 +24,7 @@ const (
 	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
 	nmpDisableSummary  = "disable an NMP: nodes that have not started do not start"
 	nmpStatusSummary   = "show an NMP's rollout: nodes per state, the failing nodes, whether it is paused"
-	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict"
+	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict; --versions: which agent version each runs"
 	nmpResumeSummary   = "resume a rollout paused by its failure threshold (failures so far no longer count)"
 	nmpRollbackSummary = "order the nodes an NMP upgraded back to their previous version; nodes it did not upgrade do not start"
 )
@@ -39,7 +39,7 @@ func init() {
 	register(command{name: "nmp resume", summary: nmpResumeSummary, run: nmpOne("resume", nmpResumeSummary, http.MethodPost, "/resume")})
 	register(command{name: "nmp rollback", summary: nmpRollbackSummary, run: nmpOne("rollback", nmpRollbackSummary, http.MethodPost, "/rollback")})
 	register(command{name: "nmp status", summary: nmpStatusSummary, run: runNMPStatus})
-	register(command{name: "nmp nodes", summary: nmpNodesSummary, run: nmpOne("nodes", nmpNodesSummary, http.MethodGet, "/nodes")})
+	register(command{name: "nmp nodes", summary: nmpNodesSummary, run: runNMPNodes})
 }
 
 // nmpTemplate is what `nmp new` prints: every field, with its meaning.
@@ -296,26 +296,70 @@ func runNMPEnable(ctx context.Context, args []string) error {
 	return printPublish(ctx, *org, fs.Arg(0), ans)
 }
 
+// parseNMPCommand parses the flags of a command on one NMP (more adds the
+// command's own) and answers the API client, the org and the NMP's name.
+func parseNMPCommand(ctx context.Context, verb, summary string, args []string, more func(*flag.FlagSet)) (*apiClient, string, string, error) {
+	fs := newFlagSet(ctx, "nmp "+verb, summary, "NAME")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	if more != nil {
+		more(fs)
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return nil, "", "", err
+	}
+	if err := needOrg(*org); err != nil {
+		return nil, "", "", err
+	}
+	if fs.NArg() != 1 {
+		return nil, "", "", usageErrorf("nmp %s takes the NMP's NAME, got %d arguments", verb, fs.NArg())
+	}
+	return api, *org, fs.Arg(0), nil
+}
+
+func runNMPNodes(ctx context.Context, args []string) error {
+	var versions *bool
+	api, org, name, err := parseNMPCommand(ctx, "nodes", nmpNodesSummary, args, func(fs *flag.FlagSet) {
+		versions = fs.Bool("versions", false, "print each node with the agent version it runs")
+	})
+	if err != nil {
+		return err
+	}
+	ans, err := api.do(ctx, http.MethodGet, nmpPath(org, name)+"/nodes", nil)
+	if err != nil {
+		return err
+	}
+	if !*versions {
+		return printAnswer(ctx, ans)
+	}
+	var nn struct {
+		Nodes     []string          `json:"nodes"`
+		Versions  map[string]string `json:"versions"`
+		Conflicts map[string]string `json:"conflicts"`
+	}
+	if err := json.Unmarshal(ans, &nn); err != nil {
+		return fmt.Errorf("the North API's answer is not the node list expected: %w", err)
+	}
+	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVERSION\tIGNORED FOR")
+	for _, n := range nn.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", n, nn.Versions[n], nn.Conflicts[org+"/"+n])
+	}
+	return tw.Flush()
+}
+
 // nmpOne is a command on one NMP that prints the API's answer.
 func nmpOne(verb, summary, method, suffix string) func(ctx context.Context, args []string) error {
 	return func(ctx context.Context, args []string) error {
-		fs := newFlagSet(ctx, "nmp "+verb, summary, "NAME")
-		api := registerAPIFlags(fs)
-		org := registerOrgFlag(fs)
-		if err := parseFlags(fs, args); err != nil {
+		api, org, name, err := parseNMPCommand(ctx, verb, summary, args, nil)
+		if err != nil {
 			return err
-		}
-		if err := needOrg(*org); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return usageErrorf("nmp %s takes the NMP's NAME, got %d arguments", verb, fs.NArg())
 		}
 		var body []byte
 		if method == http.MethodPost {
 			body = []byte(`{}`)
 		}
-		ans, err := api.do(ctx, method, nmpPath(*org, fs.Arg(0))+suffix, body)
+		ans, err := api.do(ctx, method, nmpPath(org, name)+suffix, body)
 		if err != nil {
 			return err
 		}
@@ -344,17 +388,18 @@ func runNMPStatus(ctx context.Context, args []string) error {
 	if *asJSON {
 		return printAnswer(ctx, data)
 	}
+	type nodeState struct{ Node, Status, Version, FailedVersion, Error string }
 	var st struct {
-		Enabled bool           `json:"enabled"`
-		Nodes   int            `json:"nodes"`
-		States  map[string]int `json:"states"`
-		Failing []struct {
-			Node, Status, FailedVersion, Error string
-		} `json:"failing"`
-		Rollout struct {
-			Started, Failed int64
-			Paused          bool
-			Reason          string
+		Enabled        bool           `json:"enabled"`
+		Nodes          int            `json:"nodes"`
+		States         map[string]int `json:"states"`
+		Failing        []nodeState    `json:"failing"`
+		PrecheckFailed []nodeState    `json:"precheckFailed"`
+		RolledBack     []nodeState    `json:"rolledBack"`
+		Rollout        struct {
+			Started, Failed, PrecheckFailed int64
+			Paused                          bool
+			Reason                          string
 		} `json:"rollout"`
 	}
 	if err := json.Unmarshal(data, &st); err != nil {
@@ -382,6 +427,18 @@ func runNMPStatus(ctx context.Context, args []string) error {
 		fmt.Fprintln(w, "Failing nodes:")
 		for _, f := range st.Failing {
 			fmt.Fprintf(w, "  %s: %s (version %s) %s\n", f.Node, f.Status, f.FailedVersion, f.Error)
+		}
+	}
+	if len(st.PrecheckFailed) > 0 {
+		fmt.Fprintln(w, "Nodes that cannot take the upgrade (precheck failed; not counted as failures):")
+		for _, f := range st.PrecheckFailed {
+			fmt.Fprintf(w, "  %s: running %s: %s\n", f.Node, f.Version, f.Error)
+		}
+	}
+	if len(st.RolledBack) > 0 {
+		fmt.Fprintln(w, "Nodes rolled back on order:")
+		for _, f := range st.RolledBack {
+			fmt.Fprintf(w, "  %s: back to %s\n", f.Node, f.Version)
 		}
 	}
 	return nil

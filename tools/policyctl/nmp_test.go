@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -69,8 +73,29 @@ func TestNMPCommands(t *testing.T) {
 	if r := policyctl(t, "nmp", "enable", "--yes-all-nodes", "fleet"); r.code != 0 {
 		t.Fatalf("enable: exit %d %q", r.code, r.errOut)
 	}
+	// A node registered at 1.0.0: nmp nodes --versions shows it.
+	tok, err := devstack.EnsureDevToken(os.Getenv("PF_DEV_DATA_DIR"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPut, url+"/v1/orgs/acme/nodes/n1", strings.NewReader(`{"properties": [], "softwareVersion": "1.0.0"}`))
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("register a node: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r = policyctl(t, "nmp", "nodes", "--versions", "fleet")
+		if r.code == 0 && regexp.MustCompile(`(?m)^n1\s+1\.0\.0`).MatchString(r.out) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes --versions: exit %d %q %q", r.code, r.out, r.errOut)
+		}
+	}
 	r = policyctl(t, "nmp", "status", "fleet")
-	if r.code != 0 || !strings.Contains(r.out, "enabled true, 0 node(s)") {
+	if r.code != 0 || !strings.Contains(r.out, "enabled true, 1 node(s)") {
 		t.Fatalf("status: exit %d %q %q", r.code, r.out, r.errOut)
 	}
 	if r := policyctl(t, "nmp", "remove", "fleet"); r.code != 0 {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -95,10 +94,15 @@ type NMPAnswer struct {
 
 // RolloutAnswer is an NMP's safe-rollout state.
 type RolloutAnswer struct {
-	Started int64  `json:"started"`
-	Failed  int64  `json:"failed"`
-	Paused  bool   `json:"paused"`
-	Reason  string `json:"reason,omitempty"`
+	Started        int64  `json:"started"`
+	Failed         int64  `json:"failed"`
+	PrecheckFailed int64  `json:"precheckFailed"`
+	Paused         bool   `json:"paused"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+func rolloutAnswer(ro nmp.Rollout) RolloutAnswer {
+	return RolloutAnswer{Started: ro.Started, Failed: ro.Failed, PrecheckFailed: ro.PrecheckFailed, Paused: ro.Paused, Reason: ro.Reason}
 }
 
 func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *httpError {
@@ -141,9 +145,8 @@ func (s *Server) getNMP(w http.ResponseWriter, r *http.Request) *httpError {
 	if e != nil {
 		return e
 	}
-	ro := s.nm.world.Rollout(p.Key)
-	writeJSON(w, http.StatusOK, NMPAnswer{Org: p.Ev.Org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev),
-		Rollout: &RolloutAnswer{Started: ro.Started, Failed: ro.Failed, Paused: ro.Paused, Reason: ro.Reason}})
+	ro := rolloutAnswer(s.nm.world.Rollout(p.Key))
+	writeJSON(w, http.StatusOK, NMPAnswer{Org: p.Ev.Org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev), Rollout: &ro})
 	return nil
 }
 
@@ -244,23 +247,32 @@ func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *httpError {
 		return e
 	}
 	nodes := []string{}
+	versions := map[string]string{} // node -> the agent version it registered
 	for _, k := range s.nm.world.NodesOf(p) {
 		_, n := splitKey(k)
 		nodes = append(nodes, n)
+		if node := s.nm.world.Node(k); node != nil {
+			versions[n] = node.Ev.SoftwareVersion
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "conflicts": s.nm.world.Conflicts(p)})
+	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "versions": versions,
+		"conflicts": s.nm.world.Conflicts(p)})
 	return nil
 }
 
-// NMPStatus is an NMP's rollout: nodes per state and the failing nodes.
+// NMPStatus is an NMP's rollout: nodes per state (each node's last report
+// about this NMP), the failing nodes, those whose precheck failed and
+// those the NMP rolled back.
 type NMPStatus struct {
-	Org     string         `json:"org"`
-	Name    string         `json:"name"`
-	Enabled bool           `json:"enabled"`
-	Nodes   int            `json:"nodes"`
-	States  map[string]int `json:"states"`
-	Failing []NodeState    `json:"failing"`
-	Rollout RolloutAnswer  `json:"rollout"`
+	Org            string          `json:"org"`
+	Name           string          `json:"name"`
+	Enabled        bool            `json:"enabled"`
+	Nodes          int             `json:"nodes"`
+	States         map[string]int  `json:"states"`
+	Failing        []nmp.NodeState `json:"failing"`
+	PrecheckFailed []nmp.NodeState `json:"precheckFailed"`
+	RolledBack     []nmp.NodeState `json:"rolledBack"`
+	Rollout        RolloutAnswer   `json:"rollout"`
 }
 
 func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *httpError {
@@ -268,18 +280,13 @@ func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *httpError {
 	if e != nil {
 		return e
 	}
-	counts, failing := s.nm.stateCounts(p)
-	sort.Slice(failing, func(i, j int) bool { return failing[i].Node < failing[j].Node })
-	if failing == nil {
-		failing = []NodeState{}
-	}
+	counts, failing, precheck, rolledBack := s.nm.stateCounts(p)
 	n := 0
 	for _, c := range counts {
 		n += c
 	}
-	ro := s.nm.world.Rollout(p.Key)
 	writeJSON(w, http.StatusOK, NMPStatus{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: n, States: counts, Failing: failing,
-		Rollout: RolloutAnswer{Started: ro.Started, Failed: ro.Failed, Paused: ro.Paused, Reason: ro.Reason}})
+		PrecheckFailed: precheck, RolledBack: rolledBack, Rollout: rolloutAnswer(s.nm.world.Rollout(p.Key))})
 	return nil
 }
 

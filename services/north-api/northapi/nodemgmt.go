@@ -192,31 +192,24 @@ func splitKey(k string) (string, string) {
 	return o, n
 }
 
-// stateCounts counts an NMP's nodes per state of their last report.
-func (m *nodeMgmt) stateCounts(p *nmp.Policy) (map[string]int, []NodeState) {
-	counts := map[string]int{}
-	var failing []NodeState
-	for _, k := range m.world.NodesOf(p) {
-		st := m.world.Status(k)
-		state := nmp.StateWaiting
-		if st != nil && st.Policy == p.Key && st.Status != "" {
-			state = st.Status
-		}
-		counts[state]++
-		if st != nil && st.Policy == p.Key && nmp.Failed(st.Status) {
-			_, node := splitKey(k)
-			failing = append(failing, NodeState{Node: node, Status: st.Status, FailedVersion: st.FailedVersion, Error: st.ErrorMessage})
+// stateCounts counts an NMP's nodes per state of their last report about
+// it and lists, apart, the failing ones, those whose precheck failed and
+// those the NMP rolled back.
+func (m *nodeMgmt) stateCounts(p *nmp.Policy) (counts map[string]int, failing, precheck, rolledBack []nmp.NodeState) {
+	counts = map[string]int{}
+	failing, precheck, rolledBack = []nmp.NodeState{}, []nmp.NodeState{}, []nmp.NodeState{}
+	for _, ns := range m.world.NodeStates(p) {
+		counts[ns.Status]++
+		switch {
+		case nmp.Failed(ns.Status):
+			failing = append(failing, ns)
+		case ns.Status == nmp.StatePrecheckFailed:
+			precheck = append(precheck, ns)
+		case ns.Status == nmp.StateRolledBack:
+			rolledBack = append(rolledBack, ns)
 		}
 	}
-	return counts, failing
-}
-
-// NodeState is one node's state in an NMP's status.
-type NodeState struct {
-	Node          string `json:"node"`
-	Status        string `json:"status"`
-	FailedVersion string `json:"failedVersion,omitempty"`
-	Error         string `json:"error,omitempty"`
+	return counts, failing, precheck, rolledBack
 }
 
 func orgOK(org string) error { return nmp.CheckName("org", org) }

@@ -1,11 +1,13 @@
 // Package edgeagent is the reference edge agent of node management: it
 // registers its node with the hub (once with the org token, then with the
 // node's own token), long-polls the node's directive, and at the
-// directive's start time downloads the agent package, checks its SHA-256
-// and its publisher's signature, runs the install command for each of the
-// package's directories, restarts, and reports each step. A failed step rolls the node back to
-// its previous version; a failed version is never tried again, a newer one
-// is. Its position is kept on disk, so a restart resumes (a download is
+// directive's start time prechecks the host, downloads the agent package
+// (with retries), checks its SHA-256 and its publisher's signature, runs
+// the install command for each of the package's directories, restarts,
+// and reports each step. A failed download is tried again after a
+// backoff; a failed install rolls the node back to its previous version,
+// and that version is never tried again, a newer one is. Its position is
+// kept on disk, so a restart resumes (a download is
 // started again; an interrupted install is rolled back, then tried once
 // more).
 package edgeagent
@@ -69,16 +71,40 @@ type Config struct {
 	// rolled back and tried again before the version counts as failed
 	// (default 1).
 	MaxInterrupted int
-	Log            zerolog.Logger
+	// DownloadAttempts is how many times a package download is tried
+	// before the node reports download failed (default 3);
+	// DownloadBackoff is the wait before the second try, doubled before
+	// each next one (default 1s).
+	DownloadAttempts int
+	DownloadBackoff  time.Duration
+	// RetryBackoff is the wait before a node left at download failed
+	// tries the same directive again, doubled after each further failure
+	// up to MaxRetryBackoff (default 30s).
+	RetryBackoff time.Duration
+	// FreeBytes answers the free space of the file system holding a
+	// directory, for the precheck (default: the file system's; where it
+	// cannot be known the check is skipped).
+	FreeBytes func(dir string) (uint64, error)
+	Log       zerolog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
+
+// DefaultDownloadAttempts is how many times a download is tried, as Open
+// Horizon's agent does.
+const DefaultDownloadAttempts = 3
+
+// MaxRetryBackoff bounds the wait before a node left at download failed
+// tries again.
+const MaxRetryBackoff = 10 * time.Minute
 
 // Agent is one node's agent.
 type Agent struct {
 	cfg Config
 	st  *State
 	log zerolog.Logger
+	// retries counts the directive's download failures in a row.
+	retries int
 }
 
 // New loads the agent's state.
@@ -103,6 +129,18 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if len(cfg.TrustedKeys) == 0 {
 		return nil, errors.New("no trusted package key: give --trusted-key with the public key packages are signed with (policyctl agentpackage keygen makes one)")
+	}
+	if cfg.DownloadAttempts <= 0 {
+		cfg.DownloadAttempts = DefaultDownloadAttempts
+	}
+	if cfg.DownloadBackoff <= 0 {
+		cfg.DownloadBackoff = time.Second
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = 30 * time.Second
+	}
+	if cfg.FreeBytes == nil {
+		cfg.FreeBytes = freeBytes
 	}
 	if len(cfg.InstallCmd) == 0 {
 		return nil, errors.New("no install command: give --install-cmd")
@@ -154,11 +192,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case d := <-dirs:
+			a.retries = 0
 			pending, timer = a.consider(ctx, d)
 		case <-timer:
 			d := pending
 			pending, timer = nil, nil
 			a.act(ctx, d)
+			if l := a.st.LastStatus; l != nil && l.Status == nmp.StateDownloadFailed && l.DirectiveID == d.DirectiveID {
+				// Left at download failed: the same directive again
+				// after a backoff, unless a new one comes first.
+				a.retries++
+				wait := min(a.cfg.RetryBackoff<<min(a.retries-1, 16), MaxRetryBackoff)
+				a.log.Info().Dur("in", wait).Msg("the download failed; trying the directive again")
+				pending, timer = d, time.After(wait)
+			}
 		}
 	}
 }
@@ -221,7 +268,7 @@ func (a *Agent) consider(ctx context.Context, d *Directive) (*Directive, <-chan 
 		// after this node reached the version changes nothing: the
 		// report stays the one that says so.
 		if l := a.st.LastStatus; l != nil && l.Policy == d.Policy && l.SoftwareVersion == a.st.Version &&
-			(l.Status == nmp.StateSuccessful || l.Status == nmp.StateNoActionRequired || l.Status == nmp.StateRollbackSuccessful) {
+			(l.Status == nmp.StateSuccessful || l.Status == nmp.StateNoActionRequired || l.Status == nmp.StateRollbackSuccessful || l.Status == nmp.StateRolledBack) {
 			_ = a.save()
 			return nil, nil
 		}
@@ -243,6 +290,14 @@ func (a *Agent) consider(ctx context.Context, d *Directive) (*Directive, <-chan 
 
 // act runs the upgrade (or the rollback order) of a directive.
 func (a *Agent) act(ctx context.Context, d *Directive) {
+	if d.Action == nmp.ActionUpgrade {
+		if err := a.precheck(ctx, d); err != nil {
+			a.log.Warn().Err(err).Str("version", d.TargetVersion).Msg("precheck failed; not starting")
+			a.st.Handled = d.DirectiveID
+			a.report(ctx, d, nmp.StatePrecheckFailed, err.Error())
+			return
+		}
+	}
 	now := a.cfg.Now().UTC()
 	a.st.Phase, a.st.Target, a.st.TargetSHA256, a.st.Policy, a.st.DirectiveID = PhaseDownloading, d.TargetVersion, d.PackageSHA256, d.Policy, d.DirectiveID
 	a.st.Rollback, a.st.Attempts, a.st.UpgradeStart, a.st.UpgradeEnd = d.Action == nmp.ActionRollback, 0, &now, nil
@@ -306,21 +361,24 @@ func (a *Agent) upgrade(ctx context.Context) {
 	}
 	_ = a.retry(ctx, "register", func() error { return a.register(ctx) })
 	if wasRollback {
-		a.report(ctx, d, nmp.StateRollbackSuccessful, "")
+		// An ordered rollback, not a failed upgrade's.
+		a.report(ctx, d, nmp.StateRolledBack, "")
 	} else {
 		a.report(ctx, d, nmp.StateSuccessful, "")
 	}
 }
 
-// fail reports a failed step, rolls the node back to its version when the
-// install had begun, and never tries the version again.
+// fail reports a failed step and, when the install had begun, rolls the
+// node back to its version and never tries the version again. A failed
+// download (nothing installed) leaves the directive unhandled: it is
+// tried again after a backoff, and after a restart.
 func (a *Agent) fail(ctx context.Context, d *Directive, state string, cause error, installed bool) {
 	a.log.Error().Err(cause).Str("version", a.st.Target).Str("state", state).Msg("upgrade failed")
-	if !a.st.Rollback {
+	if !a.st.Rollback && installed {
 		a.st.Failed = a.st.Target
 	}
 	if !installed {
-		a.st.Phase, a.st.Handled = PhaseIdle, a.st.DirectiveID
+		a.st.Phase = PhaseIdle
 		end := a.cfg.Now().UTC()
 		a.st.UpgradeEnd = &end
 		_ = a.save()
@@ -493,7 +551,7 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	}
 	tmp := filepath.Join(a.cfg.StateDir, "download-"+v+".tar.gz")
 	defer os.Remove(tmp)
-	sig, err := a.cfg.Client.Download(ctx, v, sha, tmp)
+	sig, err := a.download(ctx, v, sha, tmp)
 	if err != nil {
 		return err
 	}
@@ -536,6 +594,46 @@ func fileSHA256(path string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// download is Client.Download tried DownloadAttempts times, with
+// backoff; it returns the package's signature.
+func (a *Agent) download(ctx context.Context, v, sha, dest string) (string, error) {
+	wait := a.cfg.DownloadBackoff
+	for attempt := 1; ; attempt++ {
+		sig, err := a.cfg.Client.Download(ctx, v, sha, dest)
+		if err == nil || attempt >= a.cfg.DownloadAttempts || ctx.Err() != nil {
+			return sig, err
+		}
+		a.log.Warn().Err(err).Int("attempt", attempt).Dur("in", wait).Msg("download failed; trying again")
+		if !sleep(ctx, wait) {
+			return "", err
+		}
+		wait *= 2
+	}
+}
+
+// precheck says whether the host can take version d.TargetVersion before
+// anything is downloaded: the file system of the state directory must
+// have room for the package twice (the archive and its unpacked files).
+// What cannot be known (the package's size, the free space) is not
+// checked.
+func (a *Agent) precheck(ctx context.Context, d *Directive) error {
+	if _, err := os.Stat(filepath.Join(a.versionDir(d.TargetVersion), ".complete")); err == nil {
+		return nil // already here: nothing to download
+	}
+	size, err := a.cfg.Client.PackageSize(ctx, d.TargetVersion)
+	if err != nil || size <= 0 {
+		return nil
+	}
+	free, err := a.cfg.FreeBytes(a.cfg.StateDir)
+	if err != nil {
+		return nil
+	}
+	if need := uint64(2 * size); free < need {
+		return fmt.Errorf("not enough free disk for package %s in %s: %d bytes free, %d needed (twice the package's %d bytes)", d.TargetVersion, a.cfg.StateDir, free, need, size)
+	}
+	return nil
 }
 
 // unpack extracts a package nmp.ReadPackage accepted (regular files and

@@ -265,3 +265,12 @@ type HashError struct{ Version, Got, Want string }
 func (e *HashError) Error() string {
 	return fmt.Sprintf("package %s: SHA-256 %s, want %s", e.Version, e.Got, e.Want)
 }
+
+// PackageSize is the size in bytes of a package version on the hub.
+func (c *Client) PackageSize(ctx context.Context, version string) (int64, error) {
+	var p struct {
+		Size int64 `json:"size"`
+	}
+	_, err := c.do(ctx, http.MethodGet, "/v1/agentpackages/"+url.PathEscape(version), nil, &p)
+	return p.Size, err
+}
