@@ -309,8 +309,8 @@ func stuckOn(id string, cbs map[string]participant.Callbacks) map[string]partici
 
 // TestKilledReplica kills (SIGKILL) the only replica in the middle of a
 // deploy: the deploy times out, the registry shows the replica OFF_LINE
-// after the silence, and the deploy, never committed, completes on a
-// replica started afterwards.
+// after the silence, and a replica started afterwards leaves the timed-out
+// deploy (a TIMEOUT is final) and deploys when the runtime asks again.
 func TestKilledReplica(t *testing.T) {
 	s := newSuite(t)
 	child := exec.Command(os.Args[0], "-test.run=^$")
@@ -388,10 +388,24 @@ func TestKilledReplica(t *testing.T) {
 	until("TIMEOUT after the deploy's 500ms", has(ek, "TIMEOUT@victim"))
 	until("the victim OFF_LINE after "+offlineAfter.String()+" of silence", has(rk, "OFF_LINE@victim"))
 
+	// The timed-out deploy is final: r2, which takes the victim's
+	// partition, does not run it again; the runtime asks again with a
+	// new operation, and r2 deploys.
 	r2 := s.replica(t, "r2")
+	again := s.op(t, deploy("i1", "stuck", `{"v":1}`))
 	waitState(t, r2, "i1/stuck DEPLOYED", elementIs("i1", "stuck", acm.Deployed))
-	if st, _ := r2.ElementState("i1", "stuck"); st.ReplicaID != "r2" || st.OperationID != id {
-		t.Errorf("i1/stuck: %+v, want DEPLOYED by r2 for %s", st, id)
+	if st, _ := r2.ElementState("i1", "stuck"); st.ReplicaID != "r2" || st.OperationID != again {
+		t.Errorf("i1/stuck: %+v, want DEPLOYED by r2 for the new operation %s", st, again)
+	}
+	until("DEPLOYED by r2", has(ek, "DEPLOYED@r2"))
+	n := 0
+	for _, x := range history[ek] {
+		if x == "DEPLOYING@r2" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("r2 started the deploy %d times, want once (the new operation, not the timed-out %s): %v", n, id, history[ek])
 	}
 	if v := s.consulValue(t, "i1", "stuck"); v != `{"v":1}` {
 		t.Errorf("Consul holds %q for i1/stuck", v)
