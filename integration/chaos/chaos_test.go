@@ -49,15 +49,7 @@ func build(t *testing.T, dir string) {
 // stage replaced by a new identity, Consul away, a rebalance storm,
 // scripts failing, Consul edited by hand.
 func TestFaultMatrix(t *testing.T) {
-	root, err := devstack.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	timeout, err := chaos.ShippedSessionTimeout(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runMatrix(t, false, timeout, []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
+	runMatrix(t, false, shippedSessionTimeout(t), []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
 		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
 		chaos.FaultScriptFails, chaos.FaultConsulEdit})
 }
@@ -66,6 +58,13 @@ func TestFaultMatrix(t *testing.T) {
 // members (no instance id): every restart is a new identity, bound by
 // the replacement's 20 s.
 func TestFaultMatrixDynamicMembers(t *testing.T) {
+	runMatrix(t, true, shippedSessionTimeout(t), []string{chaos.Kill("consul-writer"), chaos.Kill("agent-notifier")})
+}
+
+// shippedSessionTimeout is the session timeout of the Kubernetes
+// manifests of this checkout.
+func shippedSessionTimeout(t *testing.T) time.Duration {
+	t.Helper()
 	root, err := devstack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +73,7 @@ func TestFaultMatrixDynamicMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runMatrix(t, true, timeout, []string{chaos.Kill("consul-writer"), chaos.Kill("agent-notifier")})
+	return timeout
 }
 
 func runMatrix(t *testing.T, dynamic bool, sessionTimeout time.Duration, faults []string) {
