@@ -68,6 +68,13 @@ type Counters struct {
 	Lost int
 	// Unreadable counts notifications the ledger could not read.
 	Unreadable int
+	// ReadyLied counts the answers 200 of the /readyz of a stage that
+	// needs Consul (the consul-writer, the agent-notifier) while Consul
+	// was down (consul-down, past the probe's timeout and cache);
+	// LagHidden is 1 when the consul-writer's policyflow_consumer_lag
+	// read 0 at the end of an outage long enough for the lag to be read
+	// (LagVisibleAfter) while updates waited for Consul.
+	ReadyLied, LagHidden int
 }
 
 // observer records, continuously and in order, what the components see:
@@ -98,6 +105,21 @@ func newObserver(policyOf map[string]string, ledgerDir string) *observer {
 	return &observer{policyOf: policyOf, runs: map[string][]*run{}, inflight: map[string]int{}, pids: map[string]*run{},
 		consul: map[string]int{}, pubs: map[string][]publication{}, ledgerDir: ledgerDir, offsets: map[string]int64{},
 		since: time.Now()}
+}
+
+// lied counts a readiness answer that said ready while a dependency was
+// down.
+func (o *observer) lied(event string) {
+	o.mu.Lock()
+	o.count(event, &o.c.ReadyLied)
+	o.mu.Unlock()
+}
+
+// lagHidden counts a lag that read 0 while records waited.
+func (o *observer) lagHidden(event string) {
+	o.mu.Lock()
+	o.count(event, &o.c.LagHidden)
+	o.mu.Unlock()
 }
 
 // reset starts the counts of a new fault.
@@ -470,6 +492,34 @@ func (o *observer) lastNotified(c string) int {
 		}
 	}
 	return 0
+}
+
+// open counts the runs under way: script runs started and not ended
+// (whose process is alive) and webhook calls not answered.
+func (o *observer) open() int {
+	o.readLedgers()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for key := range o.pids {
+		if _, pid, ok := strings.Cut(key, "/"); ok && alive(pid) {
+			n++
+		}
+	}
+	for _, k := range o.inflight {
+		n += k
+	}
+	return n
+}
+
+// alive reports whether process pid runs (and is not a zombie).
+func alive(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return !strings.HasPrefix(rest, "Z")
 }
 
 // runsSince counts component c's runs started after t.
