@@ -88,7 +88,9 @@ func runMatrix(t *testing.T, dynamic bool, sessionTimeout time.Duration, faults 
 	o := chaos.Defaults()
 	o.BinDir, o.Dir = bin, t.TempDir()
 	o.Faults, o.Dynamic, o.SessionTimeout = faults, dynamic, sessionTimeout
-	o.Components, o.Updates, o.ConsulDown, o.StormRounds, o.FailFor = 20, 10, 3*time.Second, 2, 3*time.Second
+	// Consul stays down long enough for the consul-writer's committed lag
+	// to be read while updates wait (chaos.LagVisibleAfter).
+	o.Components, o.Updates, o.ConsulDown, o.StormRounds, o.FailFor = 20, 10, chaos.LagVisibleAfter+time.Second, 2, 3*time.Second
 	o.Progress = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -168,7 +168,7 @@ type Row struct {
 // Failed reports a row with something counted or an error.
 func (r Row) Failed() bool {
 	return r.Lost != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
-		r.Unreadable != 0 || r.Stall > r.Bound || r.Err != ""
+		r.Unreadable != 0 || r.ReadyLied != 0 || r.LagHidden != 0 || r.Stall > r.Bound || r.Err != ""
 }
 
 // Matrix is the result of a run.
@@ -181,14 +181,15 @@ func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 // details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tstall/bound\trecovery\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\tstall/bound\trecovery\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
-			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.Stall.Seconds(), r.Bound.Seconds(), rec)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden,
+			r.Stall.Seconds(), r.Bound.Seconds(), rec)
 	}
 	_ = tw.Flush()
 	for _, r := range m {
@@ -335,8 +336,11 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	behind, _ := s.settle(ctx)
 	row.Recovery = time.Since(ended)
 	row.Behind = len(behind)
-	// What runs are still under way end before the ledger is read.
-	pause(ScriptRun + WebhookDelay)
+	// The runs still under way end before the ledger is read: a run
+	// counted later (a repeat, an overlap) must not be missed.
+	for deadline := time.Now().Add(ScriptRun + WebhookDelay + 10*time.Second); s.obs.open() > 0 && time.Now().Before(deadline); {
+		pause(50 * time.Millisecond)
+	}
 	row.Counters, row.Stall, row.Details = s.obs.verdict(from, s.o.OwedAfter, row.Bound, time.Now())
 	row.Details = append(row.Details, behind...)
 	if err := s.alive(); err != nil {
@@ -403,10 +407,9 @@ func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 			return fmt.Errorf("stop Consul: %w", err)
 		}
 		started()
-		select {
-		case <-ctx.Done():
+		s.watchTruth(ctx, time.Now().Add(s.o.ConsulDown))
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case <-time.After(s.o.ConsulDown):
 		}
 		return s.startConsul(ctx, s.consulAddr)
 	case fault == FaultRebalanceStorm:

@@ -537,3 +537,92 @@ func (s *stack) catchup(ctx context.Context) error {
 	}
 	return nil
 }
+
+// The readiness probe of a stage that needs Consul times out after a
+// second and is cached for two: ReadyAfterDown is how long after Consul
+// went down its /readyz may still say ready. The lag is read every five
+// seconds: LagVisibleAfter is how long after records began to wait the
+// lag must show them.
+const (
+	ReadyAfterDown  = 3 * time.Second
+	LagVisibleAfter = 7 * time.Second
+)
+
+// watchTruth checks, until the end, what the stages that need Consul
+// say while it is down: their /readyz must answer not ready once
+// ReadyAfterDown has passed, and, when the outage lasts LagVisibleAfter,
+// the consul-writer's committed lag must be above 0 at its end (updates
+// were published when it began).
+func (s *stack) watchTruth(ctx context.Context, end time.Time) {
+	from := time.Now()
+	client := &http.Client{Timeout: time.Second}
+	for ctx.Err() == nil && time.Now().Before(end) {
+		if time.Since(from) >= ReadyAfterDown {
+			for _, name := range []string{topology.StageConsulWriter, topology.StageAgentNotifier} {
+				s.procMu.Lock()
+				p := s.procs[name]
+				s.procMu.Unlock()
+				if p == nil {
+					continue
+				}
+				resp, err := client.Get("http://" + p.HTTPAddr + "/readyz")
+				if err != nil {
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					s.obs.lied(fmt.Sprintf("%s /readyz answered 200 %s %.1fs after Consul went down", name, strings.TrimSpace(string(b)), time.Since(from).Seconds()))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if end.Sub(from) < LagVisibleAfter {
+		return
+	}
+	s.procMu.Lock()
+	p := s.procs[topology.StageConsulWriter]
+	s.procMu.Unlock()
+	if p == nil {
+		return
+	}
+	lag, err := metricSum(client, "http://"+p.HTTPAddr+"/metrics", "policyflow_consumer_lag")
+	if err != nil {
+		s.obs.lagHidden(fmt.Sprintf("consul-writer's lag not readable at the end of the outage: %v", err))
+	} else if lag == 0 {
+		s.obs.lagHidden(fmt.Sprintf("consul-writer's policyflow_consumer_lag read 0 after %.1fs of Consul down, with updates waiting", time.Since(from).Seconds()))
+	}
+}
+
+// metricSum adds up every series of a metric in a Prometheus text page.
+func metricSum(client *http.Client, url, name string) (float64, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	sum, seen := 0.0, false
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", url, line, err)
+		}
+		sum, seen = sum+v, true
+	}
+	if !seen {
+		return 0, fmt.Errorf("%s has no %s", url, name)
+	}
+	return sum, nil
+}
