@@ -85,7 +85,7 @@ func TestMatrixFailed(t *testing.T) {
 		t.Fatal("a matrix of zeros failed")
 	}
 	for _, r := range []Row{{Counters: Counters{Lost: 1}}, {Counters: Counters{Repeated: 1}}, {Counters: Counters{Overlapping: 1}},
-		{Counters: Counters{Backwards: 1}}, {Behind: 1}, {Stall: 2 * time.Second, Bound: time.Second}, {Err: "not run"}} {
+		{Counters: Counters{Backwards: 1}}, {Counters: Counters{ReadyLied: 1}}, {Counters: Counters{LagHidden: 1}}, {Behind: 1}, {Stall: 2 * time.Second, Bound: time.Second}, {Err: "not run"}} {
 		if !append(ok, r).Failed() {
 			t.Errorf("a matrix with %+v did not fail", r)
 		}
@@ -93,7 +93,7 @@ func TestMatrixFailed(t *testing.T) {
 	var b strings.Builder
 	append(ok, Row{Fault: "broker-restart", Counters: Counters{Repeated: 2}, Details: []string{"a: generation 3 run again"}}).Print(&b)
 	out := b.String()
-	for _, want := range []string{"broker-restart", "a: generation 3 run again", "redelivered", "overlapping", "stall/bound"} {
+	for _, want := range []string{"broker-restart", "a: generation 3 run again", "redelivered", "overlapping", "ready-lied", "lag-hidden", "stall/bound"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("the printed matrix does not show %q:\n%s", want, out)
 		}
