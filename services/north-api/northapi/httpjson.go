@@ -147,8 +147,10 @@ func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
 	if err := dec.Decode(v); err != nil {
 		return errorf(http.StatusBadRequest, "%s; send JSON such as %s", describeJSONError(data, err), example)
 	}
-	if dec.More() {
-		return errorf(http.StatusBadRequest, "malformed JSON: more data after the first JSON value at byte %d; send one JSON value", dec.InputOffset())
+	// More says nothing of a stray '}' or ']': whatever follows the value
+	// but white space is refused.
+	if off := dec.InputOffset(); len(bytes.TrimSpace(data[off:])) > 0 {
+		return errorf(http.StatusBadRequest, "malformed JSON: more data after the first JSON value at byte %d; send one JSON value", off)
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ func TestBodiesAreRefusedWithWhatToFix(t *testing.T) {
 		wants                    []string
 	}{
 		{"sync: malformed", http.MethodPut, "/v2/participants/sync", `{"a":`, []string{"malformed JSON"}},
+		{"sync: a stray brace after the value", http.MethodPut, "/v2/participants/sync", `{}}`, []string{"more data after the first JSON value at byte 2"}},
+		{"NMP PUT: a stray bracket after the value", http.MethodPut, "/v1/orgs/acme/nmps/every", `{"constraints": ["arch == amd64"]}]`, []string{"more data after the first JSON value"}},
 		{"sync: not UTF-8", http.MethodPut, "/v2/participants/sync", "{\"a\": \"\xff\"}", []string{"byte 7 (0xff) is not UTF-8: JSON text must be UTF-8"}},
 		{"sync: deep", http.MethodPut, "/v2/participants/sync", deep, []string{"nest more than 128 levels deep"}},
 		{"sync: null", http.MethodPut, "/v2/participants/sync", "null", []string{"the body is JSON null, not an object"}},
