@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -191,7 +192,11 @@ func (o *observer) started(c string, r *run) {
 	if r.gen >= 0 && r.gen < maxGen {
 		o.count(fmt.Sprintf("%s: generation %d run after %d", c, r.gen, maxGen), &o.c.Backwards)
 	}
-	if r.version < maxVer {
+	if r.version < 0 {
+		// The notification held a value written by hand into Consul
+		// (consul-edit): what Consul held, not a version of the policy.
+		o.events = append(o.events, fmt.Sprintf("%s: generation %d told a value edited by hand in Consul", c, r.gen))
+	} else if r.version < maxVer {
 		o.count(fmt.Sprintf("%s: version %d run after %d", c, r.version, maxVer), &o.c.Backwards)
 	}
 	o.runs[c] = append(prev, r)
@@ -251,8 +256,12 @@ func (o *observer) webhook(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// versionIn is the newest policyVersion among a notification's policies.
+// versionIn is the newest policyVersion among a notification's policies,
+// -1 when one of them is a value written by hand into Consul.
 func versionIn(b []byte) (int, error) {
+	if bytes.Contains(b, []byte(hand)) {
+		return -1, nil
+	}
 	var p struct {
 		Policies []json.RawMessage `json:"policies"`
 	}

@@ -233,3 +233,21 @@ func TestVerdictCountsOwedVersionsNeverRun(t *testing.T) {
 		t.Fatalf("with version 4 run: lost %d, want 1 (version 3 never ran while it was the newest): %v", c.Lost, ev)
 	}
 }
+
+// A notification holding a value written by hand into Consul (consul-edit)
+// tells what Consul held, not a version: it is not a step backwards, and
+// not the component's version.
+func TestObserverTakesHandEditsForNoVersion(t *testing.T) {
+	o := newObserver(map[string]string{"a": "P"}, "")
+	notify(t, o, "a", 1, 49)
+	req := httptest.NewRequest(http.MethodPost, "/hook/a", strings.NewReader(`{"policies":[{`+hand+`:true}]}`))
+	req.Header.Set(agentnotifier.HeaderGeneration, "2")
+	o.webhook(httptest.NewRecorder(), req)
+	if o.c.Backwards != 0 || o.c.Runs != 2 {
+		t.Fatalf("a hand-edited value told: %+v %v, want no step backwards", o.c, o.events)
+	}
+	notify(t, o, "a", 3, 50)
+	if o.c.Backwards != 0 || o.lastNotified("a") != 50 {
+		t.Fatalf("after the repair: %+v, last %d", o.c, o.lastNotified("a"))
+	}
+}
