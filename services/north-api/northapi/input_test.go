@@ -179,3 +179,29 @@ func TestWebhooksToRefusedPortsAreRefused(t *testing.T) {
 		t.Errorf("a webhook to another loopback port: %d %s; want 202", code, raw)
 	}
 }
+
+// TestUncleanPathsAreRefused: a path with '.' or '..' segments or doubled
+// slashes is refused with 400 naming the clean path, with or without a
+// token, instead of being redirected to another route than the one named.
+func TestUncleanPathsAreRefused(t *testing.T) {
+	s := newStack(t, nil)
+	for _, tc := range []struct{ method, path, token, clean string }{
+		{http.MethodGet, "/v1/components/../../healthcheck", "", "/healthcheck"},
+		{http.MethodGet, "/v1/components/c1/../../status", adminToken, "/v1/status"},
+		{http.MethodPut, "/v1/components/./c1", tenantToken, "/v1/components/c1"},
+		{http.MethodDelete, "/v1/orgs/acme/nodes/..", adminToken, "/v1/orgs/acme"},
+		{http.MethodGet, "//v1/deployments/d1", adminToken, "/v1/deployments/d1"},
+	} {
+		var body any
+		if tc.method == http.MethodPut {
+			body = componentBody()
+		}
+		code, out, raw, _ := s.callAs(t, tc.token, tc.method, tc.path, body)
+		if msg, _ := out["error"].(string); code != http.StatusBadRequest || !strings.Contains(msg, "is not clean: send it as "+tc.clean+" (") {
+			t.Errorf("%s %s: %d %s, want 400 naming %s", tc.method, tc.path, code, raw, tc.clean)
+		}
+	}
+	if code, _, raw := s.call(t, http.MethodGet, "/v1/components/c1/status", nil); code == http.StatusBadRequest {
+		t.Errorf("a clean path is refused: %d %s", code, raw)
+	}
+}

@@ -2,6 +2,7 @@ package northapi
 
 import (
 	"net/http"
+	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -59,6 +60,31 @@ type recordingMux struct {
 func (m *recordingMux) Handle(pattern string, h http.Handler) {
 	m.patterns = append(m.patterns, pattern)
 	m.ServeMux.Handle(pattern, h)
+}
+
+// ServeHTTP refuses a path with '.' or '..' segments or doubled slashes:
+// http.ServeMux would answer it with a redirect to the cleaned path, before
+// any token check and without a reason, and a client that follows it calls
+// another route than the one it named.
+func (m *recordingMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
+		writeError(w, errorf(http.StatusBadRequest, "path %s is not clean: send it as %s (no '.' or '..' segment, no doubled '/')", p, cleanPath(p)))
+		return
+	}
+	m.ServeMux.ServeHTTP(w, r)
+}
+
+// cleanPath is the path http.ServeMux serves for p: p rooted and without
+// '.' or '..' segments or doubled slashes, its trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 func (m *recordingMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
