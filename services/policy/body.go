@@ -64,6 +64,10 @@ func PolicyID(policyName string) (string, error) {
 	return id, nil
 }
 
+// versionText is the <version> of a policyName id.<version>.<ext> whose
+// policy_id is id, as written (leading zeros kept).
+func versionText(name, id string) string { return name[len(id)+1 : strings.LastIndexByte(name, '.')] }
+
 // stripVersionSuffix removes a trailing ".<digits>.<letters>" (the regular
 // expression `\.[0-9]+\.[a-zA-Z]+$` of the policy-handler), if present.
 func stripVersionSuffix(name string) string {

@@ -119,7 +119,7 @@ func CheckName(name string) (id string, version int64, err error) {
 	if err := CheckID(id); err != nil {
 		return "", 0, fail("%v", err)
 	}
-	digits := name[len(id)+1 : strings.LastIndexByte(name, '.')]
+	digits := versionText(name, id)
 	version, ok := ParseVersion(digits)
 	if !ok {
 		return "", 0, fail("version %s is too large for an integer", digits)
@@ -201,7 +201,7 @@ func checkBody(b Body, flaw error) (Checked, Body, error) {
 		return refuse("%v", err)
 	}
 	what = fmt.Sprintf("check policy_body %q", name)
-	fromName := name[len(id)+1 : strings.LastIndexByte(name, '.')]
+	fromName := versionText(name, id)
 	vs := fromName
 	if rv, present := b[FieldPolicyVersion]; present {
 		s, isString := rv.(string)

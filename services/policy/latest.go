@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 )
 
 // SkippedBody is a body that took no part in latest-version selection, and
@@ -172,7 +171,7 @@ func selectable(b Body, name string) (id string, v int64, vs string, reason stri
 	raw, present := b[FieldPolicyVersion]
 	switch {
 	case !present && id != name:
-		vs = name[len(id)+1 : strings.LastIndexByte(name, '.')]
+		vs = versionText(name, id)
 	case !present || raw == nil:
 		return "", 0, "", "no policyVersion"
 	default:

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // Notification is a PDP policy notification in ONAP's JSON shape:
@@ -181,7 +180,7 @@ func checkEntry(name, versionNo string) error {
 		return err
 	}
 	if v, ok := ParseVersion(versionNo); !ok || v != version {
-		fromName := name[len(id)+1 : strings.LastIndexByte(name, '.')]
+		fromName := versionText(name, id)
 		return fmt.Errorf("versionNo %s is not the version %s in policyName %s; give versionNo %q or leave it out",
 			quoteShort(versionNo), fromName, quoteShort(name), fromName)
 	}

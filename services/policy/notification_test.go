@@ -88,3 +88,14 @@ func TestLoadedPolicyHeaderAndFromBody(t *testing.T) {
 		t.Fatalf("header does not match: %q", r)
 	}
 }
+
+func TestValidateRefusesAVersionNoOtherThanTheName(t *testing.T) {
+	var n Notification
+	if err := json.Unmarshal([]byte(`{"loadedPolicies":[{"policyName":"DCAE.Config_a.5.xml","versionNo":"6"}]}`), &n); err != nil {
+		t.Fatal(err)
+	}
+	want := `loadedPolicies[0]: versionNo "6" is not the version 5 in policyName "DCAE.Config_a.5.xml"; give versionNo "5" or leave it out`
+	if err := n.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Validate: %v, want %s", err, want)
+	}
+}

@@ -130,6 +130,19 @@ func TestRequestBudget(t *testing.T) {
 	}
 }
 
+// Audit spends a request's budget as Evaluate does: running out is a
+// finding, and the rules after it are not evaluated.
+func TestAuditRunsOutOfBudget(t *testing.T) {
+	old := RequestBudget
+	t.Cleanup(func() { RequestBudget = old })
+	RequestBudget = 100_000
+	p := mustCompile(t, "p", celModel(rule(nested(3))+","+rule("app.name == ''"), ""), "")
+	got := Audit(context.Background(), manyApps(t, 200), p)
+	if len(got) != 1 || got[0].Rule != BudgetRule || !strings.Contains(got[0].Message, "exhausted after 10 of 200 applications (at rule validations[0]") {
+		t.Fatalf("audit findings = %v, want only the budget finding at validations[0]", got)
+	}
+}
+
 func TestEvaluateStopsWhenContextEnds(t *testing.T) {
 	oldBudget, oldLimit := RequestBudget, CostLimit
 	t.Cleanup(func() { RequestBudget, CostLimit = oldBudget, oldLimit })

@@ -61,6 +61,19 @@ func (b *budget) stopped(i, n int) bool {
 	return true
 }
 
+// over reports whether the evaluation stops after rule of p, which
+// decided all n applications: the context ended, or the budget ran out,
+// which adds to findings the one that denies the request.
+func (b *budget) over(p *Compiled, rule string, n int, findings *[]Finding) bool {
+	if !b.stopped(n, n) {
+		return false
+	}
+	if b.ctx.Err() == nil {
+		*findings = append(*findings, b.finding(p, rule))
+	}
+	return true
+}
+
 // finding is the violation that denies a request whose budget ran out,
 // at a rule of a policy.
 func (b *budget) finding(p *Compiled, rule string) Finding {
@@ -110,15 +123,7 @@ func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 	}
 	// stop ends the evaluation after a rule when the context ended or the
 	// budget ran out.
-	stop := func(p *Compiled, rule string) bool {
-		if !b.stopped(len(r.Applications), len(r.Applications)) {
-			return false
-		}
-		if b.ctx.Err() == nil {
-			v.Violations = append(v.Violations, b.finding(p, rule))
-		}
-		return true
-	}
+	stop := func(p *Compiled, rule string) bool { return b.over(p, rule, len(r.Applications), &v.Violations) }
 	for _, p := range ps {
 		for _, m := range p.rules.mutators {
 			// A mutation that fails midway leaves the request as it was.
@@ -182,10 +187,7 @@ func Audit(ctx context.Context, req *Request, p *Compiled) []Finding {
 		val.fn(b, req, func(object, msg string) {
 			out = append(out, Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg})
 		})
-		if b.stopped(len(req.Applications), len(req.Applications)) {
-			if ctx.Err() == nil {
-				out = append(out, b.finding(p, val.rule))
-			}
+		if b.over(p, val.rule, len(req.Applications), &out) {
 			break
 		}
 	}

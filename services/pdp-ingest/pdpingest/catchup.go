@@ -134,11 +134,11 @@ func (c *catchups) run(ctx context.Context, reason string) {
 		c.log.Info().Str("request_id", id).Str("policy_id", d.PolicyID).Str("pdp_version", d.PDP).Str("catalog_version", d.Catalog).Str("difference", d.Reason).Msg(msg)
 	}
 	if r.Withheld != "" {
-		c.log.Error().Str("request_id", id).Int("removals_withheld", len(r.Differences)-len(r.Notifications)).Str("why", r.Withheld).
+		c.log.Error().Str("request_id", id).Int("removals_withheld", r.withheldRemovals()).Str("why", r.Withheld).
 			Msg("catch-up removed no policy: check the PDP and --catchup-filter; remove policies the PDP really withdrew by notifying their removal")
 	}
 	c.removals.WithLabelValues(removalSent).Add(float64(r.Removed))
-	c.removals.WithLabelValues(removalWithheld).Add(float64(len(r.Differences) - len(r.Notifications)))
+	c.removals.WithLabelValues(removalWithheld).Add(float64(r.withheldRemovals()))
 	if n := len(r.Notifications); n > 0 {
 		noun := "policies"
 		if n == 1 {
@@ -158,7 +158,7 @@ func (c *catchups) run(ctx context.Context, reason string) {
 		c.log.Error().Err(err).Str("reason", reason).Msg("catch-up of the components could not be requested; the next catch-up tries again")
 		return
 	}
-	c.log.Info().Str("request_id", id).Str("reason", reason).Int("policies_repaired", len(r.Notifications)-r.Removed).
+	c.log.Info().Str("request_id", id).Str("reason", reason).Int("policies_repaired", r.updated()).
 		Int("policies_removed", r.Removed).Dur("took", time.Since(started)).Msg("catch-up requested")
 }
 
@@ -238,7 +238,7 @@ func (c *catchups) progress(ctx context.Context, id string, r Reconciliation) er
 		RequestID: id,
 		Stage:     events.ProgressPDPIngest,
 		Compared:  int64(r.Listed),
-		Differed:  int64(len(r.Notifications) - r.Removed),
+		Differed:  int64(r.updated()),
 		Removed:   int64(r.Removed),
 		DoneAt:    time.Now().UTC(),
 	}

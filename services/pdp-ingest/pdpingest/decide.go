@@ -65,10 +65,16 @@ type Decision struct {
 // notification changes nothing.
 func Decide(req Request) (Decision, error) {
 	id := req.Route.PolicyID
-	if cur := req.Current; cur != nil && cur.Tenant != "" && (req.Route.AskPDP || req.Route.Tenant != cur.Tenant) {
+	// writer is the tenant the notification writes for: what the PDP
+	// answers is global.
+	writer := req.Route.Tenant
+	if req.Route.AskPDP {
+		writer = ""
+	}
+	if cur := req.Current; cur != nil && !policy.MayHold(writer, cur.Tenant) {
 		by := "a global notification"
-		if req.Route.Tenant != "" && !req.Route.AskPDP {
-			by = fmt.Sprintf("a notification of tenant %q", req.Route.Tenant)
+		if writer != "" {
+			by = fmt.Sprintf("a notification of tenant %q", writer)
 		}
 		return Decision{}, fmt.Errorf("policy %s belongs to tenant %q; %s may not change it", id, cur.Tenant, by)
 	}

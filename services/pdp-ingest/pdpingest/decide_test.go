@@ -329,6 +329,12 @@ func TestDecide(t *testing.T) {
 			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
 		{name: "the PDP may not remove a tenant's policy", n: removed(memID + ".5.xml"), current: owned(e5, "acme"), pdp: nil,
 			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
+		{name: "a notification of the owner that asks the PDP is global", n: func() *events.PdpNotification {
+			n := removed(memID + ".5.xml")
+			n.Tenant = "acme"
+			return n
+		}(), current: owned(e5, "acme"), pdp: nil,
+			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
 	}
 	now := time.UnixMilli(1).UTC()
 	for _, tc := range tests {

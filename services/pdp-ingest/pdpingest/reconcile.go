@@ -66,6 +66,13 @@ type Reconciliation struct {
 	Withheld string
 }
 
+// updated is how many of Notifications read a policy again from the PDP
+// (the rest are removals).
+func (r Reconciliation) updated() int { return len(r.Notifications) - r.Removed }
+
+// withheldRemovals is how many of Differences are removals not sent.
+func (r Reconciliation) withheldRemovals() int { return len(r.Differences) - len(r.Notifications) }
+
 // Removable reports whether a catch-up may remove a catalog entry the
 // PDP's full listing (filter) lacks: only a policy whose body came from
 // the PDP and whose name the listing covers. Pushed policies (North API,

@@ -151,6 +151,15 @@ func TestReconcileSendsOnlyWhatDiffers(t *testing.T) {
 			if tc.withheld == "" && r.Withheld != "" || !strings.Contains(r.Withheld, tc.withheld) {
 				t.Fatalf("withheld %q, want it to say %q", r.Withheld, tc.withheld)
 			}
+			withheld := 0
+			for _, d := range r.Differences {
+				if d.Remove && r.Withheld != "" {
+					withheld++
+				}
+			}
+			if r.updated() != len(tc.want) || r.withheldRemovals() != withheld {
+				t.Fatalf("counted %d updates and %d withheld removals, want %d and %d", r.updated(), r.withheldRemovals(), len(tc.want), withheld)
+			}
 			var removed []string
 			for _, k := range r.Notifications {
 				n := k.Notification

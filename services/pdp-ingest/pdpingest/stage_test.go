@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
@@ -549,6 +550,23 @@ func TestCatchupRemovesWhatThePDPNoLongerListsButNotOnAnEmptyAnswer(t *testing.T
 	}
 	if withheld.Removed != 0 || !strings.Contains(*withheld.RemovalWithheld, "the PDP listed no policy for .* while the catalog holds 2 from it") {
 		t.Fatalf("catch-up progress %+v (%s), want no removal and why", withheld, *withheld.RemovalWithheld)
+	}
+	// That catch-up wrote its notifications before its progress, and only
+	// catch-ups (without transactions) write pdp.notifications here: every
+	// notification sent so far is below the end offsets, and none but the
+	// first catch-up's removes a policy.
+	ends, err := c.Admin.ListEndOffsets(context.Background(), c.Kafka.Topic(topology.PDPNotifications))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent int64
+	ends.Each(func(o kadm.ListedOffset) { sent += o.Offset })
+	for _, r := range c.Read(t, topology.PDPNotifications, int(sent), 60*time.Second) {
+		for _, rm := range stagetest.Decode[*events.PdpNotification](t, r).RemovedPolicies {
+			if id, _ := policy.PolicyID(rm.PolicyName); id != "DCAE.Config_GONE" {
+				t.Fatalf("a catch-up sent the removal of %s after the PDP's listing went empty", rm.PolicyName)
+			}
+		}
 	}
 	// Every catalog record so far: the two policies are still there.
 	if cat := catalog(t, c.Read(t, topology.PolicyCatalog, 0, time.Second)); len(cat) != 2 {
