@@ -2,7 +2,6 @@ package consulkv_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -15,21 +14,7 @@ import (
 // answers nothing (frozen, SIGSTOP) fails the check within the runtime's
 // dependency timeout; a running agent passes it.
 func TestDependencyOfAFrozenAgent(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
-	cl, err := consulkv.Config{Addr: ln.Addr().String()}.Client()
+	cl, err := consulkv.Config{Addr: silentAgent(t)}.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

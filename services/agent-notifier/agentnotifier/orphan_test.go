@@ -243,3 +243,30 @@ func TestScriptDiesWithTheNotifier(t *testing.T) {
 		t.Fatalf("the script ran to its end: %+v", runs[0])
 	}
 }
+
+// A claim of a notifier on another machine names processes this one
+// cannot see: a process here that carries the same run and component in
+// its environment is not that notifier's, and is left alone.
+func TestTakeoverLeavesProcessesItCannotSee(t *testing.T) {
+	if goruntime.GOOS != "linux" {
+		t.Skip("a notifier sees the processes of a dead one through /proc")
+	}
+	const id, owner = "elsewhere-claimed", "elsewhere/dead-run"
+	proc := exec.Command("sleep", "60")
+	proc.Env = append(notifytarget.ScriptEnv(), Delivery{ComponentID: id, UpdateID: id + "-u1", Generation: 1, Run: owner}.Env()...)
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proc.Process.Kill(); _ = proc.Wait() })
+	elsewhere := *thisRunner()
+	elsewhere.Host = "elsewhere"
+	n := &notifier{owner: "here/run", runner: thisRunner()}
+	j := &job{a: &events.ComponentApplied{ComponentID: id, UpdateID: id + "-u1", Generation: 1}}
+	killed, ok := n.stopLeft(&consulkv.Claim{UpdateID: id + "-u1", Generation: 1, Owner: owner, Runner: &elsewhere}, j)
+	if killed != 0 || !ok {
+		t.Fatalf("stopLeft of another machine's claim killed %d process(es) here (stopped %v), want none", killed, ok)
+	}
+	if state, _, found := procStat(proc.Process.Pid); !found || state == 'Z' || state == 'X' {
+		t.Fatalf("the process (pid %d) that is not the claim's notifier's was stopped", proc.Process.Pid)
+	}
+}

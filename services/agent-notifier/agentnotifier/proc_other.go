@@ -24,6 +24,9 @@ func thisRunner() *consulkv.Runner {
 	return &consulkv.Runner{Host: host, PID: os.Getpid()}
 }
 
+// visible is false: without /proc no notifier sees another's processes.
+func visible(_, _ *consulkv.Runner) bool { return false }
+
 func runnerGone(_, _ *consulkv.Runner) bool { return false }
 
 func stopOrphans(string, string, time.Duration) (int, bool) { return 0, true }

@@ -202,9 +202,11 @@ func (n *notifier) seen(prior *consulkv.Claim, j *job) Seen {
 // left running for j's component on this machine (its script, and the
 // children that kept its environment), before the notification runs
 // again, so that two runs never overlap. ok is false when some did not
-// end in time.
+// end in time. A claim of a notifier whose processes this one cannot see
+// (another host, boot or PID namespace, or a claim that names no runner)
+// costs no look through the processes: none of them is its.
 func (n *notifier) stopLeft(prior *consulkv.Claim, j *job) (killed int, ok bool) {
-	if prior.Owner == "" {
+	if prior.Owner == "" || !visible(prior.Runner, n.runner) {
 		return 0, true
 	}
 	killed, ok = stopOrphans(prior.Owner, j.a.ComponentID, orphanWait)
