@@ -12,7 +12,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -23,15 +22,7 @@ import (
 // dry run, and straight onto deploy.requests. Each is refused, and
 // globex's folder keeps globex's settings.
 func TestATenantCannotTakeOverAnotherTenantsComponent(t *testing.T) {
-	tokens := map[string]string{}
-	for _, tenant := range []string{"globex", "acme"} {
-		tok, err := auth.NewToken()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens[tenant] = tok
-	}
-	p := start(t, func(p *pipeline) { p.tenantTokens = tokens })
+	p, tokens := startTenants(t, "globex", "acme")
 	sfx := strings.ToLower(strings.TrimSuffix(p.kafka.Prefix, "."))
 	as := func(tenant, method, path string, body any) (int, string) {
 		t.Helper()

@@ -80,6 +80,21 @@ func start(t *testing.T, opts ...func(*pipeline)) *pipeline {
 	return startOn(t, b, b.Kafka(prefix), opts...)
 }
 
+// startTenants is start with a tenant token of the API for each of
+// tenants; it returns the tokens by tenant.
+func startTenants(t *testing.T, tenants ...string) (*pipeline, map[string]string) {
+	t.Helper()
+	tokens := map[string]string{}
+	for _, tenant := range tenants {
+		tok, err := auth.NewToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[tenant] = tok
+	}
+	return start(t, func(p *pipeline) { p.tenantTokens = tokens }), tokens
+}
+
 // startOn runs the policy flow on the Kafka k says (its topology applied)
 // and the backend's Consul.
 func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka, opts ...func(*pipeline)) *pipeline {

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 // TestATenantCannotReadAnotherTenantsSettings is the attack on the
@@ -20,15 +18,7 @@ import (
 // the registration is refused, and acme's folders get global policies and
 // acme's own settings only.
 func TestATenantCannotReadAnotherTenantsSettings(t *testing.T) {
-	tokens := map[string]string{}
-	for _, tenant := range []string{"globex", "acme"} {
-		tok, err := auth.NewToken()
-		if err != nil {
-			t.Fatal(err)
-		}
-		tokens[tenant] = tok
-	}
-	p := start(t, func(p *pipeline) { p.tenantTokens = tokens })
+	p, tokens := startTenants(t, "globex", "acme")
 	sfx := strings.ToLower(strings.TrimSuffix(p.kafka.Prefix, "."))
 	acme := func(method, path string, body any) (int, string) {
 		t.Helper()

@@ -129,27 +129,28 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *httpError {
 }
 
 func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *httpError {
-	if e := s.produceRecord(r, topic, key, ev); e != nil {
+	if _, e := s.produceRecord(r, topic, key, ev); e != nil {
 		return e
 	}
 	writeJSON(w, http.StatusOK, answer)
 	return nil
 }
 
-// produceRecord writes ev (nil: a tombstone) under key to topic.
-func (s *Server) produceRecord(r *http.Request, topic, key string, ev events.Event) *httpError {
+// produceRecord writes ev (nil: a tombstone) under key to topic, and
+// returns the record written.
+func (s *Server) produceRecord(r *http.Request, topic, key string, ev events.Event) (*kgo.Record, *httpError) {
 	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key)}
 	if ev != nil {
 		val, err := s.env.Codec.Encode(ev)
 		if err != nil {
-			return errorf(http.StatusInternalServerError, "encode %s: %v", key, err)
+			return nil, errorf(http.StatusInternalServerError, "encode %s: %v", key, err)
 		}
 		rec.Value = val
 	}
 	if err := s.produce(r.Context(), rec); err != nil {
-		return errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
+		return nil, errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
 	}
-	return nil
+	return rec, nil
 }
 
 // DirectiveAnswer is a node's directive as agents read it.

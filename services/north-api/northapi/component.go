@@ -204,6 +204,13 @@ func buildFilter(i int, f FilterRequest) (events.PolicyFilter, error) {
 	}, nil
 }
 
+// notifiesNothing reports whether t is no notify target (kind none, or
+// left empty): the component reads its policies from Consul and is told
+// nothing, so it is done once Consul holds them.
+func notifiesNothing(t events.NotifyTarget) bool {
+	return t.Kind == events.NotifyNone || t.Kind == ""
+}
+
 func buildNotify(n NotifyRequest, targets notifytarget.Rules) (events.NotifyTarget, error) {
 	t := events.NotifyTarget{ScriptPath: n.ScriptPath, WebhookURL: n.WebhookURL, TimeoutMs: n.TimeoutMs}
 	if n.TimeoutMs < 0 || time.Duration(n.TimeoutMs)*time.Millisecond > MaxNotifyTimeout {

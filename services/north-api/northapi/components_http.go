@@ -120,13 +120,14 @@ func (s *Server) deleteComponent(w http.ResponseWriter, r *http.Request) *httpEr
 	return nil
 }
 
-// waitOwnWrite waits, bounded, until the components view has read rec, so
-// the next write of the component sees this one's generation.
+// waitOwnWrite waits, bounded by ViewWait, until this replica's view of
+// rec's topic has read rec, so the caller's next request sees the write
+// (a component's next write its generation, a node's new token).
 func (s *Server) waitOwnWrite(ctx context.Context, rec *kgo.Record) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ViewWait)
 	defer cancel()
 	if err := s.reader.waitFor(wctx, rec.Topic, rec.Partition, rec.Offset); err != nil {
-		s.log.Warn().Err(err).Str("key", string(rec.Key)).Msg("component written but not yet seen in the view")
+		s.log.Warn().Err(err).Str("topic", rec.Topic).Str("key", string(rec.Key)).Msg("written but not yet seen in the view")
 	}
 }
 

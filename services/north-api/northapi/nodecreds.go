@@ -75,17 +75,11 @@ func newNodeToken() (string, string, *httpError) {
 // replica's view has it, so that a token it issues works on the caller's
 // next request.
 func (s *Server) writeNode(r *http.Request, ev *events.AgentNode) *httpError {
-	key := keyOf(ev.Org, ev.Node)
-	if e := s.produceRecord(r, topology.AgentNodes, key, ev); e != nil {
+	rec, e := s.produceRecord(r, topology.AgentNodes, keyOf(ev.Org, ev.Node), ev)
+	if e != nil {
 		return e
 	}
-	deadline := time.Now().Add(s.opts.ViewWait)
-	for time.Now().Before(deadline) {
-		if n := s.nm.creds.node(key); n != nil && n.TokenSHA256 == ev.TokenSHA256 && n.UpdatedAt.Equal(ev.UpdatedAt) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.waitOwnWrite(r.Context(), rec)
 	return nil
 }
 

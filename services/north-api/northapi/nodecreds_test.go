@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/nmp"
@@ -79,8 +81,17 @@ func TestNodeTokensActForTheirOwnNodeOnly(t *testing.T) {
 		code, body, _, _ := s.callAs(t, tc.token, tc.method, tc.path, tc.body)
 		wantError(t, tc.what, code, body, tc.code, tc.fragment)
 	}
-	if n := len(s.Read(t, topology.AgentStatus, statusRecords, time.Second)); n != statusRecords {
-		t.Errorf("refused reports wrote status records: %d, want %d", n, statusRecords)
+	// B's next report is the marker: a refused report, had it been
+	// written, would come before it (same key, same partition).
+	marker := map[string]any{"policy": "acme/marker", "status": "successful"}
+	if code, _, raw, _ := s.callAs(t, tokB, http.MethodPut, "/v1/orgs/acme/nodes/nB/status", marker); code != http.StatusOK {
+		t.Fatalf("node B reporting its own status again: %d %s", code, raw)
+	}
+	recs := s.ReadUntil(t, topology.AgentStatus, 10*time.Second, func(got []*kgo.Record) bool {
+		return len(got) > 0 && stagetest.Decode[*events.AgentStatus](t, got[len(got)-1]).Policy == "acme/marker"
+	})
+	if len(recs) != statusRecords+1 {
+		t.Errorf("refused reports wrote status records: %d before B's next report, want %d", len(recs)-1, statusRecords)
 	}
 
 	// A node's own token does what its node needs, without a new token.

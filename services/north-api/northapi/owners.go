@@ -10,6 +10,7 @@ const (
 	ownedFolder     owned = "folder"             // a service_component_name: its component's tenant
 	ownedAppPolicy  owned = "application policy" // a policy_id of /policies: the tenants it is assigned to
 	ownedOrg        owned = "org"                // an org of node management: the tenant of that name
+	ownedPolicy     owned = "policy"             // a policy_id of the policy catalog: its tenant ("" global, every tenant's)
 )
 
 // ownerCheck is how a route decides whose data a request reads or writes,
@@ -58,12 +59,12 @@ var routeOwners = map[string]ownerCheck{
 	"POST /v1/components/{component_id}/renotify":         notTenants,
 	"POST /v1/pdp/notifications":                          notTenants,
 	"POST /v1/policies":                                   notTenants,
-	"GET /v1/policies/{policy_id}/rollout":                global("PDP policies are global; the rollout lists only the caller's tenant's components"),
+	"GET /v1/policies/{policy_id}/rollout":                byPath("policy_id", ownedPolicy),
 	"POST /v1/catchup":                                    notTenants,
 	"GET /v1/catchup/{request_id}":                        notTenants,
 	"GET /catch_up":                                       notTenants,
-	"GET /policy_latest/{policy_id}":                      global("PDP policies are global"),
-	"POST /policies_latest":                               global("PDP policies are global"),
+	"GET /policy_latest/{policy_id}":                      byPath("policy_id", ownedPolicy),
+	"POST /policies_latest":                               global("lists only the global policies and the caller's tenant's"),
 	"GET /service_component_all/{service_component_name}": byPath("service_component_name", ownedFolder),
 	"GET /healthcheck":                                    public,
 	"GET /openapi.json":                                   global("the API's description, the same for every caller"),

@@ -29,9 +29,13 @@ func TestEveryRouteKeepsATenantToItsOwn(t *testing.T) {
 			Components: []string{"a-comp"}, Policies: []string{}})
 		s.Produce(t, topology.AppPolicies, "pol-a", &events.AppPolicy{PolicyID: "pol-a", Name: "t1-only", TenantIDs: &tenants, Mode: "enforce",
 			ObjectModel: `{"maxInstances": 4, "?": {"type": "io.policyflow.admission.InstanceQuota"}}`})
+		settings := catalogRecord("admission.a-comp.1.xml", "1", map[string]any{"db_password": "t1-secret"})
+		settings.Tenant = "t1"
+		s.Produce(t, topology.PolicyCatalog, settings.PolicyID, settings)
 	})
 	// t1's thing of each kind.
-	ownedByT1 := map[owned]string{ownedComponent: "a-comp", ownedDeployment: "a-dep", ownedFolder: scn, ownedAppPolicy: "pol-a", ownedOrg: "t1"}
+	ownedByT1 := map[owned]string{ownedComponent: "a-comp", ownedDeployment: "a-dep", ownedFolder: scn, ownedAppPolicy: "pol-a", ownedOrg: "t1",
+		ownedPolicy: "admission.a-comp"}
 	// What t2 sends to a route whose body names the owner: its own tenant
 	// with t1's names, and t1's tenant.
 	app := func(name, folder string) map[string]any {

@@ -203,15 +203,11 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 	}
 	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
 		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
-	if e := s.produceAndAnswer(w, r, topology.AgentPackages, man.Version, ev, packageAnswer(ev)); e != nil {
+	rec, e := s.produceRecord(r, topology.AgentPackages, man.Version, ev)
+	if e != nil {
 		return e
 	}
-	deadline := time.Now().Add(s.opts.ViewWait)
-	for time.Now().Before(deadline) {
-		if p := s.nm.world.Package(man.Version); p != nil && p.SHA256 == ev.SHA256 && p.Signature == ev.Signature {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.waitOwnWrite(r.Context(), rec)
+	writeJSON(w, http.StatusOK, packageAnswer(ev))
 	return nil
 }

@@ -269,7 +269,7 @@ func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *httpError {
 	if !ok {
 		return errorf(http.StatusNotFound, "no registered component %s: check the component_id (policyctl component list)", id)
 	}
-	if c.Notify.Kind == events.NotifyNone || c.Notify.Kind == "" {
+	if notifiesNothing(c.Notify) {
 		return errorf(http.StatusConflict, "component %s has no notify target (notify kind none): it reads its policies from Consul and has nothing to be notified by", id)
 	}
 	dep := c.DeploymentID

@@ -139,7 +139,7 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpErro
 			out.pending(limit, c.ComponentID, "its Consul folder holds version "+ap.Version)
 		default:
 			out.InConsul++
-			if a.Notify.Kind == "" || a.Notify.Kind == events.NotifyNone {
+			if notifiesNothing(a.Notify) {
 				out.NoNotification++
 				continue
 			}

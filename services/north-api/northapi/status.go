@@ -207,7 +207,7 @@ func (s *Server) rollouts(comps []*events.Component, claims map[string]*consulkv
 				continue
 			}
 			ro.Written++
-			if k := a.Notify.Kind; k == events.NotifyNone || k == "" {
+			if notifiesNothing(a.Notify) {
 				ro.Notified++ // told through Consul alone: done once written
 				continue
 			}
