@@ -1,9 +1,6 @@
 package edgeagent
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -75,23 +72,6 @@ func sha(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// tarGz is a package of the entries, in order (names may repeat).
-func tarGz(t *testing.T, entries ...[2]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for _, e := range entries {
-		if err := tw.WriteHeader(&tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = tw.Write([]byte(e[1]))
-	}
-	_ = tw.Close()
-	_ = gz.Close()
-	return buf.Bytes()
-}
-
 // Whoever answers as the hub cannot choose the code a node runs: an
 // unsigned package, one signed by an untrusted key and one whose
 // signature is of another file are refused before anything of them is
@@ -108,9 +88,9 @@ func TestPackagesAreRefusedUnlessSignedByATrustedKey(t *testing.T) {
 	good, _ := nmp.SignPackage(key, "1.1.0", sha(pkg))
 	byOther, _ := nmp.SignPackage(otherKey, "1.1.0", sha(pkg))
 	evil, _ := nmp.BuildPackage(nmp.Manifest{Version: "1.1.0"}, map[string][]byte{"packages/agent.bin": []byte("evil")})
-	twice := tarGz(t, [2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"package.json", `{"version":"1.1.0"}`})
+	twice, _ := nmp.TarGz([2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"package.json", `{"version":"1.1.0"}`})
 	signedTwice, _ := nmp.SignPackage(key, "1.1.0", sha(twice))
-	bomb := tarGz(t, [2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4<<20)})
+	bomb, _ := nmp.TarGz([2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4<<20)})
 	signedBomb, _ := nmp.SignPackage(key, "1.1.0", sha(bomb))
 	for _, tc := range []struct {
 		what      string

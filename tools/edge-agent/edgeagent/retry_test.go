@@ -1,9 +1,7 @@
 package edgeagent
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -86,18 +84,11 @@ func newRetryHub(t *testing.T, failDownloads int) (*retryHub, *Client) {
 }
 
 func testPackage(t *testing.T, version string) []byte {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range map[string]string{"package.json": `{"version": "` + version + `"}`, "config/agent.cfg": "HUB=x"} {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(body))
+	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: version}, map[string][]byte{"config/agent.cfg": []byte("HUB=x")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
+	return pkg
 }
 
 // states are the states the agent reported, in order.
