@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"net/http"
@@ -19,32 +18,6 @@ import (
 
 	"github.com/policyflow/policyflow/services/nmp"
 )
-
-// fakeHub serves one package file with the signature headers given, and
-// registers nodes, issuing a token.
-type fakeHub struct {
-	pkg       []byte
-	signature string
-	issued    string
-	auths     []string // Authorization of each request
-}
-
-func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.auths = append(h.auths, r.Header.Get("Authorization"))
-	switch {
-	case strings.HasSuffix(r.URL.Path, "/file"):
-		sum := sha256.Sum256(h.pkg)
-		w.Header().Set("X-Checksum-Sha256", hex.EncodeToString(sum[:]))
-		if h.signature != "" {
-			w.Header().Set("X-Package-Signature", h.signature)
-		}
-		_, _ = w.Write(h.pkg)
-	case r.Method == http.MethodPut:
-		_ = json.NewEncoder(w).Encode(map[string]any{"registered": true, "token": h.issued})
-	default:
-		http.NotFound(w, r)
-	}
-}
 
 func testKey(t *testing.T) (ed25519.PrivateKey, []ed25519.PublicKey) {
 	t.Helper()
@@ -105,11 +78,8 @@ func TestPackagesAreRefusedUnlessSignedByATrustedKey(t *testing.T) {
 		{"two package.json", twice, signedTwice, nil, "twice"},
 		{"a gzip bomb", bomb, signedBomb, nmp.ErrUnpackedTooLarge, ""},
 	} {
-		hub := &fakeHub{pkg: tc.pkg, signature: tc.signature}
-		ts := httptest.NewServer(hub)
-		a := newTestAgent(t, ts.URL, trusted, 1<<20)
+		a := newTestAgent(t, serve(t, &testHub{pkg: tc.pkg, signature: tc.signature}), trusted, 1<<20)
 		err := a.fetch(context.Background(), "1.1.0", sha(tc.pkg))
-		ts.Close()
 		switch {
 		case err == nil:
 			t.Errorf("%s: accepted", tc.what)
@@ -122,10 +92,7 @@ func TestPackagesAreRefusedUnlessSignedByATrustedKey(t *testing.T) {
 			t.Errorf("%s: something was unpacked (%v)", tc.what, err)
 		}
 	}
-	hub := &fakeHub{pkg: pkg, signature: good}
-	ts := httptest.NewServer(hub)
-	defer ts.Close()
-	a := newTestAgent(t, ts.URL, trusted, 0)
+	a := newTestAgent(t, serve(t, &testHub{pkg: pkg, signature: good}), trusted, 0)
 	if err := a.fetch(context.Background(), "1.1.0", sha(pkg)); err != nil {
 		t.Fatalf("signed by a trusted key: %v", err)
 	}
@@ -184,10 +151,9 @@ func TestTransportTrustsTheCAFile(t *testing.T) {
 // token (mode 0600) and uses only it from then on, also after a restart.
 func TestAgentKeepsAndUsesTheNodeToken(t *testing.T) {
 	_, trusted := testKey(t)
-	hub := &fakeHub{issued: "pfn_node"}
-	ts := httptest.NewServer(hub)
-	defer ts.Close()
-	a := newTestAgent(t, ts.URL, trusted, 0)
+	hub := &testHub{issued: "pfn_node"}
+	url := serve(t, hub)
+	a := newTestAgent(t, url, trusted, 0)
 	if err := a.enrol(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +165,7 @@ func TestAgentKeepsAndUsesTheNodeToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restart finds the node's token and registers with it.
-	b, err := New(Config{Client: &Client{Hub: ts.URL, Token: "pf_org", Org: "acme", Node: "n1", HTTP: http.DefaultClient}, StateDir: a.cfg.StateDir,
+	b, err := New(Config{Client: &Client{Hub: url, Token: "pf_org", Org: "acme", Node: "n1", HTTP: http.DefaultClient}, StateDir: a.cfg.StateDir,
 		InitialVersion: "1.0.0", InstallCmd: []string{"/bin/true"}, TrustedKeys: trusted, InsecureHTTP: true, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
