@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // Client talks to the hub's North API as one node's agent.
@@ -184,13 +185,9 @@ func Transport(caFile string) (*http.Transport, error) {
 	if caFile == "" {
 		return t, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pool, err := runtime.CAPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("read --ca-file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", caFile)
+		return nil, fmt.Errorf("--ca-file: %w", err)
 	}
 	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return t, nil
