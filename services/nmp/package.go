@@ -163,26 +163,30 @@ func BuildPackage(m Manifest, files map[string][]byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	add := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	if err := add("package.json", raw); err != nil {
-		return nil, err
-	}
+	entries := [][2]string{{"package.json", string(raw)}}
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if err := add(n, files[n]); err != nil {
+		entries = append(entries, [2]string{n, string(files[n])})
+	}
+	return TarGz(entries...)
+}
+
+// TarGz writes the entries ({name, content}: regular files) in order as
+// a tar.gz, unchecked: names may repeat, so it also makes the packages
+// ReadPackage refuses.
+func TarGz(entries ...[2]string) ([]byte, error) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, e := range entries {
+		if err := tw.WriteHeader(&tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := io.WriteString(tw, e[1]); err != nil {
 			return nil, err
 		}
 	}

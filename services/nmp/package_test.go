@@ -66,24 +66,11 @@ func TestReadPackage(t *testing.T) {
 // no order and no repeated names).
 func tarGzEntries(t *testing.T, entries ...[2]string) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for _, e := range entries {
-		if err := tw.WriteHeader(&tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(e[1])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
+	b, err := TarGz(entries...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return b
 }
 
 // A second package.json (checked: the first; unpacked: the last) and

@@ -10,7 +10,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+
+	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 // Agent packages are signed by their publisher with an ed25519 key; an
@@ -85,6 +88,27 @@ func NewSigningKey() (private, public []byte, err error) {
 		return nil, nil, fmt.Errorf("make a signing key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: pemPrivateKey, Bytes: p8}), pem.EncodeToMemory(&pem.Block{Type: pemPublicKey, Bytes: pk}), nil
+}
+
+// WriteSigningKey makes a key pair (NewSigningKey) and writes the
+// private key to path (mode 0600) and the public key, for the agents'
+// --trusted-key, to path.pub. It returns the public key.
+func WriteSigningKey(path string) (ed25519.PublicKey, error) {
+	priv, pub, err := NewSigningKey()
+	if err != nil {
+		return nil, err
+	}
+	if err := auth.WriteSecretFile(path, priv); err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	if err := os.WriteFile(path+".pub", pub, 0o644); err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	keys, err := ParseTrustedKeys(pub)
+	if err != nil {
+		return nil, err
+	}
+	return keys[0], nil
 }
 
 // ParseSigningKey reads an ed25519 private key from PEM (PKCS #8).

@@ -1,6 +1,8 @@
 package nmp
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -185,11 +187,7 @@ func (w *World) Directive(key string, issued time.Time) *events.AgentDirective {
 	if n == nil {
 		return nil
 	}
-	pols := make([]*Policy, 0, len(w.byOrg[n.Ev.Org]))
-	for _, p := range w.byOrg[n.Ev.Org] {
-		pols = append(pols, p)
-	}
-	return Compute(Input{Node: n, Policies: pols, Packages: w.packages, Latest: w.latest, Status: w.status[key], Rollouts: w.rollouts}, issued)
+	return Compute(Input{Node: n, Policies: slices.Collect(maps.Values(w.byOrg[n.Ev.Org])), Packages: w.packages, Latest: w.latest, Status: w.status[key], Rollouts: w.rollouts}, issued)
 }
 
 // NodesOf lists the keys of the nodes an NMP applies to (enabled or not),
@@ -266,10 +264,7 @@ type NodeState struct {
 func (w *World) NodeStates(p *Policy) []NodeState {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	pols := make([]*Policy, 0, len(w.byOrg[p.Ev.Org]))
-	for _, q := range w.byOrg[p.Ev.Org] {
-		pols = append(pols, q)
-	}
+	pols := slices.Collect(maps.Values(w.byOrg[p.Ev.Org]))
 	out := []NodeState{}
 	for k, n := range w.orgNodes[p.Ev.Org] {
 		if !p.Applies(n) {

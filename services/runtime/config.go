@@ -157,19 +157,29 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 	if k.TLS || k.TLSCAFile != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: k.TLSSkipVerify} //nolint:gosec // opt-in by flag
 		if k.TLSCAFile != "" {
-			pem, err := os.ReadFile(k.TLSCAFile)
+			pool, err := CAPool(k.TLSCAFile)
 			if err != nil {
-				return nil, fmt.Errorf("read TLS CA file %s: %w", k.TLSCAFile, err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("TLS CA file %s holds no PEM certificate", k.TLSCAFile)
+				return nil, fmt.Errorf("TLS %w", err)
 			}
 			tc.RootCAs = pool
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
 	}
 	return opts, nil
+}
+
+// CAPool reads a PEM CA bundle, for a client that trusts only its
+// certificates.
+func CAPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate", file)
+	}
+	return pool, nil
 }
 
 // Explain adds to an error of talking to the brokers what to check in this

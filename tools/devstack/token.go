@@ -109,15 +109,8 @@ func EnsureDevSigningKey(dir string) (string, bool, error) {
 			return path, false, nil
 		}
 	}
-	priv, pub, err := nmp.NewSigningKey()
-	if err != nil {
-		return "", false, err
-	}
-	if err := auth.WriteSecretFile(path, priv); err != nil {
-		return "", false, fmt.Errorf("dev signing key: %w", err)
-	}
-	if err := os.WriteFile(path+".pub", pub, 0o644); err != nil {
-		return "", false, fmt.Errorf("dev signing key: %w", err)
+	if _, err := nmp.WriteSigningKey(path); err != nil {
+		return "", false, fmt.Errorf("dev %w", err)
 	}
 	return path, true, nil
 }

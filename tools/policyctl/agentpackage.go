@@ -17,7 +17,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/policyflow/policyflow/services/nmp"
-	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -53,18 +52,11 @@ func runAgentPackageKeygen(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s exists; give a new file (a key is never overwritten)", p)
 		}
 	}
-	priv, pub, err := nmp.NewSigningKey()
+	pub, err := nmp.WriteSigningKey(path)
 	if err != nil {
 		return err
 	}
-	if err := auth.WriteSecretFile(path, priv); err != nil {
-		return err
-	}
-	if err := os.WriteFile(path+".pub", pub, 0o644); err != nil {
-		return err
-	}
-	keys, _ := nmp.ParseTrustedKeys(pub)
-	fmt.Fprintf(stdout(ctx), "made signing key %s (id %s) and its public key %s\n", path, nmp.KeyID(keys[0]), path+".pub")
+	fmt.Fprintf(stdout(ctx), "made signing key %s (id %s) and its public key %s\n", path, nmp.KeyID(pub), path+".pub")
 	return nil
 }
 

@@ -2,7 +2,6 @@ package northapi
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -242,13 +241,9 @@ func LoadTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	if clientCA != "" {
-		pem, err := os.ReadFile(clientCA)
+		pool, err := runtime.CAPool(clientCA)
 		if err != nil {
-			return nil, fmt.Errorf("read the client CA bundle: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA bundle %s holds no PEM certificate", clientCA)
+			return nil, fmt.Errorf("client %w", err)
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert

@@ -17,8 +17,6 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -551,17 +549,13 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	}
 	tmp := filepath.Join(a.cfg.StateDir, "download-"+v+".tar.gz")
 	defer os.Remove(tmp)
-	sig, err := a.download(ctx, v, sha, tmp)
+	got, err := a.download(ctx, v, sha, tmp)
 	if err != nil {
 		return err
 	}
 	// The file is the publisher's, or nothing of it is read: the
-	// signature is checked over the SHA-256 computed here.
-	got, err := fileSHA256(tmp)
-	if err != nil {
-		return err
-	}
-	if err := nmp.CheckSignature(a.cfg.TrustedKeys, v, got, sig); err != nil {
+	// signature is checked over the SHA-256 computed as it was written.
+	if err := nmp.CheckSignature(a.cfg.TrustedKeys, v, got.SHA256, got.Signature); err != nil {
 		return err
 	}
 	f, err := os.Open(tmp)
@@ -583,31 +577,18 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	return os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644)
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // download is Client.Download tried DownloadAttempts times, with
-// backoff; it returns the package's signature.
-func (a *Agent) download(ctx context.Context, v, sha, dest string) (string, error) {
+// backoff.
+func (a *Agent) download(ctx context.Context, v, sha, dest string) (Downloaded, error) {
 	wait := a.cfg.DownloadBackoff
 	for attempt := 1; ; attempt++ {
-		sig, err := a.cfg.Client.Download(ctx, v, sha, dest)
+		got, err := a.cfg.Client.Download(ctx, v, sha, dest)
 		if err == nil || attempt >= a.cfg.DownloadAttempts || ctx.Err() != nil {
-			return sig, err
+			return got, err
 		}
 		a.log.Warn().Err(err).Int("attempt", attempt).Dur("in", wait).Msg("download failed; trying again")
 		if !sleep(ctx, wait) {
-			return "", err
+			return Downloaded{}, err
 		}
 		wait *= 2
 	}

@@ -1,14 +1,10 @@
 package edgeagent
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"net/http"
@@ -22,32 +18,6 @@ import (
 
 	"github.com/policyflow/policyflow/services/nmp"
 )
-
-// fakeHub serves one package file with the signature headers given, and
-// registers nodes, issuing a token.
-type fakeHub struct {
-	pkg       []byte
-	signature string
-	issued    string
-	auths     []string // Authorization of each request
-}
-
-func (h *fakeHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.auths = append(h.auths, r.Header.Get("Authorization"))
-	switch {
-	case strings.HasSuffix(r.URL.Path, "/file"):
-		sum := sha256.Sum256(h.pkg)
-		w.Header().Set("X-Checksum-Sha256", hex.EncodeToString(sum[:]))
-		if h.signature != "" {
-			w.Header().Set("X-Package-Signature", h.signature)
-		}
-		_, _ = w.Write(h.pkg)
-	case r.Method == http.MethodPut:
-		_ = json.NewEncoder(w).Encode(map[string]any{"registered": true, "token": h.issued})
-	default:
-		http.NotFound(w, r)
-	}
-}
 
 func testKey(t *testing.T) (ed25519.PrivateKey, []ed25519.PublicKey) {
 	t.Helper()
@@ -75,23 +45,6 @@ func sha(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
-// tarGz is a package of the entries, in order (names may repeat).
-func tarGz(t *testing.T, entries ...[2]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for _, e := range entries {
-		if err := tw.WriteHeader(&tar.Header{Name: e[0], Mode: 0o644, Size: int64(len(e[1])), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = tw.Write([]byte(e[1]))
-	}
-	_ = tw.Close()
-	_ = gz.Close()
-	return buf.Bytes()
-}
-
 // Whoever answers as the hub cannot choose the code a node runs: an
 // unsigned package, one signed by an untrusted key and one whose
 // signature is of another file are refused before anything of them is
@@ -108,9 +61,9 @@ func TestPackagesAreRefusedUnlessSignedByATrustedKey(t *testing.T) {
 	good, _ := nmp.SignPackage(key, "1.1.0", sha(pkg))
 	byOther, _ := nmp.SignPackage(otherKey, "1.1.0", sha(pkg))
 	evil, _ := nmp.BuildPackage(nmp.Manifest{Version: "1.1.0"}, map[string][]byte{"packages/agent.bin": []byte("evil")})
-	twice := tarGz(t, [2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"package.json", `{"version":"1.1.0"}`})
+	twice, _ := nmp.TarGz([2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"package.json", `{"version":"1.1.0"}`})
 	signedTwice, _ := nmp.SignPackage(key, "1.1.0", sha(twice))
-	bomb := tarGz(t, [2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4<<20)})
+	bomb, _ := nmp.TarGz([2]string{"package.json", `{"version":"1.1.0"}`}, [2]string{"packages/zeros", strings.Repeat("\x00", 4<<20)})
 	signedBomb, _ := nmp.SignPackage(key, "1.1.0", sha(bomb))
 	for _, tc := range []struct {
 		what      string
@@ -125,11 +78,8 @@ func TestPackagesAreRefusedUnlessSignedByATrustedKey(t *testing.T) {
 		{"two package.json", twice, signedTwice, nil, "twice"},
 		{"a gzip bomb", bomb, signedBomb, nmp.ErrUnpackedTooLarge, ""},
 	} {
-		hub := &fakeHub{pkg: tc.pkg, signature: tc.signature}
-		ts := httptest.NewServer(hub)
-		a := newTestAgent(t, ts.URL, trusted, 1<<20)
+		a := newTestAgent(t, serve(t, &testHub{pkg: tc.pkg, signature: tc.signature}), trusted, 1<<20)
 		err := a.fetch(context.Background(), "1.1.0", sha(tc.pkg))
-		ts.Close()
 		switch {
 		case err == nil:
 			t.Errorf("%s: accepted", tc.what)
@@ -142,10 +92,7 @@ func TestPackagesAreRefusedUnlessSignedByATrustedKey(t *testing.T) {
 			t.Errorf("%s: something was unpacked (%v)", tc.what, err)
 		}
 	}
-	hub := &fakeHub{pkg: pkg, signature: good}
-	ts := httptest.NewServer(hub)
-	defer ts.Close()
-	a := newTestAgent(t, ts.URL, trusted, 0)
+	a := newTestAgent(t, serve(t, &testHub{pkg: pkg, signature: good}), trusted, 0)
 	if err := a.fetch(context.Background(), "1.1.0", sha(pkg)); err != nil {
 		t.Fatalf("signed by a trusted key: %v", err)
 	}
@@ -204,10 +151,9 @@ func TestTransportTrustsTheCAFile(t *testing.T) {
 // token (mode 0600) and uses only it from then on, also after a restart.
 func TestAgentKeepsAndUsesTheNodeToken(t *testing.T) {
 	_, trusted := testKey(t)
-	hub := &fakeHub{issued: "pfn_node"}
-	ts := httptest.NewServer(hub)
-	defer ts.Close()
-	a := newTestAgent(t, ts.URL, trusted, 0)
+	hub := &testHub{issued: "pfn_node"}
+	url := serve(t, hub)
+	a := newTestAgent(t, url, trusted, 0)
 	if err := a.enrol(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +165,7 @@ func TestAgentKeepsAndUsesTheNodeToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restart finds the node's token and registers with it.
-	b, err := New(Config{Client: &Client{Hub: ts.URL, Token: "pf_org", Org: "acme", Node: "n1", HTTP: http.DefaultClient}, StateDir: a.cfg.StateDir,
+	b, err := New(Config{Client: &Client{Hub: url, Token: "pf_org", Org: "acme", Node: "n1", HTTP: http.DefaultClient}, StateDir: a.cfg.StateDir,
 		InitialVersion: "1.0.0", InstallCmd: []string{"/bin/true"}, TrustedKeys: trusted, InsecureHTTP: true, Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // Client talks to the hub's North API as one node's agent.
@@ -184,13 +185,9 @@ func Transport(caFile string) (*http.Transport, error) {
 	if caFile == "" {
 		return t, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pool, err := runtime.CAPool(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("read --ca-file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--ca-file %s holds no PEM certificate", caFile)
+		return nil, fmt.Errorf("--ca-file: %w", err)
 	}
 	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return t, nil
@@ -215,14 +212,17 @@ func CheckHub(hub string, insecure bool) error {
 	return fmt.Errorf("--hub %q: want an https:// URL", hub)
 }
 
+// Downloaded is a package file Download wrote: its SHA-256, computed
+// while it was written, and its signature as the hub gave it, for the
+// caller to check before it reads the package.
+type Downloaded struct{ SHA256, Signature string }
+
 // Download fetches a package version into a file and checks its SHA-256
-// against want (and the hub's X-Checksum-Sha256). It returns the
-// package's signature as the hub gave it, for the caller to check before
-// it reads the package.
-func (c *Client) Download(ctx context.Context, version, want, dest string) (string, error) {
+// against want (and the hub's X-Checksum-Sha256).
+func (c *Client) Download(ctx context.Context, version, want, dest string) (Downloaded, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(c.Hub, "/")+"/v1/agentpackages/"+url.PathEscape(version)+"/file", nil)
 	if err != nil {
-		return "", err
+		return Downloaded{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.Token)
 	// A package may take longer than a poll: no overall timeout, the
@@ -230,16 +230,16 @@ func (c *Client) Download(ctx context.Context, version, want, dest string) (stri
 	dl := &http.Client{Transport: c.HTTP.Transport}
 	resp, err := dl.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("download package %s: %w", version, err)
+		return Downloaded{}, fmt.Errorf("download package %s: %w", version, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return "", fmt.Errorf("download package %s: %w", version, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(raw))})
+		return Downloaded{}, fmt.Errorf("download package %s: %w", version, &HTTPError{Code: resp.StatusCode, Msg: strings.TrimSpace(string(raw))})
 	}
 	f, err := os.Create(dest)
 	if err != nil {
-		return "", fmt.Errorf("download package %s: %w", version, err)
+		return Downloaded{}, fmt.Errorf("download package %s: %w", version, err)
 	}
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(f, h), resp.Body)
@@ -247,16 +247,16 @@ func (c *Client) Download(ctx context.Context, version, want, dest string) (stri
 		err = cerr
 	}
 	if err != nil {
-		return "", fmt.Errorf("download package %s: %w", version, err)
+		return Downloaded{}, fmt.Errorf("download package %s: %w", version, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
 	if hdr := resp.Header.Get("X-Checksum-Sha256"); want == "" {
 		want = hdr
 	}
 	if want == "" || got != want {
-		return "", &HashError{Version: version, Got: got, Want: want}
+		return Downloaded{}, &HashError{Version: version, Got: got, Want: want}
 	}
-	return resp.Header.Get("X-Package-Signature"), nil
+	return Downloaded{SHA256: got, Signature: resp.Header.Get("X-Package-Signature")}, nil
 }
 
 // HashError is a downloaded package whose SHA-256 is not the one expected.

@@ -1,13 +1,9 @@
 package edgeagent
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -21,30 +17,30 @@ import (
 	"github.com/policyflow/policyflow/services/nmp"
 )
 
-// retryHub is the part of the North API an agent uses, for one node and
-// one package version 1.1.0, signed by a key the agent trusts, whose
-// first failDownloads downloads fail.
-type retryHub struct {
+// testHub is the part of the North API an agent uses, for any node and
+// one package version 1.1.0: pkg, served with the signature given
+// (none when ""), whose first failDownloads downloads fail. Registering
+// issues the token issued.
+type testHub struct {
 	pkg           []byte
+	signature     string
+	issued        string
 	failDownloads int
-	trusted       []ed25519.PublicKey
 
 	mu        sync.Mutex
 	downloads int
 	reports   []Report
+	auths     []string // Authorization of each request
 }
 
-func newRetryHub(t *testing.T, failDownloads int) (*retryHub, *Client) {
-	h := &retryHub{pkg: testPackage(t, "1.1.0"), failDownloads: failDownloads}
-	sum := sha256.Sum256(h.pkg)
-	key, trusted := testKey(t)
-	h.trusted = trusted
-	sig, _ := nmp.SignPackage(key, "1.1.0", hex.EncodeToString(sum[:]))
+// serve serves h until the test ends and answers its URL.
+func serve(t *testing.T, h *testHub) string {
+	sum := sha(h.pkg)
 	mux := http.NewServeMux()
-	mux.HandleFunc("PUT /v1/orgs/o/nodes/n1", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"registered": true, "token": "pfn_n1"}`))
+	mux.HandleFunc("PUT /v1/orgs/{org}/nodes/{node}", func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"registered": true, "token": h.issued})
 	})
-	mux.HandleFunc("GET /v1/orgs/o/nodes/n1/directive", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /v1/orgs/{org}/nodes/{node}/directive", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("index") != "" {
 			select { // nothing changes: answer unchanged after a while
 			case <-r.Context().Done():
@@ -54,9 +50,9 @@ func newRetryHub(t *testing.T, failDownloads int) (*retryHub, *Client) {
 			return
 		}
 		json.NewEncoder(w).Encode(Directive{Index: 1, DirectiveID: "d1", Policy: "o/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0",
-			PackageSHA256: hex.EncodeToString(sum[:]), StartAt: time.Now().Add(-time.Second)})
+			PackageSHA256: sum, StartAt: time.Now().Add(-time.Second)})
 	})
-	mux.HandleFunc("PUT /v1/orgs/o/nodes/n1/status", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("PUT /v1/orgs/{org}/nodes/{node}/status", func(w http.ResponseWriter, r *http.Request) {
 		var rep Report
 		json.NewDecoder(r.Body).Decode(&rep)
 		h.mu.Lock()
@@ -76,32 +72,42 @@ func newRetryHub(t *testing.T, failDownloads int) (*retryHub, *Client) {
 			http.Error(w, "the package store is unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		w.Header().Set("X-Checksum-Sha256", hex.EncodeToString(sum[:]))
-		w.Header().Set("X-Package-Signature", sig)
+		w.Header().Set("X-Checksum-Sha256", sum)
+		if h.signature != "" {
+			w.Header().Set("X-Package-Signature", h.signature)
+		}
 		w.Write(h.pkg)
 	})
-	srv := httptest.NewServer(mux)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.auths = append(h.auths, r.Header.Get("Authorization"))
+		h.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
-	return h, &Client{Hub: srv.URL, Token: "t", Org: "o", Node: "n1", HTTP: srv.Client()}
+	return srv.URL
+}
+
+// newRetryHub is a hub of a package signed by a key the agent trusts
+// (returned), whose first failDownloads downloads fail.
+func newRetryHub(t *testing.T, failDownloads int) (*testHub, *Client, []ed25519.PublicKey) {
+	key, trusted := testKey(t)
+	pkg := testPackage(t, "1.1.0")
+	sig, _ := nmp.SignPackage(key, "1.1.0", sha(pkg))
+	h := &testHub{pkg: pkg, signature: sig, issued: "pfn_n1", failDownloads: failDownloads}
+	return h, &Client{Hub: serve(t, h), Token: "t", Org: "o", Node: "n1", HTTP: http.DefaultClient}, trusted
 }
 
 func testPackage(t *testing.T, version string) []byte {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range map[string]string{"package.json": `{"version": "` + version + `"}`, "config/agent.cfg": "HUB=x"} {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write([]byte(body))
+	pkg, err := nmp.BuildPackage(nmp.Manifest{Version: version}, map[string][]byte{"config/agent.cfg": []byte("HUB=x")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	tw.Close()
-	gz.Close()
-	return buf.Bytes()
+	return pkg
 }
 
 // states are the states the agent reported, in order.
-func (h *retryHub) states() []string {
+func (h *testHub) states() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
@@ -113,10 +119,10 @@ func (h *retryHub) states() []string {
 
 // runAgent runs an agent at 1.0.0 until it reports final (or fails the
 // test after 10 s) and returns the states it reported.
-func runAgent(t *testing.T, h *retryHub, cfg Config, final string) []string {
+func runAgent(t *testing.T, h *testHub, cfg Config, final string) []string {
 	t.Helper()
 	cfg.StateDir, cfg.InitialVersion, cfg.InstallCmd, cfg.PollWait, cfg.Log = t.TempDir(), "1.0.0", []string{"/bin/true"}, time.Second, zerolog.Nop()
-	cfg.TrustedKeys, cfg.InsecureHTTP = h.trusted, true
+	cfg.InsecureHTTP = true
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -137,8 +143,8 @@ func runAgent(t *testing.T, h *retryHub, cfg Config, final string) []string {
 // A package that cannot be downloaded twice is downloaded the third time:
 // the node upgrades without reporting download failed.
 func TestDownloadIsTriedThreeTimes(t *testing.T) {
-	h, c := newRetryHub(t, 2)
-	got := runAgent(t, h, Config{Client: c, DownloadBackoff: time.Millisecond}, nmp.StateSuccessful)
+	h, c, trusted := newRetryHub(t, 2)
+	got := runAgent(t, h, Config{Client: c, TrustedKeys: trusted, DownloadBackoff: time.Millisecond}, nmp.StateSuccessful)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if slices.Contains(got, nmp.StateDownloadFailed) || h.downloads != 3 {
@@ -149,8 +155,8 @@ func TestDownloadIsTriedThreeTimes(t *testing.T) {
 // A node left at download failed tries the same directive again after a
 // backoff, and upgrades once the package can be downloaded.
 func TestDownloadFailedIsTriedAgain(t *testing.T) {
-	h, c := newRetryHub(t, 2)
-	got := runAgent(t, h, Config{Client: c, DownloadAttempts: 1, RetryBackoff: 10 * time.Millisecond}, nmp.StateSuccessful)
+	h, c, trusted := newRetryHub(t, 2)
+	got := runAgent(t, h, Config{Client: c, TrustedKeys: trusted, DownloadAttempts: 1, RetryBackoff: 10 * time.Millisecond}, nmp.StateSuccessful)
 	if n := len(slices.DeleteFunc(slices.Clone(got), func(s string) bool { return s != nmp.StateDownloadFailed })); n != 2 {
 		t.Fatalf("reported %q; want two download failures before the upgrade", got)
 	}
@@ -159,9 +165,9 @@ func TestDownloadFailedIsTriedAgain(t *testing.T) {
 // A host without room for the package reports precheck failed and
 // downloads nothing.
 func TestPrecheckFailsWithoutFreeDisk(t *testing.T) {
-	h, c := newRetryHub(t, 0)
+	h, c, trusted := newRetryHub(t, 0)
 	free := func(string) (uint64, error) { return 10, nil }
-	got := runAgent(t, h, Config{Client: c, FreeBytes: free}, nmp.StatePrecheckFailed)
+	got := runAgent(t, h, Config{Client: c, TrustedKeys: trusted, FreeBytes: free}, nmp.StatePrecheckFailed)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !slices.Equal(got, []string{nmp.StatePrecheckFailed}) || h.downloads != 0 {
