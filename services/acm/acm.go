@@ -6,11 +6,9 @@
 package acm
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
+
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // Registry states of a replica.
@@ -144,30 +142,15 @@ func OperationKey(participantID, compositionID, instanceID string) string {
 	return participantID
 }
 
-// ErrBadID says an id cannot be used.
-var ErrBadID = errors.New("bad id")
+// ErrBadID says an id cannot be used (check.ErrBadID).
+var ErrBadID = check.ErrBadID
 
-// CheckID says what is wrong with an id that becomes a key segment: 1 to
-// 255 bytes of ASCII letters, digits, '.', '_', '-' and ':'.
-func CheckID(what, id string) error {
-	if id == "" || len(id) > 255 {
-		return fmt.Errorf("%w: %s %q must be 1 to 255 bytes", ErrBadID, what, id)
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':') {
-			return fmt.Errorf("%w: %s %q may hold only ASCII letters, digits, '.', '_', '-' and ':' (found %q)", ErrBadID, what, id, c)
-		}
-	}
-	return nil
-}
+// CheckID is check.ID, the one rule of ids that become key segments.
+//
+// Deprecated: call check.ID; this stays until the North API's
+// participant routes do.
+func CheckID(what, id string) error { return check.ID(what, id) }
 
 // Deleted is the state a replica reports for an element or composition
 // that is gone: replica-sync deletes its key from acm.sync.
 const Deleted = "DELETED"
-
-// ValidObject reports whether s is one JSON object, the shape of every
-// properties field.
-func ValidObject(s string) bool {
-	b := bytes.TrimSpace([]byte(s))
-	return len(b) > 0 && b[0] == '{' && json.Valid(b)
-}

@@ -39,7 +39,7 @@ func TestCheckID(t *testing.T) {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "a/b", "a b", string(make([]byte, 256))} {
+	for _, bad := range []string{"", "a/b", "a b", "..", "a..b", string(make([]byte, 256))} {
 		if err := CheckID("id", bad); !errors.Is(err, ErrBadID) {
 			t.Errorf("%q: %v, want ErrBadID", bad, err)
 		}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // Limits of a datacenter model.
@@ -155,7 +157,7 @@ func (dc *Datacenter) JSON() ([]byte, error) {
 // has one; every network edge has a positive bandwidth.
 func Compile(dc *Datacenter) (*Model, error) {
 	var ps problems
-	if err := CheckID(dc.ID); err != nil {
+	if err := check.ID("", dc.ID); err != nil {
 		ps.add("id", "%v", err)
 	}
 	m := &Model{dc: dc, levelIdx: map[string]int{}}
@@ -201,7 +203,7 @@ func (m *Model) compileLevels(ps *problems) {
 		return
 	}
 	for i, l := range ls {
-		if err := CheckID(l.Name); err != nil {
+		if err := check.ID("", l.Name); err != nil {
 			ps.add(fmt.Sprintf("levels[%d].name", i), "%v", err)
 			continue
 		}
@@ -256,7 +258,7 @@ func parentIndex(ps *problems, tree string, ids []string, parents []string) (idx
 	depth = make([]int32, n)
 	root = -1
 	for i, id := range ids {
-		if err := CheckID(id); err != nil {
+		if err := check.ID("", id); err != nil {
 			ps.add(fmt.Sprintf("%s[%d].id", tree, i), "%v", err)
 			continue
 		}

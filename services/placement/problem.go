@@ -4,15 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // maxProblems bounds the problems one validation reports; the rest are
 // counted.
 const maxProblems = 100
-
-// maxIDLen bounds every id of a datacenter or a template.
-const maxIDLen = 255
 
 // Problem is one thing wrong with a datacenter or a template: the field
 // (a JSON path such as location[3].level) and what to fix.
@@ -69,18 +66,9 @@ func (ps *problems) err(what string) error {
 	return &Invalid{What: what, Problems: ps.list, More: ps.more}
 }
 
-// CheckID says what is wrong with a datacenter, vertex, resource, group
-// or policy id: 1 to 255 bytes of ASCII
-// letters, digits, '.', '_', '-' and ':' without "..".
-func CheckID(id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("is missing")
-	case len(id) > maxIDLen:
-		return fmt.Errorf("is %d bytes long; the limit is %d", len(id), maxIDLen)
-	}
-	if err := policy.CheckChars(id); err != nil {
-		return fmt.Errorf("%q: %w", id, err)
-	}
-	return nil
-}
+// CheckID is check.ID with the id's name left to the caller: what is
+// wrong with a datacenter, vertex, resource, group or policy id.
+//
+// Deprecated: call check.ID; this stays until the North API's datacenter
+// routes do.
+func CheckID(id string) error { return check.ID("", id) }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // Limits of what Check accepts.
@@ -19,8 +21,9 @@ const (
 	// most 1 MiB in one string, so a body within it is carried by every
 	// topic and written to Consul as it is.
 	MaxBodyBytes = 512 * 1024
-	// MaxNameBytes bounds policyName, and so policy_id.
-	MaxNameBytes = 255
+	// MaxNameBytes bounds policyName, and so policy_id: the bound of
+	// every id (check.MaxIDBytes).
+	MaxNameBytes = check.MaxIDBytes
 	// MaxDepth bounds how deep objects and arrays nest in a policy_body,
 	// and in a config string holding JSON (well within what JSON decoders
 	// downstream, and the scripts a notification runs, take).
@@ -29,7 +32,7 @@ const (
 
 // NameChars says which characters a policyName, and so a policy_id, may
 // hold.
-const NameChars = "ASCII letters, digits, '.', '_', '-' and ':'"
+const NameChars = check.IDChars
 
 // nameExample is what a refused policyName is told to look like.
 const nameExample = "give <policy_id>.<version>.<ext>, e.g. DCAE.Config_VM_MEMORY.5.xml"
@@ -106,7 +109,7 @@ func CheckName(name string) (id string, version int64, err error) {
 	if len(name) > MaxNameBytes {
 		return "", 0, fail("it is %d bytes, over the limit of %d", len(name), MaxNameBytes)
 	}
-	if err := CheckChars(name); err != nil {
+	if err := check.Chars(name); err != nil {
 		return "", 0, fail("%v", err)
 	}
 	id = stripVersionSuffix(name)
@@ -137,7 +140,7 @@ func CheckID(id string) error {
 	case len(id) > MaxNameBytes:
 		return fmt.Errorf("policy_id %s is %d bytes, over the limit of %d", quoteShort(id), len(id), MaxNameBytes)
 	}
-	if err := CheckChars(id); err != nil {
+	if err := check.Chars(id); err != nil {
 		return fmt.Errorf("policy_id %s: %w", quoteShort(id), err)
 	}
 	if !alnum(id[0]) {
@@ -146,31 +149,12 @@ func CheckID(id string) error {
 	return nil
 }
 
-// CheckChars says what is wrong with a name that becomes one Kafka key or
-// Consul key segment (a policyName, a component_id, a
-// service_component_name): a byte that is not UTF-8, a character outside
-// NameChars (so no '/', space or control character), or "..". It does not
-// bound the length; each caller has its own limit.
-func CheckChars(s string) error {
-	for i := 0; i < len(s); i++ {
-		if nameByte(s[i]) {
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size <= 1 {
-			return fmt.Errorf("byte %d (0x%02x) is not UTF-8; use only %s", i, s[i], NameChars)
-		}
-		return fmt.Errorf("character %q at byte %d is not allowed; use only %s", r, i, NameChars)
-	}
-	if strings.Contains(s, "..") {
-		return errors.New(`".." is not allowed`)
-	}
-	return nil
-}
-
-func nameByte(c byte) bool {
-	return alnum(c) || c == '.' || c == '_' || c == '-' || c == ':'
-}
+// CheckChars is check.Chars, the one rule of the characters of a name
+// that becomes a Kafka key or Consul key segment.
+//
+// Deprecated: call check.Chars; this stays until the North API's own
+// id check goes.
+func CheckChars(s string) error { return check.Chars(s) }
 
 func alnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
@@ -306,7 +290,7 @@ func SplitList(data []byte) ([]json.RawMessage, error) {
 		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("split policy_body list: element %d: %w", len(out), err)
 		}
-		if raw[0] != '{' {
+		if !check.Object(raw) {
 			return nil, fmt.Errorf("split policy_body list: element %d is %s, want a JSON object", len(out), kindOfRaw(raw))
 		}
 		out = append(out, raw)

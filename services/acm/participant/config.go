@@ -21,7 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -138,10 +138,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.Codec = events.Default()
 	}
 	var errs []error
-	if err := acm.CheckID("participant id", c.ParticipantID); err != nil {
+	if err := check.ID("participant id", c.ParticipantID); err != nil {
 		errs = append(errs, err)
 	}
-	if err := acm.CheckID("replica id", c.ReplicaID); err != nil {
+	if err := check.ID("replica id", c.ReplicaID); err != nil {
 		errs = append(errs, err)
 	}
 	if len(c.Types) == 0 {

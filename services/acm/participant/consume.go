@@ -15,6 +15,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
 	"github.com/policyflow/policyflow/services/acm/address"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -254,18 +255,18 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 		return nil, nil, err
 	}
 	where = fmt.Sprintf("%s (%s %s)", where, op.Kind, op.MessageID)
-	if !acm.ValidObject(op.Properties) && op.Properties != "" {
+	if !check.Object([]byte(op.Properties)) && op.Properties != "" {
 		return op, nil, fmt.Errorf("%s: properties are not a JSON object", where)
 	}
 	comp, inst := deref(op.CompositionID), deref(op.InstanceID)
 	instanceOp := false
 	switch op.Kind {
 	case acm.OpPrime, acm.OpDeprime:
-		if err := acm.CheckID("composition_id", comp); err != nil {
+		if err := check.ID("composition_id", comp); err != nil {
 			return op, nil, fmt.Errorf("%s: %w", where, err)
 		}
 	case acm.OpDeploy, acm.OpUpdate, acm.OpUndeploy, acm.OpDelete:
-		if err := acm.CheckID("instance_id", inst); err != nil {
+		if err := check.ID("instance_id", inst); err != nil {
 			return op, nil, fmt.Errorf("%s: %w", where, err)
 		}
 		instanceOp = true
@@ -279,7 +280,7 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 	var errs []error
 	for _, el := range op.Elements {
 		cb, known := p.cfg.Types[el.ElementType]
-		if err := acm.CheckID("element_id", el.ElementID); err != nil {
+		if err := check.ID("element_id", el.ElementID); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -287,7 +288,7 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 			errs = append(errs, fmt.Errorf("element %s has type %q, which participant %s does not support (it supports %v)", el.ElementID, el.ElementType, p.cfg.ParticipantID, p.types()))
 			continue
 		}
-		if el.Properties != "" && !acm.ValidObject(el.Properties) {
+		if el.Properties != "" && !check.Object([]byte(el.Properties)) {
 			errs = append(errs, fmt.Errorf("element %s: properties are not a JSON object", el.ElementID))
 			continue
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // Limits of CEL rules.
@@ -149,7 +151,7 @@ func (celSizes) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 		case "applications":
 			return size(MaxApplications)
 		case "deployment_id", "tenant":
-			return size(maxIDLen)
+			return size(check.MaxIDBytes)
 		}
 	}
 	// An application: app.<field>, or an element of request.applications.
@@ -162,7 +164,7 @@ func (celSizes) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
 	}
 	switch field {
 	case "name":
-		return size(maxIDLen)
+		return size(check.MaxIDBytes)
 	case "inherits", "scripts":
 		return size(MaxRequestBytes / 3)
 	}

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -191,7 +192,7 @@ func Compile(id string, objectModel json.RawMessage, mode string, tenants []stri
 		return nil, &ParamError{Field: "tenantIds", Msg: fmt.Sprintf("names %d tenants; at most %d are allowed", len(tenants), MaxTenants)}
 	}
 	for i, t := range tenants {
-		if err := CheckID("tenant id", t); err != nil {
+		if err := check.ID("tenant id", t); err != nil {
 			return nil, &ParamError{Field: fmt.Sprintf("tenantIds[%d]", i), Msg: err.Error()}
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/placement"
-	"github.com/policyflow/policyflow/services/policy"
 )
 
 // Limits of a deployment request.
@@ -21,8 +21,6 @@ const (
 	MaxInstances = 100000
 	// MaxRequestBytes bounds a request as canonical JSON.
 	MaxRequestBytes = 1 << 20
-	// maxIDLen bounds ids that become Kafka keys and Consul key segments.
-	maxIDLen = 255
 )
 
 // Request is a deployment request: a tenant asks to deploy applications
@@ -105,21 +103,12 @@ type NotifySpec struct {
 // identifiers.
 var classRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
-// CheckID says what is wrong with an id that becomes a Kafka key or a
-// Consul key segment: 1 to 255 bytes of ASCII letters, digits, '.', '_',
-// '-' and ':' without "..".
-func CheckID(what, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%s is missing", what)
-	case len(id) > maxIDLen:
-		return fmt.Errorf("%s is %d bytes long; the limit is %d", what, len(id), maxIDLen)
-	}
-	if err := policy.CheckChars(id); err != nil {
-		return fmt.Errorf("%s %q: %w", what, id, err)
-	}
-	return nil
-}
+// CheckID is check.ID, the one rule of ids that become Kafka keys and
+// Consul key segments.
+//
+// Deprecated: call check.ID; this stays until the North API's
+// deployment and application-policy routes do.
+func CheckID(what, id string) error { return check.ID(what, id) }
 
 // RequestError is a request that breaks the contract, naming the field.
 type RequestError struct {
@@ -137,13 +126,13 @@ func reqErr(field, format string, args ...any) error {
 // Every error is a *RequestError naming the field to fix. A class is only
 // checked to be a qualified name: policyflow keeps no catalog of classes.
 func (r *Request) Normalize() error {
-	if err := CheckID("deployment_id", r.DeploymentID); err != nil {
+	if err := check.ID("deployment_id", r.DeploymentID); err != nil {
 		return reqErr("deployment_id", "%v", err)
 	}
 	if r.Tenant == "" {
 		return reqErr("tenant", "is missing: every deployment belongs to a tenant, and the tenant's policies decide it")
 	}
-	if err := CheckID("tenant", r.Tenant); err != nil {
+	if err := check.ID("tenant", r.Tenant); err != nil {
 		return reqErr("tenant", "%v", err)
 	}
 	if len(r.Applications) == 0 {
@@ -156,7 +145,7 @@ func (r *Request) Normalize() error {
 	for i := range r.Applications {
 		a := &r.Applications[i]
 		f := fmt.Sprintf("applications[%d]", i)
-		if err := CheckID("name", a.Name); err != nil {
+		if err := check.ID("name", a.Name); err != nil {
 			return reqErr(f+".name", "%v", err)
 		}
 		if strings.Contains(a.Name, ".") {
@@ -189,12 +178,12 @@ func (r *Request) Normalize() error {
 		if a.Component != nil {
 			scn := a.Component.ServiceComponentName
 			if scn != "" {
-				if err := CheckID("service_component_name", scn); err != nil {
+				if err := check.ID("service_component_name", scn); err != nil {
 					return reqErr(f+".component.service_component_name", "%v", err)
 				}
 			}
 		}
-		if err := CheckID("component_id", r.ComponentID(a.Name)); err != nil {
+		if err := check.ID("component_id", r.ComponentID(a.Name)); err != nil {
 			return reqErr(f+".name", "the component id <deployment_id>.<name> is not valid: %v", err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -274,11 +275,10 @@ func PayloadSince(a *events.ComponentApplied, items api.KVPairs, told map[string
 
 // object is body as the notification carries it, when it is a JSON object.
 func object(body []byte, list, policyID string) (json.RawMessage, error) {
-	b := bytes.TrimSpace(body)
-	if len(b) == 0 || b[0] != '{' || !json.Valid(b) {
+	if !check.Object(body) {
 		return nil, fmt.Errorf("build notification: %s: policy %s body is not a JSON object", list, policyID)
 	}
-	return json.RawMessage(b), nil
+	return json.RawMessage(bytes.TrimSpace(body)), nil
 }
 
 // ErrClaimTaken is wrapped by the (transient) error of a record whose

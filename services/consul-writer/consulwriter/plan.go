@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/consulkv"
 )
 
@@ -279,7 +280,7 @@ func items(rec *events.ComponentPolicies) (map[string][]byte, error) {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is %d bytes, over Consul's limit of %d bytes (512 KiB) for one value",
 				rec.ComponentID, p.PolicyID, len(v), consulkv.MaxValueBytes)
 		}
-		if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+		if !check.Object(v) {
 			return nil, fmt.Errorf("plan consul write for component %s: policy %s body is not a JSON object: %q",
 				rec.ComponentID, p.PolicyID, truncate(v, 100))
 		}

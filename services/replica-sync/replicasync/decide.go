@@ -14,6 +14,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // View is the state of acm.sync as the stage knows it: what is committed
@@ -59,16 +60,16 @@ func Decide(r Rules, v View, m *events.ParticipantMessage, now time.Time) ([]Cha
 		return tick(r, v, now), nil
 	case acm.MsgSync:
 		if m.ParticipantID != "" {
-			if err := acm.CheckID("participant_id", m.ParticipantID); err != nil {
+			if err := check.ID("participant_id", m.ParticipantID); err != nil {
 				return nil, err
 			}
 		}
 		return resync(r, v, m.ParticipantID, now), nil
 	}
-	if err := acm.CheckID("participant_id", m.ParticipantID); err != nil {
+	if err := check.ID("participant_id", m.ParticipantID); err != nil {
 		return nil, err
 	}
-	if err := acm.CheckID("replica_id", m.ReplicaID); err != nil {
+	if err := check.ID("replica_id", m.ReplicaID); err != nil {
 		return nil, err
 	}
 	switch m.Kind {
@@ -129,15 +130,15 @@ func element(v View, m *events.ParticipantMessage, now time.Time) ([]Change, err
 	var key, kind string
 	switch {
 	case inst != "" && elem != "":
-		if err := acm.CheckID("instance_id", inst); err != nil {
+		if err := check.ID("instance_id", inst); err != nil {
 			return nil, err
 		}
-		if err := acm.CheckID("element_id", elem); err != nil {
+		if err := check.ID("element_id", elem); err != nil {
 			return nil, err
 		}
 		key, kind = acm.ElementKey(m.ParticipantID, inst, elem), acm.KindElement
 	case inst == "" && comp != "":
-		if err := acm.CheckID("composition_id", comp); err != nil {
+		if err := check.ID("composition_id", comp); err != nil {
 			return nil, err
 		}
 		key, kind = acm.CompositionKey(m.ParticipantID, comp), acm.KindComposition
@@ -148,7 +149,7 @@ func element(v View, m *events.ParticipantMessage, now time.Time) ([]Change, err
 	if props == "" {
 		props = "{}"
 	}
-	if !acm.ValidObject(props) {
+	if !check.Object([]byte(props)) {
 		return nil, fmt.Errorf("replica-sync: %s message %s from participant %s replica %s: properties are not a JSON object: %.80q", m.Kind, m.MessageID, m.ParticipantID, m.ReplicaID, props)
 	}
 	prev, had := v.Get(key)
