@@ -21,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // childEnv marks a re-executed test binary that runs one stage member
@@ -87,7 +88,7 @@ func setup(t *testing.T, n, poisonAt int) (*backend.Backend, runtime.Kafka) {
 	prefix := b.Prefix(t)
 	k := b.Kafka(prefix)
 	adm := b.Admin(t)
-	for _, tp := range []string{"in", "out", runtime.DLQTopic("echo")} {
+	for _, tp := range []string{"in", "out", topology.DLQ("echo")} {
 		resp, err := adm.CreateTopic(context.Background(), 3, 1, nil, k.Topic(tp))
 		if err != nil || resp.Err != nil {
 			t.Fatalf("create %s: %v %v", k.Topic(tp), err, resp.Err)
@@ -213,7 +214,7 @@ func TestPoisonRecordGoesToDLQAndNextIsProcessed(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- echo(0).Run(ctx, env(k)) }()
 	out := committed(t, k, "out", n-1, 2*time.Minute)
-	dlq := committed(t, k, runtime.DLQTopic("echo"), 1, time.Minute)
+	dlq := committed(t, k, topology.DLQ("echo"), 1, time.Minute)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

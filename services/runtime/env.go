@@ -243,7 +243,7 @@ func (m *Metrics) start(s Stage) {
 		m.RecordsIn.WithLabelValues(s.Name, t)
 		m.DLQ.WithLabelValues(s.Name, t)
 	}
-	for _, t := range append([]string{DLQTopic(s.Name)}, s.Outputs...) {
+	for _, t := range append([]string{topology.DLQ(s.Name)}, s.Outputs...) {
 		m.RecordsOut.WithLabelValues(s.Name, t)
 	}
 	m.Errors.WithLabelValues(s.Name, "transient")

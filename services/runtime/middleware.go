@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // Middleware wraps a handler with what the runtime does around every
@@ -114,7 +115,7 @@ func deadLetter(stage string, k Kafka, in Input, err error) Output {
 		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(in.Offset, 10))},
 		kgo.RecordHeader{Key: HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
 	)
-	return Output{Topic: DLQTopic(stage), Key: in.Key, Raw: in.Raw, Headers: h}
+	return Output{Topic: topology.DLQ(stage), Key: in.Key, Raw: in.Raw, Headers: h}
 }
 
 // Recover turns a panic of the handler into a permanent error carrying the

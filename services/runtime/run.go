@@ -24,9 +24,6 @@ const (
 	HeaderFailedAt  = "pf.failed_at"
 )
 
-// DLQTopic is the base name of a stage's dead-letter topic.
-func DLQTopic(stage string) string { return "dlq." + stage }
-
 // runner holds what one running stage needs.
 type runner struct {
 	stage Stage

@@ -24,7 +24,7 @@ const testPartitions = 3
 func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
 	return stagetest.NewCluster(t, testPartitions, topology.PolicyCatalog, topology.PolicyChanges, topology.DeployComponents,
-		topology.CatchupRequests, topology.CatchupProgress, topology.ComponentPolicies, topology.PolicyMatches, runtime.DLQTopic(topology.StageMatcher))
+		topology.CatchupRequests, topology.CatchupProgress, topology.ComponentPolicies, topology.PolicyMatches, topology.DLQ(topology.StageMatcher))
 }
 
 // fanOut produces one copy of v to every partition, as pdp-ingest does
@@ -100,7 +100,7 @@ func change(id, changeID, old, version string, mc map[string]any) (*events.Polic
 func TestStageOnKafka(t *testing.T) {
 	c := newCluster(t)
 	matches := c.Reader(t, topology.PolicyMatches)
-	dlq := c.Reader(t, runtime.DLQTopic(topology.StageMatcher))
+	dlq := c.Reader(t, topology.DLQ(topology.StageMatcher))
 
 	for _, e := range []*events.PolicyCatalogEntry{catalogEntry(memID, "5", nil), catalogEntry(multiA, "1", kv1), catalogEntry(multiB, "1", kv2)} {
 		c.Produce(t, topology.PolicyCatalog, e.PolicyID, e)

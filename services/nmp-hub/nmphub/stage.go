@@ -103,23 +103,12 @@ func (h *hub) readFanout(ctx context.Context) error {
 		return fmt.Errorf("nmp-hub: create admin client: %w", err)
 	}
 	defer cl.Close()
-	topic := h.env.Kafka.Topic(topology.NMPRecompute)
-	for attempt := 0; ; attempt++ {
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := runtime.PartitionCount(lctx, kadm.NewClient(cl), topic)
-		cancel()
-		if err == nil {
-			h.fanout.Store(n)
-			return nil
-		}
-		h.env.Health.NotReady(topology.StageNMPHub, "waiting for topic "+topic+": "+err.Error())
-		h.log.Warn().Err(err).Str("topic", topic).Msg("cannot read the partition count of nmp.recompute; retrying")
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nmp-hub: read partitions of %s: %w", topic, ctx.Err())
-		case <-time.After(h.env.Retry.Next(attempt)):
-		}
+	n, err := runtime.WaitPartitions(ctx, h.env, topology.StageNMPHub, kadm.NewClient(cl), topology.NMPRecompute)
+	if err != nil {
+		return err
 	}
+	h.fanout.Store(n)
+	return nil
 }
 
 // applyRow folds a record of a followed topic into the world. A record

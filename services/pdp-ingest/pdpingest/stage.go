@@ -233,23 +233,12 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 	}
 	adm := kadm.NewClient(cl)
 	topic := env.Kafka.Topic(topology.PolicyChanges)
-	for attempt := 0; ; attempt++ {
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := runtime.PartitionCount(lctx, adm, topic)
-		cancel()
-		if err == nil {
-			g.fanout.Store(n)
-			break
-		}
-		env.Health.NotReady(topology.StagePDPIngest, "waiting for topic "+topic+": "+err.Error())
-		g.log.Warn().Err(err).Str("topic", topic).Msg("cannot read the partition count of the change topic; retrying")
-		select {
-		case <-ctx.Done():
-			cl.Close()
-			return nil, fmt.Errorf("pdp-ingest: read partitions of %s: %w", topic, ctx.Err())
-		case <-time.After(env.Retry.Next(attempt)):
-		}
+	n, err := runtime.WaitPartitions(ctx, env, topology.StagePDPIngest, adm, topology.PolicyChanges)
+	if err != nil {
+		cl.Close()
+		return nil, err
 	}
+	g.fanout.Store(n)
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	g.stop = stop
 	go func() {
