@@ -9,9 +9,10 @@ import (
 )
 
 // runAtLeastOnce handles records in order, producing each poll's outputs
-// (and dead letters) before marking the poll's records; marked offsets are
-// committed periodically, on revoke and at shutdown. Rebalances wait for
-// the poll in hand (BlockRebalanceOnPoll).
+// (and dead letters) before marking the poll's records, except those whose
+// effect goes on (Input.Hold) until it ends; marked offsets are committed
+// periodically, on revoke and at shutdown. Rebalances wait for the poll
+// in hand (BlockRebalanceOnPoll).
 func (r *runner) runAtLeastOnce(ctx context.Context) error {
 	opts, err := r.consumeOpts()
 	if err != nil {
@@ -23,11 +24,16 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 		kgo.AutoCommitInterval(time.Second),
 		kgo.RecordPartitioner(Partitioner()),
 	)
+	r.holds = newHolds(r.env.Kafka)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("stage %s: create client: %w", r.stage.Name, err)
 	}
+	r.holds.use(cl)
 	defer func() {
+		// Effects still running (Input.Hold) keep their offsets: they
+		// are not committed, so the next owner handles them again.
+		r.holds.close()
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := cl.CommitMarkedOffsets(cctx); err != nil {
 			r.log.Warn().Err(err).Msg("commit marked offsets at shutdown")
@@ -51,11 +57,11 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 		outs, n := r.handle(ctx, polled)
 		done, stopped := polled[:n], n < len(polled)
 		if r.produceAll(ctx, cl, outs) {
-			cl.MarkCommitRecords(done...)
+			r.holds.handled(done)
 			if !stopped {
 				// Every record of the poll is done: the markers
 				// between them may commit too.
-				cl.MarkCommitRecords(markers...)
+				r.holds.handled(markers)
 			}
 			r.countOut(outs)
 		}

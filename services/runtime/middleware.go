@@ -84,9 +84,9 @@ func Retry(b Backoff, stop <-chan struct{}, onRetry func(in Input, again int, er
 
 // DeadLetter turns the permanent failure of an input into its copy for the
 // stage's dead-letter topic (dlq.<stage>), with the reason and where it
-// came from in headers, so the stage goes on. onDead, when set, is told of
-// each input dead-lettered.
-func DeadLetter(stage string, k Kafka, onDead func(in Input, err error)) Middleware {
+// came from in headers (and extra, when given), so the stage goes on.
+// onDead, when set, is told of each input dead-lettered.
+func DeadLetter(stage string, k Kafka, onDead func(in Input, err error), extra ...kgo.RecordHeader) Middleware {
 	return func(next BatchHandler) BatchHandler {
 		return func(ctx context.Context, ins []Input) []Outcome {
 			out := next(ctx, ins)
@@ -97,15 +97,16 @@ func DeadLetter(stage string, k Kafka, onDead func(in Input, err error)) Middlew
 				if onDead != nil {
 					onDead(ins[i], oc.Err)
 				}
-				out[i] = Outcome{Outputs: []Output{deadLetter(stage, k, ins[i], oc.Err)}}
+				out[i] = Outcome{Outputs: []Output{deadLetter(stage, k, ins[i], oc.Err, extra...)}}
 			}
 			return out
 		}
 	}
 }
 
-// deadLetter is the dead-letter record of an input that failed with err.
-func deadLetter(stage string, k Kafka, in Input, err error) Output {
+// deadLetter is the dead-letter record of an input that failed with err,
+// carrying the extra headers too.
+func deadLetter(stage string, k Kafka, in Input, err error, extra ...kgo.RecordHeader) Output {
 	h := append([]kgo.RecordHeader(nil), in.Headers...)
 	h = append(h,
 		kgo.RecordHeader{Key: HeaderError, Value: []byte(err.Error())},
@@ -115,6 +116,7 @@ func deadLetter(stage string, k Kafka, in Input, err error) Output {
 		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(in.Offset, 10))},
 		kgo.RecordHeader{Key: HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
 	)
+	h = append(h, extra...)
 	return Output{Topic: topology.DLQ(stage), Key: in.Key, Raw: in.Raw, Headers: h}
 }
 

@@ -39,6 +39,9 @@ type runner struct {
 	// assigned is set once the group has given the member its first
 	// assignment (possibly empty).
 	assigned bool
+	// holds, in an at-least-once stage, keeps the offsets of effects
+	// that go on after their handler returned (Input.Hold).
+	holds *holds
 }
 
 // Run runs the stage until ctx is done: it builds the handler, joins the
@@ -89,7 +92,7 @@ func (s Stage) Run(ctx context.Context, env Env) error {
 	// Waiting between retries ends with ctx; handling itself does not
 	// (see handle).
 	r.chain = Chain(inner,
-		DeadLetter(s.Name, env.Kafka, r.deadLettered),
+		DeadLetter(s.Name, env.Kafka, r.deadLettered, s.DeadLetterHeaders...),
 		Recover(),
 		decoding(env.Codec),
 		Retry(env.Retry, ctx.Done(), r.retrying),
@@ -300,6 +303,9 @@ func (r *runner) disown(parts map[string][]int32, why string) {
 func (r *runner) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	r.log.Info().Interface("partitions", revoked).Msg("partitions revoked")
 	r.disown(revoked, rebalancing)
+	if r.holds != nil {
+		r.holds.forget(revoked)
+	}
 	if r.stage.Mode == AtLeastOnce {
 		if err := cl.CommitMarkedOffsets(ctx); err != nil {
 			r.log.Warn().Err(err).Msg("commit marked offsets on revoke")
@@ -313,6 +319,9 @@ func (r *runner) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[stri
 func (r *runner) onLost(ctx context.Context, _ *kgo.Client, lost map[string][]int32) {
 	r.log.Warn().Interface("partitions", lost).Msg("partitions lost")
 	r.disown(lost, partitionsLost)
+	if r.holds != nil {
+		r.holds.forget(lost)
+	}
 	if r.stage.Revoked != nil {
 		r.stage.Revoked(ctx, r.env, r.base(lost))
 	}
@@ -364,6 +373,7 @@ func (r *runner) handleInputs(stop context.Context, recs []*kgo.Record, ins []In
 	spans := make([]context.Context, len(recs))
 	for i, rec := range recs {
 		r.env.Metrics.RecordsIn.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
+		ins[i].hold = r.holds
 		if r.env.Tracer != nil {
 			ctx, span := r.env.Tracer.process(rec)
 			defer span.End()

@@ -49,6 +49,9 @@ type Input struct {
 	// tracing; see Tracer), for spans of effects the stage carries out
 	// for it later, such as a notification. Nil when not tracing.
 	Trace context.Context
+	// hold, in an at-least-once stage, keeps the offsets whose effect
+	// goes on (see Hold).
+	hold *holds
 }
 
 // Tombstone reports whether the record deletes its key.
@@ -114,6 +117,10 @@ type Stage struct {
 	// whose records each cost far more than moving them, so that a
 	// transaction stays well within the transaction timeout.
 	PollRecords int
+	// DeadLetterHeaders go on every dead letter of the stage besides the
+	// reason and where the record came from (optional): who dead-lettered
+	// it, when several writers share one dead-letter topic.
+	DeadLetterHeaders []kgo.RecordHeader
 	// Flags registers stage-specific flags (optional).
 	Flags func(fs *flag.FlagSet)
 	// Setup builds the handler with whatever it needs (tables, Consul

@@ -167,3 +167,26 @@ func DecodeAs[V events.Event](ctx context.Context, codec *events.Codec, raw []by
 	}
 	return v, nil
 }
+
+// Apply adapts fn to a Follower's ApplyFunc, for state derived from a
+// followed topic: each record is decoded once and checked to hold a V, a
+// tombstone treated as tombstones says. A record that cannot be decoded,
+// holds another event or is a refused tombstone is handed to refused with
+// the reason (to dead-letter it) when refused is set, and otherwise
+// logged and left out; either way the follower goes on. An error of fn
+// is logged by the follower and the record left out.
+func Apply[V events.Event](env Env, tombstones Tombstones, fn func(ctx context.Context, m Msg[V]) error, refused func(ctx context.Context, in Input, err error)) ApplyFunc {
+	return func(ctx context.Context, rec *kgo.Record) error {
+		m, skip, err := decodeRow[V](ctx, env.Codec, env.Kafka, tombstones, rec)
+		switch {
+		case err != nil && refused != nil:
+			refused(ctx, m.Input, err)
+			return nil
+		case err != nil:
+			return err
+		case skip:
+			return nil
+		}
+		return fn(ctx, m)
+	}
+}

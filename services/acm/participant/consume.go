@@ -8,169 +8,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
 	"github.com/policyflow/policyflow/services/acm/address"
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/runtime"
-	"github.com/policyflow/policyflow/topology"
 )
-
-// commitEvery is how often finished operations' offsets are committed.
-const commitEvery = 100 * time.Millisecond
-
-// consume reads acm.participant in the participant's group until ctx ends.
-func (p *Participant) consume(ctx context.Context, base []kgo.Opt) error {
-	topic := p.cfg.Kafka.Topic(topology.ACMParticipant)
-	opts := append(base,
-		kgo.WithLogger(runtime.KgoLogger(p.log)),
-		kgo.ConsumerGroup(p.cfg.Kafka.Prefix+acm.Group(p.cfg.ParticipantID)),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.DisableAutoCommit(),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			for _, part := range a[topic] {
-				p.parts[part] = &partTrack{inflight: map[int64]int{}, next: -1, committed: -1}
-			}
-		}),
-		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, r map[string][]int32) {
-			p.commit(ctx, cl)
-			p.drop(r[topic])
-		}),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, l map[string][]int32) { p.drop(l[topic]) }),
-	)
-	if p.cfg.SessionTimeout > 0 {
-		opts = append(opts, kgo.SessionTimeout(p.cfg.SessionTimeout), kgo.HeartbeatInterval(p.cfg.SessionTimeout/5))
-	}
-	if p.cfg.InstanceID != "" {
-		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
-	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("participant %s: create the consumer of %s: %w", p.cfg.ParticipantID, topic, err)
-	}
-	commits := make(chan struct{})
-	cctx, stopCommits := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		defer close(commits)
-		t := time.NewTicker(commitEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-cctx.Done():
-				return
-			case <-t.C:
-				p.commit(cctx, cl)
-			}
-		}
-	}()
-	defer func() {
-		stopCommits()
-		<-commits
-		p.commit(context.WithoutCancel(ctx), cl)
-		cl.Close() // leaves the group
-	}()
-	for {
-		fetches := cl.PollFetches(ctx)
-		if fetches.IsClientClosed() || ctx.Err() != nil {
-			return nil
-		}
-		fetches.EachError(func(t string, part int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				p.log.Warn().Err(err).Str("topic", t).Int32("partition", part).Msg("fetch failed; retrying")
-			}
-		})
-		fetches.EachRecord(func(rec *kgo.Record) { p.handle(ctx, rec) })
-	}
-}
-
-// drop forgets partitions this replica no longer owns.
-func (p *Participant) drop(parts []int32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, part := range parts {
-		delete(p.parts, part)
-	}
-}
-
-// commit commits, per owned partition, the lowest offset whose operation
-// is not finished (or the offset after the last record, when all are).
-func (p *Participant) commit(ctx context.Context, cl *kgo.Client) {
-	topic := p.cfg.Kafka.Topic(topology.ACMParticipant)
-	p.mu.Lock()
-	offs := map[int32]kgo.EpochOffset{}
-	for part, tr := range p.parts {
-		safe := tr.next
-		for off := range tr.inflight {
-			if off < safe {
-				safe = off
-			}
-		}
-		if safe > tr.committed {
-			offs[part] = kgo.EpochOffset{Epoch: -1, Offset: safe}
-		}
-	}
-	p.mu.Unlock()
-	if len(offs) == 0 {
-		return
-	}
-	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{topic: offs}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			p.log.Warn().Err(err).Msg("commit operation offsets")
-			return
-		}
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, rt := range resp.Topics {
-			for _, rp := range rt.Partitions {
-				if perr := kerr.ErrorForCode(rp.ErrorCode); perr != nil {
-					p.log.Warn().Err(perr).Int32("partition", rp.Partition).Msg("commit operation offset")
-					continue
-				}
-				if tr, eo := p.parts[rp.Partition], offs[rp.Partition]; tr != nil && eo.Offset > tr.committed {
-					tr.committed = eo.Offset
-				}
-			}
-		}
-	})
-}
-
-// begin records that the operation at rec has n element operations
-// running.
-func (p *Participant) begin(rec *kgo.Record, n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tr := p.parts[rec.Partition]
-	if tr == nil {
-		return
-	}
-	if n > 0 {
-		tr.inflight[rec.Offset] += n
-	}
-	if rec.Offset+1 > tr.next {
-		tr.next = rec.Offset + 1
-	}
-}
-
-// end records that one element operation of the operation at rec ended.
-func (p *Participant) end(rec *kgo.Record) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	tr := p.parts[rec.Partition]
-	if tr == nil {
-		return
-	}
-	if tr.inflight[rec.Offset]--; tr.inflight[rec.Offset] <= 0 {
-		delete(tr.inflight, rec.Offset)
-	}
-}
 
 // task is one element (or one element definition) of an operation.
 type task struct {
@@ -182,24 +25,24 @@ type task struct {
 	defs []events.OperationElement
 }
 
-// handle decides what to do with one operation and starts it.
-func (p *Participant) handle(ctx context.Context, rec *kgo.Record) {
-	op, tasks, err := p.plan(ctx, rec)
+// handle decides what to do with one operation and starts it. An
+// operation that cannot be run fails permanently (the runtime
+// dead-letters it), after the runtime is told that its elements failed,
+// so that it does not wait for the operation's timeout.
+func (p *Participant) handle(ctx context.Context, m runtime.Msg[*events.ParticipantOperation]) ([]runtime.Output, error) {
+	op := m.Value
+	where := fmt.Sprintf("participant %s replica %s: operation at %s[%d]@%d", p.cfg.ParticipantID, p.cfg.ReplicaID, p.cfg.Kafka.Topic(m.Topic), m.Partition, m.Offset)
+	tasks, answer, err := p.plan(op, where)
 	if err != nil {
-		p.deadLetter(ctx, rec, err)
-		if op != nil {
-			// Tell the runtime too, so the operation does not wait for
-			// its timeout.
+		if answer {
 			for _, el := range op.Elements {
 				p.report(ctx, op, &task{key: "", el: el}, acm.Failed, acm.Failure, "{}", err.Error(), 0)
 			}
 		}
-		p.begin(rec, 0)
-		return
+		return nil, runtime.Permanent(err)
 	}
-	if op == nil || len(tasks) == 0 {
-		p.begin(rec, 0)
-		return
+	if len(tasks) == 0 {
+		return nil, nil
 	}
 	// Stale: a replica whose state is newer answers and applies nothing
 	// of the operation.
@@ -218,32 +61,20 @@ func (p *Participant) handle(ctx context.Context, rec *kgo.Record) {
 			}
 			p.report(ctx, op, t, state, acm.Stale, props, detail, 0)
 		}
-		p.begin(rec, 0)
-		return
+		return nil, nil
 	}
-	p.begin(rec, len(tasks))
 	for _, t := range tasks {
-		p.start(ctx, rec, op, t)
+		p.start(ctx, m.Hold(), op, t)
 	}
+	return nil, nil
 }
 
-// plan decodes an operation, applies the addressing rule and checks it.
-// It returns no operation for one not meant for this replica, and an
-// error (the reason to dead-letter it) for one that cannot be run; op is
-// then set when the operation decoded, so the runtime can be answered.
-func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.ParticipantOperation, []*task, error) {
-	where := fmt.Sprintf("participant %s replica %s: operation at %s[%d]@%d", p.cfg.ParticipantID, p.cfg.ReplicaID, rec.Topic, rec.Partition, rec.Offset)
-	if rec.Value == nil {
-		return nil, nil, fmt.Errorf("%s is a tombstone, which acm.participant never carries", where)
-	}
-	ev, err := p.cfg.Codec.Decode(ctx, rec.Value)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", where, err)
-	}
-	op, ok := ev.(*events.ParticipantOperation)
-	if !ok {
-		return nil, nil, fmt.Errorf("%s is %s, want %s", where, ev.SchemaName(), events.SchemaParticipantOperation)
-	}
+// plan applies the addressing rule to an operation and checks it. It
+// returns no task for an operation not meant for this replica (or one
+// already ended), and an error (the reason to dead-letter it) for one
+// that cannot be run; answer then says whether the runtime is to be told
+// (the operation is for this replica).
+func (p *Participant) plan(op *events.ParticipantOperation, where string) (_ []*task, answer bool, _ error) {
 	replica := ""
 	if op.ReplicaID != nil {
 		replica = *op.ReplicaID
@@ -252,29 +83,29 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 		address.Message{ParticipantID: op.ParticipantID, ReplicaID: replica, ParticipantIDList: op.ParticipantIDList},
 		address.Receiver{ParticipantID: p.cfg.ParticipantID, ReplicaID: p.cfg.ReplicaID})
 	if err != nil || !applies {
-		return nil, nil, err
+		return nil, false, err
 	}
 	where = fmt.Sprintf("%s (%s %s)", where, op.Kind, op.MessageID)
 	if !check.Object([]byte(op.Properties)) && op.Properties != "" {
-		return op, nil, fmt.Errorf("%s: properties are not a JSON object", where)
+		return nil, true, fmt.Errorf("%s: properties are not a JSON object", where)
 	}
 	comp, inst := deref(op.CompositionID), deref(op.InstanceID)
 	instanceOp := false
 	switch op.Kind {
 	case acm.OpPrime, acm.OpDeprime:
 		if err := check.ID("composition_id", comp); err != nil {
-			return op, nil, fmt.Errorf("%s: %w", where, err)
+			return nil, true, fmt.Errorf("%s: %w", where, err)
 		}
 	case acm.OpDeploy, acm.OpUpdate, acm.OpUndeploy, acm.OpDelete:
 		if err := check.ID("instance_id", inst); err != nil {
-			return op, nil, fmt.Errorf("%s: %w", where, err)
+			return nil, true, fmt.Errorf("%s: %w", where, err)
 		}
 		instanceOp = true
 	default:
-		return op, nil, fmt.Errorf("%s: kind %q is not an operation a participant runs (PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY, DELETE)", where, op.Kind)
+		return nil, true, fmt.Errorf("%s: kind %q is not an operation a participant runs (PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY, DELETE)", where, op.Kind)
 	}
 	if len(op.Elements) == 0 {
-		return op, nil, fmt.Errorf("%s: names no element", where)
+		return nil, true, fmt.Errorf("%s: names no element", where)
 	}
 	tasks := make([]*task, 0, len(op.Elements))
 	var errs []error
@@ -295,14 +126,14 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 		tasks = append(tasks, &task{key: acm.ElementKey(p.cfg.ParticipantID, inst, el.ElementID), el: el, cb: cb})
 	}
 	if err := errors.Join(errs...); err != nil {
-		return op, nil, fmt.Errorf("%s: %w", where, err)
+		return nil, true, fmt.Errorf("%s: %w", where, err)
 	}
 	if !instanceOp {
 		// A composition definition is one task: its element definitions
 		// are primed one after the other, and replicated as one record.
 		def, err := definition(op.Elements)
 		if err != nil {
-			return op, nil, fmt.Errorf("%s: %w", where, err)
+			return nil, true, fmt.Errorf("%s: %w", where, err)
 		}
 		tasks = []*task{{key: acm.CompositionKey(p.cfg.ParticipantID, comp), el: events.OperationElement{ElementID: comp, Properties: def}, defs: op.Elements}}
 	}
@@ -320,7 +151,7 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 		}
 		run = append(run, t)
 	}
-	return op, run, nil
+	return run, true, nil
 }
 
 // ended reports whether the replicas' state of an element says operation
@@ -362,7 +193,10 @@ func deref(s *string) string {
 
 // start runs one element operation, first cancelling and waiting for the
 // one still running for the same element.
-func (p *Participant) start(ctx context.Context, rec *kgo.Record, op *events.ParticipantOperation, t *task) {
+// release ends the hold of the operation's offset once it is answered;
+// it is not called for an operation the replica's stop cancelled, so the
+// next owner of its partition runs it again.
+func (p *Participant) start(ctx context.Context, release func(), op *events.ParticipantOperation, t *task) {
 	p.mu.Lock()
 	prev := p.running[t.key]
 	p.mu.Unlock()
@@ -391,8 +225,11 @@ func (p *Participant) start(ctx context.Context, rec *kgo.Record, op *events.Par
 				delete(p.running, t.key)
 			}
 			p.mu.Unlock()
+			stopped := context.Cause(rctx) == errStopping
 			cancel(nil)
-			p.end(rec)
+			if !stopped {
+				release()
+			}
 			close(r.done)
 		}()
 		p.execute(rctx, op, t, timeout)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,15 +21,17 @@ import (
 type Participant struct {
 	cfg Config
 	log zerolog.Logger
-
-	prod *kgo.Client // writes acm.runtime and dlq.participants
+	env runtime.Env
+	// emit writes acm.runtime (registration, heartbeats, states and
+	// results) and the dead letters of acm.sync records.
+	emit *runtime.Emitter
 
 	mu       sync.Mutex
 	state    State                          // compositions and elements, by acm.sync key
 	registry map[string]events.ReplicaState // replicas of this participant, by acm.sync key
 	changed  chan struct{}
 	running  map[string]*run // operation running per element key
-	parts    map[int32]*partTrack
+	parts    map[int32]bool  // partitions of acm.participant owned
 
 	ready chan struct{}
 }
@@ -39,16 +40,6 @@ type Participant struct {
 type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
-}
-
-// partTrack is what a partition of acm.participant has handed in: the
-// offsets whose operations are not finished, and the offset after the
-// last record seen. What is committed is the lowest unfinished offset, so
-// an operation a crashed replica was running is taken again by another.
-type partTrack struct {
-	inflight  map[int64]int // offset -> elements still running
-	next      int64
-	committed int64
 }
 
 // errSuperseded cancels an operation when the next one for its element
@@ -64,14 +55,21 @@ func New(cfg Config) (*Participant, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Log.With().Str("participant", cfg.ParticipantID).Str("replica", cfg.ReplicaID).Logger()
+	env := runtime.NewEnv(cfg.Kafka, log)
+	env.Codec, env.SessionTimeout, env.InstanceID = cfg.Codec, cfg.SessionTimeout, cfg.InstanceID
 	return &Participant{
-		cfg:   cfg,
-		log:   cfg.Log.With().Str("participant", cfg.ParticipantID).Str("replica", cfg.ReplicaID).Logger(),
+		cfg: cfg, log: log, env: env,
 		state: State{}, registry: map[string]events.ReplicaState{}, changed: make(chan struct{}),
-		running: map[string]*run{}, parts: map[int32]*partTrack{},
+		running: map[string]*run{}, parts: map[int32]bool{},
 		ready: make(chan struct{}),
 	}, nil
 }
+
+// Metrics returns the replica's metrics (records in and out, dead
+// letters, retries, lag of its operations), for the implementation to
+// serve.
+func (p *Participant) Metrics() *runtime.Metrics { return p.env.Metrics }
 
 // ID returns the participant id and this replica's id.
 func (p *Participant) ID() (participantID, replicaID string) {
@@ -95,52 +93,100 @@ func (p *Participant) types() []string {
 // running (another replica takes it again) and deregisters. Call it once
 // per Participant.
 func (p *Participant) Run(ctx context.Context) error {
-	opts, err := p.cfg.Kafka.ClientOpts()
+	var err error
+	p.emit, err = runtime.NewEmitter(p.env, acm.DLQStage, p.deadLetterHeaders()...)
 	if err != nil {
-		return err
+		return fmt.Errorf("participant %s: %w", p.cfg.ParticipantID, err)
 	}
-	p.prod, err = kgo.NewClient(append(opts,
-		kgo.WithLogger(runtime.KgoLogger(p.log)),
-		kgo.RecordPartitioner(runtime.Partitioner()),
-		kgo.ProducerLinger(0),
-		kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes),
-	)...)
-	if err != nil {
-		return fmt.Errorf("participant %s: create a producer: %w", p.cfg.ParticipantID, err)
-	}
-	defer p.prod.Close()
+	defer p.emit.Close()
 
 	if err := p.send(ctx, p.message(acm.MsgRegister)); err != nil {
 		return fmt.Errorf("participant %s replica %s: register: %w", p.cfg.ParticipantID, p.cfg.ReplicaID, err)
 	}
-	follower, err := runtime.Follow(p.cfg.Kafka, p.log, map[string]runtime.ApplyFunc{topology.ACMSync: p.applySync})
+	follower, err := runtime.Follow(p.cfg.Kafka, p.log, map[string]runtime.ApplyFunc{
+		topology.ACMSync: p.syncRecords(),
+	})
 	if err != nil {
 		return err
 	}
 	defer follower.Close()
 
-	hctx, stopHeartbeats := context.WithCancel(ctx)
-	heartbeats := make(chan struct{})
-	go func() { defer close(heartbeats); p.heartbeat(hctx) }()
-	stopHB := func() { stopHeartbeats(); <-heartbeats }
-	defer stopHB()
+	stopHeartbeats := p.emit.Every(ctx, runtime.Timer{
+		Name: "heartbeat",
+		Next: func() time.Duration { return p.cfg.Heartbeat },
+		Run: func(ctx context.Context, _ runtime.Tick) error {
+			return p.send(ctx, p.message(acm.MsgHeartbeat))
+		},
+	})
+	defer stopHeartbeats()
 
 	if err := follower.WaitCaughtUp(ctx, topology.ACMSync); err != nil {
 		if ctx.Err() != nil {
-			stopHB()
+			stopHeartbeats()
 			return p.finish(ctx)
 		}
 		return fmt.Errorf("participant %s replica %s: rebuild the state from %s: %w", p.cfg.ParticipantID, p.cfg.ReplicaID, p.syncTopic(), err)
 	}
 	close(p.ready)
 	p.log.Info().Int("keys", len(p.Dump())).Msg("state rebuilt from acm.sync; taking operations")
-	err = p.consume(ctx, opts)
-	stopHB()
+	err = p.stage().Run(ctx, p.env)
+	stopHeartbeats()
 	if err != nil && ctx.Err() == nil {
 		return err
 	}
 	return p.finish(ctx)
 }
+
+// stage is the consumer of the participant's operations: its replicas
+// share one group over acm.participant. Each operation is handed in
+// typed; the element operations it starts run in the background, each
+// holding the operation's offset (runtime.Input.Hold) until it is
+// answered, so what is committed is below every unanswered operation and
+// an operation a dead replica was running is taken again by the next
+// owner of its partition. An operation that cannot be run is
+// dead-lettered to dlq.participants by the runtime.
+func (p *Participant) stage() runtime.Stage {
+	return runtime.Stage{
+		Name:              acm.DLQStage,
+		Mode:              runtime.AtLeastOnce,
+		Inputs:            []string{topology.ACMParticipant},
+		Group:             acm.Group(p.cfg.ParticipantID),
+		DeadLetterHeaders: p.deadLetterHeaders(),
+		Setup: func(context.Context, runtime.Env) (runtime.Handler, func(), error) {
+			return runtime.Typed(runtime.RefuseTombstones, p.handle), nil, nil
+		},
+		Assigned: func(_ context.Context, _ runtime.Env, assigned map[string][]int32) error {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for _, part := range assigned[topology.ACMParticipant] {
+				p.parts[part] = true
+			}
+			return nil
+		},
+		Revoked: func(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for _, part := range revoked[topology.ACMParticipant] {
+				delete(p.parts, part)
+			}
+		},
+	}
+}
+
+// deadLetterHeaders say which replica of which participant dead-lettered
+// a record.
+func (p *Participant) deadLetterHeaders() []kgo.RecordHeader {
+	return []kgo.RecordHeader{
+		{Key: HeaderParticipant, Value: []byte(p.cfg.ParticipantID)},
+		{Key: HeaderReplica, Value: []byte(p.cfg.ReplicaID)},
+	}
+}
+
+// Headers of a participant's dead letter, besides the runtime's.
+const (
+	HeaderParticipant = "pf.participant"
+	HeaderReplica     = "pf.replica"
+)
 
 // finish cancels what runs (unanswered, so another replica runs it again)
 // and deregisters.
@@ -163,21 +209,6 @@ func (p *Participant) finish(ctx context.Context) error {
 	return nil
 }
 
-func (p *Participant) heartbeat(ctx context.Context) {
-	t := time.NewTicker(p.cfg.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := p.send(ctx, p.message(acm.MsgHeartbeat)); err != nil && ctx.Err() == nil {
-				p.log.Warn().Err(err).Msg("heartbeat not sent")
-			}
-		}
-	}
-}
-
 // message is a ParticipantMessage of this replica.
 func (p *Participant) message(kind string) *events.ParticipantMessage {
 	m := &events.ParticipantMessage{
@@ -193,32 +224,7 @@ func (p *Participant) message(kind string) *events.ParticipantMessage {
 // send writes a message to acm.runtime, keyed by the participant, and
 // waits until the broker has it.
 func (p *Participant) send(ctx context.Context, m *events.ParticipantMessage) error {
-	b, err := p.cfg.Codec.Encode(m)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", m.Kind, err)
-	}
-	rec := &kgo.Record{Topic: p.cfg.Kafka.Topic(topology.ACMRuntime), Key: []byte(p.cfg.ParticipantID), Value: b}
-	return p.prod.ProduceSync(ctx, rec).FirstErr()
-}
-
-// deadLetter writes rec to dlq.participants with the reason in headers.
-func (p *Participant) deadLetter(ctx context.Context, rec *kgo.Record, reason error) {
-	p.log.Error().Err(reason).Str("topic", rec.Topic).Int32("partition", rec.Partition).Int64("offset", rec.Offset).Msg("record dead-lettered")
-	h := append([]kgo.RecordHeader(nil), rec.Headers...)
-	h = append(h,
-		kgo.RecordHeader{Key: runtime.HeaderError, Value: []byte(reason.Error())},
-		kgo.RecordHeader{Key: runtime.HeaderStage, Value: []byte(acm.DLQStage)},
-		kgo.RecordHeader{Key: runtime.HeaderTopic, Value: []byte(rec.Topic)},
-		kgo.RecordHeader{Key: runtime.HeaderPartition, Value: []byte(strconv.Itoa(int(rec.Partition)))},
-		kgo.RecordHeader{Key: runtime.HeaderOffset, Value: []byte(strconv.FormatInt(rec.Offset, 10))},
-		kgo.RecordHeader{Key: runtime.HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-		kgo.RecordHeader{Key: "pf.participant", Value: []byte(p.cfg.ParticipantID)},
-		kgo.RecordHeader{Key: "pf.replica", Value: []byte(p.cfg.ReplicaID)},
-	)
-	dl := &kgo.Record{Topic: p.cfg.Kafka.Topic(topology.DLQ(acm.DLQStage)), Key: rec.Key, Value: rec.Value, Headers: h}
-	if err := p.prod.ProduceSync(context.WithoutCancel(ctx), dl).FirstErr(); err != nil {
-		p.log.Error().Err(err).Msg("dead letter not written")
-	}
+	return p.emit.Emit(ctx, runtime.Output{Topic: topology.ACMRuntime, Key: []byte(p.cfg.ParticipantID), Value: m})
 }
 
 // SetProperties replicates a change of an element's properties made by

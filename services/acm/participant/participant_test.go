@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
@@ -526,5 +527,84 @@ func TestEndedOperationsAreNotRunAgain(t *testing.T) {
 		if got := ended(tc.prev, tc.op); got != tc.want {
 			t.Errorf("ended(%+v, %q) = %v, want %v", tc.prev, tc.op, got, tc.want)
 		}
+	}
+}
+
+// An operation a replica cannot run goes to dlq.participants through the
+// runtime's dead-letter path: with the runtime's headers saying where it
+// came from and why, the participant's saying which replica, and counted
+// in the replica's metrics.
+func TestFailedOperationDeadLetteredByTheRuntime(t *testing.T) {
+	h := newHarness(t)
+	r := h.replica(t, "r1")
+	bad := deploy("i1", 1, `{}`, "e1")
+	bad.Elements[0].ElementType = "org.example.Unknown"
+	h.op(t, bad)
+	dlq := h.c.Read(t, topology.DLQ(acm.DLQStage), 1, wait)
+	d := dlq[0]
+	want := map[string]string{
+		runtime.HeaderStage: acm.DLQStage,
+		runtime.HeaderTopic: h.c.Kafka.Topic(topology.ACMParticipant),
+		HeaderParticipant:   pid,
+		HeaderReplica:       "r1",
+	}
+	for k, v := range want {
+		if got := stagetest.Header(d, k); got != v {
+			t.Errorf("dead letter header %s = %q, want %q", k, got, v)
+		}
+	}
+	for _, k := range []string{runtime.HeaderPartition, runtime.HeaderOffset, runtime.HeaderFailedAt} {
+		if stagetest.Header(d, k) == "" {
+			t.Errorf("dead letter has no %s header", k)
+		}
+	}
+	if reason := stagetest.Header(d, runtime.HeaderError); !strings.Contains(reason, `type "org.example.Unknown"`) {
+		t.Errorf("dead letter reason %q", reason)
+	}
+	if got := testutil.ToFloat64(r.Metrics().DLQ.WithLabelValues(acm.DLQStage, topology.ACMParticipant)); got != 1 {
+		t.Errorf("dead letters counted %v, want 1", got)
+	}
+}
+
+// A replica that stops before an operation it runs is answered has not
+// committed it: the replica that takes its partition over is handed the
+// operation again and runs it (at least once).
+func TestUnansweredOperationRunsAgainOnTheNextReplica(t *testing.T) {
+	h := newHarness(t)
+	started := make(chan struct{}, 1)
+	p1, err := New(Config{Kafka: h.c.Kafka, ParticipantID: pid, ReplicaID: "r1",
+		Heartbeat: 100 * time.Millisecond, SessionTimeout: time.Second,
+		Log: runtime.NewLogger(io.Discard, "error", false),
+		Types: map[string]Callbacks{stubType: {Deploy: func(ctx context.Context, _ Element) (json.RawMessage, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p1.Run(ctx) }()
+	t.Cleanup(cancel)
+	select {
+	case <-p1.Ready():
+	case <-time.After(wait):
+		t.Fatal("r1 not ready")
+	}
+	id := h.op(t, deploy("i1", 1, `{}`, "e1"))
+	select {
+	case <-started:
+	case <-time.After(wait):
+		t.Fatal("r1 did not start the deploy")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("r1: %v", err)
+	}
+	r2 := h.replica(t, "r2")
+	waitState(t, r2, "i1/e1 DEPLOYED", elementIs("i1", "e1", acm.Deployed))
+	if st, _ := r2.ElementState("i1", "e1"); st.ReplicaID != "r2" || st.OperationID != id {
+		t.Errorf("i1/e1 %+v, want DEPLOYED by r2 for the operation %s r1 left unanswered", st, id)
 	}
 }

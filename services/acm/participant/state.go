@@ -9,6 +9,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -17,15 +18,25 @@ import (
 // caught up with the same records hold equal States.
 type State map[string]events.ReplicaState
 
-// applySync folds one acm.sync record into the replica's state. Records of
-// other participants are skipped undecoded; a record of this participant
-// that does not decode is dead-lettered with the reason.
-func (p *Participant) applySync(ctx context.Context, rec *kgo.Record) error {
-	key := string(rec.Key)
-	if acm.ParticipantOf(key) != p.cfg.ParticipantID {
-		return nil
+// syncRecords hands the acm.sync records of this participant, decoded,
+// to applySync; records of other participants are skipped undecoded. A
+// record of this participant that is not a ReplicaState is dead-lettered
+// with the reason.
+func (p *Participant) syncRecords() runtime.ApplyFunc {
+	apply := runtime.Apply(p.env, runtime.PassTombstones, p.applySync, p.refuseSync)
+	return func(ctx context.Context, rec *kgo.Record) error {
+		if acm.ParticipantOf(string(rec.Key)) != p.cfg.ParticipantID {
+			return nil
+		}
+		return apply(ctx, rec)
 	}
-	if rec.Value == nil {
+}
+
+// applySync folds one acm.sync record of this participant into the
+// replica's state.
+func (p *Participant) applySync(_ context.Context, m runtime.Msg[*events.ReplicaState]) error {
+	key := string(m.Key)
+	if m.Value == nil {
 		p.mu.Lock()
 		delete(p.state, key)
 		delete(p.registry, key)
@@ -33,17 +44,7 @@ func (p *Participant) applySync(ctx context.Context, rec *kgo.Record) error {
 		p.notify()
 		return nil
 	}
-	ev, err := p.cfg.Codec.Decode(ctx, rec.Value)
-	if err == nil {
-		if _, ok := ev.(*events.ReplicaState); !ok {
-			err = fmt.Errorf("the value is %s, want %s", ev.SchemaName(), events.SchemaReplicaState)
-		}
-	}
-	if err != nil {
-		p.deadLetter(ctx, rec, fmt.Errorf("participant %s replica %s: acm.sync record %q: %w", p.cfg.ParticipantID, p.cfg.ReplicaID, key, err))
-		return nil
-	}
-	st := ev.(*events.ReplicaState)
+	st := m.Value
 	p.mu.Lock()
 	switch st.Kind {
 	case acm.KindReplica:
@@ -59,6 +60,15 @@ func (p *Participant) applySync(ctx context.Context, rec *kgo.Record) error {
 		p.cfg.OnApply(key, st)
 	}
 	return nil
+}
+
+// refuseSync dead-letters an acm.sync record of this participant that is
+// not a ReplicaState.
+func (p *Participant) refuseSync(ctx context.Context, in runtime.Input, err error) {
+	reason := fmt.Errorf("participant %s replica %s: acm.sync record %q: %w", p.cfg.ParticipantID, p.cfg.ReplicaID, in.Key, err)
+	if err := p.emit.DeadLetter(ctx, in, reason); err != nil {
+		p.log.Error().Err(err).Msg("dead letter not written")
+	}
 }
 
 // notify wakes whoever waits for the state to change.
