@@ -166,3 +166,14 @@ func (e *Emitter) Every(ctx context.Context, t Timer) (stop func()) {
 	}()
 	return func() { cancel(); <-done }
 }
+
+// Fanout is one output per partition of a topic (base name) of n
+// partitions, each pinned to its partition, all with the same key and
+// encoded value: a record every member owning a partition of it reads.
+func Fanout(base string, n int32, key, raw []byte) []Output {
+	outs := make([]Output, n)
+	for p := range outs {
+		outs[p] = Output{Topic: base, Key: key, Raw: raw, Partition: int32(p), Explicit: true}
+	}
+	return outs
+}

@@ -20,7 +20,7 @@ import (
 // newCluster is an in-process Kafka with the topics of the tests' stages.
 func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
-	return stagetest.NewCluster(t, 3, "in", "out", "dlq.echo", "dlq.sink")
+	return stagetest.NewCluster(t, 3, "in", "out", "dlq.echo", "dlq.sink", "dlq.ticker")
 }
 
 func req(id string) *events.CatchupRequest {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -12,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
@@ -32,9 +32,11 @@ import (
 type catchups struct {
 	g   *ingester
 	cfg Config
-	cl  *kgo.Client
-	adm *kadm.Client
-	log zerolog.Logger
+	// emit writes pdp.notifications, catchup.progress and
+	// catchup.requests.
+	emit *runtime.Emitter
+	adm  *kadm.Client
+	log  zerolog.Logger
 	// removals counts the removals catch-ups found, by outcome.
 	removals *prometheus.CounterVec
 
@@ -44,12 +46,12 @@ type catchups struct {
 	started bool          // the on-start catch-up ran
 }
 
-func newCatchups(g *ingester, cfg Config, cl *kgo.Client, adm *kadm.Client) *catchups {
+func newCatchups(g *ingester, cfg Config, emit *runtime.Emitter, adm *kadm.Client) *catchups {
 	var reg *prometheus.Registry
 	if g.env.Metrics != nil {
 		reg = g.env.Metrics.Registry
 	}
-	return &catchups{g: g, cfg: cfg, cl: cl, adm: adm, log: g.log.With().Str("task", "catch-up").Logger(), wake: make(chan struct{}, 1),
+	return &catchups{g: g, cfg: cfg, emit: emit, adm: adm, log: g.log.With().Str("task", "catch-up").Logger(), wake: make(chan struct{}, 1),
 		removals: removalsCounter(reg)}
 }
 
@@ -79,39 +81,30 @@ func (c *catchups) next() time.Duration {
 	return d - d/10 + time.Duration(rand.Int64N(int64(d/5)+1))
 }
 
-func (c *catchups) loop(ctx context.Context) {
-	var tick <-chan time.Time
-	var timer *time.Timer
-	arm := func() {
-		if c.cfg.CatchupInterval <= 0 {
-			return
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		timer = time.NewTimer(c.next())
-		tick = timer.C
-	}
-	arm()
-	for {
-		if c.isLeading() && c.cfg.CatchupOnStart && !c.started {
-			c.started = true
-			c.run(ctx, "catch-up on start of pdp-ingest")
-			arm()
-		}
-		select {
-		case <-ctx.Done():
-			if timer != nil {
-				timer.Stop()
+// timer runs the catch-ups on the Emitter's clock: every next() while
+// this member leads, and once when it starts leading (woken by setLead)
+// when CatchupOnStart.
+func (c *catchups) timer() runtime.Timer {
+	return runtime.Timer{
+		Name: "catch-up",
+		Next: func() time.Duration {
+			if c.cfg.CatchupInterval <= 0 {
+				return math.MaxInt64 // on start only
 			}
-			return
-		case <-c.wake:
-		case <-tick:
-			if c.isLeading() {
+			return c.next()
+		},
+		Wake: c.wake,
+		Run: func(ctx context.Context, t runtime.Tick) error {
+			switch {
+			case !c.isLeading():
+			case t.Woken && c.cfg.CatchupOnStart && !c.started:
+				c.started = true
+				c.run(ctx, "catch-up on start of pdp-ingest")
+			case !t.Woken:
 				c.run(ctx, fmt.Sprintf("periodic catch-up (every %s)", c.cfg.CatchupInterval))
 			}
-			arm()
-		}
+			return nil
+		},
 	}
 }
 
@@ -216,17 +209,12 @@ func (c *catchups) reconcile(ctx context.Context) (Reconciliation, error) {
 	if len(r.Notifications) == 0 {
 		return r, nil
 	}
-	topic := c.g.env.Kafka.Topic(topology.PDPNotifications)
-	recs := make([]*kgo.Record, 0, len(r.Notifications))
+	outs := make([]runtime.Output, 0, len(r.Notifications))
 	for _, k := range r.Notifications {
-		b, err := c.g.env.Codec.Encode(k.Notification)
-		if err != nil {
-			return Reconciliation{}, fmt.Errorf("encode the catch-up notification of %s: %w", k.PolicyID, err)
-		}
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(k.PolicyID), Value: b})
+		outs = append(outs, runtime.Output{Topic: topology.PDPNotifications, Key: []byte(k.PolicyID), Value: k.Notification})
 	}
-	if err := c.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return Reconciliation{}, fmt.Errorf("write %d catch-up notifications to %s: %w", len(recs), topic, c.g.env.Kafka.Explain(err))
+	if err := c.emit.Emit(ctx, outs...); err != nil {
+		return Reconciliation{}, fmt.Errorf("write %d catch-up notifications to %s: %w", len(outs), c.g.env.Kafka.Topic(topology.PDPNotifications), err)
 	}
 	return r, nil
 }
@@ -246,13 +234,8 @@ func (c *catchups) progress(ctx context.Context, id string, r Reconciliation) er
 		w := r.Withheld
 		p.RemovalWithheld = &w
 	}
-	b, err := c.g.env.Codec.Encode(p)
-	if err != nil {
-		return fmt.Errorf("encode catch-up progress: %w", err)
-	}
-	topic := c.g.env.Kafka.Topic(topology.CatchupProgress)
-	if err := c.cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(id), Value: b}).FirstErr(); err != nil {
-		return fmt.Errorf("write catch-up progress to %s: %w", topic, c.g.env.Kafka.Explain(err))
+	if err := c.emit.Emit(ctx, runtime.Output{Topic: topology.CatchupProgress, Key: []byte(id), Value: p}); err != nil {
+		return fmt.Errorf("write catch-up progress to %s: %w", c.g.env.Kafka.Topic(topology.CatchupProgress), err)
 	}
 	return nil
 }
@@ -300,8 +283,8 @@ func (c *catchups) request(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return fmt.Errorf("encode catch-up request: %w", err)
 	}
-	if err := c.cl.ProduceSync(ctx, runtime.EveryPartition(ctx, topic, n, []byte(events.ScopeAll), b)...).FirstErr(); err != nil {
-		return fmt.Errorf("write the catch-up request to %s: %w", topic, c.g.env.Kafka.Explain(err))
+	if err := c.emit.Emit(ctx, runtime.Fanout(topology.CatchupRequests, n, []byte(events.ScopeAll), b)...); err != nil {
+		return fmt.Errorf("write the catch-up request to %s: %w", topic, err)
 	}
 	return nil
 }

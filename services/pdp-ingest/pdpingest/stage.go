@@ -197,10 +197,10 @@ type ingester struct {
 	fanout atomic.Int32 // partitions of policy.changes
 	stop   context.CancelFunc
 	done   chan struct{}
-	// catchups runs the periodic and on-start catch-ups; done2 closes
-	// when its loop ends.
-	catchups *catchups
-	done2    chan struct{}
+	// catchups runs the periodic and on-start catch-ups until
+	// stopCatchups.
+	catchups     *catchups
+	stopCatchups func()
 
 	mu sync.Mutex
 	// catalog holds, per owned partition, the catalog entries by policy_id.
@@ -239,6 +239,11 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 		return nil, err
 	}
 	g.fanout.Store(n)
+	emit, err := runtime.NewEmitter(env, topology.StagePDPIngest)
+	if err != nil {
+		cl.Close()
+		return nil, err
+	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	g.stop = stop
 	go func() {
@@ -269,12 +274,9 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 			}
 		}
 	}()
-	g.catchups = newCatchups(g, cfg, cl, adm)
-	g.done2 = make(chan struct{})
-	go func() {
-		defer close(g.done2)
-		g.catchups.loop(rctx)
-	}()
+	g.catchups = newCatchups(g, cfg, emit, adm)
+	stopCatchups := emit.Every(rctx, g.catchups.timer())
+	g.stopCatchups = func() { stopCatchups(); emit.Close() }
 	g.log.Info().Str("pdp", cfg.PDPURL).Int32("change_partitions", g.fanout.Load()).Msg("pdp-ingest ready")
 	return g, nil
 }
@@ -282,8 +284,8 @@ func newIngester(ctx context.Context, cfg Config, env runtime.Env) (*ingester, e
 func (g *ingester) close() {
 	if g.stop != nil {
 		g.stop()
-		if g.done2 != nil {
-			<-g.done2
+		if g.stopCatchups != nil {
+			g.stopCatchups()
 		}
 		<-g.done
 	}

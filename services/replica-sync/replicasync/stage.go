@@ -173,9 +173,12 @@ func (s *syncer) setup(ctx context.Context, env runtime.Env) (runtime.Handler, f
 		table.Close()
 		return nil, nil, err
 	}
-	tctx, stopTicks := context.WithCancel(context.WithoutCancel(ctx))
-	ticks := make(chan struct{})
-	go func() { defer close(ticks); s.tick(tctx, env, parts) }()
+	emit, err := runtime.NewEmitter(env, topology.StageReplicaSync)
+	if err != nil {
+		table.Close()
+		return nil, nil, err
+	}
+	stopTicks := emit.Every(context.WithoutCancel(ctx), s.ticks(env, emit, parts))
 	where := runtime.Partitioner().ForTopic(env.Kafka.Topic(topology.ACMRuntime))
 	h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, m runtime.Msg[*events.ParticipantMessage]) ([]runtime.Output, error) {
 		s.mu.Lock()
@@ -198,7 +201,7 @@ func (s *syncer) setup(ctx context.Context, env runtime.Env) (runtime.Handler, f
 		}
 		return outs, nil
 	})
-	return h, func() { stopTicks(); <-ticks; table.Close() }, nil
+	return h, func() { stopTicks(); emit.Close(); table.Close() }, nil
 }
 
 // rewound forgets own writes an aborted transaction took back.
@@ -227,50 +230,28 @@ func partitions(ctx context.Context, env runtime.Env) (int32, error) {
 	return n, nil
 }
 
-// tick writes a TICK to every partition of acm.runtime every tickEvery,
+// ticks writes a TICK to every partition of acm.runtime every tickEvery,
 // so the member owning each checks the silences and deadlines of that
 // partition's participants in its transactions.
-func (s *syncer) tick(ctx context.Context, env runtime.Env, parts int32) {
-	log := env.Log.With().Str("stage", topology.StageReplicaSync).Logger()
-	opts, err := env.Kafka.ClientOpts()
-	if err != nil {
-		log.Error().Err(err).Msg("ticks: Kafka configuration")
-		return
-	}
-	cl, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(runtime.Partitioner()), kgo.ProducerLinger(0))...)
-	if err != nil {
-		log.Error().Err(err).Msg("ticks: create a producer")
-		return
-	}
-	defer cl.Close()
-	t := time.NewTicker(s.cfg.tickEvery())
-	defer t.Stop()
+func (s *syncer) ticks(env runtime.Env, emit *runtime.Emitter, parts int32) runtime.Timer {
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)
 	self := "replica-sync-" + hex.EncodeToString(id)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
+	return runtime.Timer{
+		Name: "tick",
+		Next: s.cfg.tickEvery,
+		Run: func(ctx context.Context, t runtime.Tick) error {
+			now := t.At
 			b, err := env.Codec.Encode(&events.ParticipantMessage{
 				MessageID: self + "-" + now.UTC().Format("20060102T150405.000"), ReplicaID: self,
 				Kind: acm.MsgTick, Properties: "{}", SentAt: now,
 			})
 			if err != nil {
-				log.Error().Err(err).Msg("ticks: encode")
-				return
-			}
-			recs := make([]*kgo.Record, parts)
-			for p := range parts {
-				recs[p] = &kgo.Record{Topic: env.Kafka.Topic(topology.ACMRuntime), Value: b}
-				runtime.Pin(recs[p], p)
+				return fmt.Errorf("encode a tick: %w", err)
 			}
 			pctx, cancel := context.WithTimeout(ctx, s.cfg.tickEvery())
-			if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil && ctx.Err() == nil {
-				log.Warn().Err(err).Msg("ticks: produce a tick to acm.runtime")
-			}
-			cancel()
-		}
+			defer cancel()
+			return emit.Emit(pctx, runtime.Fanout(topology.ACMRuntime, parts, nil, b)...)
+		},
 	}
 }
