@@ -38,8 +38,8 @@ type Claim struct {
 	Told map[string]Told `json:"told,omitempty"`
 	// LeaseUntil (RFC3339Nano) is until when the owner may still run
 	// the notification: a claim left unfinished is not taken over before,
-	// unless its Runner is seen to be gone. Empty in claims written
-	// before it: At plus the reader's own bound then.
+	// unless its Runner is seen to be gone. A claim without a readable
+	// one is taken over.
 	LeaseUntil string `json:"lease_until,omitempty"`
 	// Runner is the notifier process that holds the claim, so that a
 	// notifier on the same machine can tell whether it still lives.
@@ -83,16 +83,14 @@ const (
 )
 
 // Finished reports whether the notification the claim names ended, and
-// how: ok is true for exit code 0 (a 2xx answer). Claims written before
-// Outcome existed are finished when they have an exit code.
+// how: ok is true for exit code 0 (a 2xx answer). The notifier records the
+// outcome with the exit code, so a claim without one is unfinished.
 func (c Claim) Finished() (finished, ok bool) {
-	switch {
-	case c.Outcome == OutcomeOK:
+	switch c.Outcome {
+	case OutcomeOK:
 		return true, true
-	case c.Outcome == OutcomeFailed:
+	case OutcomeFailed:
 		return true, false
-	case c.ExitCode != nil:
-		return true, *c.ExitCode == 0
 	}
 	return false, false
 }

@@ -75,8 +75,6 @@ type Seen struct {
 	// Self is this notifier's owner name, "<instance>/<run>".
 	Self string
 	Now  time.Time
-	// Stale is how long a claim that names no lease of its own is held.
-	Stale time.Duration
 	// OwnerGone says the notifier process named in the claim is seen
 	// to be gone (it ran on this machine), and nothing it left runs.
 	OwnerGone bool
@@ -133,22 +131,19 @@ func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, s Seen) (Act
 	case s.OwnerGone:
 		return Notify, fmt.Sprintf("its notifier %s is gone, and what it left running was stopped", owner)
 	}
-	until, ok := leaseEnd(claim, s.Stale)
+	until, ok := leaseEnd(claim)
 	if !ok || s.Now.After(until) {
 		return Notify, fmt.Sprintf("the lease of the unfinished claim of %s ended at %s: its notifier is gone", owner, until.Format(time.RFC3339Nano))
 	}
 	return Wait, fmt.Sprintf("generation %d is being notified by %s since %s, its lease ends at %s", claim.Generation, owner, claim.At, until.Format(time.RFC3339Nano))
 }
 
-// leaseEnd is when an unfinished claim's lease ends: its LeaseUntil, or
-// for a claim written before leases, At plus stale. ok is false when the
-// claim says neither readably.
-func leaseEnd(c *consulkv.Claim, stale time.Duration) (time.Time, bool) {
-	if t, err := time.Parse(time.RFC3339Nano, c.LeaseUntil); err == nil {
-		return t, true
-	}
-	at, err := time.Parse(time.RFC3339Nano, c.At)
-	return at.Add(stale), err == nil
+// leaseEnd is when an unfinished claim's lease ends, its LeaseUntil; ok is
+// false when the claim does not say it readably (every claim the notifier
+// writes does).
+func leaseEnd(c *consulkv.Claim) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, c.LeaseUntil)
+	return t, err == nil
 }
 
 // payload is the notification JSON. Field order is the documented one.

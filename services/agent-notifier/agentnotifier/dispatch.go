@@ -304,7 +304,7 @@ func (c *chains) claimGroup(g []claimReq) {
 // not be renewed (j.unrecorded: looked at again later).
 func (n *notifier) holdLease(ctx context.Context, j *job) bool {
 	now := time.Now().UTC()
-	if until, ok := leaseEnd(&j.claim, 0); ok && now.Add(n.stale(j)-leaseMargin).Before(until) {
+	if until, ok := leaseEnd(&j.claim); ok && now.Add(n.stale(j)-leaseMargin).Before(until) {
 		return true
 	}
 	j.claim.LeaseUntil = now.Add(n.stale(j)).Format(time.RFC3339Nano)

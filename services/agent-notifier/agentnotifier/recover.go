@@ -189,7 +189,7 @@ const orphanWait = 10 * time.Second
 // notifier process that holds it unfinished is gone, as seen from this
 // machine (a process of the same host, boot and PID namespace).
 func (n *notifier) seen(prior *consulkv.Claim, j *job) Seen {
-	s := Seen{Self: n.owner, Now: time.Now(), Stale: n.stale(j), Again: j.again, Request: j.request}
+	s := Seen{Self: n.owner, Now: time.Now(), Again: j.again, Request: j.request}
 	if prior != nil && prior.Generation == j.a.Generation && prior.Owner != n.owner {
 		if done, _ := prior.Finished(); !done {
 			s.OwnerGone = runnerGone(prior.Runner, n.runner)

@@ -20,7 +20,6 @@ func TestClaimAction(t *testing.T) {
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	a := update("c", 5, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"})
 	const self = "node-1/run-b"
-	stale := time.Minute
 	fresh, old := now.Add(-10*time.Second).Format(time.RFC3339Nano), now.Add(-2*time.Minute).Format(time.RFC3339Nano)
 	until := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339Nano) }
 	repair := update("c", 5, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: "/x"})
@@ -39,7 +38,8 @@ func TestClaimAction(t *testing.T) {
 		{name: "notified", claim: &consulkv.Claim{Generation: 5, UpdateID: "c-u5", ExitCode: intp(0), Outcome: consulkv.OutcomeOK}, want: Skip, reason: "already notified"},
 		{name: "failed after its attempts", claim: &consulkv.Claim{Generation: 5, UpdateID: "c-u5", ExitCode: intp(3), Outcome: consulkv.OutcomeFailed, Attempts: 3},
 			want: Skip, reason: "failed after 3 attempt(s)"},
-		{name: "finished before outcomes were recorded", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(1)}, want: Skip, reason: "failed"},
+		{name: "an exit code without an outcome is not finished", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(1), Owner: "node-2/run-x", At: fresh, LeaseUntil: until(time.Minute)},
+			want: Wait, reason: "being notified by node-2/run-x"},
 		{name: "failed, a catch-up asks again", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(3), Outcome: consulkv.OutcomeFailed},
 			seen: Seen{Again: AgainFailed}, want: Notify, reason: "runs the failed notification again"},
 		{name: "notified, a catch-up asks for failed ones", claim: &consulkv.Claim{Generation: 5, ExitCode: intp(0), Outcome: consulkv.OutcomeOK},
@@ -59,10 +59,10 @@ func TestClaimAction(t *testing.T) {
 			seen: Seen{OwnerGone: true}, want: Notify, reason: "node-1/run-a is gone"},
 		{name: "unfinished, its lease ended", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: fresh, LeaseUntil: until(-time.Second)},
 			want: Notify, reason: "its notifier is gone"},
-		{name: "unfinished, another instance, fresh", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: fresh}, want: Wait, reason: "being notified by node-2/run-x"},
-		{name: "unfinished, another instance, stale", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: old}, want: Notify, reason: "its notifier is gone"},
+		{name: "unfinished, another instance, in its lease", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: old, LeaseUntil: until(time.Minute)}, want: Wait, reason: "being notified by node-2/run-x"},
+		{name: "unfinished, another instance, no lease", claim: &consulkv.Claim{Generation: 5, Owner: "node-2/run-x", At: fresh}, want: Notify, reason: "its notifier is gone"},
 		{name: "unfinished, no owner (older notifier), stale", claim: &consulkv.Claim{Generation: 5, At: old}, want: Notify},
-		{name: "unfinished, no owner, fresh", claim: &consulkv.Claim{Generation: 5, At: fresh}, want: Wait},
+		{name: "unfinished, no owner, in its lease", claim: &consulkv.Claim{Generation: 5, At: fresh, LeaseUntil: until(time.Minute)}, want: Wait},
 		{name: "uninstalled", a: &events.ComponentApplied{Uninstalled: true, Generation: 5}, want: Skip, reason: "uninstalled"},
 	}
 	for _, tc := range cases {
@@ -72,7 +72,7 @@ func TestClaimAction(t *testing.T) {
 				rec = tc.a
 			}
 			seen := tc.seen
-			seen.Self, seen.Now, seen.Stale = self, now, stale
+			seen.Self, seen.Now = self, now
 			got, why := ClaimAction(tc.claim, rec, seen)
 			if got != tc.want || !strings.Contains(why, tc.reason) {
 				t.Fatalf("ClaimAction = %d %q, want %d with %q", got, why, tc.want, tc.reason)
