@@ -144,12 +144,8 @@ func Reconcile(in CatchupInput) Reconciliation {
 			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog marks it errored; the PDP has valid version "+l.version
 		case cur.PolicyVersion != l.version:
 			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog holds version "+cur.PolicyVersion+", the PDP "+l.version
-		case cur.BodyHash != "" && cur.BodyHash != l.hash:
+		case cur.BodyHash != l.hash:
 			d.Catalog, d.Reason = cur.PolicyVersion, "the body of version "+l.version+" differs from the PDP's"
-		case cur.Source == "":
-			// Written before the catalog recorded sources: read again,
-			// the entry learns that the PDP is its source.
-			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog does not record that version "+l.version+" came from the PDP"
 		default:
 			continue
 		}

@@ -87,8 +87,7 @@ func TestReconcileSendsOnlyWhatDiffers(t *testing.T) {
 		{name: "both errored", pdp: []policy.Body{o1, bad}, catalog: []*events.PolicyCatalogEntry{errored}},
 		{name: "catalog errored, PDP valid", pdp: []policy.Body{o1}, catalog: []*events.PolicyCatalogEntry{errored},
 			want: map[string]string{other: "1"}, reason: "marks it errored"},
-		{name: "entry from before sources were recorded is read again", pdp: []policy.Body{o1}, catalog: []*events.PolicyCatalogEntry{withSource(catalogOf(t, o1), "")},
-			want: map[string]string{other: "1"}, reason: "does not record that version 1 came from the PDP"},
+		{name: "entry the PDP agrees with is not read again for want of a source (every writer records one)", pdp: []policy.Body{o1}, catalog: []*events.PolicyCatalogEntry{withSource(catalogOf(t, o1), "")}},
 
 		{name: "the PDP no longer lists a policy from it: removed", pdp: []policy.Body{v222},
 			catalog: []*events.PolicyCatalogEntry{catalogOf(t, v222), catalogOf(t, o1)},
