@@ -32,9 +32,9 @@ type Claim struct {
 	Owner string `json:"owner,omitempty"`
 	// Told is, by policy_id, what the component was last told with
 	// success: the next notification's updated and removed policies are
-	// what changed since, whatever generations came between. Empty in
-	// claims written before it, and for components with more than
-	// MaxTold policies (their updates are then the update's own).
+	// what changed since, whatever generations came between. Empty for
+	// components with more than MaxTold policies (their updates are then
+	// the update's own).
 	Told map[string]Told `json:"told,omitempty"`
 	// LeaseUntil (RFC3339Nano) is until when the owner may still run
 	// the notification: a claim left unfinished is not taken over before,

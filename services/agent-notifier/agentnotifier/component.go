@@ -176,7 +176,7 @@ func Payload(a *events.ComponentApplied, items api.KVPairs) ([]byte, error) {
 // {"policyName", "policyVersion"} when the policy left in an earlier
 // update. With told empty (a component never notified: no claim) every
 // policy it holds is updated and the update's removals are removed. With
-// told nil (a claim from before Told, or one over consulkv.MaxTold) the
+// told nil (a claim over consulkv.MaxTold policies) the
 // update's own updated and removed policies are used. It also
 // returns what the component is told now, for the claim (nil over
 // consulkv.MaxTold policies).

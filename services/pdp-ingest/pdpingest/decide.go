@@ -151,8 +151,7 @@ func diff(d Decision, id string, before, after *events.PolicyCatalogEntry, head 
 		if before != nil && sameEntry(before, after) {
 			if after.Source != "" && after.Source != before.Source {
 				// Only where the body came from is new (the PDP
-				// confirms a pushed body, or an entry from before
-				// sources were recorded): the catalog records it,
+				// confirms a pushed body): the catalog records it,
 				// and nothing downstream changes.
 				e := *before
 				e.Source = after.Source

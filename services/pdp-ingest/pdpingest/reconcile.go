@@ -76,8 +76,8 @@ func (r Reconciliation) withheldRemovals() int { return len(r.Differences) - len
 // Removable reports whether a catch-up may remove a catalog entry the
 // PDP's full listing (filter) lacks: only a policy whose body came from
 // the PDP and whose name the listing covers. Pushed policies (North API,
-// policyctl), the admission stage's own, and entries from before the
-// catalog recorded a source are never removed by a catch-up.
+// policyctl), the admission stage's own, and any entry that does not
+// record the PDP as its source are never removed by a catch-up.
 func Removable(e *events.PolicyCatalogEntry, filter *policy.CompiledFilter) bool {
 	return e.Source == events.SourcePDP && !strings.HasPrefix(e.PolicyID, policy.AdmissionPrefix) && filter.MatchesName(e.PolicyName)
 }
