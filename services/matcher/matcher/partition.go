@@ -145,11 +145,7 @@ func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies)
 	}
 	h := p.holding(componentID, keep(cp.DeploymentID))
 	for _, pol := range cp.Policies {
-		hash := pol.BodyHash
-		if hash == "" { // written before policies carried their hash
-			hash = policy.BodyHash(pol.Body)
-		}
-		p.setHeld(h, keep(pol.PolicyID), held{version: keep(pol.PolicyVersion), hash: unique.Make(hash), rev: pol.Revision})
+		p.setHeld(h, keep(pol.PolicyID), held{version: keep(pol.PolicyVersion), hash: unique.Make(pol.BodyHash), rev: pol.Revision})
 	}
 }
 
