@@ -6,6 +6,7 @@ package testkit
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -65,3 +66,28 @@ func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
 
 // ErrTimeout matches (errors.Is) every error Wait returns on a timeout.
 var ErrTimeout = errors.New("timed out")
+
+// Named prefixes check's errors with what is awaited, for Eventually.
+func Named(what string, check func() error) func() error {
+	return func() error {
+		if err := check(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+}
+
+// Holds turns a condition into a check for Eventually: its error names
+// what is awaited and, when describe is given, what describe says of the
+// state seen.
+func Holds(what string, cond func() bool, describe ...func() string) func() error {
+	return func() error {
+		if cond() {
+			return nil
+		}
+		if len(describe) > 0 {
+			return fmt.Errorf("%s: %s", what, describe[0]())
+		}
+		return errors.New(what)
+	}
+}

@@ -52,3 +52,19 @@ func TestEventuallyFailsWithTheLastError(t *testing.T) {
 		t.Fatalf("Eventually reported %q; want the last error", f.msg)
 	}
 }
+
+func TestNamedAndHoldsSayWhatIsAwaited(t *testing.T) {
+	err := Named("the lag at 0", func() error { return errors.New("lag 3") })()
+	if err == nil || err.Error() != "the lag at 0: lag 3" {
+		t.Errorf("Named: %v", err)
+	}
+	if err := Named("x", func() error { return nil })(); err != nil {
+		t.Errorf("Named of a passing check: %v", err)
+	}
+	if err := Holds("both ready", func() bool { return false }, func() string { return "one ready" })(); err == nil || err.Error() != "both ready: one ready" {
+		t.Errorf("Holds: %v", err)
+	}
+	if err := Holds("both ready", func() bool { return true })(); err != nil {
+		t.Errorf("Holds of a true condition: %v", err)
+	}
+}
