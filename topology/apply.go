@@ -463,6 +463,23 @@ func Apply(ctx context.Context, adm *kadm.Client, topics []Topic, o Options) (Re
 			}
 		}
 	}
+	grown, growErrs := growPartitions(ctx, adm, grow, from)
+	rep.Changes = append(rep.Changes, grown...)
+	errs = append(errs, growErrs...)
+	order := make(map[string]int, len(topics))
+	for i, t := range topics {
+		order[o.Name(t)] = i
+	}
+	slices.SortStableFunc(rep.Changes, func(a, b Change) int { return order[a.Topic] - order[b.Topic] })
+	return rep, errors.Join(errs...)
+}
+
+// growPartitions grows topics to the wanted partition counts (grow: the
+// topics by wanted count; from: each topic's count as seen), one request
+// per count, and returns what it changed and every topic's error.
+func growPartitions(ctx context.Context, adm *kadm.Client, grow map[int32][]string, from map[string]string) ([]Change, []error) {
+	var changes []Change
+	var errs []error
 	for _, want := range slices.Sorted(maps.Keys(grow)) {
 		topicNames := grow[want]
 		resps, err := adm.UpdatePartitions(ctx, int(want), topicNames...)
@@ -481,16 +498,11 @@ func Apply(ctx context.Context, adm *kadm.Client, topics []Topic, o Options) (Re
 			case r.Err != nil:
 				errs = append(errs, fmt.Errorf("topology: grow topic %s to %d partitions: %w", n, want, withMessage(r.Err, r.ErrMessage)))
 			default:
-				rep.Changes = append(rep.Changes, Change{Topic: n, Kind: ChangePartitions, From: from[n], To: strconv.Itoa(int(want))})
+				changes = append(changes, Change{Topic: n, Kind: ChangePartitions, From: from[n], To: strconv.Itoa(int(want))})
 			}
 		}
 	}
-	order := make(map[string]int, len(topics))
-	for i, t := range topics {
-		order[o.Name(t)] = i
-	}
-	slices.SortStableFunc(rep.Changes, func(a, b Change) int { return order[a.Topic] - order[b.Topic] })
-	return rep, errors.Join(errs...)
+	return changes, errs
 }
 
 // grownMeanwhile reports whether the topic now has at least want

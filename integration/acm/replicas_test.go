@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/policyflow/policyflow/services/participant-consul/consulparticipant"
 	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -194,11 +196,12 @@ func (s *suite) consulValue(t *testing.T, inst, elem string) string {
 func TestReplicasShareOperationsAndConverge(t *testing.T) {
 	s := newSuite(t)
 	rs := []*participant.Participant{s.replica(t, "r1"), s.replica(t, "r2"), s.replica(t, "r3")}
-	for deadline := time.Now().Add(wait); len(rs[0].Partitions()) != 1 || len(rs[1].Partitions()) != 1 || len(rs[2].Partitions()) != 1; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the group did not settle: %v %v %v", rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions())
+	testkit.Eventually(t, wait, func() error {
+		if len(rs[0].Partitions()) != 1 || len(rs[1].Partitions()) != 1 || len(rs[2].Partitions()) != 1 {
+			return fmt.Errorf("the group did not settle: %v %v %v", rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions())
 		}
-	}
+		return nil
+	})
 	const n = 12
 	for i := range n {
 		s.op(t, deploy(fmt.Sprintf("i%02d", i), "e1", fmt.Sprintf(`{"n":%d}`, i)))
@@ -216,15 +219,13 @@ func TestReplicasShareOperationsAndConverge(t *testing.T) {
 		waitState(t, r, "every element DEPLOYED", deployed)
 	}
 	var d participant.State
-	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+	testkit.Eventually(t, wait, func() error {
 		d = rs[0].Dump()
-		if reflect.DeepEqual(d, rs[1].Dump()) && reflect.DeepEqual(d, rs[2].Dump()) {
-			break
+		if !reflect.DeepEqual(d, rs[1].Dump()) || !reflect.DeepEqual(d, rs[2].Dump()) {
+			return errors.New("the three replicas' dumps differ")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the three replicas' dumps differ")
-		}
-	}
+		return nil
+	})
 	by := map[string]int{}
 	for _, e := range d {
 		by[e.ReplicaID]++
@@ -353,9 +354,9 @@ func TestKilledReplica(t *testing.T) {
 	history := map[string][]string{}
 	until := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(wait); !cond(); {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: acm.sync went through %v", what, history)
+		testkit.Eventually(t, wait, func() error {
+			if cond() {
+				return nil
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			for _, r := range rd.PollFetches(ctx).Records() {
@@ -368,7 +369,8 @@ func TestKilledReplica(t *testing.T) {
 				}
 			}
 			cancel()
-		}
+			return fmt.Errorf("%s: acm.sync went through %v", what, history)
+		})
 	}
 	has := func(key, v string) func() bool {
 		return func() bool {

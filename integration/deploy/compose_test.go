@@ -26,6 +26,7 @@ import (
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // composeCommand is the Compose CLI of this machine: `docker compose`
@@ -156,16 +157,11 @@ func TestComposeFileRuns(t *testing.T) {
 	}
 	eventually := func(what string, wait time.Duration, check func() error) {
 		t.Helper()
-		deadline := time.Now().Add(wait)
-		for {
-			err := check()
-			if err == nil {
-				return
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				t.Fatalf("%s: not after %s: %v\ncompose logs:\n%s", what, wait, err, logs())
-			}
-			time.Sleep(500 * time.Millisecond)
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if err := testkit.Wait(wait, check); err != nil {
+			t.Fatalf("%s: %v\ncompose logs:\n%s", what, err, logs())
 		}
 	}
 	eventually("the North API's views read", 5*time.Minute, func() error {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // A fleet upgrades from 1.0.0 to 1.1.0 through an NMP; a node already at
@@ -31,14 +32,14 @@ func TestFleetUpgrades(t *testing.T) {
 	if code != http.StatusConflict || !strings.Contains(string(out), "confirmAllNodes") {
 		t.Fatalf("unconfirmed all-node NMP: %d %s", code, out)
 	}
-	eventually(t, "every node registered", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("every node registered", func() error {
 		var ans struct{ Nodes []string }
 		_ = json.Unmarshal(h.must(http.MethodPut, "/v1/orgs/acme/nmps/fleet?dryRun=true", amd64NMP("1.1.0", nil)), &ans)
 		if len(ans.Nodes) != 4 {
 			return errorf("dry run selects %v", ans.Nodes)
 		}
 		return nil
-	})
+	}))
 	h.must(http.MethodPut, "/v1/orgs/acme/nmps/fleet", amd64NMP("1.1.0", nil))
 	for _, n := range []string{"n1", "n2", "n3"} {
 		s := h.waitStatus(n, "successful", "1.1.0")
@@ -117,12 +118,12 @@ func TestBrieflyCorruptPackageIsDownloadedAgain(t *testing.T) {
 	}
 	h.startAgent("n1", "1.0.0", "amd64", "")
 	h.must(http.MethodPut, "/v1/orgs/acme/nmps/p", amd64NMP("1.1.0", nil))
-	eventually(t, "n1 tries the download", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("n1 tries the download", func() error {
 		if s, _ := h.status("n1"); s.Status != "download started" && s.Status != "download failed" {
 			return errorf("n1: %+v", s)
 		}
 		return nil
-	})
+	}))
 	if err := os.WriteFile(file, good, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -142,21 +143,21 @@ func TestThresholdPausesTheRollout(t *testing.T) {
 	h.must(http.MethodPut, "/v1/orgs/acme/nmps/safe", amd64NMP("1.1.0", map[string]any{"failureThreshold": map[string]any{"count": 2}}))
 	h.waitStatus("n1", "rollback successful", "1.0.0")
 	h.waitStatus("n2", "rollback successful", "1.0.0")
-	eventually(t, "rollout paused", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("rollout paused", func() error {
 		if st := h.nmpStatus("safe"); !st.Rollout.Paused {
 			return errorf("rollout %+v", st.Rollout)
 		}
 		return nil
-	})
+	}))
 	// A node that comes now is told the rollout is paused.
 	h.startAgent("n3", "1.0.0", "amd64", "")
-	eventually(t, "n3 paused", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("n3 paused", func() error {
 		code, out := h.do(http.MethodGet, "/v1/orgs/acme/nodes/n3/directive", nil)
 		if code != 200 || !strings.Contains(string(out), `"action": "paused"`) || !strings.Contains(string(out), "2 nodes failed") {
 			return errorf("%d %s", code, out)
 		}
 		return nil
-	})
+	}))
 	h.must(http.MethodPost, "/v1/orgs/acme/nmps/safe/resume", nil)
 	h.waitStatus("n3", "successful", "1.1.0")
 	if got := h.installLines("n3"); !slices.Equal(got, []string{"packages 1.1.0", "config 1.1.0"}) {
@@ -263,13 +264,13 @@ func TestRollbackOrder(t *testing.T) {
 	}
 	// A node that comes now is not started.
 	h.startAgent("n3", "1.0.0", "amd64", "")
-	eventually(t, "n3 paused", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("n3 paused", func() error {
 		code, out := h.do(http.MethodGet, "/v1/orgs/acme/nodes/n3/directive", nil)
 		if code != 200 || !strings.Contains(string(out), `"action": "paused"`) {
 			return errorf("n3: %d %s", code, out)
 		}
 		return nil
-	})
+	}))
 	if d := h.directive("n1"); d.Action != "paused" {
 		t.Errorf("n1 after its rollback: %+v", d)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 func TestMain(m *testing.M) { backend.Main(m) }
@@ -205,7 +206,7 @@ func start(t *testing.T) *hub {
 		<-done
 		ops.Close()
 	})
-	eventually(t, "nmp-hub and North API ready", 2*time.Minute, func() error {
+	testkit.Eventually(t, 2*time.Minute, testkit.Named("nmp-hub and North API ready", func() error {
 		resp, err := http.Get(ops.URL + "/readyz")
 		if err != nil {
 			return err
@@ -230,23 +231,8 @@ func start(t *testing.T) *hub {
 			return fmt.Errorf("North API /healthcheck: %+v (%v)", health, err)
 		}
 		return nil
-	})
+	}))
 	return h
-}
-
-func eventually(t *testing.T, what string, wait time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, wait, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func (h *hub) do(method, path string, body any) (int, []byte) {
@@ -442,14 +428,14 @@ func (h *hub) status(node string) (nodeStatus, bool) {
 func (h *hub) waitStatus(node, state, version string) nodeStatus {
 	h.t.Helper()
 	var s nodeStatus
-	eventually(h.t, fmt.Sprintf("%s reports %q at %s", node, state, version), time.Minute, func() error {
+	testkit.Eventually(h.t, time.Minute, testkit.Named(fmt.Sprintf("%s reports %q at %s", node, state, version), func() error {
 		var ok bool
 		s, ok = h.status(node)
 		if !ok || s.Status != state || s.SoftwareVersion != version {
 			return fmt.Errorf("status %+v\nagent log:\n%s", s, tail(h.agentLog(node)))
 		}
 		return nil
-	})
+	}))
 	return s
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -152,7 +153,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	}
 
 	// The granted folder is written, and the notifier records its claim.
-	eventually(t, "the granted folder written and its claim recorded", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("the granted folder written and its claim recorded", func() error {
 		item, _, err := admin.KV().Get(consulkv.ItemKey(granted, "DCAE.Config_ACL"), nil)
 		if err != nil || item == nil {
 			return fmt.Errorf("item: %v %v", item, err)
@@ -166,7 +167,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 			return fmt.Errorf("claim %s (%v), want update u-comp-granted with its outcome", claimKV.Value, err)
 		}
 		return nil
-	})
+	}))
 	if n := hooks.Load(); n != 1 {
 		t.Errorf("the granted component's webhook was called %d times, want once", n)
 	}
@@ -178,7 +179,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	// The refused folder is not written; its record is dead-lettered with
 	// the right to grant.
 	var dead *kgo.Record
-	eventually(t, "the refused record dead-lettered", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("the refused record dead-lettered", func() error {
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer rcancel()
 		err := runtime.ReadPartitions(rctx, k, topology.DLQ(topology.StageConsulWriter), nil, func(r *kgo.Record) error {
@@ -189,7 +190,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 			err = fmt.Errorf("no dead letter yet")
 		}
 		return err
-	})
+	}))
 	reason := header(dead, runtime.HeaderError)
 	for _, want := range []string{"Consul denied the token the right to write under " + consulkv.Folder(refused),
 		fmt.Sprintf("key_prefix %q", consulkv.Folder(refused)), "lacks permission 'key:write'"} {
@@ -208,7 +209,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 	// notification dead-lettered with the right to grant, not sent empty;
 	// so is the notification whose claim the notifier may not write.
 	notifierDead := map[string]*kgo.Record{}
-	eventually(t, "the notifications of the unreadable and the unclaimable folders dead-lettered", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("the notifications of the unreadable and the unclaimable folders dead-lettered", func() error {
 		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 		defer rcancel()
 		err := runtime.ReadPartitions(rctx, k, topology.DLQ(topology.StageAgentNotifier), nil, func(r *kgo.Record) error {
@@ -219,7 +220,7 @@ func TestConsulStagesWithACLTokens(t *testing.T) {
 			err = fmt.Errorf("dead letters so far: %d", len(notifierDead))
 		}
 		return err
-	})
+	}))
 	if why := header(notifierDead["comp-unreadable"], runtime.HeaderError); !strings.Contains(why, fmt.Sprintf("grant key_prefix %q { policy = \"read\" }", consulkv.Folder(unreadable))) {
 		t.Errorf("the unreadable folder's notification was dead-lettered saying %q, want the read right to grant", why)
 	}

@@ -3,6 +3,7 @@ package policyflow_test
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/policyflow/policyflow/services/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func (p *pipeline) deploy(req map[string]any) verdict {
 		p.t.Fatal(err)
 	}
 	var v verdict
-	p.eventually("verdict on "+acc.RequestID, time.Minute, func() error {
+	testkit.Eventually(p.t, time.Minute, testkit.Named("verdict on "+acc.RequestID, func() error {
 		code, out := p.do(http.MethodGet, "/v1/deployments/"+req["deployment_id"].(string), nil)
 		if code != http.StatusOK {
 			return fmt.Errorf("%d %s", code, out)
@@ -71,7 +72,7 @@ func (p *pipeline) deploy(req map[string]any) verdict {
 			return fmt.Errorf("the verdict is on request %s, not yet on %s", v.RequestID, acc.RequestID)
 		}
 		return nil
-	})
+	}))
 	return v
 }
 
@@ -125,7 +126,7 @@ func TestAdmissionSeedExamples(t *testing.T) {
 			Registered   bool   `json:"registered"`
 			DeploymentID string `json:"deployment_id"`
 		}
-		p.eventually("component "+v.Components[0]+" registered", time.Minute, func() error {
+		testkit.Eventually(p.t, time.Minute, testkit.Named("component "+v.Components[0]+" registered", func() error {
 			code, out := p.do(http.MethodGet, "/v1/components/"+v.Components[0]+"/status", nil)
 			if code != http.StatusOK {
 				return fmt.Errorf("%d %s", code, out)
@@ -134,7 +135,7 @@ func TestAdmissionSeedExamples(t *testing.T) {
 				return fmt.Errorf("status %s", out)
 			}
 			return nil
-		})
+		}))
 		// Another tenant is not held to tenant-a's limit.
 		if v := p.deploy(dep("other", "tenant-b", app("web", "com.example.Web", map[string]any{"flavor": "m1.xlarge"}))); !v.Admitted {
 			t.Errorf("tenant-b: %+v, want admitted", v)
@@ -166,7 +167,7 @@ func TestAdmissionSeedExamples(t *testing.T) {
 		}
 		cid := v.Components[0]
 		scn := cid // the default service_component_name is the component id
-		p.eventually(scn+" holds the admitted settings", 2*time.Minute, func() error {
+		testkit.Eventually(p.t, 2*time.Minute, testkit.Named(scn+" holds the admitted settings", func() error {
 			item, ok := p.items(scn)["admission."+cid]
 			if !ok {
 				return fmt.Errorf("items %v", keys(p.items(scn)))
@@ -176,7 +177,7 @@ func TestAdmissionSeedExamples(t *testing.T) {
 				return fmt.Errorf("config %v", cfg)
 			}
 			return nil
-		})
+		}))
 	})
 
 	t.Run("the audit lists admitted deployments a new policy would deny", func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -29,7 +30,7 @@ import (
 func (p *pipeline) lastCallHas(rec *recorder, what string, want ...string) int {
 	p.t.Helper()
 	n := 0
-	p.eventually(what, 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named(what, func() error {
 		calls := rec.calls(p.t)
 		n = len(calls)
 		if n == 0 {
@@ -41,7 +42,7 @@ func (p *pipeline) lastCallHas(rec *recorder, what string, want ...string) int {
 			}
 		}
 		return nil
-	})
+	}))
 	return n
 }
 
@@ -56,7 +57,7 @@ func (p *pipeline) catchup(method, path string, body any) northapi.CatchupStatus
 		p.t.Fatalf("catch-up answer without request_id: %v", err)
 	}
 	var st northapi.CatchupStatus
-	p.eventually("catch-up "+accepted.RequestID+" done", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("catch-up "+accepted.RequestID+" done", func() error {
 		code, out := p.do(http.MethodGet, "/v1/catchup/"+accepted.RequestID, nil)
 		st = northapi.CatchupStatus{}
 		if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil {
@@ -66,7 +67,7 @@ func (p *pipeline) catchup(method, path string, body any) northapi.CatchupStatus
 			return fmt.Errorf("not done: %s", out)
 		}
 		return nil
-	})
+	}))
 	return st
 }
 
@@ -110,13 +111,13 @@ func TestCatchupRestoresKeysDeletedByHandAndOtherwiseDoesNothing(t *testing.T) {
 	// The component may have read the folder without the key: it is told
 	// of the folder as restored, every policy in it as updated (its claim
 	// records that notification).
-	p.eventually("the component told of its restored folder", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("the component told of its restored folder", func() error {
 		got := rec.calls(p.t)
 		if len(got) != calls+1 || !strings.Contains(got[len(got)-1].raw, `"updated_policies":[{`) || !strings.Contains(got[len(got)-1].raw, `"b":1`) {
 			return fmt.Errorf("%d calls since the catch-ups, want 1 telling of the restored folder", len(got)-calls)
 		}
 		return nil
-	})
+	}))
 	after := p.modifyIndexes(scn)
 	for k, i := range before {
 		if k != bKey && k != consulkv.EventKey(scn) && k != consulkv.ClaimKey(scn) && after[k] != i {
@@ -179,7 +180,7 @@ func TestWithdrawnNewestVersionFallsBackToTheRemainingOne(t *testing.T) {
 	p.lastCallHas(rec, "the script is told of version 5 again", "2GB", `"policyVersion":"5"`)
 
 	// The rollout view says the same: version 5, in Consul and notified.
-	p.eventually("rollout of version 5 complete", time.Minute, func() error {
+	testkit.Eventually(p.t, time.Minute, testkit.Named("rollout of version 5 complete", func() error {
 		var r struct {
 			Version    string `json:"version"`
 			Components int    `json:"components"`
@@ -195,7 +196,7 @@ func TestWithdrawnNewestVersionFallsBackToTheRemainingOne(t *testing.T) {
 			return fmt.Errorf("rollout %s", body)
 		}
 		return nil
-	})
+	}))
 }
 
 // samePartitionAs returns a policy id, made from prefix, whose records go
@@ -347,7 +348,7 @@ func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgre
 		parts[i] = int32(i)
 	}
 	codec := events.Default()
-	p.eventually(what, 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named(what, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		found := map[string]northapi.CatalogProgress{}
@@ -390,7 +391,7 @@ func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgre
 			return nil
 		}
 		return fmt.Errorf("none of %d catch-ups of pdp-ingest: %v", len(ids), last)
-	})
+	}))
 	return st
 }
 

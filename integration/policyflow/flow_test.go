@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 func scnFor(p *pipeline, name string) string {
@@ -24,7 +25,7 @@ func scnFor(p *pipeline, name string) string {
 
 func (p *pipeline) waitItems(scn string, want map[string]string) {
 	p.t.Helper()
-	p.eventually(fmt.Sprintf("%s holds %v", scn, want), 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named(fmt.Sprintf("%s holds %v", scn, want), func() error {
 		got := p.items(scn)
 		if len(got) != len(want) {
 			return fmt.Errorf("items %v", keys(got))
@@ -35,7 +36,7 @@ func (p *pipeline) waitItems(scn string, want map[string]string) {
 			}
 		}
 		return nil
-	})
+	}))
 }
 
 func TestFilterGainsAndLosesPolicies(t *testing.T) {
@@ -69,7 +70,7 @@ func TestFilterGainsAndLosesPolicies(t *testing.T) {
 	p.publish("DCAE.Config_FLT_C.1.xml", "1", `{"c": 1}`, gold)
 	p.waitItems(scn, map[string]string{"DCAE.Config_FLT_C": `{"c":1}`})
 	p.must(http.MethodDelete, "/v1/components/comp-f", nil)
-	p.eventually("folder cleared", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("folder cleared", func() error {
 		pairs, _, err := p.consul.KV().List(consulkv.Folder(scn), nil)
 		if err != nil {
 			return err
@@ -78,7 +79,7 @@ func TestFilterGainsAndLosesPolicies(t *testing.T) {
 			return fmt.Errorf("%d keys left", len(pairs))
 		}
 		return nil
-	})
+	}))
 }
 
 func TestTenMegabyteDeltaAppliedAsOneChange(t *testing.T) {
@@ -101,7 +102,7 @@ func TestTenMegabyteDeltaAppliedAsOneChange(t *testing.T) {
 	for i := 0; i < 25; i++ {
 		p.publish(fmt.Sprintf("DCAE.Config_BULK_%02d.1.xml", i), "1", fmt.Sprintf(`{"n": %d, "pad": %q}`, i, filler), map[string]any{"ONAPName": "DCAE"})
 	}
-	p.eventually("catalog has 25 bulk policies", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("catalog has 25 bulk policies", func() error {
 		code, body := p.do(http.MethodPost, "/policies_latest", map[string]any{"policyName": "DCAE.Config_BULK_.*"})
 		var m map[string]any
 		_ = json.Unmarshal([]byte(body), &m)
@@ -109,43 +110,43 @@ func TestTenMegabyteDeltaAppliedAsOneChange(t *testing.T) {
 			return fmt.Errorf("%d, %d policies", code, len(m))
 		}
 		return nil
-	})
+	}))
 	p.register("comp-bulk", map[string]any{
 		"deployment_id": "dep-bulk", "service_component_name": scn,
 		"policy_filters": []map[string]any{{"filter_id": "bulk", "policyName": "DCAE.Config_BULK_.*"}},
 		"notify":         map[string]any{"kind": "webhook", "webhook_url": hook.URL},
 	})
-	p.eventually("25 policies in Consul", 3*time.Minute, func() error {
+	testkit.Eventually(p.t, 3*time.Minute, testkit.Named("25 policies in Consul", func() error {
 		if n := len(p.items(scn)); n != 25 {
 			return fmt.Errorf("%d items", n)
 		}
 		return nil
-	})
+	}))
 	ev := p.event(scn)
 	if ev["policies_count"] != float64(25) {
 		t.Fatalf("event %v", ev)
 	}
-	p.eventually("one notification", time.Minute, func() error {
+	testkit.Eventually(p.t, time.Minute, testkit.Named("one notification", func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(posts) != 1 {
 			return fmt.Errorf("%d posts", len(posts))
 		}
 		return nil
-	})
+	}))
 	// A barrier instead of a wait: one more policy gives the component a
 	// second update, notified after anything left of the first (a
 	// component's notifications run in order). The first notification
 	// must then be the only one of the first update.
 	p.publish("DCAE.Config_BULK_25.1.xml", "1", `{"n": 25}`, map[string]any{"ONAPName": "DCAE"})
-	p.eventually("the barrier's notification", time.Minute, func() error {
+	testkit.Eventually(p.t, time.Minute, testkit.Named("the barrier's notification", func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(posts) < 2 {
 			return fmt.Errorf("%d posts", len(posts))
 		}
 		return nil
-	})
+	}))
 	mu.Lock()
 	defer mu.Unlock()
 	var payloads [2]struct {
@@ -213,7 +214,7 @@ func TestBadInputIsAnsweredAndThePipelineGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reason string
-	p.eventually("dead letter", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("dead letter", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := runtime.ReadPartitions(ctx, p.kafka, "dlq.pdp-ingest", nil, func(r *kgo.Record) error {
@@ -228,7 +229,7 @@ func TestBadInputIsAnsweredAndThePipelineGoesOn(t *testing.T) {
 			err = fmt.Errorf("no dead letter yet")
 		}
 		return err
-	})
+	}))
 	if !strings.Contains(reason, "Avro") {
 		t.Fatalf("dead letter reason %q", reason)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // TestATenantCannotTakeOverAnotherTenantsComponent is the attack on the
@@ -50,7 +51,7 @@ func TestATenantCannotTakeOverAnotherTenantsComponent(t *testing.T) {
 	}
 	globexHolds := func(cid string) {
 		t.Helper()
-		p.eventually(cid+" holds globex's settings", 2*time.Minute, func() error {
+		testkit.Eventually(p.t, 2*time.Minute, testkit.Named(cid+" holds globex's settings", func() error {
 			item, ok := p.items(cid)["admission."+cid]
 			if !ok {
 				return fmt.Errorf("items %v", keys(p.items(cid)))
@@ -61,7 +62,7 @@ func TestATenantCannotTakeOverAnotherTenantsComponent(t *testing.T) {
 				return fmt.Errorf("config %v", cfg)
 			}
 			return nil
-		})
+		}))
 		if code, out := as("globex", http.MethodGet, "/v1/components/"+cid+"/status", nil); code != http.StatusOK {
 			t.Errorf("globex reads its component %s: %d %s", cid, code, out)
 		}
@@ -138,7 +139,7 @@ func TestATenantCannotTakeOverAnotherTenantsComponent(t *testing.T) {
 	for _, a := range attacks[:3] {
 		id := write(a.req)
 		dep := a.req["deployment_id"].(string)
-		p.eventually("verdict on "+a.name, time.Minute, func() error {
+		testkit.Eventually(p.t, time.Minute, testkit.Named("verdict on "+a.name, func() error {
 			code, out := as("acme", http.MethodGet, "/v1/deployments/"+dep, nil)
 			var v verdict
 			if err := json.Unmarshal([]byte(out), &v); code != http.StatusOK || err != nil || v.RequestID != id {
@@ -148,10 +149,10 @@ func TestATenantCannotTakeOverAnotherTenantsComponent(t *testing.T) {
 				t.Errorf("verdict on %s written to deploy.requests: %s; want denied naming %s", a.name, out, a.reason)
 			}
 			return nil
-		})
+		}))
 	}
 	write(attacks[3].req)
-	p.eventually("dead letter of the request for globex's deployment", time.Minute, func() error {
+	testkit.Eventually(p.t, time.Minute, testkit.Named("dead letter of the request for globex's deployment", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var reason string
@@ -170,7 +171,7 @@ func TestATenantCannotTakeOverAnotherTenantsComponent(t *testing.T) {
 			return fmt.Errorf("no dead letter naming %s yet (%q)", attacks[3].reason, reason)
 		}
 		return nil
-	})
+	}))
 	// globex still owns and reads its deployment and components, and its
 	// folders hold its settings.
 	code, out := as("globex", http.MethodGet, "/v1/deployments/"+gx+".prod", nil)

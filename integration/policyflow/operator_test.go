@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // metricSample is one line of /metrics: a series and its value.
@@ -118,7 +119,7 @@ func TestOperatorView(t *testing.T) {
 	// end-to-end latency is checked below, and not with their first
 	// gathering.
 	for _, id := range []string{okID, failID} {
-		p.eventually(id+" registered and written", 2*time.Minute, func() error {
+		testkit.Eventually(p.t, 2*time.Minute, testkit.Named(id+" registered and written", func() error {
 			code, body := p.do(http.MethodGet, "/v1/components/"+id+"/status", nil)
 			var st struct {
 				Applied *struct{} `json:"applied"`
@@ -127,10 +128,10 @@ func TestOperatorView(t *testing.T) {
 				return fmt.Errorf("%d %s", code, body)
 			}
 			return nil
-		})
+		}))
 	}
 	p.publish("DCAE.Config_OperatorView.7.xml", "7", `{"threshold": 7}`, map[string]any{"ONAPName": "DCAE"})
-	p.eventually("both notifications recorded", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("both notifications recorded", func() error {
 		samples, _ := p.scrape()
 		ok := value(samples, "policyflow_notifications_total", `outcome="ok"`)
 		failed := value(samples, "policyflow_notifications_total", `outcome="failed"`)
@@ -142,7 +143,7 @@ func TestOperatorView(t *testing.T) {
 			return fmt.Errorf("notifications ok %v, failed %v; the policy written %v, told %v", ok, failed, written, told)
 		}
 		return nil
-	})
+	}))
 
 	t.Run("metrics", func(t *testing.T) {
 		samples, _ := p.scrape()
@@ -169,7 +170,7 @@ func TestOperatorView(t *testing.T) {
 
 	t.Run("idle pipeline: every lag series reads 0", func(t *testing.T) {
 		var last []string
-		p.eventually("every lag series at 0", time.Minute, func() error {
+		testkit.Eventually(p.t, time.Minute, testkit.Named("every lag series at 0", func() error {
 			samples, _ := p.scrape()
 			last = last[:0]
 			n := 0
@@ -189,7 +190,7 @@ func TestOperatorView(t *testing.T) {
 				return fmt.Errorf("%d of %d lag series are not 0: %s", len(last), n, strings.Join(last, "; "))
 			}
 			return nil
-		})
+		}))
 	})
 
 	t.Run("dashboards and alerts name existing metrics", func(t *testing.T) {
@@ -299,7 +300,7 @@ func (p *pipeline) browseStatusPage(t *testing.T, policyID, okID, failID string)
 		return out
 	}
 	var stages, changes, failures [][]string
-	eventually(t, "the status page shows the rollout", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("the status page shows the rollout", func() error {
 		stages, changes, failures = rows("stages"), rows("changes"), rows("failures")
 		for _, r := range changes {
 			// Policy, version, changed, should have, written, notified, failed, rollout.
@@ -311,7 +312,7 @@ func (p *pipeline) browseStatusPage(t *testing.T, policyID, okID, failID string)
 			}
 		}
 		return fmt.Errorf("no row of %s among %q", policyID, changes)
-	})
+	}))
 	ready := map[string]bool{}
 	for _, r := range stages {
 		if len(r) == 6 && r[1] == "ready" {

@@ -31,6 +31,7 @@ import (
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/stages"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
 )
 
@@ -163,7 +164,7 @@ func (p *pipeline) run() {
 		<-done
 		ops.Close()
 	}
-	p.eventually("stages and North API ready", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("stages and North API ready", func() error {
 		resp, err := http.Get(p.ops + "/readyz")
 		if err != nil {
 			return err
@@ -185,29 +186,7 @@ func (p *pipeline) run() {
 			return fmt.Errorf("North API /healthcheck: %+v (%v)", h, err)
 		}
 		return nil
-	})
-}
-
-func (p *pipeline) eventually(what string, wait time.Duration, check func() error) {
-	p.t.Helper()
-	eventually(p.t, what, wait, check)
-}
-
-// eventually polls check until it succeeds, failing the test with its last
-// error after wait.
-func eventually(t *testing.T, what string, wait time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %v", what, wait, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}))
 }
 
 func (p *pipeline) do(method, path string, body any) (int, string) {
@@ -387,26 +366,26 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 	match := map[string]any{"ONAPName": "DCAE", "ConfigName": "vm_memory"}
 	p.publish("DCAE.Config_VM_MEMORY.5.xml", "5", `{"min_memory": "2GB"}`, match)
 	key := "DCAE.Config_VM_MEMORY"
-	p.eventually("version 5 in Consul", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("version 5 in Consul", func() error {
 		if got := configOf(p.items(scn)[key]); got != `{"min_memory":"2GB"}` {
 			return fmt.Errorf("config %s", got)
 		}
 		return nil
-	})
+	}))
 	p.publish("DCAE.Config_VM_MEMORY.222.xml", "222", `{"min_memory": "8GB"}`, match)
-	p.eventually("version 222 in Consul", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("version 222 in Consul", func() error {
 		body := p.items(scn)[key]
 		if got := configOf(body); got != `{"min_memory":"8GB"}` || body["policyVersion"] != "222" {
 			return fmt.Errorf("config %s version %v", got, body["policyVersion"])
 		}
 		return nil
-	})
+	}))
 	ev := p.event(scn)
 	if ev["action"] != "updated" || ev["update_id"] == "" || ev["policies_count"] != float64(1) || ev["timestamp"] == nil {
 		t.Fatalf("event %v", ev)
 	}
 	var last call
-	p.eventually("the script is run with version 222", time.Minute, func() error {
+	testkit.Eventually(p.t, time.Minute, testkit.Named("the script is run with version 222", func() error {
 		calls := rec.calls(t)
 		if len(calls) == 0 {
 			return fmt.Errorf("no call")
@@ -416,7 +395,7 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 			return fmt.Errorf("last call %s", last.raw)
 		}
 		return nil
-	})
+	}))
 	if last.argc != "2" || last.arg1 != "policies" {
 		t.Fatalf("script argv: argc=%s $1=%q, want 2 and \"policies\"", last.argc, last.arg1)
 	}
@@ -435,7 +414,7 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 	consumed := p.committedOffsets()
 	p.rewindGroups()
 	p.run()
-	p.eventually("replay consumed", 2*time.Minute, func() error { return p.reached(consumed) })
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("replay consumed", func() error { return p.reached(consumed) }))
 	// The consul-writer commits an offset only after its write, so what a
 	// replay would write is in Consul by now.
 	if after := p.modifyIndexes(scn); !equalMaps(before, after) {
@@ -446,13 +425,13 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 	// replay would have notified (a component's notifications run in
 	// order), so it must be the only call since.
 	p.publish("DCAE.Config_VM_MEMORY.223.xml", "223", `{"min_memory": "16GB"}`, match)
-	p.eventually("the barrier's notification", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("the barrier's notification", func() error {
 		calls := rec.calls(t)
 		if len(calls) == 0 || !strings.Contains(calls[len(calls)-1].raw, "16GB") {
 			return fmt.Errorf("%d calls, the last without version 223", len(calls))
 		}
 		return nil
-	})
+	}))
 	if n := len(rec.calls(t)); n != callsBefore+1 {
 		t.Fatalf("replay notified the component again: %d calls since it, want only the barrier's", n-callsBefore)
 	}

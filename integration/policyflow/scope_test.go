@@ -2,6 +2,7 @@ package policyflow_test
 
 import (
 	"fmt"
+	"github.com/policyflow/policyflow/services/testkit"
 	"net/http"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestATenantCannotReadAnotherTenantsSettings(t *testing.T) {
 		t.Fatalf("globex's deployment: %+v", v)
 	}
 	theirs := "admission." + v.Components[0]
-	p.eventually("globex's folder holds its settings", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("globex's folder holds its settings", func() error {
 		if _, ok := p.items(v.Components[0])[theirs]; !ok {
 			return fmt.Errorf("items %v", keys(p.items(v.Components[0])))
 		}
@@ -43,7 +44,7 @@ func TestATenantCannotReadAnotherTenantsSettings(t *testing.T) {
 			return fmt.Errorf("the global policy is not in the catalog yet: %d %s", code, out)
 		}
 		return nil
-	})
+	}))
 
 	// Reads: 404 as for a policy that does not exist, or left out.
 	for _, path := range []string{"/policy_latest/" + theirs, "/v1/policies/" + theirs + "/rollout"} {
@@ -81,7 +82,7 @@ func TestATenantCannotReadAnotherTenantsSettings(t *testing.T) {
 	// Both of acme's components get the global policy and acme's own
 	// settings (the .* filter selects them), never globex's.
 	for folder, want := range map[string][]string{scn: {global, own}, av.Components[0]: {global, own}} {
-		p.eventually("acme's folder "+folder+" holds "+strings.Join(want, ", "), 2*time.Minute, func() error {
+		testkit.Eventually(p.t, 2*time.Minute, testkit.Named("acme's folder "+folder+" holds "+strings.Join(want, ", "), func() error {
 			items := p.items(folder)
 			for _, id := range want {
 				if _, ok := items[id]; !ok {
@@ -89,7 +90,7 @@ func TestATenantCannotReadAnotherTenantsSettings(t *testing.T) {
 				}
 			}
 			return nil
-		})
+		}))
 		if items := p.items(folder); items[theirs] != nil || len(items) != len(want) {
 			t.Errorf("acme's folder %s holds %v, want %v only", folder, keys(items), want)
 		}

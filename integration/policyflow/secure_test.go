@@ -19,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/stages"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 )
 
@@ -147,7 +148,7 @@ func TestWrongSASLPasswordSaysToCheckTheCredentials(t *testing.T) {
 	}()
 
 	const hint = "brokers not reachable or SASL credentials refused: check --brokers "
-	eventually(t, "every stage not ready, saying to check the SASL credentials", time.Minute, func() error {
+	testkit.Eventually(t, time.Minute, testkit.Named("every stage not ready, saying to check the SASL credentials", func() error {
 		ready, err := readinessOf(ops.URL)
 		if err != nil {
 			return err
@@ -161,7 +162,7 @@ func TestWrongSASLPasswordSaysToCheckTheCredentials(t *testing.T) {
 			return fmt.Errorf("the log does not say it for every stage:\n%s", got)
 		}
 		return nil
-	})
+	}))
 }
 
 // readiness is the answer of /readyz.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // TestTraceRunsFromTheRequestToTheNotification: with tracing on, the
@@ -53,7 +54,7 @@ func TestTraceRunsFromTheRequestToTheNotification(t *testing.T) {
 		return out
 	}
 	var seen map[string]bool
-	p.eventually("the push's trace reaching the notification", 2*time.Minute, func() error {
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("the push's trace reaching the notification", func() error {
 		for _, names := range traces() {
 			if names["POST /v1/policies"] {
 				seen = names
@@ -63,7 +64,7 @@ func TestTraceRunsFromTheRequestToTheNotification(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("the trace of POST /v1/policies: %v", keysOf(seen))
-	})
+	}))
 	for _, want := range []string{"pdp.notifications process", "policy.changes process", "policy.matches process",
 		"policy.segments process", "component.policies process", "component.applied process"} {
 		if !seen[want] {

@@ -26,6 +26,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
 	"github.com/policyflow/policyflow/topology"
@@ -326,19 +327,9 @@ const slow = 5 * time.Second
 func (s *stack) eventually(what string, check func() error) {
 	s.t.Helper()
 	began := time.Now()
-	deadline := began.Add(settle)
-	for {
-		err := check()
-		if err == nil {
-			if took := time.Since(began); took > slow {
-				s.t.Logf("%s took %s", what, took.Round(time.Millisecond))
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: not after %s: %v", what, settle, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	testkit.Eventually(s.t, settle, testkit.Named(what, check))
+	if took := time.Since(began); took > slow {
+		s.t.Logf("%s took %s", what, took.Round(time.Millisecond))
 	}
 }
 

@@ -7,11 +7,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +24,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -83,13 +87,45 @@ func runChild() {
 	os.Exit(0)
 }
 
+// inPartitions is the partition count of the test topics.
+const inPartitions = 3
+
+// holdings makes s tell which partitions of "in" it holds; held lists
+// them, sorted.
+func holdings(s *runtime.Stage) (held func() []int32) {
+	var mu sync.Mutex
+	parts := map[int32]bool{}
+	s.Assigned = func(_ context.Context, _ runtime.Env, assigned map[string][]int32) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range assigned["in"] {
+			parts[p] = true
+		}
+		return nil
+	}
+	s.Revoked = func(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, p := range revoked["in"] {
+			delete(parts, p)
+		}
+	}
+	return func() []int32 {
+		mu.Lock()
+		defer mu.Unlock()
+		out := slices.Collect(maps.Keys(parts))
+		slices.Sort(out)
+		return out
+	}
+}
+
 func setup(t *testing.T, n, poisonAt int) (*backend.Backend, runtime.Kafka) {
 	b := backend.Get(t)
 	prefix := b.Prefix(t)
 	k := b.Kafka(prefix)
 	adm := b.Admin(t)
 	for _, tp := range []string{"in", "out", topology.DLQ("echo")} {
-		resp, err := adm.CreateTopic(context.Background(), 3, 1, nil, k.Topic(tp))
+		resp, err := adm.CreateTopic(context.Background(), inPartitions, 1, nil, k.Topic(tp))
 		if err != nil || resp.Err != nil {
 			t.Fatalf("create %s: %v %v", k.Topic(tp), err, resp.Err)
 		}
@@ -166,20 +202,27 @@ func TestExactlyOnceAcrossRebalanceAndKilledMember(t *testing.T) {
 			_ = child.Wait()
 		}
 	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for count(t, k, "out") < 50 {
-		if time.Now().After(deadline) {
-			t.Fatal("member A produced nothing in two minutes")
+	testkit.Eventually(t, 2*time.Minute, func() error {
+		if n := count(t, k, "out"); n < 50 {
+			return fmt.Errorf("member A produced %d records, want 50 before member B joins", n)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// Member B joins: a forced rebalance while A has a transaction open.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- echo(2*time.Millisecond).Run(ctx, env(k)) }()
+	b := echo(2 * time.Millisecond)
+	held := holdings(&b)
+	go func() { done <- b.Run(ctx, env(k)) }()
 	defer func() { cancel(); <-done }()
-	time.Sleep(3 * time.Second)
+	// The rebalance happened: B holds some of in's partitions, A the rest.
+	testkit.Eventually(t, time.Minute, func() error {
+		if got := held(); len(got) == 0 || len(got) == inPartitions {
+			return fmt.Errorf("member B holds partitions %v of in's %d; want some, and member A the rest", got, inPartitions)
+		}
+		return nil
+	})
 
 	// A dies mid-batch: no drain, no leave, an open transaction.
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
@@ -187,6 +230,13 @@ func TestExactlyOnceAcrossRebalanceAndKilledMember(t *testing.T) {
 	}
 	_ = child.Wait()
 	killed = true
+	// A's session expires and B is given A's partitions too.
+	testkit.Eventually(t, time.Minute, func() error {
+		if got := held(); len(got) != inPartitions {
+			return fmt.Errorf("member B holds partitions %v of in's %d after member A died; want all", got, inPartitions)
+		}
+		return nil
+	})
 
 	out := committed(t, k, "out", n, 3*time.Minute)
 	seen := map[string]int{}

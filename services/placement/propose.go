@@ -339,27 +339,53 @@ func (s *searcher) candidates(r int) (best []int32, by string) {
 // with the resources placed so far; if not, the policy that rules it out,
 // if so, how many soft policies it breaks.
 func (s *searcher) feasible(r int, l int32) (ok bool, cost int, rule string) {
+	if !s.fits(r, l) {
+		return false, 0, NonOverload
+	}
+	pairCost, hasBW, rule := s.pairPolicies(r, l)
+	if rule != "" {
+		return false, 0, rule
+	}
+	llmnCost, rule := s.llmnPolicies(r, l)
+	if rule != "" {
+		return false, 0, rule
+	}
+	cost = pairCost + llmnCost
+	if hasBW {
+		bwCost, rule := s.bandwidth(r, l)
+		if rule != "" {
+			return false, 0, rule
+		}
+		cost += bwCost
+	}
+	return true, cost, ""
+}
+
+// fits says whether r's demand fits on leaf l beside what is placed there.
+func (s *searcher) fits(r int, l int32) bool {
+	d := s.t.Resources[r].Demand
+	if len(d) == 0 {
+		return true
+	}
+	u, capv := s.used[l], s.m.capacity[l]
+	for k, dk := range d {
+		have := 0.0
+		if u != nil {
+			have = u[k]
+		}
+		if have+dk > capv[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// pairPolicies checks the collocation, anti-collocation and hop-count
+// policies between r on l and the resources placed so far: the hard one
+// broken first (rule), or the soft ones broken (cost). hasBW says a
+// bandwidth policy relates r to a placed resource.
+func (s *searcher) pairPolicies(r int, l int32) (cost int, hasBW bool, rule string) {
 	m := s.m
-	if d := s.t.Resources[r].Demand; len(d) > 0 {
-		u, capv := s.used[l], m.capacity[l]
-		for k, dk := range d {
-			have := 0.0
-			if u != nil {
-				have = u[k]
-			}
-			if have+dk > capv[k] {
-				return false, 0, NonOverload
-			}
-		}
-	}
-	broken := func(pp *ppol) (bool, string) {
-		if pp.hard {
-			return true, pp.p.ID
-		}
-		cost++
-		return false, ""
-	}
-	hasBW := false
 	for _, c := range s.pairs[r] {
 		pp := &s.pols[c.pol]
 		o := s.assign[c.other]
@@ -382,11 +408,19 @@ func (s *searcher) feasible(r int, l int32) (ok bool, cost int, rule string) {
 			hasBW = hasBW || o >= 0
 		}
 		if bad {
-			if stop, id := broken(pp); stop {
-				return false, 0, id
+			if pp.hard {
+				return 0, false, pp.p.ID
 			}
+			cost++
 		}
 	}
+	return cost, hasBW, ""
+}
+
+// llmnPolicies checks the LLMN anti-collocation policies of r on l: the
+// hard one broken first (rule), or the soft ones broken (cost).
+func (s *searcher) llmnPolicies(r int, l int32) (cost int, rule string) {
+	m := s.m
 	for _, st := range s.llmns[r] {
 		v1, v2 := m.ancestorAt(int(l), st.l1), m.ancestorAt(int(l), st.l2)
 		bad := v1 < 0 || v2 < 0 || st.perL1[v1]+1 > st.bound || st.usedL2[v2] > 0
@@ -398,43 +432,50 @@ func (s *searcher) feasible(r int, l int32) (ok bool, cost int, rule string) {
 			bad = distinct+(st.m-st.done-1) < st.n
 		}
 		if bad {
-			if stop, id := broken(&s.pols[st.pol]); stop {
-				return false, 0, id
+			if pp := &s.pols[st.pol]; pp.hard {
+				return 0, pp.p.ID
+			}
+			cost++
+		}
+	}
+	return cost, ""
+}
+
+// bandwidth checks the bandwidth policies between r on l and the placed
+// resources, on every network edge of their paths: a hard policy that
+// overloads an edge (rule), or the edges the soft ones overload (cost).
+func (s *searcher) bandwidth(r int, l int32) (cost int, rule string) {
+	m := s.m
+	clear(s.addHard)
+	clear(s.addSoft)
+	hardID := ""
+	for _, c := range s.pairs[r] {
+		pp := &s.pols[c.pol]
+		o := s.assign[c.other]
+		if pp.p.Type != Bandwidth || o < 0 {
+			continue
+		}
+		s.path = m.path(int(l), int(o), s.path[:0])
+		for _, e := range s.path {
+			if pp.hard {
+				s.addHard[e] += pp.bw
+				hardID = pp.p.ID
+			} else {
+				s.addSoft[e] += pp.bw
 			}
 		}
 	}
-	if hasBW {
-		clear(s.addHard)
-		clear(s.addSoft)
-		hardID := ""
-		for _, c := range s.pairs[r] {
-			pp := &s.pols[c.pol]
-			o := s.assign[c.other]
-			if pp.p.Type != Bandwidth || o < 0 {
-				continue
-			}
-			s.path = m.path(int(l), int(o), s.path[:0])
-			for _, e := range s.path {
-				if pp.hard {
-					s.addHard[e] += pp.bw
-					hardID = pp.p.ID
-				} else {
-					s.addSoft[e] += pp.bw
-				}
-			}
-		}
-		for e, a := range s.addHard {
-			if s.bwUse[e]+a > m.netBW[e] {
-				return false, 0, hardID
-			}
-		}
-		for e, a := range s.addSoft {
-			if s.bwUse[e]+s.addHard[e]+a > m.netBW[e] {
-				cost++
-			}
+	for e, a := range s.addHard {
+		if s.bwUse[e]+a > m.netBW[e] {
+			return 0, hardID
 		}
 	}
-	return true, cost, ""
+	for e, a := range s.addSoft {
+		if s.bwUse[e]+s.addHard[e]+a > m.netBW[e] {
+			cost++
+		}
+	}
+	return cost, ""
 }
 
 // place puts r on l (sign 1) or takes it off (sign -1); taking off must

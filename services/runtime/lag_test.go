@@ -11,6 +11,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -47,9 +48,9 @@ func TestLagCountsRecordsFetchedButNotDone(t *testing.T) {
 		return total
 	}
 	describe := func() string { return fmt.Sprint(series(t, env.Metrics, "policyflow_consumer_lag")) }
-	waitFor(t, fmt.Sprintf("a lag of %d while the stage is stuck", n), func() bool { return lag() == n }, describe)
+	testkit.Eventually(t, time.Minute, testkit.Holds(fmt.Sprintf("a lag of %d while the stage is stuck", n), func() bool { return lag() == n }, describe))
 	close(up)
-	waitFor(t, "the lag back at 0 once the records are done", func() bool { return lag() == 0 }, describe)
+	testkit.Eventually(t, time.Minute, testkit.Holds("the lag back at 0 once the records are done", func() bool { return lag() == 0 }, describe))
 }
 
 // TestLagAfterAnAbortedTransactionReadsZero: a transactional stage whose
@@ -86,6 +87,6 @@ func TestLagAfterAnAbortedTransactionReadsZero(t *testing.T) {
 		v, ok := series(t, env.Metrics, "policyflow_consumer_lag")["partition=0,stage=forward,topic="+topology.CatchupRequests]
 		return v, ok
 	}
-	waitFor(t, "the lag at 0 past the aborted transaction", func() bool { v, ok := lag(); return ok && v == 0 },
-		func() string { return fmt.Sprint(series(t, env.Metrics, "policyflow_consumer_lag")) })
+	testkit.Eventually(t, time.Minute, testkit.Holds("the lag at 0 past the aborted transaction", func() bool { v, ok := lag(); return ok && v == 0 },
+		func() string { return fmt.Sprint(series(t, env.Metrics, "policyflow_consumer_lag")) }))
 }

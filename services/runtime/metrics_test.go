@@ -18,6 +18,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -96,7 +97,7 @@ func TestIdleLagReadsZero(t *testing.T) {
 	stagetest.Run(t, forwardStage(), env)
 	stagetest.Run(t, sinkStage(), env)
 
-	waitFor(t, "both stages ready", func() bool { return len(env.Health.Status()) == 0 && len(env.Health.Detail()) == 2 })
+	testkit.Eventually(t, time.Minute, testkit.Holds("both stages ready", func() bool { return len(env.Health.Status()) == 0 && len(env.Health.Detail()) == 2 }))
 	for name, want := range map[string][]string{
 		"policyflow_records_in_total":     {"stage=forward,topic=" + topology.CatchupRequests, "stage=sink,topic=out"},
 		"policyflow_records_out_total":    {"stage=forward,topic=out", "stage=forward,topic=dlq.forward", "stage=sink,topic=dlq.sink"},
@@ -142,7 +143,7 @@ func TestIdleLagReadsZero(t *testing.T) {
 		return series(t, env.Metrics, "policyflow_records_in_total")["stage="+stage+",topic="+topic]
 	}
 	var lags map[string]float64
-	waitFor(t, "every lag series at 0 once every record is handled", func() bool {
+	testkit.Eventually(t, time.Minute, testkit.Holds("every lag series at 0 once every record is handled", func() bool {
 		if in("forward", topology.CatchupRequests) != n || in("sink", "out") != n {
 			return false
 		}
@@ -157,7 +158,7 @@ func TestIdleLagReadsZero(t *testing.T) {
 		return held["stage=forward"] && held["stage=sink"]
 	}, func() string {
 		return fmt.Sprintf("records in %v, lag %v", series(t, env.Metrics, "policyflow_records_in_total"), lags)
-	})
+	}))
 
 	// /readyz says what each stage holds.
 	srv := httptest.NewServer(env.Handler(nil))
@@ -181,22 +182,5 @@ func TestIdleLagReadsZero(t *testing.T) {
 	}
 	if !sink.Ready || sink.Mode != "at-least-once" || len(sink.Partitions["out"]) != 3 {
 		t.Errorf("/readyz detail of sink: %+v; want ready, at-least-once, holding the 3 partitions of out", sink)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test (with what describe
-// says, when given) after a minute.
-func waitFor(t *testing.T, what string, cond func() bool, describe ...func() string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			msg := ""
-			if len(describe) > 0 {
-				msg = ": " + describe[0]()
-			}
-			t.Fatalf("waited a minute for %s%s", what, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

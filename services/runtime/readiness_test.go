@@ -14,6 +14,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // readyz is what an orchestrator sees of /readyz: the status code and
@@ -105,7 +106,7 @@ func TestIdleMemberIsReadyAndSaysSo(t *testing.T) {
 	for _, env := range envs {
 		stagetest.Run(t, sinkStage(), env)
 	}
-	waitFor(t, "both members ready, one of them idle", func() bool {
+	testkit.Eventually(t, time.Minute, testkit.Holds("both members ready, one of them idle", func() bool {
 		held, idle := 0, 0
 		for _, env := range envs {
 			d := env.Health.Detail()["sink"]
@@ -118,7 +119,7 @@ func TestIdleMemberIsReadyAndSaysSo(t *testing.T) {
 			}
 		}
 		return held == 1 && idle == 1
-	}, func() string { return describeHealth(envs...) })
+	}, func() string { return describeHealth(envs...) }))
 }
 
 // TestDependencyDownIsNotReady makes a stage depend on a service that does
@@ -141,7 +142,7 @@ func TestDependencyDownIsNotReady(t *testing.T) {
 		return setup(ctx, env)
 	}
 	stagetest.Run(t, s, env)
-	waitFor(t, "the stage holding its partitions", func() bool { return len(env.Health.Detail()["sink"].Partitions["out"]) == 3 })
+	testkit.Eventually(t, time.Minute, testkit.Holds("the stage holding its partitions", func() bool { return len(env.Health.Detail()["sink"].Partitions["out"]) == 3 }))
 	if d := env.Health.Detail()["sink"]; d.Ready || d.Reason != "the store does not answer: connection refused" {
 		t.Fatalf("with its dependency down: %+v; want not ready, saying the store does not answer", d)
 	}
@@ -153,8 +154,8 @@ func TestDependencyDownIsNotReady(t *testing.T) {
 		t.Errorf("with its dependency down: policyflow_dependency_up %v, policyflow_stage_ready %v; want 0 and 0", up(), ready())
 	}
 	down.Store(false)
-	waitFor(t, "ready once the dependency answers", func() bool { return env.Health.Detail()["sink"].Ready },
-		func() string { return describeHealth(env) })
+	testkit.Eventually(t, time.Minute, testkit.Holds("ready once the dependency answers", func() bool { return env.Health.Detail()["sink"].Ready },
+		func() string { return describeHealth(env) }))
 	if up() != 1 || ready() != 1 {
 		t.Errorf("with its dependency up: policyflow_dependency_up %v, policyflow_stage_ready %v; want 1 and 1", up(), ready())
 	}
@@ -169,7 +170,7 @@ func TestExpectedStageThatStoppedIsNotReady(t *testing.T) {
 	srv := httptest.NewServer(env.Handler(nil))
 	defer srv.Close()
 	stop := stagetest.Run(t, sinkStage(), env)
-	waitFor(t, "the sink ready", func() bool { return env.Health.Detail()["sink"].Ready })
+	testkit.Eventually(t, time.Minute, testkit.Holds("the sink ready", func() bool { return env.Health.Detail()["sink"].Ready }))
 	stop()
 	code, detail := readyz(t, srv.URL)
 	if code != http.StatusServiceUnavailable {

@@ -21,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // Records that are neither an event nor a tombstone are dead-lettered as
@@ -92,18 +93,14 @@ func TestRefusedSASLCredentialsSayWhatToCheck(t *testing.T) {
 	defer stop()
 
 	const want = `brokers not reachable or SASL credentials refused: check --brokers ` // then the brokers and the user
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		why := env.Health.Status()["echo"]
 		if strings.HasPrefix(why, want) && strings.Contains(why, `user "stage" (SCRAM-SHA-512)`) &&
 			strings.Contains(logs.String(), `"level":"error"`) && strings.Contains(logs.String(), want) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readiness says %q and the log %q; want both to say %q", why, logs.String(), want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("readiness says %q and the log %q; want both to say %q", why, logs.String(), want)
+	})
 }
 
 func TestExplainSaysWhatToCheck(t *testing.T) {

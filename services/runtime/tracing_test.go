@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -51,7 +53,7 @@ func TestTraceCrossesStages(t *testing.T) {
 		}
 		return k
 	}
-	waitFor(t, "both stages' handling in the request's trace", func() bool {
+	testkit.Eventually(t, time.Minute, testkit.Holds("both stages' handling in the request's trace", func() bool {
 		return processed(topology.CatchupRequests) >= n && processed("out") >= n
 	}, func() string {
 		var names []string
@@ -59,7 +61,7 @@ func TestTraceCrossesStages(t *testing.T) {
 			names = append(names, s.Name+" "+s.SpanContext.TraceID().String())
 		}
 		return "trace " + want.String() + "; spans: " + strings.Join(names, "; ")
-	})
+	}))
 }
 
 // produceTraced produces n catch-up requests within one new trace, with a
@@ -165,14 +167,14 @@ func TestTraceReachesAnOTLPCollector(t *testing.T) {
 	stagetest.Run(t, sinkStage(), env)
 	want := produceTraced(t, c, tracer, 3).String()
 
-	waitFor(t, "the collector to get both stages' handling in one trace", func() bool {
+	testkit.Eventually(t, time.Minute, testkit.Holds("the collector to get both stages' handling in one trace", func() bool {
 		names := col.trace(want)
 		return slices.Contains(names, c.Kafka.Topic(topology.CatchupRequests)+" process") && slices.Contains(names, c.Kafka.Topic("out")+" process")
 	}, func() string {
 		col.mu.Lock()
 		defer col.mu.Unlock()
 		return fmt.Sprintf("trace %s; requests %v; spans by trace %v", want, col.paths, col.spans)
-	})
+	}))
 	col.mu.Lock()
 	defer col.mu.Unlock()
 	for _, p := range col.paths {

@@ -12,19 +12,9 @@ import (
 // is one transaction holding the poll's outputs, dead letters and input
 // offsets (kgo.GroupTransactSession, read committed).
 func (r *runner) runTransactional(ctx context.Context) error {
-	opts, err := r.consumeOpts()
+	sess, err := r.transactSession()
 	if err != nil {
 		return err
-	}
-	opts = append(opts,
-		kgo.TransactionalID(r.transactionalID()),
-		kgo.TransactionTimeout(r.env.TransactionTimeout),
-		kgo.RequireStableFetchOffsets(),
-		kgo.RecordPartitioner(Partitioner()),
-	)
-	sess, err := kgo.NewGroupTransactSession(opts...)
-	if err != nil {
-		return fmt.Errorf("stage %s: create transactional session: %w", r.stage.Name, err)
 	}
 	defer sess.Close()
 	if err := r.waitBrokers(ctx, sess.Client()); err != nil {
@@ -58,86 +48,137 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		// were all filtered does: the group's committed lag then reads 0
 		// once the partition is read, not the aborted records and marker
 		// until the next record comes.
-		if err := sess.Begin(); err != nil {
-			return fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
-		}
-		// The first produce error, if any; a failure aborts what is still
-		// buffered, so the batch is given up quickly.
-		promise := kgo.AbortingFirstErrPromise(sess.Client())
-		var all []*kgo.Record
-		complete := true
-		// The batch in hand is finished on shutdown too: its outputs are
-		// produced without the stage's context, which a signal cancels.
-		pctx := context.WithoutCancel(ctx)
-	poll:
-		for start := 0; start < len(data); start += decodeWindow {
-			window := data[start:min(start+decodeWindow, len(data))]
-			ins := r.inputsAhead(pctx, window)
-			for i, rec := range window {
-				recs, ok := r.process(ctx, rec, ins[i])
-				ins[i] = Input{} // its decoded value is no longer needed
-				if !ok {
-					complete = false
-					break poll
-				}
-				for _, out := range recs {
-					sess.Produce(pctx, out, promise.Promise())
-				}
-				all = append(all, recs...)
-			}
-		}
-		// End flushes the produced records first. It gets its own deadline
-		// so a shutdown still commits (or aborts) the batch in hand.
-		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.TransactionTimeout)
-		// Flush before deciding: a record that fails only while being
-		// flushed must abort the transaction, or its input's offset would
-		// commit without it (End flushes too, then commits regardless).
-		// Once flushed, every record's promise has run; records a flush
-		// could not confirm in time may yet fail, so they abort too.
-		var failed error
-		if err := sess.Client().Flush(endCtx); err != nil {
-			r.log.Warn().Err(err).Msg("flush the transaction's records")
-			failed = fmt.Errorf("flush the transaction's records: %w", err)
-		} else {
-			failed = promise.Err()
-		}
-		commit := kgo.TryCommit
-		if !complete || failed != nil {
-			commit = kgo.TryAbort
-		}
-		committed, err := sess.End(endCtx, commit)
-		cancel()
-		switch {
-		case err != nil:
-			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "error").Inc()
-			r.log.Error().Err(err).Msg("end transaction; the batch will be processed again")
-			// End gives up without ending the transaction when its flush
-			// runs out of time (a slow or overloaded broker): abort it, or
-			// the next Begin finds it still open and the stage stops.
-			if aerr := r.abortOpen(ctx, sess); aerr != nil {
-				return fmt.Errorf("stage %s: abort the transaction End left open: %w", r.stage.Name, aerr)
-			}
-		case committed:
-			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "committed").Inc()
-			r.countOut(all)
-		default:
-			r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "aborted").Inc()
-			if failed != nil {
-				r.log.Warn().Err(failed).Msg("produce failed; transaction aborted, the batch will be processed again")
-			} else if complete {
-				r.log.Info().Msg("transaction aborted by a rebalance; the new owner processes the batch")
-			}
-		}
-		if !complete {
-			return nil
-		}
-		if err != nil || !committed {
-			// The session rewinds to the committed offsets; state the
-			// aborted records moved forward is rebuilt before they come
-			// again.
-			r.rewound(ctx)
+		stop, err := r.transactPoll(ctx, sess, data)
+		if stop || err != nil {
+			return err
 		}
 	}
+}
+
+// transactSession creates the stage's transactional group session.
+func (r *runner) transactSession() (*kgo.GroupTransactSession, error) {
+	opts, err := r.consumeOpts()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
+		kgo.TransactionalID(r.transactionalID()),
+		kgo.TransactionTimeout(r.env.TransactionTimeout),
+		kgo.RequireStableFetchOffsets(),
+		kgo.RecordPartitioner(Partitioner()),
+	)
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: create transactional session: %w", r.stage.Name, err)
+	}
+	return sess, nil
+}
+
+// transactPoll handles one poll's data records in one transaction. stop
+// says the stage is stopping (a record was not handled: its batch is
+// aborted and left to the next run); an error, that the transaction could
+// not be ended and the stage stops to be restarted clean. When the
+// transaction does not commit, the state its records moved forward is
+// rebuilt before the session, rewound, hands them again.
+func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record) (stop bool, err error) {
+	if err := sess.Begin(); err != nil {
+		return false, fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
+	}
+	// The first produce error, if any; a failure aborts what is still
+	// buffered, so the batch is given up quickly.
+	promise := kgo.AbortingFirstErrPromise(sess.Client())
+	all, complete := r.produceBatch(ctx, sess, data, promise)
+	committed, err := r.endTransaction(ctx, sess, promise, complete, all)
+	if err != nil {
+		return false, err
+	}
+	if !complete {
+		return true, nil
+	}
+	if !committed {
+		// The session rewinds to the committed offsets; state the
+		// aborted records moved forward is rebuilt before they come
+		// again.
+		r.rewound(ctx)
+	}
+	return false, nil
+}
+
+// produceBatch handles data in decode windows and produces each record's
+// outputs into the open transaction. It returns the outputs, and whether
+// every record was handled (false: the stage is stopping).
+func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise) (all []*kgo.Record, complete bool) {
+	// The batch in hand is finished on shutdown too: its outputs are
+	// produced without the stage's context, which a signal cancels.
+	pctx := context.WithoutCancel(ctx)
+	for start := 0; start < len(data); start += decodeWindow {
+		window := data[start:min(start+decodeWindow, len(data))]
+		ins := r.inputsAhead(pctx, window)
+		for i, rec := range window {
+			recs, ok := r.process(ctx, rec, ins[i])
+			ins[i] = Input{} // its decoded value is no longer needed
+			if !ok {
+				return all, false
+			}
+			for _, out := range recs {
+				sess.Produce(pctx, out, promise.Promise())
+			}
+			all = append(all, recs...)
+		}
+	}
+	return all, true
+}
+
+// endTransaction flushes the transaction's records and ends it: it
+// commits when the batch is complete and every record was produced, and
+// aborts otherwise. committed is false on an abort and on an End that
+// failed; an error means the transaction End left open could not be
+// aborted either.
+func (r *runner) endTransaction(ctx context.Context, sess *kgo.GroupTransactSession, promise *kgo.FirstErrPromise, complete bool, all []*kgo.Record) (committed bool, err error) {
+	// End flushes the produced records first. It gets its own deadline
+	// so a shutdown still commits (or aborts) the batch in hand.
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.TransactionTimeout)
+	// Flush before deciding: a record that fails only while being
+	// flushed must abort the transaction, or its input's offset would
+	// commit without it (End flushes too, then commits regardless).
+	// Once flushed, every record's promise has run; records a flush
+	// could not confirm in time may yet fail, so they abort too.
+	var failed error
+	if err := sess.Client().Flush(endCtx); err != nil {
+		r.log.Warn().Err(err).Msg("flush the transaction's records")
+		failed = fmt.Errorf("flush the transaction's records: %w", err)
+	} else {
+		failed = promise.Err()
+	}
+	commit := kgo.TryCommit
+	if !complete || failed != nil {
+		commit = kgo.TryAbort
+	}
+	committed, err = sess.End(endCtx, commit)
+	cancel()
+	switch {
+	case err != nil:
+		r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "error").Inc()
+		r.log.Error().Err(err).Msg("end transaction; the batch will be processed again")
+		// End gives up without ending the transaction when its flush
+		// runs out of time (a slow or overloaded broker): abort it, or
+		// the next Begin finds it still open and the stage stops.
+		if aerr := r.abortOpen(ctx, sess); aerr != nil {
+			return false, fmt.Errorf("stage %s: abort the transaction End left open: %w", r.stage.Name, aerr)
+		}
+		return false, nil
+	case committed:
+		r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "committed").Inc()
+		r.countOut(all)
+	default:
+		r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "aborted").Inc()
+		if failed != nil {
+			r.log.Warn().Err(failed).Msg("produce failed; transaction aborted, the batch will be processed again")
+		} else if complete {
+			r.log.Info().Msg("transaction aborted by a rebalance; the new owner processes the batch")
+		}
+	}
+	return committed, nil
 }
 
 // waitBrokers blocks until the brokers answer cl, so readiness means it. A

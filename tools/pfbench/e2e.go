@@ -197,22 +197,10 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		PeakRSSMiB: map[string]float64{}}
 	arr := newArrivals()
 
-	// The component's script writes its argv[2] (the JSON) to a FIFO.
 	dir := filepath.Join(b.logDir, "e2e")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return res, err
-	}
-	fifo := filepath.Join(dir, "notifications.fifo")
-	_ = os.Remove(fifo)
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		return res, fmt.Errorf("make FIFO %s: %w", fifo, err)
-	}
-	if err := arr.readFIFO(fifo); err != nil {
-		return res, err
-	}
-	script := filepath.Join(dir, "reconfigure.sh")
+	script, err := e2eScript(dir, arr)
 	res.ScriptPath = script
-	if err := os.WriteFile(script, []byte("#!/bin/sh\nprintf '%s\\n' \"$2\" > '"+fifo+"'\n"), 0o755); err != nil {
+	if err != nil {
 		return res, err
 	}
 
@@ -227,10 +215,97 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		return res, err
 	}
 	defer api.stop()
-	notifyURL, client := api.url+"/v1/pdp/notifications", api.client
 
-	// Components: one by script, the fleet by webhook.
-	cl := b.prod
+	if err := b.registerE2E(ctx, script, base, fleet); err != nil {
+		return res, err
+	}
+	procs, err := b.startE2EStages(ctx, base, dir)
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
+	run := &e2eRun{b: b, arr: arr, sim: sim, procs: procs, notifyURL: api.url + "/v1/pdp/notifications", client: api.client}
+	if err := api.ready(ctx); err != nil {
+		return res, err
+	}
+
+	// First gather of the fleet and of the script component.
+	start := time.Now()
+	if err := run.publish(ctx, "E2E.Config_fleet", "1", "fleet-00001"); err != nil {
+		return res, err
+	}
+	if err := run.publish(ctx, "E2E.Config_one", "1", "one-00001"); err != nil {
+		return res, err
+	}
+	if _, err := arr.wait(ctx, "one-00001", 1, b.timeout); err != nil {
+		return res, errors.Join(fmt.Errorf("first notification of the script component: %w", err), run.alive())
+	}
+	last, err := arr.wait(ctx, "fleet-00001", fleet, b.timeout)
+	if err != nil {
+		return res, errors.Join(fmt.Errorf("first gather of the fleet: %w", err), run.alive())
+	}
+	res.FleetFirst = last.Sub(start).Seconds()
+
+	// One component, one update after another.
+	ran, written, failed, err := run.oneComponent(ctx, reps)
+	res.Failed += failed
+	if err != nil {
+		return res, err
+	}
+	res.ScriptMs, res.ConsulMs = summarize(ran), summarize(written)
+
+	// The fleet: one update reaching 10,000 components.
+	if err := run.fleetUpdate(ctx, fleet, &res); err != nil {
+		return res, err
+	}
+
+	// What a user would check: the values in Consul.
+	if err := b.verifyFleet(fleet, &res); err != nil {
+		return res, err
+	}
+	arr.mu.Lock()
+	dups := arr.dup
+	arr.mu.Unlock()
+	if dups > 0 {
+		return res, fmt.Errorf("%d notifications were received twice for the same update", dups)
+	}
+	for _, p := range procs {
+		if rss, err := p.peakRSS(); err == nil {
+			res.PeakRSSMiB[p.name] = float64(rss) / (1 << 20)
+		}
+	}
+	return res, nil
+}
+
+// e2eScript makes, under dir, the component's script: it writes its
+// argv[2] (the JSON) to a FIFO that arr reads. It returns the script's
+// path ("" when the FIFO could not be made).
+func e2eScript(dir string, arr *arrivals) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	fifo := filepath.Join(dir, "notifications.fifo")
+	_ = os.Remove(fifo)
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		return "", fmt.Errorf("make FIFO %s: %w", fifo, err)
+	}
+	if err := arr.readFIFO(fifo); err != nil {
+		return "", err
+	}
+	script := filepath.Join(dir, "reconfigure.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nprintf '%s\\n' \"$2\" > '"+fifo+"'\n"), 0o755); err != nil {
+		return script, err
+	}
+	return script, nil
+}
+
+// registerE2E registers the components: one notified by script, the
+// fleet by webhook (to base).
+func (b *bench) registerE2E(ctx context.Context, script, base string, fleet int) error {
 	now := time.Now().UTC()
 	var recs []*kgo.Record
 	add := func(c *events.Component) error {
@@ -245,27 +320,26 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		PolicyIDs: []string{"E2E.Config_one"}, Config: "{}", Generation: 1, UpdatedAt: now,
 		Notify: events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: script, TimeoutMs: 10000}}
 	if err := add(one); err != nil {
-		return res, err
+		return err
 	}
 	for i := 0; i < fleet; i++ {
 		id := fmt.Sprintf("f-%05d", i)
 		if err := add(&events.Component{ComponentID: id, DeploymentID: fmt.Sprintf("fd-%03d", i/100), ServiceComponentName: id,
 			Tenant: "bench", PolicyIDs: []string{"E2E.Config_fleet"}, Config: "{}", Generation: 1, UpdatedAt: now,
 			Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: base + "/hook/" + id, TimeoutMs: 10000}}); err != nil {
-			return res, err
+			return err
 		}
 	}
-	if err := produceAll(ctx, cl, recs); err != nil {
-		return res, fmt.Errorf("register components: %w", err)
+	if err := produceAll(ctx, b.prod, recs); err != nil {
+		return fmt.Errorf("register components: %w", err)
 	}
+	return nil
+}
 
-	// Every stage, each its own process.
+// startE2EStages starts every stage, each its own process. It returns
+// those it started, also with an error, for the caller to stop.
+func (b *bench) startE2EStages(ctx context.Context, base, dir string) ([]*stageProc, error) {
 	var procs []*stageProc
-	defer func() {
-		for _, p := range procs {
-			p.stop()
-		}
-	}()
 	for _, name := range e2eStages {
 		var extra []string
 		switch name {
@@ -277,60 +351,60 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 		p, err := startStage(ctx, b.binDir, b.logDir, name, b.kafka, b.consulAddr, extra...)
 		if err != nil {
-			return res, err
+			return procs, err
 		}
 		p.name = name
 		procs = append(procs, p)
 	}
-	alive := func() error {
-		for _, p := range procs {
-			if err := p.exited(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := api.ready(ctx); err != nil {
-		return res, err
-	}
-	publish := func(id, version, marker string) error {
-		lp, err := sim.Put(policy.Body{
-			policy.FieldPolicyName: id + "." + version + ".xml", policy.FieldPolicyVersion: version,
-			policy.FieldConfig:             `{"marker":"` + marker + `","pad":"` + strings.Repeat("x", max(b.bodyBytes-400, 0)) + `"}`,
-			policy.FieldMatchingConditions: map[string]any{policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "bench"},
-		})
-		if err != nil {
+	return procs, nil
+}
+
+// e2eRun is the running end-to-end stack: what publishes a policy, and
+// what notices its arrivals and its stages' exits.
+type e2eRun struct {
+	b         *bench
+	arr       *arrivals
+	sim       *pdp.Server
+	procs     []*stageProc
+	notifyURL string
+	client    *http.Client
+}
+
+// alive returns the exit of a stage process, if one exited.
+func (r *e2eRun) alive() error {
+	for _, p := range r.procs {
+		if err := p.exited(); err != nil {
 			return err
 		}
-		return pdp.Notify(ctx, client, notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}})
 	}
+	return nil
+}
 
-	// First gather of the fleet and of the script component.
-	start := time.Now()
-	if err := publish("E2E.Config_fleet", "1", "fleet-00001"); err != nil {
-		return res, err
-	}
-	if err := publish("E2E.Config_one", "1", "one-00001"); err != nil {
-		return res, err
-	}
-	if _, err := arr.wait(ctx, "one-00001", 1, b.timeout); err != nil {
-		return res, errors.Join(fmt.Errorf("first notification of the script component: %w", err), alive())
-	}
-	last, err := arr.wait(ctx, "fleet-00001", fleet, b.timeout)
+// publish puts a version of a policy on the PDP simulator, its config
+// carrying marker, and notifies the North API of it.
+func (r *e2eRun) publish(ctx context.Context, id, version, marker string) error {
+	lp, err := r.sim.Put(policy.Body{
+		policy.FieldPolicyName: id + "." + version + ".xml", policy.FieldPolicyVersion: version,
+		policy.FieldConfig:             `{"marker":"` + marker + `","pad":"` + strings.Repeat("x", max(r.b.bodyBytes-400, 0)) + `"}`,
+		policy.FieldMatchingConditions: map[string]any{policy.MatchingONAPName: "DCAE", policy.MatchingConfigName: "bench"},
+	})
 	if err != nil {
-		return res, errors.Join(fmt.Errorf("first gather of the fleet: %w", err), alive())
+		return err
 	}
-	res.FleetFirst = last.Sub(start).Seconds()
+	return pdp.Notify(ctx, r.client, r.notifyURL, policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}})
+}
 
-	// One component, one update after another.
-	kv := b.consul.KV()
+// oneComponent updates the script component reps times, one update after
+// another, timing each until its script ran and until Consul held it.
+// failed counts the updates whose script did not run within 30 s.
+func (r *e2eRun) oneComponent(ctx context.Context, reps int) (ran, written []time.Duration, failed int, err error) {
+	kv := r.b.consul.KV()
 	key := consulkv.ItemKey("e2e-one", "E2E.Config_one")
-	var ran, written []time.Duration
-	for r := 2; r < reps+2; r++ {
-		marker := fmt.Sprintf("one-%05d", r)
+	for rep := 2; rep < reps+2; rep++ {
+		marker := fmt.Sprintf("one-%05d", rep)
 		pair, meta, err := kv.Get(key, nil)
 		if err != nil || pair == nil {
-			return res, fmt.Errorf("read %s: %v (pair %v)", key, err, pair)
+			return ran, written, failed, fmt.Errorf("read %s: %v (pair %v)", key, err, pair)
 		}
 		wrote := make(chan time.Time, 1)
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -348,16 +422,16 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 			}
 		}(meta.LastIndex)
 		t0 := time.Now()
-		if err := publish("E2E.Config_one", fmt.Sprint(r), marker); err != nil {
+		if err := r.publish(ctx, "E2E.Config_one", fmt.Sprint(rep), marker); err != nil {
 			cancel()
-			return res, err
+			return ran, written, failed, err
 		}
-		at, err := arr.wait(ctx, marker, 1, 30*time.Second)
+		at, err := r.arr.wait(ctx, marker, 1, 30*time.Second)
 		if err != nil {
-			res.Failed++
+			failed++
 			cancel()
-			if aerr := alive(); aerr != nil {
-				return res, aerr
+			if aerr := r.alive(); aerr != nil {
+				return ran, written, failed, aerr
 			}
 			continue
 		}
@@ -369,9 +443,14 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		}
 		cancel()
 	}
-	res.ScriptMs, res.ConsulMs = summarize(ran), summarize(written)
+	return ran, written, failed, nil
+}
 
-	// The fleet: one update reaching 10,000 components.
+// fleetUpdate publishes one update for the whole fleet and times it until
+// every component was notified (res.FleetDone) and until component.applied
+// showed every one written (res.FleetWritten).
+func (r *e2eRun) fleetUpdate(ctx context.Context, fleet int, res *EndToEnd) error {
+	b := r.b
 	appliedSeen := make(chan time.Time, 1)
 	var count atomic.Int64
 	f, err := runtime.Follow(b.kafka, b.log, map[string]runtime.ApplyFunc{
@@ -395,50 +474,45 @@ func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error)
 		},
 	})
 	if err != nil {
-		return res, err
+		return err
 	}
 	defer f.Close()
 	if err := f.WaitCaughtUp(ctx); err != nil {
-		return res, err
+		return err
 	}
 	t0 := time.Now()
-	if err := publish("E2E.Config_fleet", "2", "fleet-00002"); err != nil {
-		return res, err
+	if err := r.publish(ctx, "E2E.Config_fleet", "2", "fleet-00002"); err != nil {
+		return err
 	}
-	last, err = arr.wait(ctx, "fleet-00002", fleet, b.timeout)
+	last, err := r.arr.wait(ctx, "fleet-00002", fleet, b.timeout)
 	if err != nil {
-		return res, errors.Join(fmt.Errorf("fleet update: %w", err), alive())
+		return errors.Join(fmt.Errorf("fleet update: %w", err), r.alive())
 	}
 	res.FleetDone = last.Sub(t0).Seconds()
 	select {
 	case w := <-appliedSeen:
 		res.FleetWritten = w.Sub(t0).Seconds()
 	case <-time.After(30 * time.Second):
-		return res, fmt.Errorf("component.applied shows %d of %d fleet components written", count.Load(), fleet)
+		return fmt.Errorf("component.applied shows %d of %d fleet components written", count.Load(), fleet)
 	}
+	return nil
+}
 
-	// What a user would check: the values in Consul.
+// verifyFleet checks, as a user would, that Consul holds version 2 for
+// about fifty of the fleet's components, counting them in
+// res.ConsulVerified.
+func (b *bench) verifyFleet(fleet int, res *EndToEnd) error {
+	kv := b.consul.KV()
 	for i := 0; i < fleet; i += max(fleet/50, 1) {
 		id := fmt.Sprintf("f-%05d", i)
 		k := consulkv.ItemKey(id, "E2E.Config_fleet")
 		p, _, err := kv.Get(k, nil)
 		if err != nil || p == nil || !bytes.Contains(p.Value, []byte("fleet-00002")) {
-			return res, fmt.Errorf("Consul %s does not hold version 2 after the fleet was notified (err %v)", k, err)
+			return fmt.Errorf("Consul %s does not hold version 2 after the fleet was notified (err %v)", k, err)
 		}
 		res.ConsulVerified++
 	}
-	arr.mu.Lock()
-	dups := arr.dup
-	arr.mu.Unlock()
-	if dups > 0 {
-		return res, fmt.Errorf("%d notifications were received twice for the same update", dups)
-	}
-	for _, p := range procs {
-		if rss, err := p.peakRSS(); err == nil {
-			res.PeakRSSMiB[p.name] = float64(rss) / (1 << 20)
-		}
-	}
-	return res, nil
+	return nil
 }
 
 // northAPI is the North API run in the bench's own process (its memory is

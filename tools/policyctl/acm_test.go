@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/policyflow/policyflow/services/acm/participant"
 	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // withReplica runs replica-sync and one replica of participant p1 (type
@@ -36,19 +38,17 @@ func withReplica(t *testing.T, k runtime.Kafka) {
 // until runs policyctl until its JSON answer satisfies ok.
 func until(t *testing.T, ok func(map[string]any) bool, args ...string) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var v map[string]any
+	testkit.Eventually(t, 60*time.Second, func() error {
 		r := policyctl(t, args...)
 		if r.code == 0 {
-			if v := stdoutJSON(t, r); ok(v) {
-				return v
+			if v = stdoutJSON(t, r); ok(v) {
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("policyctl %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), r.code, r.out, r.errOut)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("policyctl %s: exit %d, stdout %q, stderr %q", strings.Join(args, " "), r.code, r.out, r.errOut)
+	})
+	return v
 }
 
 func TestACMCommands(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -69,13 +70,7 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 		<-done
 		srv.Close()
 	})
-	deadline := time.Now().Add(60 * time.Second)
-	for !srv.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("the North API did not become ready within 60s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 60*time.Second, testkit.Holds("the North API ready", srv.Ready))
 	return ts.URL, k
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -327,17 +329,20 @@ func TestDemoRunsAgainOnItsData(t *testing.T) {
 	t.Setenv("PF_DEV_DATA_DIR", dataDir)
 	for run, want := range []string{"demo: version 222 reached Consul", "demo: version 224 reached Consul"} {
 		d := startDev(t, dataDir, "--demo")
-		deadline := time.Now().Add(3 * time.Minute)
-		for !strings.Contains(d.out.String(), "demo: the component's script was run") {
+		err := testkit.Wait(3*time.Minute, func() error {
 			select {
 			case code := <-d.code:
 				t.Fatalf("run %d: policyctl dev exited %d before the demo ended\nstdout:\n%s\nstderr:\n%s", run+1, code, d.out, d.errOut)
-			case <-time.After(100 * time.Millisecond):
+			default:
 			}
-			if time.Now().After(deadline) {
-				d.shutdown(t)
-				t.Fatalf("run %d: the demo did not end within 3 minutes\nstdout:\n%s\nstderr:\n%s", run+1, d.out, d.errOut)
+			if !strings.Contains(d.out.String(), "demo: the component's script was run") {
+				return errors.New("the demo did not end")
 			}
+			return nil
+		})
+		if err != nil {
+			d.shutdown(t)
+			t.Fatalf("run %d: %v\nstdout:\n%s\nstderr:\n%s", run+1, err, d.out, d.errOut)
 		}
 		if out := d.out.String(); !strings.Contains(out, want) {
 			t.Errorf("run %d: the demo says\n%s\nwant %q", run+1, out, want)

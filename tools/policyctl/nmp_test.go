@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -85,15 +87,13 @@ func TestNMPCommands(t *testing.T) {
 		t.Fatalf("register a node: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testkit.Eventually(t, 10*time.Second, func() error {
 		r = policyctl(t, "nmp", "nodes", "--versions", "fleet")
 		if r.code == 0 && regexp.MustCompile(`(?m)^n1\s+1\.0\.0`).MatchString(r.out) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes --versions: exit %d %q %q", r.code, r.out, r.errOut)
-		}
-	}
+		return fmt.Errorf("nodes --versions: exit %d %q %q", r.code, r.out, r.errOut)
+	})
 	r = policyctl(t, "nmp", "status", "fleet")
 	if r.code != 0 || !strings.Contains(r.out, "enabled true, 1 node(s)") {
 		t.Fatalf("status: exit %d %q %q", r.code, r.out, r.errOut)

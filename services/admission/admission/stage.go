@@ -218,94 +218,114 @@ func Stage() runtime.Stage {
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
-			log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
-			pols := NewPolicies(log)
-			dcs := NewDatacenters(log)
-			names := NewNames()
-			// The tables the stage decides against: the policies, the
-			// datacenters, and who holds which names (components,
-			// deployments).
-			var ts tables
-			var cl *kgo.Client
-			closeAll := func() {
-				if cl != nil {
-					cl.Close()
-				}
-				ts.close()
-			}
-			err := follow(env, &ts, topology.AppPolicies, pols.Apply)
-			if err == nil {
-				err = follow(env, &ts, topology.Datacenters, dcs.Apply)
-			}
-			if err == nil {
-				err = follow(env, &ts, topology.DeployComponents, names.ApplyComponent)
-			}
-			if err == nil {
-				err = follow(env, &ts, topology.AdmissionVerdicts, names.ApplyVerdict)
-			}
-			if err == nil {
-				var opts []kgo.Opt
-				opts, err = env.Kafka.ClientOpts()
-				if err == nil {
-					cl, err = kgo.NewClient(opts...)
-				}
-				if err != nil {
-					err = fmt.Errorf("admission: client for the offsets of %s: %w", env.Kafka.Topic(topology.DeployRequests), err)
-				}
-			}
-			if err == nil {
-				err = ts.catchUp(ctx, env)
-			}
-			if err != nil {
-				closeAll()
-				return nil, nil, err
-			}
-			adm := kadm.NewClient(cl)
-			log.Info().Int("policies", len(pols.All())).Int("datacenters", dcs.Len()).Msg("application policies, datacenters, components and verdicts read")
-			caughtUp := time.Now()
-			// covered holds, per partition of deploy.requests, the end
-			// offset listed as the last catch-up began: the requests
-			// before it were written before that catch-up.
-			var covered map[int32]int64
-			h := runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
-				// A policy, datacenter, component or verdict written
-				// before the request was must decide it: catch up with
-				// the tables first, unless a catch-up that began after
-				// the request was written did.
-				if !covers(caughtUp, covered, in.Timestamp, in.Partition, in.Offset) {
-					began := time.Now()
-					ends, err := runtime.Ends(ctx, adm, env.Kafka.Topic(topology.DeployRequests))
-					if err != nil {
-						return nil, fmt.Errorf("admission: %w", err)
-					}
-					if err := ts.catchUp(ctx, env); err != nil {
-						return nil, err
-					}
-					caughtUp, covered = began, ends
-				}
-				outs, err := Decide(ctx, in.Value, in.Key, pols.All(), dcs.Get, names, time.Now())
-				if err != nil {
-					return nil, err
-				}
-				// The names this request took count for the next
-				// request at once, before the transaction commits them.
-				for _, o := range outs {
-					switch v := o.Value.(type) {
-					case *events.Component:
-						names.ApplyComponent(string(o.Key), v)
-					case *events.AdmissionVerdict:
-						names.ApplyVerdict(string(o.Key), v)
-					}
-				}
-				v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
-				log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
-					Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
-				return outs, nil
-			})
-			return h, closeAll, nil
-		},
+		Setup:       setup,
 	}
+}
+
+// admitter is one run of the stage: the tables it decides against and
+// how far it has caught up with them.
+type admitter struct {
+	env   runtime.Env
+	log   zerolog.Logger
+	pols  *Policies
+	dcs   *Datacenters
+	names *Names
+	// ts are the tables the stage decides against: the policies, the
+	// datacenters, and who holds which names (components, deployments).
+	ts  tables
+	cl  *kgo.Client
+	adm *kadm.Client
+	// caughtUp is when the last catch-up with the tables began; covered
+	// holds, per partition of deploy.requests, the end offset listed as
+	// it began: the requests before it were written before that
+	// catch-up.
+	caughtUp time.Time
+	covered  map[int32]int64
+}
+
+// setup follows the tables, reads them to their ends and returns the
+// handler that decides each request.
+func setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+	log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
+	a := &admitter{env: env, log: log, pols: NewPolicies(log), dcs: NewDatacenters(log), names: NewNames()}
+	if err := a.open(ctx); err != nil {
+		a.close()
+		return nil, nil, err
+	}
+	a.adm = kadm.NewClient(a.cl)
+	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Msg("application policies, datacenters, components and verdicts read")
+	a.caughtUp = time.Now()
+	return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
+}
+
+// open follows the tables, creates the client that lists the offsets of
+// deploy.requests, and catches up with the tables.
+func (a *admitter) open(ctx context.Context) error {
+	env := a.env
+	err := follow(env, &a.ts, topology.AppPolicies, a.pols.Apply)
+	if err == nil {
+		err = follow(env, &a.ts, topology.Datacenters, a.dcs.Apply)
+	}
+	if err == nil {
+		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
+	}
+	if err == nil {
+		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
+	}
+	if err != nil {
+		return err
+	}
+	opts, err := env.Kafka.ClientOpts()
+	if err == nil {
+		a.cl, err = kgo.NewClient(opts...)
+	}
+	if err != nil {
+		return fmt.Errorf("admission: client for the offsets of %s: %w", env.Kafka.Topic(topology.DeployRequests), err)
+	}
+	return a.ts.catchUp(ctx, env)
+}
+
+func (a *admitter) close() {
+	if a.cl != nil {
+		a.cl.Close()
+	}
+	a.ts.close()
+}
+
+// decide decides one deployment request.
+func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.DeploymentRequest]) ([]runtime.Output, error) {
+	// A policy, datacenter, component or verdict written before the
+	// request was must decide it: catch up with the tables first,
+	// unless a catch-up that began after the request was written did.
+	if !covers(a.caughtUp, a.covered, in.Timestamp, in.Partition, in.Offset) {
+		began := time.Now()
+		ends, err := runtime.Ends(ctx, a.adm, a.env.Kafka.Topic(topology.DeployRequests))
+		if err != nil {
+			return nil, fmt.Errorf("admission: %w", err)
+		}
+		if err := a.ts.catchUp(ctx, a.env); err != nil {
+			return nil, err
+		}
+		a.caughtUp, a.covered = began, ends
+	}
+	outs, err := Decide(ctx, in.Value, in.Key, a.pols.All(), a.dcs.Get, a.names, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	// The names this request took count for the next request at once,
+	// before the transaction commits them.
+	for _, o := range outs {
+		switch v := o.Value.(type) {
+		case *events.Component:
+			a.names.ApplyComponent(string(o.Key), v)
+		case *events.AdmissionVerdict:
+			a.names.ApplyVerdict(string(o.Key), v)
+		}
+	}
+	v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
+	a.log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
+		Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
+	return outs, nil
 }
 
 // Source names the admission stage in the events it writes.

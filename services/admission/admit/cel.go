@@ -223,34 +223,7 @@ func compileCEL(p params) (ruleSet, error) {
 			return ruleSet{}, err
 		}
 		rs.cel = append(rs.cel, prg)
-		field := m.Field
-		rs.mutators = append(rs.mutators, mutator{rule: f, fn: func(b *budget, r *Request, emit func(Mutation)) error {
-			reqV := celRequest(r)
-			for i := range r.Applications {
-				a := &r.Applications[i]
-				if b.stopped(i, len(r.Applications)) {
-					return nil
-				}
-				out, err := prg.eval(b, map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]})
-				if err != nil {
-					return fmt.Errorf("%s: %s: %w", a.describe(), f, err)
-				}
-				pv, err := out.ConvertToNative(reflect.TypeOf(&structpb.Value{}))
-				if err != nil {
-					return fmt.Errorf("%s: %s: the value is not JSON: %w", a.describe(), f, err)
-				}
-				nv := pv.(*structpb.Value).AsInterface()
-				old := jsonText(getField(a, field))
-				if old == jsonText(nv) {
-					continue
-				}
-				if err := setField(a, field, nv); err != nil {
-					return fmt.Errorf("%s: %s: %w", a.describe(), f, err)
-				}
-				emit(Mutation{Application: a.Name, Field: field, Old: old, New: jsonText(getField(a, field))})
-			}
-			return nil
-		}})
+		rs.mutators = append(rs.mutators, celMutator(f, m.Field, prg))
 	}
 	for i, v := range vs {
 		f := fmt.Sprintf("validations[%d]", i)
@@ -270,38 +243,77 @@ func compileCEL(p params) (ruleSet, error) {
 			return ruleSet{}, err
 		}
 		rs.cel = append(rs.cel, prg)
-		msg, expr, scope := v.Message, v.Expression, v.Scope
-		check := func(b *budget, vars map[string]any, object func() string, emit func(string, string)) {
-			out, err := prg.eval(b, vars)
-			if b.ctx.Err() != nil {
-				return // the verdict is not given
-			}
-			if err != nil {
-				emit(object(), fmt.Sprintf("%s (the expression %q could not be evaluated: %v)", msg, expr, err))
-				return
-			}
-			if ok, isBool := out.Value().(bool); !isBool || !ok {
-				emit(object(), msg)
-			}
-		}
-		rs.validators = append(rs.validators, validator{rule: f, fn: func(b *budget, r *Request, emit func(string, string)) {
-			reqV := celRequest(r)
-			if scope == ScopeRequest {
-				if !b.stopped(0, len(r.Applications)) {
-					check(b, map[string]any{"request": reqV}, func() string { return fmt.Sprintf("environment %q", r.Environment) }, emit)
-				}
-				return
-			}
-			for i := range r.Applications {
-				a := &r.Applications[i]
-				if b.stopped(i, len(r.Applications)) {
-					return
-				}
-				check(b, map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]}, a.describe, emit)
-			}
-		}})
+		rs.validators = append(rs.validators, celValidator(f, v, prg))
 	}
 	return rs, nil
+}
+
+// celMutator is mutation rule f: it sets field of each application to
+// what prg computes, emitting each change.
+func celMutator(f, field string, prg celProgram) mutator {
+	return mutator{rule: f, fn: func(b *budget, r *Request, emit func(Mutation)) error {
+		reqV := celRequest(r)
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			if b.stopped(i, len(r.Applications)) {
+				return nil
+			}
+			out, err := prg.eval(b, map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]})
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", a.describe(), f, err)
+			}
+			pv, err := out.ConvertToNative(reflect.TypeOf(&structpb.Value{}))
+			if err != nil {
+				return fmt.Errorf("%s: %s: the value is not JSON: %w", a.describe(), f, err)
+			}
+			nv := pv.(*structpb.Value).AsInterface()
+			old := jsonText(getField(a, field))
+			if old == jsonText(nv) {
+				continue
+			}
+			if err := setField(a, field, nv); err != nil {
+				return fmt.Errorf("%s: %s: %w", a.describe(), f, err)
+			}
+			emit(Mutation{Application: a.Name, Field: field, Old: old, New: jsonText(getField(a, field))})
+		}
+		return nil
+	}}
+}
+
+// celValidator is validation rule f: prg, once per application or once
+// per request (v.Scope), emitting v.Message for each object that fails
+// it.
+func celValidator(f string, v celValidation, prg celProgram) validator {
+	msg, expr, scope := v.Message, v.Expression, v.Scope
+	check := func(b *budget, vars map[string]any, object func() string, emit func(string, string)) {
+		out, err := prg.eval(b, vars)
+		if b.ctx.Err() != nil {
+			return // the verdict is not given
+		}
+		if err != nil {
+			emit(object(), fmt.Sprintf("%s (the expression %q could not be evaluated: %v)", msg, expr, err))
+			return
+		}
+		if ok, isBool := out.Value().(bool); !isBool || !ok {
+			emit(object(), msg)
+		}
+	}
+	return validator{rule: f, fn: func(b *budget, r *Request, emit func(string, string)) {
+		reqV := celRequest(r)
+		if scope == ScopeRequest {
+			if !b.stopped(0, len(r.Applications)) {
+				check(b, map[string]any{"request": reqV}, func() string { return fmt.Sprintf("environment %q", r.Environment) }, emit)
+			}
+			return
+		}
+		for i := range r.Applications {
+			a := &r.Applications[i]
+			if b.stopped(i, len(r.Applications)) {
+				return
+			}
+			check(b, map[string]any{"request": reqV, "app": reqV["applications"].([]any)[i]}, a.describe, emit)
+		}
+	}}
 }
 
 // strictUnmarshal decodes JSON refusing unknown fields.

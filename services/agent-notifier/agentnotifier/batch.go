@@ -44,95 +44,134 @@ func (n *notifier) read(ctx context.Context, jobs []*job, bad func(*job, error))
 			return nil, fmt.Errorf("agent-notifier: read claim %s and the policies of %d component(s): %w", g[0].key, len(g), err)
 		}
 		for k, j := range g {
-			var prior *consulkv.Claim
-			j.index = 0
-			if p := folders[k].claim; p.ModifyIndex != 0 {
-				j.index = p.ModifyIndex
-				if c, err := consulkv.ParseClaim(p.Value); err == nil {
-					prior = &c
-				} else {
-					j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
-				}
+			if n.decide(j, folders[k], bad) {
+				todo = append(todo, j)
 			}
-			if later, ok := laterInConsul(folders[k].event, j.a.Generation); ok {
-				// The folder already holds a later generation: notified
-				// now, the component would be told that generation's
-				// policies under this one's number, and then again. The
-				// later generation's record, which follows this one on
-				// component.applied, tells it of both.
-				j.log.Info().Int64("consul_generation", later).Msg("not notified: Consul already holds a later generation, whose record notifies the component")
-				continue
-			}
-			seen := n.seen(prior, j)
-			act, why := ClaimAction(prior, j.a, seen)
-			switch act {
-			case Skip:
-				j.log.Info().Str("reason", why).Msg("not notified again")
-				continue
-			case Wait:
-				bad(j, fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its lease ends: %w",
-					j.a.ComponentID, j.a.UpdateID, why, ErrClaimTaken))
-				continue
-			}
-			if prior != nil {
-				j.renotified = prior.Renotify
-			}
-			if j.again == AgainAlways {
-				j.renotified = j.request
-			}
-			toldAgain := false // a notification of this generation that told it, run again
-			if prior != nil && prior.Generation == j.a.Generation {
-				done, ok := prior.Finished()
-				j.attempts, toldAgain = prior.Attempts, done && ok
-				if !done && prior.Owner != n.owner {
-					killed, ok := n.stopLeft(prior, j)
-					if !ok {
-						bad(j, fmt.Errorf("agent-notifier: component %s update %s: what the notifier %s left running did not stop: %w",
-							j.a.ComponentID, j.a.UpdateID, prior.Owner, ErrClaimTaken))
-						continue
-					}
-					if killed > 0 {
-						j.attempts++ // the run it stopped
-					}
-				}
-				j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
-			}
-			if f := folders[k]; !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
-				// Consul answers a read the token may not make with nothing
-				// rather than an error: an empty notification would be sent
-				// for a component that holds policies.
-				scn := j.a.ServiceComponentName
-				bad(j, runtime.Permanentf("agent-notifier: component %s update %s: Consul shows no %s, so its policies cannot be read: "+
-					"the folder was deleted since (the component was uninstalled), or the agent-notifier's Consul token may not read it "+
-					"(grant key_prefix %q { policy = \"read\" })", j.a.ComponentID, j.a.UpdateID, consulkv.EventKey(scn), consulkv.Folder(scn)))
-				continue
-			}
-			if prior != nil {
-				j.base = prior.Told
-			} else {
-				// Never notified (no claim): it was told nothing, so
-				// everything it holds is news to it, also when the
-				// generations that brought it were skipped.
-				j.base = map[string]consulkv.Told{}
-			}
-			since := j.base
-			if toldAgain {
-				// Told before, and now again (a repair, an operator's
-				// request): every policy it holds is news again, as the
-				// component may have read something else meanwhile.
-				since = map[string]consulkv.Told{}
-			}
-			body, told, err := PayloadSince(j.a, folders[k].items, since)
-			j.told = told
-			if err != nil {
-				bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
-				continue
-			}
-			j.body = body
-			todo = append(todo, j)
 		}
 	}
 	return todo, nil
+}
+
+// decide says, from what Consul holds of its component (f), whether
+// job j is notified now, and if so sets what its claim and notification
+// need: the claim's ModifyIndex, the attempts made before, what the
+// component was told, and the body. false: not notified now (skipped, or
+// handed to bad).
+func (n *notifier) decide(j *job, f folderRead, bad func(*job, error)) bool {
+	prior := j.readClaim(f.claim)
+	if later, ok := laterInConsul(f.event, j.a.Generation); ok {
+		// The folder already holds a later generation: notified
+		// now, the component would be told that generation's
+		// policies under this one's number, and then again. The
+		// later generation's record, which follows this one on
+		// component.applied, tells it of both.
+		j.log.Info().Int64("consul_generation", later).Msg("not notified: Consul already holds a later generation, whose record notifies the component")
+		return false
+	}
+	seen := n.seen(prior, j)
+	act, why := ClaimAction(prior, j.a, seen)
+	switch act {
+	case Skip:
+		j.log.Info().Str("reason", why).Msg("not notified again")
+		return false
+	case Wait:
+		bad(j, fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its lease ends: %w",
+			j.a.ComponentID, j.a.UpdateID, why, ErrClaimTaken))
+		return false
+	}
+	if prior != nil {
+		j.renotified = prior.Renotify
+	}
+	if j.again == AgainAlways {
+		j.renotified = j.request
+	}
+	toldAgain, ok := n.runAgain(j, prior, why, bad)
+	if !ok {
+		return false
+	}
+	if !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
+		// Consul answers a read the token may not make with nothing
+		// rather than an error: an empty notification would be sent
+		// for a component that holds policies.
+		scn := j.a.ServiceComponentName
+		bad(j, runtime.Permanentf("agent-notifier: component %s update %s: Consul shows no %s, so its policies cannot be read: "+
+			"the folder was deleted since (the component was uninstalled), or the agent-notifier's Consul token may not read it "+
+			"(grant key_prefix %q { policy = \"read\" })", j.a.ComponentID, j.a.UpdateID, consulkv.EventKey(scn), consulkv.Folder(scn)))
+		return false
+	}
+	return j.build(prior, f.items, toldAgain, bad)
+}
+
+// readClaim sets the job's claim index from the claim pair as read (0:
+// none) and returns the claim, nil when there is none or it cannot be
+// read (it is replaced).
+func (j *job) readClaim(p *api.KVPair) *consulkv.Claim {
+	j.index = 0
+	if p.ModifyIndex == 0 {
+		return nil
+	}
+	j.index = p.ModifyIndex
+	c, err := consulkv.ParseClaim(p.Value)
+	if err != nil {
+		j.log.Warn().Err(err).Str("key", j.key).Msg("claim unreadable; it is replaced")
+		return nil
+	}
+	return &c
+}
+
+// runAgain handles a notification of a generation the prior claim was
+// already for: it carries the attempts over and stops what another
+// notifier left running. toldAgain says that notification told the
+// component (it ran to its end, ok) and this one tells it again; ok is
+// false when what was left running did not stop (handed to bad).
+func (n *notifier) runAgain(j *job, prior *consulkv.Claim, why string, bad func(*job, error)) (toldAgain, ok bool) {
+	if prior == nil || prior.Generation != j.a.Generation {
+		return false, true
+	}
+	done, finishedOK := prior.Finished()
+	j.attempts, toldAgain = prior.Attempts, done && finishedOK
+	if !done && prior.Owner != n.owner {
+		killed, stopped := n.stopLeft(prior, j)
+		if !stopped {
+			bad(j, fmt.Errorf("agent-notifier: component %s update %s: what the notifier %s left running did not stop: %w",
+				j.a.ComponentID, j.a.UpdateID, prior.Owner, ErrClaimTaken))
+			return false, false
+		}
+		if killed > 0 {
+			j.attempts++ // the run it stopped
+		}
+	}
+	j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
+	return toldAgain, true
+}
+
+// build sets what the component was told before (base) and the body of
+// its notification: the policies of items that are news since then. A
+// body that cannot be built is handed to bad.
+func (j *job) build(prior *consulkv.Claim, items api.KVPairs, toldAgain bool, bad func(*job, error)) bool {
+	if prior != nil {
+		j.base = prior.Told
+	} else {
+		// Never notified (no claim): it was told nothing, so
+		// everything it holds is news to it, also when the
+		// generations that brought it were skipped.
+		j.base = map[string]consulkv.Told{}
+	}
+	since := j.base
+	if toldAgain {
+		// Told before, and now again (a repair, an operator's
+		// request): every policy it holds is news again, as the
+		// component may have read something else meanwhile.
+		since = map[string]consulkv.Told{}
+	}
+	body, told, err := PayloadSince(j.a, items, since)
+	j.told = told
+	if err != nil {
+		bad(j, runtime.Permanent(fmt.Errorf("agent-notifier: component %s: %w", j.a.ComponentID, err)))
+		return false
+	}
+	j.body = body
+	return true
 }
 
 // readGroups cuts jobs, keeping their order, into reads of one

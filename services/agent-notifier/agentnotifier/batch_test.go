@@ -22,6 +22,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -278,8 +279,7 @@ func TestNotifierNotifiesAtOnce(t *testing.T) {
 // waitOutcomes waits until n claims under prefix record an outcome.
 func waitOutcomes(t *testing.T, consul *api.Client, prefix string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Eventually(t, 60*time.Second, func() error {
 		pairs, _, err := consul.KV().List(prefix, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -290,14 +290,11 @@ func waitOutcomes(t *testing.T, consul *api.Client, prefix string, n int) {
 				done++
 			}
 		}
-		if done >= n {
-			return
+		if done < n {
+			return fmt.Errorf("%d of %d claims under %s record an outcome", done, n, prefix)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d claims under %s record an outcome after 60s", done, n, prefix)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // stageOn is the agent-notifier with testConfig's targets (scripts from

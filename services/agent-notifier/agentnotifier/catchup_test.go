@@ -13,6 +13,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -32,21 +33,19 @@ func runsOf(t *testing.T, file string) []string {
 // waitOutcome polls the claim of scn until check accepts it.
 func waitOutcome(t *testing.T, consul *api.Client, scn, what string, check func(consulkv.Claim) bool) consulkv.Claim {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
 	var last consulkv.Claim
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 60*time.Second, func() error {
 		p, _, err := consul.KV().Get(consulkv.ClaimKey(scn), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p != nil {
 			if last, err = consulkv.ParseClaim(p.Value); err == nil && check(last) {
-				return last
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("claim of %s: %+v, want %s", scn, last, what)
+		return fmt.Errorf("claim of %s: %+v, want %s", scn, last, what)
+	})
 	return last
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/executor/executor"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -42,25 +43,18 @@ func dataEnds(t *testing.T, c *stagetest.Cluster, topic string) map[int32]int64 
 func waitCommitted(t *testing.T, c *stagetest.Cluster, group, topic string) {
 	t.Helper()
 	ends := dataEnds(t, c, topic)
-	deadline := time.Now().Add(60 * time.Second)
-	var last error
-	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	testkit.Eventually(t, 60*time.Second, func() error {
 		offs, err := c.Admin.FetchOffsets(context.Background(), group)
 		if err != nil {
-			last = err // the group has not committed yet
-			continue
+			return fmt.Errorf("group %s did not commit all of %s: %w", group, topic, err) // the group has not committed yet
 		}
-		done := true
 		for p, end := range ends {
 			if got, ok := offs.Lookup(c.Kafka.Topic(topic), p); !ok || got.At < end {
-				done = false
+				return fmt.Errorf("group %s did not commit all of %s: partition %d at %d of %d", group, topic, p, got.At, end)
 			}
 		}
-		if done {
-			return
-		}
-	}
-	t.Fatalf("group %s did not commit all of %s (last error: %v)", group, topic, last)
+		return nil
+	})
 }
 
 // TestPolicyFlowToConsulAndScript runs the executor, the consul-writer and

@@ -3,6 +3,7 @@ package agentnotifier
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -152,13 +154,12 @@ func TestTakeoverStopsWhatTheDeadNotifierLeftRunning(t *testing.T) {
 	if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.ClaimKey(id), Value: cl.JSON()}, nil); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(ledgerRuns(t, ledger)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the orphaned script wrote nothing to its ledger")
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if len(ledgerRuns(t, ledger)) == 0 {
+			return errors.New("the orphaned script wrote nothing to its ledger")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 
 	c.Produce(t, topology.ComponentApplied, id, a)
 	stagetest.Run(t, stageOn(t, consulCfg, scripts), stagetest.Env(c.Kafka))
@@ -215,30 +216,24 @@ func TestScriptDiesWithTheNotifier(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for len(ledgerRuns(t, ledger)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the notifier's script wrote nothing to its ledger")
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if len(ledgerRuns(t, ledger)) == 0 {
+			return errors.New("the notifier's script wrote nothing to its ledger")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
 	pid, _ := strconv.Atoi(ledgerRuns(t, ledger)[0].pid)
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		state, _, ok := procStat(pid)
-		if !ok || state == 'Z' || state == 'X' {
-			break
+	testkit.Eventually(t, 5*time.Second, func() error {
+		if state, _, ok := procStat(pid); ok && state != 'Z' && state != 'X' {
+			return fmt.Errorf("the script (pid %d) still runs after its notifier was killed", pid)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the script (pid %d) still runs 5s after its notifier was killed", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if runs := ledgerRuns(t, ledger); runs[0].ended {
 		t.Fatalf("the script ran to its end: %+v", runs[0])
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -91,22 +92,21 @@ func (r *recorder) calls(t *testing.T) [][]string {
 // of an update.
 func waitClaim(t *testing.T, c *api.Client, scn, update string) (consulkv.Claim, *api.KVPair) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		p, _, err := c.KV().Get(consulkv.ClaimKey(scn), nil)
-		if err != nil {
+	var cl consulkv.Claim
+	var p *api.KVPair
+	testkit.Eventually(t, 60*time.Second, func() error {
+		var err error
+		if p, _, err = c.KV().Get(consulkv.ClaimKey(scn), nil); err != nil {
 			t.Fatal(err)
 		}
 		if p != nil {
-			cl, err := consulkv.ParseClaim(p.Value)
-			if err == nil && cl.UpdateID == update && cl.ExitCode != nil {
-				return cl, p
+			if cl, err = consulkv.ParseClaim(p.Value); err == nil && cl.UpdateID == update && cl.ExitCode != nil {
+				return nil
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("no claim with the outcome of update %s in %s", update, consulkv.ClaimKey(scn))
-	return consulkv.Claim{}, nil
+		return fmt.Errorf("no claim with the outcome of update %s in %s", update, consulkv.ClaimKey(scn))
+	})
+	return cl, p
 }
 
 // hold makes the Consul folder of scn hold exactly ps as its items, and

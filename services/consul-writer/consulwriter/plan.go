@@ -107,26 +107,20 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 		return plan, fmt.Errorf("plan consul write for component %s: no service_component_name, so no Consul folder", rec.ComponentID)
 	}
 	eventKey := consulkv.EventKey(scn)
-	var eventPair *api.KVPair
-	var prior *consulkv.Event
-	for _, p := range current {
-		if p != nil && p.Key == eventKey {
-			eventPair = p
-			plan.EventIndex = p.ModifyIndex
-			if e, err := consulkv.ParseEvent(p.Value); err == nil {
-				prior = &e
-			}
-		}
+	eventPair, prior := findEvent(current, eventKey)
+	if eventPair != nil {
+		plan.EventIndex = eventPair.ModifyIndex
 	}
 
 	if prior != nil && prior.Generation > rec.Generation {
 		plan.Skip = true // a newer collection is there, or being written
 		return plan, nil
 	}
-	repairing := false
-	if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation && repair && !rec.Uninstalled {
-		repairing = true
-	} else if prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation {
+	// A complete write of this generation is there: a replay, or (for a
+	// repair) a folder whose items are compared below.
+	written := prior != nil && prior.Action != consulkv.ActionUpdating && prior.Generation == rec.Generation
+	repairing := written && repair && !rec.Uninstalled
+	if written && !repairing {
 		plan.Skip = true
 		plan.Replay = prior.UpdateID == rec.UpdateID
 		plan.Action = prior.Action
@@ -142,14 +136,55 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 	if err != nil {
 		return plan, err
 	}
-	prefix := consulkv.ItemsPrefix(scn)
-	have := map[string]*api.KVPair{}
+	have, sets, deletes := diffItems(current, consulkv.ItemsPrefix(scn), want)
+	plan.KeysChanged = len(sets) + len(deletes)
+	if repairing && plan.KeysChanged == 0 {
+		plan.Skip, plan.InSync, plan.Action, plan.Event = true, true, prior.Action, *prior
+		return plan, nil
+	}
+
+	plan.Action, plan.Repaired = actionFor(rec, eventPair, prior, repairing), repairing
+	ts := now.UTC().Format(consulkv.TimestampFormat)
+	plan.Event = consulkv.Event{Action: plan.Action, Timestamp: ts, UpdateID: rec.UpdateID, PoliciesCount: len(rec.Policies), Generation: rec.Generation}
+
+	var ops api.TxnOps
+	for _, k := range deletes {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
+	}
+	for _, k := range sets {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: want[k]}})
+	}
+	// An update cut short after its marker goes on where it stopped.
+	resuming := prior != nil && prior.Action == consulkv.ActionUpdating && prior.UpdateID == rec.UpdateID && prior.Generation == rec.Generation
+	plan.Steps = writeSteps(ops, have, eventKey, &plan.Event, resuming)
+	return plan, nil
+}
+
+// findEvent returns the folder's event pair among current (nil when
+// absent) and the event it holds (nil when absent or of unknown form).
+func findEvent(current api.KVPairs, eventKey string) (pair *api.KVPair, event *consulkv.Event) {
+	for _, p := range current {
+		if p != nil && p.Key == eventKey {
+			pair = p
+			if e, err := consulkv.ParseEvent(p.Value); err == nil {
+				event = &e
+			}
+		}
+	}
+	return pair, event
+}
+
+// diffItems compares the item keys of current (those under prefix) with
+// want: have holds the current item pairs by key, sets the keys whose
+// value is missing or differs, deletes the keys no longer wanted, both
+// sorted.
+func diffItems(current api.KVPairs, prefix string, want map[string][]byte) (have map[string]*api.KVPair, sets, deletes []string) {
+	have = map[string]*api.KVPair{}
 	for _, p := range current {
 		if p != nil && strings.HasPrefix(p.Key, prefix) {
 			have[p.Key] = p
 		}
 	}
-	var sets, deletes []string
 	for k, v := range want {
 		if h, ok := have[k]; !ok || !bytes.Equal(h.Value, v) {
 			sets = append(sets, k)
@@ -162,37 +197,35 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 	}
 	sort.Strings(sets)
 	sort.Strings(deletes)
-	plan.KeysChanged = len(sets) + len(deletes)
-	if repairing && plan.KeysChanged == 0 {
-		plan.Skip, plan.InSync, plan.Action, plan.Event = true, true, prior.Action, *prior
-		return plan, nil
-	}
+	return have, sets, deletes
+}
 
+// actionFor is the action of the event a write ends with: a repair keeps
+// the folder's; a catch-up or a first complete collection is gathered;
+// anything else updated.
+func actionFor(rec *events.ComponentPolicies, eventPair *api.KVPair, prior *consulkv.Event, repairing bool) string {
 	switch {
 	case repairing:
-		plan.Action, plan.Repaired = prior.Action, true
+		return prior.Action
 	case rec.CatchUp || prior == nil && eventPair == nil:
-		plan.Action = consulkv.ActionGathered
+		return consulkv.ActionGathered
 	case prior == nil:
-		plan.Action = consulkv.ActionUpdated // an event of unknown form was there
+		return consulkv.ActionUpdated // an event of unknown form was there
 	case prior.Action == consulkv.ActionUpdating && eventPair.CreateIndex == eventPair.ModifyIndex:
 		// The marker created the key: no collection was complete before.
-		plan.Action = consulkv.ActionGathered
+		return consulkv.ActionGathered
 	default:
-		plan.Action = consulkv.ActionUpdated
+		return consulkv.ActionUpdated
 	}
-	ts := now.UTC().Format(consulkv.TimestampFormat)
-	plan.Event = consulkv.Event{Action: plan.Action, Timestamp: ts, UpdateID: rec.UpdateID, PoliciesCount: len(rec.Policies), Generation: rec.Generation}
+}
 
-	var ops api.TxnOps
-	for _, k := range deletes {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: k}})
-	}
-	for _, k := range sets {
-		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: want[k]}})
-	}
-
-	eventSize := opSize(eventOp(eventKey, plan.Event))
+// writeSteps orders the item operations and the final event into steps:
+// one transaction when everything fits; otherwise an "updating" marker
+// (unless resuming: this update's marker is there already), the items in
+// guarded chunks (a value too large for any transaction alone, as a
+// check-and-set put), and the event, joining the last chunk when it fits.
+func writeSteps(ops api.TxnOps, have map[string]*api.KVPair, eventKey string, event *consulkv.Event, resuming bool) []Step {
+	eventSize := opSize(eventOp(eventKey, *event))
 	sizes := make([]int, len(ops))
 	total := txnBase + eventSize
 	for i, op := range ops {
@@ -200,25 +233,21 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 		total += sizes[i] + 1
 	}
 	if len(ops)+1 <= consulkv.MaxTxnOps && total <= consulkv.MaxTxnBytes {
-		plan.Steps = []Step{{Ops: ops, Event: &plan.Event}}
-		return plan, nil
+		return []Step{{Ops: ops, Event: event}}
 	}
 
-	// Several transactions: mark the folder as being updated first
-	// (unless this very update's marker is already there: a write that
-	// was cut short goes on where it stopped).
-	resuming := prior != nil && prior.Action == consulkv.ActionUpdating && prior.UpdateID == rec.UpdateID && prior.Generation == rec.Generation
+	var steps []Step
 	if !resuming {
-		marker := plan.Event
+		marker := *event
 		marker.Action = consulkv.ActionUpdating
-		plan.Steps = append(plan.Steps, Step{Event: &marker})
+		steps = append(steps, Step{Event: &marker})
 	}
 	guardSize := opSize(&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: eventKey, Index: math.MaxUint64}})
 	var chunk api.TxnOps
 	chunkBytes := txnBase + guardSize
 	flush := func() {
 		if len(chunk) > 0 {
-			plan.Steps = append(plan.Steps, Step{Ops: chunk, Guard: true})
+			steps = append(steps, Step{Ops: chunk, Guard: true})
 			chunk, chunkBytes = nil, txnBase+guardSize
 		}
 	}
@@ -226,7 +255,7 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 		if txnBase+guardSize+1+sizes[i] > consulkv.MaxTxnBytes {
 			// Too large for any transaction body: a value over
 			// about 384 KiB grows past 512 KiB in base64.
-			plan.Steps = append(plan.Steps, Step{Put: &api.KVPair{Key: op.KV.Key, Value: op.KV.Value, ModifyIndex: modifyIndex(have[op.KV.Key])}})
+			steps = append(steps, Step{Put: &api.KVPair{Key: op.KV.Key, Value: op.KV.Value, ModifyIndex: modifyIndex(have[op.KV.Key])}})
 			continue
 		}
 		if len(chunk)+2 > consulkv.MaxTxnOps || chunkBytes+1+sizes[i] > consulkv.MaxTxnBytes {
@@ -238,12 +267,10 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 	// The final event joins the last chunk when it fits; its
 	// check-and-set guards that transaction.
 	if len(chunk) > 0 && len(chunk)+1 <= consulkv.MaxTxnOps && chunkBytes-guardSize+1+eventSize <= consulkv.MaxTxnBytes {
-		plan.Steps = append(plan.Steps, Step{Ops: chunk, Event: &plan.Event})
-		return plan, nil
+		return append(steps, Step{Ops: chunk, Event: event})
 	}
 	flush()
-	plan.Steps = append(plan.Steps, Step{Event: &plan.Event})
-	return plan, nil
+	return append(steps, Step{Event: event})
 }
 
 func planUninstall(plan WritePlan, current api.KVPairs, scn string) (WritePlan, error) {

@@ -3,6 +3,7 @@ package consulwriter
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"reflect"
@@ -18,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -319,10 +321,12 @@ func TestConsulWriterWaitsForConsul(t *testing.T) {
 	}
 	// It holds its partitions, yet is not ready: nothing reaches Consul.
 	why := func() string { return env.Health.Detail()[topology.StageConsulWriter].Reason }
-	deadline := time.Now().Add(30 * time.Second)
-	for len(env.Health.Detail()[topology.StageConsulWriter].Partitions) == 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if len(env.Health.Detail()[topology.StageConsulWriter].Partitions) == 0 {
+			return errors.New("with Consul down, the consul-writer holds no partitions")
+		}
+		return nil
+	})
 	if d := env.Health.Detail()[topology.StageConsulWriter]; len(d.Partitions) == 0 || d.Ready || !strings.Contains(d.Reason, "Consul does not answer") {
 		t.Fatalf("with Consul down, the consul-writer's readiness is %+v; want not ready, holding its partitions, saying Consul does not answer", d)
 	}
@@ -330,12 +334,12 @@ func TestConsulWriterWaitsForConsul(t *testing.T) {
 	if n := len(applied.Until(1, 90*time.Second)); n != 1 {
 		t.Fatalf("got %d applied records once Consul is up, want 1", n)
 	}
-	for deadline := time.Now().Add(10 * time.Second); why() != "" && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if w := why(); w != "" {
-		t.Fatalf("Consul is up, yet the consul-writer is not ready: %s", w)
-	}
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if w := why(); w != "" {
+			return fmt.Errorf("Consul is up, yet the consul-writer is not ready: %s", w)
+		}
+		return nil
+	})
 	ev, _ := eventOf(t, consul, "dcae-vm")
 	if ev["update_id"] != "u1" {
 		t.Fatalf("event %v", ev)

@@ -61,12 +61,12 @@ func TestExecutorKeepsTheCollectionsOfItsPartitionsOnly(t *testing.T) {
 	}
 	defer closeFn()
 	held := func() (kept, other []string) {
-		e.polsMu.Lock()
-		defer e.polsMu.Unlock()
-		for k := range e.committed {
+		e.cols.mu.Lock()
+		defer e.cols.mu.Unlock()
+		for k := range e.cols.committed {
 			kept = append(kept, k)
 		}
-		for k := range e.elsewhere {
+		for k := range e.cols.elsewhere {
 			other = append(other, k)
 		}
 		return kept, other

@@ -2,6 +2,8 @@ package executor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -104,12 +107,12 @@ func TestExecutorStage(t *testing.T) {
 	// u4 failed for want of c2 (a retry is counted) after u3 was
 	// handled; the final count below shows u3 wrote nothing.
 	retries := env.Metrics.Retries.WithLabelValues(topology.StageExecutor)
-	for deadline := time.Now().Add(60 * time.Second); testutil.ToFloat64(retries) == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("u4 for the unregistered c2 was not retried within 60s")
+	testkit.Eventually(t, 60*time.Second, func() error {
+		if testutil.ToFloat64(retries) == 0 {
+			return errors.New("u4 for the unregistered c2 was not retried")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	out.Poll(500 * time.Millisecond)
 	if len(out.Records()) != 2 {
 		t.Fatalf("got %d records before c2 was registered, want 2 (u3 changes nothing, u4 waits)", len(out.Records()))
@@ -159,8 +162,7 @@ func TestExecutorStage(t *testing.T) {
 func waitCommitted(t *testing.T, c *stagetest.Cluster, group, topic string) {
 	t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 60*time.Second, func() error {
 		ends, err := c.Admin.ListEndOffsets(ctx, c.Kafka.Topic(topic))
 		if err != nil {
 			t.Fatal(err)
@@ -169,21 +171,20 @@ func waitCommitted(t *testing.T, c *stagetest.Cluster, group, topic string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := true
+		var behind []string
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Offset == 0 {
 				return
 			}
 			if got, ok := offs.Lookup(o.Topic, o.Partition); !ok || got.At < o.Offset {
-				done = false
+				behind = append(behind, fmt.Sprintf("%d at %d of %d", o.Partition, got.At, o.Offset))
 			}
 		})
-		if done {
-			return
+		if len(behind) > 0 {
+			return fmt.Errorf("group %s did not commit %s: partitions %v", group, topic, behind)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("group %s did not commit %s", group, topic)
+		return nil
+	})
 }
 
 func TestExecutorRestoresUpdateCutByRestart(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -241,10 +242,7 @@ func TestStageRebalanceKeepsOneDeltaPerComponent(t *testing.T) {
 	stopB := start(t, c) // joins: the partitions are rebalanced and restored
 	// Wait until both members own partitions, so that the change is
 	// handled by both.
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) && !bothOwn(c) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.Eventually(t, 60*time.Second, testkit.Holds("both members own partitions", func() bool { return bothOwn(c) }))
 	ch, entry := change(memID, "ch-2", "1", "2", nil)
 	c.Produce(t, topology.PolicyCatalog, memID, entry)
 	fanOut(t, c, topology.PolicyChanges, memID, ch)

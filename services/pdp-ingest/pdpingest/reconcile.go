@@ -98,11 +98,36 @@ func Removable(e *events.PolicyCatalogEntry, filter *policy.CompiledFilter) bool
 // not empty every component. Reconciliation.Withheld then says so, and the
 // updates are sent anyway.
 func Reconcile(in CatchupInput) Reconciliation {
-	sel := policy.SelectLatestRaw(in.Bodies)
-	type pdpLatest struct {
-		name, version, hash string
-		errored             bool
+	latest := pdpLatestVersions(in.Bodies)
+	ids := make([]string, 0, len(latest))
+	for pid := range latest {
+		ids = append(ids, pid)
 	}
+	sort.Strings(ids)
+	out := Reconciliation{Listed: len(latest)}
+	for _, pid := range ids {
+		l := latest[pid]
+		d, differs := difference(pid, l, in.Catalog[pid])
+		if !differs {
+			continue
+		}
+		out.Differences = append(out.Differences, d)
+		out.notify(in, pid, []events.LoadedPolicy{{PolicyName: l.name, VersionNo: l.version, Matches: map[string]string{}}}, []events.UnloadedPolicy{})
+	}
+	out.removals(in, latest)
+	return out
+}
+
+// pdpLatest is the PDP's latest version of one policy_id.
+type pdpLatest struct {
+	name, version, hash string
+	errored             bool
+}
+
+// pdpLatestVersions is the PDP's latest version of each policy_id its
+// answer lists, valid or not.
+func pdpLatestVersions(bodies []json.RawMessage) map[string]pdpLatest {
+	sel := policy.SelectLatestRaw(bodies)
 	latest := make(map[string]pdpLatest, len(sel.Checked)+len(sel.Errored))
 	for pid, c := range sel.Checked {
 		latest[pid] = pdpLatest{name: c.PolicyName, version: c.PolicyVersion, hash: policy.BodyHash(string(c.JSON))}
@@ -110,49 +135,39 @@ func Reconcile(in CatchupInput) Reconciliation {
 	for pid, b := range sel.Errored {
 		latest[pid] = pdpLatest{name: b.PolicyName(), version: b.VersionString(), errored: true}
 	}
-	ids := make([]string, 0, len(latest))
-	for pid := range latest {
-		ids = append(ids, pid)
-	}
-	sort.Strings(ids)
-	out := Reconciliation{Listed: len(latest)}
-	notify := func(pid string, loaded []events.LoadedPolicy, removed []events.UnloadedPolicy) {
-		out.Notifications = append(out.Notifications, Keyed{PolicyID: pid, Notification: &events.PdpNotification{
-			NotificationID:  in.ID + ":" + pid,
-			Source:          SourceCatchup,
-			ReceivedAt:      in.Now,
-			LoadedPolicies:  loaded,
-			RemovedPolicies: removed,
-			PushedBodies:    []string{},
-		}})
-	}
-	for _, pid := range ids {
-		l := latest[pid]
-		cur := in.Catalog[pid]
-		d := Difference{PolicyID: pid, PDP: l.version}
-		if l.errored {
-			d.PDP = ""
-		}
-		switch {
-		case cur == nil:
-			d.Reason = "not in the catalog"
-		case l.errored && cur.Status == events.StatusErrored:
-			continue
-		case l.errored:
-			d.Catalog, d.Reason = cur.PolicyVersion, "the PDP's latest version "+l.version+" is invalid"
-		case cur.Status == events.StatusErrored:
-			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog marks it errored; the PDP has valid version "+l.version
-		case cur.PolicyVersion != l.version:
-			d.Catalog, d.Reason = cur.PolicyVersion, "the catalog holds version "+cur.PolicyVersion+", the PDP "+l.version
-		case cur.BodyHash != l.hash:
-			d.Catalog, d.Reason = cur.PolicyVersion, "the body of version "+l.version+" differs from the PDP's"
-		default:
-			continue
-		}
-		out.Differences = append(out.Differences, d)
-		notify(pid, []events.LoadedPolicy{{PolicyName: l.name, VersionNo: l.version, Matches: map[string]string{}}}, []events.UnloadedPolicy{})
-	}
+	return latest
+}
 
+// difference compares the PDP's latest version of a policy_id with the
+// catalog's entry (cur, nil when none); differs is false when they agree.
+func difference(pid string, l pdpLatest, cur *events.PolicyCatalogEntry) (d Difference, differs bool) {
+	d = Difference{PolicyID: pid, PDP: l.version}
+	if l.errored {
+		d.PDP = ""
+	}
+	switch {
+	case cur == nil:
+		d.Reason = "not in the catalog"
+	case l.errored && cur.Status == events.StatusErrored:
+		return d, false
+	case l.errored:
+		d.Catalog, d.Reason = cur.PolicyVersion, "the PDP's latest version "+l.version+" is invalid"
+	case cur.Status == events.StatusErrored:
+		d.Catalog, d.Reason = cur.PolicyVersion, "the catalog marks it errored; the PDP has valid version "+l.version
+	case cur.PolicyVersion != l.version:
+		d.Catalog, d.Reason = cur.PolicyVersion, "the catalog holds version "+cur.PolicyVersion+", the PDP "+l.version
+	case cur.BodyHash != l.hash:
+		d.Catalog, d.Reason = cur.PolicyVersion, "the body of version "+l.version+" differs from the PDP's"
+	default:
+		return d, false
+	}
+	return d, true
+}
+
+// removals adds the removable catalog entries the PDP no longer lists,
+// notified as removed unless too many would go at once (Withheld says
+// why).
+func (out *Reconciliation) removals(in CatchupInput, latest map[string]pdpLatest) {
 	var gone []*events.PolicyCatalogEntry
 	removable := 0
 	for _, e := range in.Catalog {
@@ -165,7 +180,7 @@ func Reconcile(in CatchupInput) Reconciliation {
 		}
 	}
 	if len(gone) == 0 {
-		return out
+		return
 	}
 	sort.Slice(gone, func(i, j int) bool { return gone[i].PolicyID < gone[j].PolicyID })
 	share := float64(len(gone)) / float64(removable)
@@ -184,9 +199,20 @@ func Reconcile(in CatchupInput) Reconciliation {
 		}
 		out.Differences = append(out.Differences, d)
 		if out.Withheld == "" {
-			notify(e.PolicyID, []events.LoadedPolicy{}, []events.UnloadedPolicy{{PolicyName: e.PolicyName, VersionNo: e.PolicyVersion}})
+			out.notify(in, e.PolicyID, []events.LoadedPolicy{}, []events.UnloadedPolicy{{PolicyName: e.PolicyName, VersionNo: e.PolicyVersion}})
 			out.Removed++
 		}
 	}
-	return out
+}
+
+// notify adds the catch-up's notification for one policy_id.
+func (out *Reconciliation) notify(in CatchupInput, pid string, loaded []events.LoadedPolicy, removed []events.UnloadedPolicy) {
+	out.Notifications = append(out.Notifications, Keyed{PolicyID: pid, Notification: &events.PdpNotification{
+		NotificationID:  in.ID + ":" + pid,
+		Source:          SourceCatchup,
+		ReceivedAt:      in.Now,
+		LoadedPolicies:  loaded,
+		RemovedPolicies: removed,
+		PushedBodies:    []string{},
+	}})
 }

@@ -3,6 +3,7 @@ package pdpingest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -292,13 +294,12 @@ func TestStageRetriesWhilePDPIsDownAndProcessesOnce(t *testing.T) {
 	run(t, c, srv.URL)
 
 	c.Produce(t, topology.PDPNotifications, memID, loadedNote(memID, "5"))
-	deadline := time.Now().Add(60 * time.Second)
-	for pdp.callCount() < 3 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if pdp.callCount() < 3 {
-		t.Fatalf("the PDP was asked %d times while down, want retries", pdp.callCount())
-	}
+	testkit.Eventually(t, 60*time.Second, func() error {
+		if n := pdp.callCount(); n < 3 {
+			return fmt.Errorf("the PDP was asked %d times while down, want retries", n)
+		}
+		return nil
+	})
 	if early := c.Read(t, topology.PolicyChanges, 1, 300*time.Millisecond); len(early) != 0 {
 		t.Fatalf("%d changes committed while the PDP was down", len(early))
 	}

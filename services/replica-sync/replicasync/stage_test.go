@@ -2,6 +2,7 @@ package replicasync
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/policyflow/policyflow/services/acm"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -45,7 +47,7 @@ func TestStage(t *testing.T) {
 
 	key := acm.ReplicaKey("p1", "r1")
 	var got map[string]*events.ReplicaState
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); out.Poll(200 * time.Millisecond) {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		got = latest(t, out.Records())
 		off := 0
 		for _, p := range append([]string{"p1"}, others...) {
@@ -53,10 +55,12 @@ func TestStage(t *testing.T) {
 				off++
 			}
 		}
-		if off == 1+len(others) {
-			break
+		if off != 1+len(others) {
+			out.Poll(200 * time.Millisecond)
+			return fmt.Errorf("%d of %d replicas r1 OFF_LINE in the registry", off, 1+len(others))
 		}
-	}
+		return nil
+	})
 	for _, p := range others {
 		if r := got[acm.ReplicaKey(p, "r1")]; r == nil || r.State != acm.OffLine {
 			t.Errorf("registry entry of %s/r1: %+v, want OFF_LINE", p, r)
@@ -140,7 +144,7 @@ func TestResyncEveryParticipantWithSeveralMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var after map[string]int64
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); out.Poll(200 * time.Millisecond) {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		after = version(out.Records())
 		done := 0
 		for k, v := range before {
@@ -148,10 +152,12 @@ func TestResyncEveryParticipantWithSeveralMembers(t *testing.T) {
 				done++
 			}
 		}
-		if done == len(before) {
-			return
+		if done != len(before) {
+			out.Poll(200 * time.Millisecond)
+			return fmt.Errorf("%d of %d registry entries written again after the resync", done, len(before))
 		}
-	}
+		return nil
+	})
 	for k, v := range before {
 		if after[k] <= v {
 			t.Errorf("%s: version %d before the resync, %d after; want it written again", k, v, after[k])

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // testHub is the part of the North API an agent uses, for any node and
@@ -131,13 +133,14 @@ func runAgent(t *testing.T, h *testHub, cfg Config, final string) []string {
 	done := make(chan struct{})
 	go func() { defer close(done); a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if got := h.states(); slices.Contains(got, final) {
-			return got
+	var got []string
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if got = h.states(); !slices.Contains(got, final) {
+			return fmt.Errorf("no %q report; reported %q", final, got)
 		}
-	}
-	t.Fatalf("no %q report in 10 s; reported %q", final, h.states())
-	return nil
+		return nil
+	})
+	return got
 }
 
 // A package that cannot be downloaded twice is downloaded the third time:
