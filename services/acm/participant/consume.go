@@ -253,6 +253,10 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 	if err != nil || !applies {
 		return nil, nil, err
 	}
+	if op.Kind == acm.OpStatus {
+		p.answerStatus(ctx, op)
+		return nil, nil, nil
+	}
 	where = fmt.Sprintf("%s (%s %s)", where, op.Kind, op.MessageID)
 	if !acm.ValidObject(op.Properties) && op.Properties != "" {
 		return op, nil, fmt.Errorf("%s: properties are not a JSON object", where)
@@ -320,6 +324,34 @@ func (p *Participant) plan(ctx context.Context, rec *kgo.Record) (*events.Partic
 		run = append(run, t)
 	}
 	return op, run, nil
+}
+
+// statusMemory is how many status requests a replica remembers having
+// answered.
+const statusMemory = 64
+
+// answerStatus answers a status request with a HEARTBEAT naming it, once:
+// the request is written to every partition of acm.participant, so a
+// replica owning several of them is handed it several times.
+func (p *Participant) answerStatus(ctx context.Context, op *events.ParticipantOperation) {
+	p.mu.Lock()
+	seen := slices.Contains(p.statusAnswered, op.MessageID)
+	if !seen {
+		p.statusAnswered = append(p.statusAnswered, op.MessageID)
+		if len(p.statusAnswered) > statusMemory {
+			p.statusAnswered = p.statusAnswered[1:]
+		}
+	}
+	p.mu.Unlock()
+	if seen {
+		return
+	}
+	m := p.message(acm.MsgHeartbeat)
+	id := op.MessageID
+	m.ResponseTo, m.Detail = &id, "status report"
+	if err := p.send(context.WithoutCancel(ctx), m); err != nil {
+		p.log.Warn().Err(err).Str("request", op.MessageID).Msg("status report not sent")
+	}
 }
 
 // ended reports whether the replicas' state of an element says operation

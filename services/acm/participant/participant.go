@@ -31,6 +31,8 @@ type Participant struct {
 	changed  chan struct{}
 	running  map[string]*run // operation running per element key
 	parts    map[int32]*partTrack
+	// statusAnswered are the status requests answered last.
+	statusAnswered []string
 
 	ready chan struct{}
 }
