@@ -332,8 +332,14 @@ const statusMemory = 64
 
 // answerStatus answers a status request with a HEARTBEAT naming it, once:
 // the request is written to every partition of acm.participant, so a
-// replica owning several of them is handed it several times.
+// replica owning several of them is handed it several times. A request
+// older than the heartbeat interval is not answered: a heartbeat since
+// has told what it asked (a new participant's group reads
+// acm.participant from its start, old requests included).
 func (p *Participant) answerStatus(ctx context.Context, op *events.ParticipantOperation) {
+	if time.Since(op.SentAt) > p.cfg.Heartbeat {
+		return
+	}
 	p.mu.Lock()
 	seen := slices.Contains(p.statusAnswered, op.MessageID)
 	if !seen {

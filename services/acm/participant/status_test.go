@@ -46,7 +46,12 @@ func (h *harness) quietReplica(t *testing.T, participant, id string) *Participan
 // empty) to every partition of acm.participant, as the North API does.
 func (h *harness) statusRequest(t *testing.T, id, participant string) {
 	t.Helper()
-	op := &events.ParticipantOperation{MessageID: id, ParticipantID: participant, Kind: acm.OpStatus, Properties: "{}", SentAt: time.Now()}
+	h.statusRequestAt(t, id, participant, time.Now())
+}
+
+func (h *harness) statusRequestAt(t *testing.T, id, participant string, sentAt time.Time) {
+	t.Helper()
+	op := &events.ParticipantOperation{MessageID: id, ParticipantID: participant, Kind: acm.OpStatus, Properties: "{}", SentAt: sentAt}
 	b, err := events.Default().Encode(op)
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +96,9 @@ func TestStatusRequestReachesEveryReplica(t *testing.T) {
 		}
 	}
 	want := map[string]int{"pa/a1": 1, "pa/a2": 1, "pb/b1": 1}
+	// A request older than the heartbeat interval (an hour here) is not
+	// answered: a heartbeat since told what it asked.
+	h.statusRequestAt(t, "status-old", "", time.Now().Add(-2*time.Hour))
 	h.statusRequest(t, "status-all", "")
 	h.messages(t, func(ms []*events.ParticipantMessage) bool { return len(answers(ms, "status-all")) == len(want) })
 	// The copies on the other partitions are not answered again.
@@ -100,6 +108,9 @@ func TestStatusRequestReachesEveryReplica(t *testing.T) {
 	ms = h.messages(t, func(got []*events.ParticipantMessage) bool { return len(got) >= len(ms) })
 	if got := answers(ms, "status-all"); len(got) != len(want) || got["pa/a1"] != 1 || got["pa/a2"] != 1 || got["pb/b1"] != 1 {
 		t.Errorf("answers to the request of every participant: %v, want %v", got, want)
+	}
+	if got := answers(ms, "status-old"); len(got) != 0 {
+		t.Errorf("a request two hours old was answered by %v", got)
 	}
 	if got := answers(ms, "status-pb"); len(got) != 1 || got["pb/b1"] != 1 {
 		t.Errorf("answers to the request of pb: %v, want pb/b1 once", got)
