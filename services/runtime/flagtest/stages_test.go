@@ -16,6 +16,7 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/runtime/flagtest"
 	"github.com/policyflow/policyflow/services/segmenter/segmenter"
+	"github.com/policyflow/policyflow/services/stages"
 )
 
 // stageBinaries are the binaries whose main is runtime.Main(Stage()).
@@ -45,6 +46,11 @@ type parsed struct {
 
 // Every flag of every stage binary reaches what runtime.Main runs it with.
 func TestEveryStageFlagIsHonoured(t *testing.T) {
+	for _, s := range stages.All() {
+		if stageBinaries[s.Name] == nil {
+			t.Errorf("stage %s is not checked: add its Stage to stageBinaries", s.Name)
+		}
+	}
 	for name, stage := range stageBinaries {
 		t.Run(name, func(t *testing.T) {
 			flagtest.Check(t, flagtest.Binary{
