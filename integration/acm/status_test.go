@@ -74,7 +74,7 @@ func TestStatusReportReachesEveryReplica(t *testing.T) {
 		for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
 			reg, fresh := c.rs[0].Replicas(), 0
 			for _, id := range c.ids {
-				if st, ok := reg[acm.ReplicaKey(c.id, id)]; ok && st.HeartbeatMs >= sent.UnixMilli() {
+				if st, ok := reg[id]; ok && st.HeartbeatMs >= sent.UnixMilli() {
 					fresh++
 				}
 			}
