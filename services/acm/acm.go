@@ -49,6 +49,10 @@ const (
 	OpUpdate   = "UPDATE"
 	OpUndeploy = "UNDEPLOY"
 	OpDelete   = "DELETE"
+	// OpStatus asks every replica it reaches for a status report (ACM's
+	// ParticipantStatusReq): each answers with a HEARTBEAT at once,
+	// response_to naming the request, and runs nothing.
+	OpStatus = "STATUS"
 )
 
 // Message kinds (ParticipantMessage.kind).

@@ -39,6 +39,8 @@ type settings struct {
 	// Options).
 	orgs, packageDir string
 	maxUnpacked      int64
+	// orgList is orgs, checked.
+	orgList []string
 }
 
 // flags is the North API's command line, filled into the returned
@@ -46,7 +48,9 @@ type settings struct {
 func flags() (*flag.FlagSet, *settings) {
 	fs := flag.NewFlagSet("north-api", flag.ContinueOnError)
 	st := &settings{reg: northapi.RegistrationFromEnv()}
-	st.o.RegisterFlags(fs)
+	// The North API reads its views without a consumer group: it takes
+	// no --session-timeout or --instance-id.
+	st.o.RegisterFlagsNoGroup(fs)
 	st.consul.RegisterFlags(fs)
 	st.reg.RegisterFlags(fs)
 	if f := fs.Lookup("http-addr"); f != nil && os.Getenv("PF_HTTP_ADDR") == "" {
@@ -63,45 +67,50 @@ func flags() (*flag.FlagSet, *settings) {
 	return fs, st
 }
 
-func main() {
+// parse reads the command line and checks it: it returns what main runs
+// with (a test sets each flag and checks it reaches the settings).
+func parse(args []string) (*settings, error) {
 	fs, st := flags()
-	o, c := &st.o, &st.c
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "north-api takes no arguments, got %q; see north-api -h\n", fs.Args())
-		os.Exit(2)
+		return nil, fmt.Errorf("north-api takes no arguments, got %q; see north-api -h", fs.Args())
 	}
-	consul, reg := st.consul, st.reg
-	log := runtime.NewLogger(os.Stderr, o.LogLevel, o.Text())
-	if err := o.Check(); err != nil {
-		log.Error().Err(err).Msg("invalid configuration")
-		os.Exit(2)
+	if err := st.o.Check(); err != nil {
+		return nil, err
 	}
-	if err := c.Check(); err != nil {
-		log.Error().Err(err).Msg("invalid configuration")
-		os.Exit(2)
+	if err := st.c.Check(); err != nil {
+		return nil, err
 	}
-	if err := o.SetMemoryLimit(log); err != nil {
-		log.Error().Err(err).Msg("invalid configuration")
-		os.Exit(2)
-	}
-	var orgList []string
 	for _, o := range strings.Split(st.orgs, ",") {
 		if o = strings.TrimSpace(o); o == "" {
 			continue
 		}
 		if err := nmp.CheckName("--orgs org", o); err != nil {
-			log.Error().Err(err).Msg("invalid configuration")
-			os.Exit(2)
+			return nil, err
 		}
-		orgList = append(orgList, o)
+		st.orgList = append(st.orgList, o)
 	}
-	if _, err := reg.Rules(); err != nil {
+	if _, err := st.reg.Rules(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func main() {
+	st, err := parse(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "north-api: invalid configuration: %v\n", err)
+		os.Exit(2)
+	}
+	o, c := &st.o, &st.c
+	consul, reg, orgList := st.consul, st.reg, st.orgList
+	log := runtime.NewLogger(os.Stderr, o.LogLevel, o.Text())
+	if err := o.SetMemoryLimit(log); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
@@ -120,7 +129,6 @@ func main() {
 		log.Info().Str("file", c.TokensFile).Int("tokens", tokens.Len()).Msg("bearer tokens loaded; the file is reloaded when it changes")
 		opts.Tokens = tokens
 	}
-	var err error
 	if opts.TLS, err = c.TLSConfig(); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)

@@ -34,13 +34,22 @@ type Options struct {
 }
 
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
-func (o *Options) RegisterFlags(fs *flag.FlagSet) {
+func (o *Options) RegisterFlags(fs *flag.FlagSet) { o.register(fs, true) }
+
+// RegisterFlagsNoGroup adds the shared flags but --session-timeout and
+// --instance-id, for a binary that joins no consumer group (the North
+// API): it would accept them and do nothing with them.
+func (o *Options) RegisterFlagsNoGroup(fs *flag.FlagSet) { o.register(fs, false) }
+
+func (o *Options) register(fs *flag.FlagSet, group bool) {
 	o.Kafka.RegisterFlags(fs)
 	fs.StringVar(&o.HTTPAddr, "http-addr", EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "address of the ops listener: /healthz, /readyz, /metrics and, with --pprof, /debug/pprof/ (env PF_HTTP_ADDR)")
 	fs.BoolVar(&o.Pprof, "pprof", envBool("PF_PPROF", false), "serve the Go profiles under /debug/pprof/ on --http-addr; off by default, since /debug/pprof/cmdline shows secrets given as flags (env PF_PPROF)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
-	fs.DurationVar(&o.SessionTimeout, "session-timeout", envDuration("PF_SESSION_TIMEOUT", 0), "how long the consumer group waits for a silent member (one killed without leaving) before handing its partitions to the others; 0 keeps the client's 45s (env PF_SESSION_TIMEOUT)")
-	fs.StringVar(&o.InstanceID, "instance-id", EnvOr("PF_INSTANCE_ID", ""), "static group membership: a name unique among the stage's members that stays the same across restarts (a StatefulSet pod name); a restarted member takes its partitions back at once and fences its own unfinished transaction, instead of waiting out --session-timeout (env PF_INSTANCE_ID)")
+	if group {
+		fs.DurationVar(&o.SessionTimeout, "session-timeout", envDuration("PF_SESSION_TIMEOUT", 0), "how long the consumer group waits for a silent member (one killed without leaving) before handing its partitions to the others; 0 keeps the client's 45s (env PF_SESSION_TIMEOUT)")
+		fs.StringVar(&o.InstanceID, "instance-id", EnvOr("PF_INSTANCE_ID", ""), "static group membership: a name unique among the stage's members that stays the same across restarts (a StatefulSet pod name); a restarted member takes its partitions back at once and fences its own unfinished transaction, instead of waiting out --session-timeout (env PF_INSTANCE_ID)")
+	}
 	LogFormatFlag(fs, &o.LogFormat, LogJSON)
 	o.Tracing.RegisterFlags(fs)
 	fs.StringVar(&o.MemoryLimit, "memory-limit", EnvOr("PF_MEMORY_LIMIT", MemoryLimitAuto), "the Go runtime's soft memory limit: auto (90% of the container's memory limit, unless GOMEMLIMIT is set), off, or a size such as 460MiB; near it the garbage collector works harder instead of letting the heap grow to twice what is live (env PF_MEMORY_LIMIT)")
@@ -151,21 +160,35 @@ func FlagSet(s Stage) (*flag.FlagSet, *Options) {
 	return fs, o
 }
 
+// ParseStage parses a stage binary's command line (without the program
+// name) into the shared options it returns and the stage's configuration
+// (s.Flags, s.Settings), and checks the options: what Main runs with.
+func ParseStage(s Stage, args []string) (*Options, error) {
+	fs, o := FlagSet(s)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%s takes no arguments, got %q; every setting is a flag (see -h)", s.Name, fs.Args())
+	}
+	if err := o.Check(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
 // Main is the whole main function of a stage binary: flags, logging,
 // signals, health and metrics server, schema publishing, and the stage.
 func Main(s Stage) {
-	fs, o := FlagSet(s)
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	o, err := ParseStage(s, os.Args[1:])
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
+		fmt.Fprintf(os.Stderr, "%s: invalid configuration: %v\n", s.Name, err)
 		os.Exit(2)
 	}
 	log := NewLogger(os.Stderr, o.LogLevel, o.Text()).With().Str("service", s.Name).Logger()
-	if err := o.Check(); err != nil {
-		log.Error().Err(err).Msg("invalid configuration")
-		os.Exit(2)
-	}
 	if err := o.SetMemoryLimit(log); err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)

@@ -123,6 +123,10 @@ type Stage struct {
 	DeadLetterHeaders []kgo.RecordHeader
 	// Flags registers stage-specific flags (optional).
 	Flags func(fs *flag.FlagSet)
+	// Settings is what Flags fills (a pointer to the stage's
+	// configuration), so a test can check that every flag reaches it
+	// (flagtest); required with Flags.
+	Settings any
 	// Setup builds the handler with whatever it needs (tables, Consul
 	// client); the returned close func runs after the consume loop ends.
 	Setup func(ctx context.Context, env Env) (Handler, func(), error)

@@ -68,53 +68,79 @@ func main() {
 // errUsage marks command-line errors the flag package has already printed.
 var errUsage = errors.New("usage")
 
-// run starts the broker the flags in args describe, prints the ready line
-// on stdout and serves until ctx is done.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// settings are what devbroker's flags set: the broker's options (but its
+// logger) and the log level.
+type settings struct {
+	broker     devstack.BrokerOptions
+	partitions int
+	logLevel   string
+	level      zerolog.Level
+}
+
+// newFlags is devbroker's command line, filled into st on Parse.
+func newFlags(st *settings, stderr io.Writer) (*flag.FlagSet, error) {
 	fs := flag.NewFlagSet("devbroker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: devbroker [flags]\n\nRuns a single-node Kafka-protocol broker (kfake) with optional on-disk state.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", runtime.EnvOr("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port to accept Kafka connections on; port 0 picks a free one (env PF_BROKER_LISTEN)")
-	advertise := fs.String("advertise", runtime.EnvOr("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to; default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
-	dataDir := fs.String("data-dir", runtime.EnvOr("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
+	b := &st.broker
+	fs.StringVar(&b.Listen, "listen", runtime.EnvOr("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port to accept Kafka connections on; port 0 picks a free one (env PF_BROKER_LISTEN)")
+	fs.StringVar(&b.Advertise, "advertise", runtime.EnvOr("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to; default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
+	fs.StringVar(&b.DataDir, "data-dir", runtime.EnvOr("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
 	defParts, err := strconv.Atoi(runtime.EnvOr("PF_BROKER_PARTITIONS", "10"))
 	if err != nil {
-		return fmt.Errorf("PF_BROKER_PARTITIONS=%q: want a number", os.Getenv("PF_BROKER_PARTITIONS"))
+		return nil, fmt.Errorf("PF_BROKER_PARTITIONS=%q: want a number", os.Getenv("PF_BROKER_PARTITIONS"))
 	}
-	partitions := fs.Int("partitions", defParts, "partitions of topics created without a count (env PF_BROKER_PARTITIONS)")
-	logLevel := fs.String("log-level", runtime.EnvOr("PF_LOG_LEVEL", "warn"), "log level: none, error, warn, info, debug (env PF_LOG_LEVEL)")
+	fs.IntVar(&st.partitions, "partitions", defParts, "partitions of topics created without a count (env PF_BROKER_PARTITIONS)")
+	fs.StringVar(&st.logLevel, "log-level", runtime.EnvOr("PF_LOG_LEVEL", "warn"), "log level: none, error, warn, info, debug (env PF_LOG_LEVEL)")
 	cfgs := configFlag{}
+	b.BrokerConfigs = cfgs
 	fs.Var(cfgs, "broker-config", "broker config key=value, repeatable, e.g. log.cleaner.backoff.ms=1000 or message.max.bytes=2097152")
+	return fs, nil
+}
 
+// parse reads the command line and checks it: what run starts the broker
+// with (a test sets each flag and checks it reaches the settings).
+func parse(args []string, stderr io.Writer) (*settings, error) {
+	st := &settings{}
+	fs, err := newFlags(st, stderr)
+	if err != nil {
+		return nil, err
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			return nil, err
 		}
-		return errUsage
+		return nil, errUsage
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (every setting is a flag; see -h)", fs.Args())
+		return nil, fmt.Errorf("unexpected arguments %q (every setting is a flag; see -h)", fs.Args())
 	}
-	if *partitions < 1 || *partitions > 1<<20 {
-		return fmt.Errorf("--partitions %d: want a number between 1 and %d", *partitions, 1<<20)
+	if st.partitions < 1 || st.partitions > 1<<20 {
+		return nil, fmt.Errorf("--partitions %d: want a number between 1 and %d", st.partitions, 1<<20)
 	}
-	level, err := devstack.ParseLogLevel(*logLevel)
+	st.broker.Partitions = int32(st.partitions)
+	if st.level, err = devstack.ParseLogLevel(st.logLevel); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// run starts the broker the flags in args describe, prints the ready line
+// on stdout and serves until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "devbroker").Logger()
-
-	b, err := devstack.StartBroker(devstack.BrokerOptions{
-		Listen:        *listen,
-		Advertise:     *advertise,
-		DataDir:       *dataDir,
-		Partitions:    int32(*partitions),
-		BrokerConfigs: cfgs,
-		Logger:        log,
-	})
+	opts := st.broker
+	opts.Logger = zerolog.New(stderr).Level(st.level).With().Timestamp().Str("component", "devbroker").Logger()
+	b, err := devstack.StartBroker(opts)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -84,8 +85,8 @@ type Report struct {
 	IdleSeconds            float64 `json:"idle_seconds"`
 }
 
-func main() {
-	var o options
+// newFlags is fleetsim's command line, filled into o on Parse.
+func newFlags(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("fleetsim", flag.ContinueOnError)
 	fs.IntVar(&o.nodes, "nodes", 100_000, "simulated nodes")
 	fs.Int64Var(&o.duration, "duration", 600, "the NMP's start window in seconds (compressed: no one waits for it)")
@@ -95,14 +96,33 @@ func main() {
 	fs.IntVar(&o.partitions, "partitions", 6, "partitions of every topic")
 	fs.StringVar(&o.jsonOut, "json", "", "also write the report as JSON to this file")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
-		os.Exit(2)
+	return fs
+}
+
+// parse reads the command line and checks it: what main runs with (a test
+// sets each flag and checks it reaches the options).
+func parse(args []string) (options, error) {
+	var o options
+	fs := newFlags(&o)
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("fleetsim takes no arguments, got %q; every setting is a flag (see -h)", fs.Args())
 	}
 	if o.nodes < 1 || o.duration < 1 || o.idleAgents < 0 || o.partitions < 1 {
-		fmt.Fprintln(os.Stderr, "fleetsim: --nodes, --duration and --partitions must be at least 1, --idle-agents at least 0")
+		return o, errors.New("--nodes, --duration and --partitions must be at least 1, --idle-agents at least 0")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parse(os.Args[1:])
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "fleetsim: %v\n", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

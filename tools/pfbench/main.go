@@ -177,18 +177,25 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// parse reads the command line and checks it: what run measures with (a
+// test sets each flag and checks it reaches the options).
+func parse(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("pfbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("pfbench takes no arguments, got %q; see --help", fs.Args())
+		return o, fmt.Errorf("pfbench takes no arguments, got %q; see --help", fs.Args())
 	}
-	if err := o.validate(); err != nil {
+	return o, o.validate()
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
 		return err
 	}
 	root, rootErr := devstack.RepoRoot()

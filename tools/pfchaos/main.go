@@ -40,14 +40,23 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed bool, err error) {
-	o := chaos.Defaults()
+// settings are what pfchaos's flags set.
+type settings struct {
+	o        chaos.Options
+	outDir   string
+	logLevel string
+	level    zerolog.Level
+}
+
+// newFlags is pfchaos's command line, filled into st (and faults, its
+// --faults) on Parse.
+func newFlags(st *settings, faults *string, stderr io.Writer) *flag.FlagSet {
+	o := &st.o
 	fs := flag.NewFlagSet("pfchaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var faults, outDir, logLevel string
 	fs.StringVar(&o.BinDir, "bin-dir", "", "directory with the stage binaries and north-api (default bin/ in the repository root; `make build` puts them there)")
-	fs.StringVar(&outDir, "out-dir", "", "directory for the run's data and logs (default .chaos/ in the repository root; one run-<time> directory per run)")
-	fs.StringVar(&faults, "faults", strings.Join(o.Faults, ","), "faults to run, comma-separated, in order")
+	fs.StringVar(&st.outDir, "out-dir", "", "directory for the run's data and logs (default .chaos/ in the repository root; one run-<time> directory per run)")
+	fs.StringVar(faults, "faults", strings.Join(o.Faults, ","), "faults to run, comma-separated, in order")
 	fs.IntVar(&o.Components, "components", o.Components, "components, notified by webhook")
 	fs.IntVar(&o.Policies, "policies", o.Policies, "policies; component i wants policy i mod policies")
 	fs.IntVar(&o.Updates, "updates", o.Updates, "policy updates per fault; the fault comes after half of them")
@@ -66,16 +75,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed b
 	fs.StringVar(&o.StageImages, "stage-images", o.StageImages, "stage images of the containers faults, %s standing for the stage (deploy/build-images.sh consul-writer builds the one they run; PF_IMAGE_TAG sets its tag)")
 	fs.DurationVar(&o.Disconnected, "disconnected", o.Disconnected, "how long network-disconnect keeps the stage's container off the network")
 	fs.StringVar(&o.ConsulImage, "consul-image", o.ConsulImage, "image of the Consul servers of consul-leader-loss (deploy/build-images.sh consul builds it)")
-	fs.StringVar(&logLevel, "log-level", "warn", "level of this command's own log (the broker's and Consul's lifecycle)")
+	fs.StringVar(&st.logLevel, "log-level", "warn", "level of this command's own log (the broker's and Consul's lifecycle)")
+	return fs
+}
+
+// parse reads the command line and checks it: what run injects faults
+// with (a test sets each flag and checks it reaches the settings).
+func parse(args []string, stderr io.Writer) (*settings, error) {
+	st := &settings{o: chaos.Defaults()}
+	faults := ""
+	fs := newFlags(st, &faults, stderr)
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return false, nil
-		}
-		return false, err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return false, fmt.Errorf("pfchaos takes no arguments, got %q; see --help", fs.Args())
+		return nil, fmt.Errorf("pfchaos takes no arguments, got %q; see --help", fs.Args())
 	}
+	o := &st.o
 	o.Faults = nil
 	for _, f := range strings.Split(faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {
@@ -83,8 +99,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed b
 		}
 	}
 	if o.Components < 1 || o.Policies < 1 || o.Updates < 2 || o.Partitions < 1 {
-		return false, fmt.Errorf("--components, --policies and --partitions must be at least 1 and --updates at least 2")
+		return nil, fmt.Errorf("--components, --policies and --partitions must be at least 1 and --updates at least 2")
 	}
+	level, err := devstack.ParseLogLevel(st.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	st.level = level
+	return st, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed bool, err error) {
+	st, err := parse(args, stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return false, nil
+		}
+		return false, err
+	}
+	o, outDir, level := st.o, st.outDir, st.level
 	if o.BinDir == "" || outDir == "" {
 		root, err := devstack.RepoRoot()
 		if err != nil {
@@ -96,10 +129,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed b
 		if outDir == "" {
 			outDir = filepath.Join(root, ".chaos")
 		}
-	}
-	level, err := devstack.ParseLogLevel(logLevel)
-	if err != nil {
-		return false, fmt.Errorf("--log-level: %w", err)
 	}
 	o.Log = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).Level(level).With().Timestamp().Logger()
 	o.Dir = filepath.Join(outDir, "run-"+time.Now().UTC().Format("20060102T150405Z"))

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"sort"
 
 	"github.com/policyflow/policyflow/services/policy"
@@ -15,12 +17,14 @@ const (
 	explainPolicyIDSummary = "print the policy_id of a full policyName, e.g. DCAE.Config_VM_MEMORY.222.xml; needs no server"
 	explainLatestSummary   = "read a JSON array of policy bodies on stdin and print the latest and the errored one per policy_id; needs no server"
 	explainMatchSummary    = "read {\"policy_filter\": {...}, \"policy_body\": {...}} on stdin and print whether it matches, and why; needs no server"
+	explainPolicySummary   = "print the version of a policy_id in force (GET /policy_latest) and, when the PDP's latest version is errored, that version's error"
 )
 
 func init() {
 	register(command{name: "explain policy-id", summary: explainPolicyIDSummary, run: runExplainPolicyID})
 	register(command{name: "explain latest", summary: explainLatestSummary, run: runExplainLatest})
 	register(command{name: "explain match", summary: explainMatchSummary, run: runExplainMatch})
+	register(command{name: "explain policy", summary: explainPolicySummary, run: runExplainPolicy})
 }
 
 // printJSON writes v as indented JSON on stdout.
@@ -176,4 +180,46 @@ func runExplainMatch(ctx context.Context, args []string) error {
 		reasons = []string{}
 	}
 	return printJSON(ctx, matchResult{Matches: ok, Reasons: reasons})
+}
+
+// policyInForce is what explain policy prints: the North API's
+// /policy_latest answer, and in_force_version, the policyVersion of the
+// body in force.
+type policyInForce struct {
+	PolicyID       string          `json:"policy_id"`
+	InForceVersion string          `json:"in_force_version"`
+	Status         string          `json:"status,omitempty"`
+	Error          string          `json:"error,omitempty"`
+	PolicyBody     json.RawMessage `json:"policy_body"`
+}
+
+func runExplainPolicy(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "explain policy", explainPolicySummary+
+		"\n\nWhen the PDP's latest version of the policy is invalid (status ERRORED), the North API keeps"+
+		"\nthe last valid version in force: the body printed is that one, and stderr says which version"+
+		"\nis errored and why. Fix the policy at the PDP and announce it again.", "POLICY_ID")
+	api := registerAPIFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return usageErrorf("explain policy takes one POLICY_ID, got %d arguments", fs.NArg())
+	}
+	answer, err := api.do(ctx, http.MethodGet, "/policy_latest/"+url.PathEscape(fs.Arg(0)), nil)
+	if err != nil {
+		return err
+	}
+	var p policyInForce
+	if err := json.Unmarshal(answer, &p); err != nil {
+		return fmt.Errorf("the North API's answer is not a policy: %v", err)
+	}
+	var body struct {
+		PolicyVersion json.RawMessage `json:"policyVersion"`
+	}
+	_ = json.Unmarshal(p.PolicyBody, &body)
+	p.InForceVersion = string(bytes.Trim(body.PolicyVersion, `"`))
+	if p.Status != "" {
+		fmt.Fprintf(stderr(ctx), "%s %s: %s; version %s, the last valid one, stays in force\n", p.Status, p.PolicyID, p.Error, p.InForceVersion)
+	}
+	return printJSON(ctx, p)
 }

@@ -32,7 +32,7 @@ type task struct {
 func (p *Participant) handle(ctx context.Context, m runtime.Msg[*events.ParticipantOperation]) ([]runtime.Output, error) {
 	op := m.Value
 	where := fmt.Sprintf("participant %s replica %s: operation at %s[%d]@%d", p.cfg.ParticipantID, p.cfg.ReplicaID, p.cfg.Kafka.Topic(m.Topic), m.Partition, m.Offset)
-	tasks, answer, err := p.plan(op, where)
+	tasks, answer, err := p.plan(ctx, op, where)
 	if err != nil {
 		if answer {
 			for _, el := range op.Elements {
@@ -74,7 +74,7 @@ func (p *Participant) handle(ctx context.Context, m runtime.Msg[*events.Particip
 // already ended), and an error (the reason to dead-letter it) for one
 // that cannot be run; answer then says whether the runtime is to be told
 // (the operation is for this replica).
-func (p *Participant) plan(op *events.ParticipantOperation, where string) (_ []*task, answer bool, _ error) {
+func (p *Participant) plan(ctx context.Context, op *events.ParticipantOperation, where string) (_ []*task, answer bool, _ error) {
 	replica := ""
 	if op.ReplicaID != nil {
 		replica = *op.ReplicaID
@@ -84,6 +84,10 @@ func (p *Participant) plan(op *events.ParticipantOperation, where string) (_ []*
 		address.Receiver{ParticipantID: p.cfg.ParticipantID, ReplicaID: p.cfg.ReplicaID})
 	if err != nil || !applies {
 		return nil, false, err
+	}
+	if op.Kind == acm.OpStatus {
+		p.answerStatus(ctx, op)
+		return nil, false, nil
 	}
 	where = fmt.Sprintf("%s (%s %s)", where, op.Kind, op.MessageID)
 	if !check.Object([]byte(op.Properties)) && op.Properties != "" {
@@ -152,6 +156,40 @@ func (p *Participant) plan(op *events.ParticipantOperation, where string) (_ []*
 		run = append(run, t)
 	}
 	return run, true, nil
+}
+
+// statusMemory is how many status requests a replica remembers having
+// answered.
+const statusMemory = 64
+
+// answerStatus answers a status request with a HEARTBEAT naming it, once:
+// the request is written to every partition of acm.participant, so a
+// replica owning several of them is handed it several times. A request
+// older than the heartbeat interval is not answered: a heartbeat since
+// has told what it asked (a new participant's group reads
+// acm.participant from its start, old requests included).
+func (p *Participant) answerStatus(ctx context.Context, op *events.ParticipantOperation) {
+	if time.Since(op.SentAt) > p.cfg.Heartbeat {
+		return
+	}
+	p.mu.Lock()
+	seen := slices.Contains(p.statusAnswered, op.MessageID)
+	if !seen {
+		p.statusAnswered = append(p.statusAnswered, op.MessageID)
+		if len(p.statusAnswered) > statusMemory {
+			p.statusAnswered = p.statusAnswered[1:]
+		}
+	}
+	p.mu.Unlock()
+	if seen {
+		return
+	}
+	m := p.message(acm.MsgHeartbeat)
+	id := op.MessageID
+	m.ResponseTo, m.Detail = &id, "status report"
+	if err := p.send(context.WithoutCancel(ctx), m); err != nil {
+		p.log.Warn().Err(err).Str("request", op.MessageID).Msg("status report not sent")
+	}
 }
 
 // ended reports whether the replicas' state of an element says operation

@@ -32,6 +32,8 @@ type Participant struct {
 	changed  chan struct{}
 	running  map[string]*run // operation running per element key
 	parts    map[int32]bool  // partitions of acm.participant owned
+	// statusAnswered are the status requests answered last.
+	statusAnswered []string
 
 	ready chan struct{}
 }

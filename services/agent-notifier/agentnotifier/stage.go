@@ -170,6 +170,7 @@ func StageWith(cfg Config) runtime.Stage {
 		Inputs:     []string{topology.ComponentApplied, topology.CatchupRequests},
 		Outputs:    []string{topology.CatchupProgress},
 		Flags:      n.cfg.RegisterFlags,
+		Settings:   &n.cfg,
 		SetupBatch: n.setup,
 		// A catch-up request on partition p runs again the failed
 		// notifications of component.applied partition p.

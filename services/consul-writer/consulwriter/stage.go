@@ -54,6 +54,7 @@ func StageWith(cfg Config) runtime.Stage {
 		Inputs:     []string{topology.ComponentPolicies, topology.CatchupRequests},
 		Outputs:    []string{topology.ComponentApplied, topology.CatchupProgress},
 		Flags:      w.cfg.RegisterFlags,
+		Settings:   &w.cfg,
 		SetupBatch: w.setup,
 		// A catch-up request on partition p repairs the folders of the
 		// components of component.policies partition p.

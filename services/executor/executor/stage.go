@@ -91,6 +91,7 @@ func StageWith(cfg Config) runtime.Stage {
 		Inputs:   []string{topology.PolicySegments},
 		Outputs:  []string{topology.ComponentPolicies},
 		Flags:    e.cfg.RegisterFlags,
+		Settings: &e.cfg,
 		Setup:    e.setup,
 		Assigned: e.assigned,
 		Revoked:  e.revoked,

@@ -93,6 +93,8 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /v2/participants/{participant_id}":                               true,
 		"GET /v2/participants/{participant_id}/compositions/{composition_id}": true,
 		"GET /v2/participants/{participant_id}/instances/{instance_id}":       true,
+		"GET /onap/policy/clamp/acm/v2/participants":                          true,
+		"GET /onap/policy/clamp/acm/v2/participants/{participantId}":          true,
 		"GET /v1/policies/{policy_id}/rollout":                                true,
 		"GET /openapi.json":                                                   true,
 		"GET /v1/status":                                                      true,

@@ -79,6 +79,12 @@ var routeOwners = map[string]ownerCheck{
 	"GET /v2/participants/{participant_id}/compositions/{composition_id}": notTenants,
 	"GET /v2/participants/{participant_id}/instances/{instance_id}":       notTenants,
 
+	"GET /onap/policy/clamp/acm/v2/participants":                      notTenants,
+	"PUT /onap/policy/clamp/acm/v2/participants":                      notTenants,
+	"GET /onap/policy/clamp/acm/v2/participants/{participantId}":      notTenants,
+	"PUT /onap/policy/clamp/acm/v2/participants/{participantId}":      notTenants,
+	"PUT /onap/policy/clamp/acm/v2/participants/sync/{participantId}": notTenants,
+
 	"GET /v1/orgs/{org}/nmps":                   byPath("org", ownedOrg),
 	"GET /v1/orgs/{org}/nmps/{name}":            byPath("org", ownedOrg),
 	"PUT /v1/orgs/{org}/nmps/{name}":            byPath("org", ownedOrg),

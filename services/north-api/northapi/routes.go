@@ -47,7 +47,7 @@ func (s *Server) routeTable() []route {
 		// data: it asks /v1/status with the token given in its form.
 		{http.MethodGet, "/v1/status", s.pipelineStatus, statusReaders},
 		{http.MethodGet, "/ui/", s.statusPage, anyone},
-	}, slices.Concat(s.participantRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
+	}, slices.Concat(s.participantRoutes(), s.acmRuntimeRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
 }
 
 // recordingMux is the API's mux, remembering every pattern registered, so

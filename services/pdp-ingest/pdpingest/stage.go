@@ -130,11 +130,12 @@ func StageWith(cfg Config) runtime.Stage {
 	c := &cfg
 	h := &holder{}
 	return runtime.Stage{
-		Name:    topology.StagePDPIngest,
-		Mode:    runtime.Transactional,
-		Inputs:  []string{topology.PDPNotifications},
-		Outputs: []string{topology.PolicyCatalog, topology.PolicyChanges},
-		Flags:   c.RegisterFlags,
+		Name:     topology.StagePDPIngest,
+		Mode:     runtime.Transactional,
+		Inputs:   []string{topology.PDPNotifications},
+		Outputs:  []string{topology.PolicyCatalog, topology.PolicyChanges},
+		Flags:    c.RegisterFlags,
+		Settings: c,
 		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			g, err := newIngester(ctx, *c, env)
 			if err != nil {

@@ -94,12 +94,13 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 func StageWith(cfg Config) runtime.Stage {
 	s := &syncer{cfg: cfg}
 	return runtime.Stage{
-		Name:    topology.StageReplicaSync,
-		Mode:    runtime.Transactional,
-		Inputs:  []string{topology.ACMRuntime},
-		Flags:   s.cfg.RegisterFlags,
-		Setup:   s.setup,
-		Rewound: s.rewound,
+		Name:     topology.StageReplicaSync,
+		Mode:     runtime.Transactional,
+		Inputs:   []string{topology.ACMRuntime},
+		Flags:    s.cfg.RegisterFlags,
+		Settings: &s.cfg,
+		Setup:    s.setup,
+		Rewound:  s.rewound,
 	}
 }
 

@@ -53,11 +53,12 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 func StageWith(cfg Config) runtime.Stage {
 	c := &cfg
 	return runtime.Stage{
-		Name:    topology.StageSegmenter,
-		Mode:    runtime.Transactional,
-		Inputs:  []string{topology.PolicyMatches},
-		Outputs: []string{topology.PolicySegments},
-		Flags:   c.RegisterFlags,
+		Name:     topology.StageSegmenter,
+		Mode:     runtime.Transactional,
+		Inputs:   []string{topology.PolicyMatches},
+		Outputs:  []string{topology.PolicySegments},
+		Flags:    c.RegisterFlags,
+		Settings: c,
 		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 			if err := c.Validate(); err != nil {
 				return nil, nil, err

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/runtime/flagdoc"
+	"github.com/policyflow/policyflow/services/runtime/flagtest"
+)
+
+// Every flag edge-agent accepts reaches what it runs the agent with.
+func TestEveryFlagIsHonoured(t *testing.T) {
+	flagdoc.CleanEnv(t)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "signing.key")
+	if _, err := nmp.WriteSigningKey(key); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "org.token")
+	if err := os.WriteFile(tokenFile, []byte("org-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The flags it does not start without.
+	required := []string{"--org=o", "--node=n", "--version=1.0.0", "--install-cmd=/bin/true"}
+	flagtest.Check(t, flagtest.Binary{
+		Name:  "edge-agent",
+		Flags: func() *flag.FlagSet { return newFlags(&settings{}) },
+		Parse: func(args []string) (any, error) { return parse(append(append([]string{}, required...), args...)) },
+		Values: map[string]string{"trusted-key": key + ".pub", "token-file": tokenFile, "log-level": "debug",
+			"properties": `[{"name":"arch","value":"amd64"}]`, "constraint": `arch == "amd64"`},
+	})
+}
