@@ -1,15 +1,12 @@
 package northapi
 
 import (
-	"context"
-	"fmt"
 	"sort"
-	"sync"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // appPolicy is one application policy of the view, with its compiled
@@ -22,26 +19,30 @@ type appPolicy struct {
 
 // appPoliciesView is app.policies: the tenant application policies,
 // compiled as they are read.
-type appPoliciesView struct{ *keyedView[appPolicy] }
-
-func newAppPoliciesView(codec *events.Codec) *appPoliciesView {
-	return &appPoliciesView{newKeyedView(func(ctx context.Context, id string, raw []byte) (*appPolicy, error) {
-		var p events.AppPolicy
-		if err := codec.DecodeInto(ctx, raw, &p); err != nil {
-			return nil, fmt.Errorf("application policies view: decode policy %q: %w", id, err)
-		}
-		c, err := admit.CompilePolicy(&p)
-		return &appPolicy{rec: &p, compiled: c, err: err}, nil
-	})}
+type appPoliciesView struct {
+	*runtime.TableOf[*events.AppPolicy, *appPolicy]
 }
 
+func followAppPolicies(env runtime.Env) (*appPoliciesView, error) {
+	t, err := runtime.FollowTableOf(env, topology.AppPolicies, func(m runtime.Msg[*events.AppPolicy], _ *appPolicy, _ bool) (*appPolicy, error) {
+		c, err := admit.CompilePolicy(m.Value)
+		return &appPolicy{rec: m.Value, compiled: c, err: err}, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &appPoliciesView{t}, nil
+}
+
+func (v *appPoliciesView) get(id string) (*appPolicy, bool) { return v.Value(id) }
+
 // list returns every policy, by id.
-func (v *appPoliciesView) list() []*appPolicy { return v.sorted() }
+func (v *appPoliciesView) list() []*appPolicy { return v.Sorted() }
 
 // compiled returns every policy that compiles.
 func (v *appPoliciesView) compiled() []*admit.Compiled {
 	var out []*admit.Compiled
-	for _, p := range v.sorted() {
+	for _, p := range v.Sorted() {
 		if p.compiled != nil {
 			out = append(out, p.compiled)
 		}
@@ -51,60 +52,55 @@ func (v *appPoliciesView) compiled() []*admit.Compiled {
 
 // withName returns the id of the policy with the name, if any.
 func (v *appPoliciesView) withName(name string) (string, bool) {
-	return v.find(func(p *appPolicy) bool { return p.rec.Name == name })
+	return v.Find(func(p *appPolicy) bool { return p.rec.Name == name })
 }
 
 // verdictsView is admission.verdicts: the latest verdict of each
 // deployment, and the latest admitted one (the request the deployment
 // runs with), for audits.
 type verdictsView struct {
-	codec    *events.Codec
-	mu       sync.RWMutex
-	latest   map[string]*events.AdmissionVerdict
-	admitted map[string]*events.AdmissionVerdict
+	*runtime.TableOf[*events.AdmissionVerdict, *verdicts]
 }
 
-func newVerdictsView(codec *events.Codec) *verdictsView {
-	return &verdictsView{codec: codec, latest: map[string]*events.AdmissionVerdict{}, admitted: map[string]*events.AdmissionVerdict{}}
+// verdicts are a deployment's latest verdict and its latest admitted one
+// (nil when none was admitted since the deployment was last deleted).
+type verdicts struct {
+	latest, admitted *events.AdmissionVerdict
 }
 
-func (v *verdictsView) apply(ctx context.Context, rec *kgo.Record) error {
-	id := string(rec.Key)
-	if rec.Value == nil {
-		v.mu.Lock()
-		delete(v.latest, id)
-		delete(v.admitted, id)
-		v.mu.Unlock()
-		return nil
+func followVerdicts(env runtime.Env) (*verdictsView, error) {
+	t, err := runtime.FollowTableOf(env, topology.AdmissionVerdicts, func(m runtime.Msg[*events.AdmissionVerdict], prev *verdicts, had bool) (*verdicts, error) {
+		v := &verdicts{latest: m.Value}
+		if had {
+			v.admitted = prev.admitted
+		}
+		if m.Value.Admitted {
+			v.admitted = m.Value
+		}
+		return v, nil
+	}, nil)
+	if err != nil {
+		return nil, err
 	}
-	var e events.AdmissionVerdict
-	if err := v.codec.DecodeInto(ctx, rec.Value, &e); err != nil {
-		return fmt.Errorf("verdicts view: decode verdict %q: %w", rec.Key, err)
-	}
-	v.mu.Lock()
-	v.latest[id] = &e
-	if e.Admitted {
-		v.admitted[id] = &e
-	}
-	v.mu.Unlock()
-	return nil
+	return &verdictsView{t}, nil
 }
 
 func (v *verdictsView) get(id string) (*events.AdmissionVerdict, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	e, ok := v.latest[id]
-	return e, ok
+	e, ok := v.Value(id)
+	if !ok {
+		return nil, false
+	}
+	return e.latest, true
 }
 
 // admittedList returns the latest admitted verdict of every deployment,
 // by deployment id.
 func (v *verdictsView) admittedList() []*events.AdmissionVerdict {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := make([]*events.AdmissionVerdict, 0, len(v.admitted))
-	for _, e := range v.admitted {
-		out = append(out, e)
+	var out []*events.AdmissionVerdict
+	for _, e := range v.Sorted() {
+		if e.admitted != nil {
+			out = append(out, e.admitted)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].DeploymentID < out[j].DeploymentID })
 	return out

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/nmp/constraint"
 	"github.com/policyflow/policyflow/services/north-api/auth"
@@ -43,22 +44,22 @@ const nodeExample = `{"properties": [{"name": "arch", "value": "amd64"}], "const
 
 // nodeKey is the org and node of a node's route, once the caller may act
 // for that node (mayActForNode); an org token may not.
-func (s *Server) nodeKey(r *http.Request) (string, string, *httpError) {
+func (s *Server) nodeKey(r *http.Request) (string, string, *web.Error) {
 	return s.nodeKeyAs(r, false)
 }
 
 // nodeKeyAs is nodeKey; register says the request registers the node,
 // which an org token may ask.
-func (s *Server) nodeKeyAs(r *http.Request, register bool) (string, string, *httpError) {
+func (s *Server) nodeKeyAs(r *http.Request, register bool) (string, string, *web.Error) {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return "", "", e
 	}
 	node := r.PathValue("node")
 	if err := nmp.CheckName("node id", node); err != nil {
-		return "", "", errorf(http.StatusBadRequest, "%v", err)
+		return "", "", web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := mayActForNode(principalOf(r.Context()), r, org, node, register); e != nil {
+	if e := mayActForNode(web.PrincipalOf(r.Context()), r, org, node, register); e != nil {
 		return "", "", e
 	}
 	return org, node, nil
@@ -68,13 +69,13 @@ func (s *Server) nodeKeyAs(r *http.Request, register bool) (string, string, *htt
 // no own token yet is issued one, answered once as "token"; a node that
 // has one keeps it, and an org token may not register it again (409):
 // otherwise whoever holds the org token could take over any node.
-func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKeyAs(r, true)
 	if e != nil {
 		return e
 	}
 	var req NodeRequest
-	if e := decodeJSON(w, r, nmp.MaxBodyBytes, &req, true, nodeExample); e != nil {
+	if e := web.DecodeJSON(w, r, nmp.MaxBodyBytes, &req, true, nodeExample); e != nil {
 		return e
 	}
 	props, err := json.Marshal(req.Properties)
@@ -87,20 +88,20 @@ func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *httpError {
 		ev.Constraints = []string{}
 	}
 	if req.Pattern != "" && (len(req.Properties) > 0 || len(req.Constraints) > 0) {
-		return errorf(http.StatusBadRequest, "node %s/%s: a node uses a pattern or a node policy (properties, constraints), not both", org, node)
+		return web.Errorf(http.StatusBadRequest, "node %s/%s: a node uses a pattern or a node policy (properties, constraints), not both", org, node)
 	}
 	if _, err := nmp.CompileNode(ev); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.AgentNodes); e != nil {
 		return e
 	}
-	defer s.locks.lock("node " + keyOf(org, node))()
+	defer s.kit.Lock("node " + keyOf(org, node))()
 	answer := map[string]any{"org": org, "node": node, "registered": true}
-	p := principalOf(r.Context())
+	p := web.PrincipalOf(r.Context())
 	if old := s.nm.creds.node(keyOf(org, node)); old != nil && old.TokenSHA256 != "" {
 		if p.Role == auth.RoleAgent && p.Node == "" {
-			return errorf(http.StatusConflict, "node %s/%s is registered and has its own token; token %s (an org token) may register only new nodes: the node uses its own token, "+
+			return web.Errorf(http.StatusConflict, "node %s/%s is registered and has its own token; token %s (an org token) may register only new nodes: the node uses its own token, "+
 				"or an operator rotates it (policyctl node token rotate %s/%s) or revokes it (policyctl node token revoke %s/%s) so that it may be registered again",
 				org, node, p.Name, org, node, org, node)
 		}
@@ -116,11 +117,11 @@ func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *httpError {
 	if e := s.writeNode(r, ev); e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, answer)
+	web.WriteJSON(w, http.StatusOK, answer)
 	return nil
 }
 
-func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
@@ -128,27 +129,27 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *httpError {
 	return s.produceAndAnswer(w, r, topology.AgentNodes, keyOf(org, node), nil, map[string]any{"org": org, "node": node, "removed": true})
 }
 
-func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *httpError {
+func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *web.Error {
 	if _, e := s.produceRecord(r, topic, key, ev); e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, answer)
+	web.WriteJSON(w, http.StatusOK, answer)
 	return nil
 }
 
 // produceRecord writes ev (nil: a tombstone) under key to topic, and
 // returns the record written.
-func (s *Server) produceRecord(r *http.Request, topic, key string, ev events.Event) (*kgo.Record, *httpError) {
+func (s *Server) produceRecord(r *http.Request, topic, key string, ev events.Event) (*kgo.Record, *web.Error) {
 	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key)}
 	if ev != nil {
 		val, err := s.env.Codec.Encode(ev)
 		if err != nil {
-			return nil, errorf(http.StatusInternalServerError, "encode %s: %v", key, err)
+			return nil, web.Errorf(http.StatusInternalServerError, "encode %s: %v", key, err)
 		}
 		rec.Value = val
 	}
 	if err := s.produce(r.Context(), rec); err != nil {
-		return nil, errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
+		return nil, web.Errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
 	}
 	return rec, nil
 }
@@ -171,7 +172,7 @@ type DirectiveAnswer struct {
 // If-None-Match: "N") it waits, up to ?wait= (default 60s, at most 5m),
 // until the directive's index differs from N, then answers it, or 304
 // when nothing changed.
-func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
@@ -189,13 +190,13 @@ func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *httpError
 	if idx != "" {
 		n, err := strconv.ParseUint(idx, 10, 64)
 		if err != nil {
-			return errorf(http.StatusBadRequest, "index %q: want the index of the directive you have", idx)
+			return web.Errorf(http.StatusBadRequest, "index %q: want the index of the directive you have", idx)
 		}
 		after, wait = n, min(60*time.Second, s.maxWait())
 		if ws := q.Get("wait"); ws != "" {
 			d, err := time.ParseDuration(ws)
 			if err != nil || d < 0 || d > MaxDirectiveWait {
-				return errorf(http.StatusBadRequest, "wait %q: want a duration up to %s (30s)", ws, MaxDirectiveWait)
+				return web.Errorf(http.StatusBadRequest, "wait %q: want a duration up to %s (30s)", ws, MaxDirectiveWait)
 			}
 			wait = min(d, s.maxWait())
 		}
@@ -207,14 +208,14 @@ func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *httpError
 			w.WriteHeader(http.StatusNotModified)
 			return nil
 		}
-		return errorf(http.StatusNotFound, "node %s/%s has no directive yet (register it with PUT /v1/orgs/%s/nodes/%s)", org, node, org, node)
+		return web.Errorf(http.StatusNotFound, "node %s/%s has no directive yet (register it with PUT /v1/orgs/%s/nodes/%s)", org, node, org, node)
 	}
 	w.Header().Set("ETag", `"`+strconv.FormatUint(index, 10)+`"`)
 	if idx != "" && index == after {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, DirectiveAnswer{Index: index, DirectiveID: d.DirectiveID, Policy: d.Policy, Action: d.Action, TargetVersion: d.TargetVersion,
+	web.WriteJSON(w, http.StatusOK, DirectiveAnswer{Index: index, DirectiveID: d.DirectiveID, Policy: d.Policy, Action: d.Action, TargetVersion: d.TargetVersion,
 		PackageSHA256: d.PackageSHA256, AllowDowngrade: d.AllowDowngrade, StartAt: d.StartAt.UTC(), Reason: d.Reason, Conflicts: d.Conflicts})
 	return nil
 }
@@ -240,22 +241,22 @@ type AgentVersion struct {
 
 const statusExample = `{"directiveId": "…", "policy": "org/nmp", "status": "successful", "softwareVersion": "1.1.0", "agentVersion": {"package": {"version": "1.1.0"}, "failed": "", "upgradeStart": "2026-01-02T15:04:05Z"}}`
 
-func (s *Server) putNodeStatus(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) putNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
 	}
 	var req StatusRequest
-	if e := decodeJSON(w, r, nmp.MaxBodyBytes, &req, true, statusExample); e != nil {
+	if e := web.DecodeJSON(w, r, nmp.MaxBodyBytes, &req, true, statusExample); e != nil {
 		return e
 	}
 	if !nmp.ValidState(req.Status) {
-		return errorf(http.StatusBadRequest, "status %q: want one of %s", req.Status, strings.Join(nmp.States, ", "))
+		return web.Errorf(http.StatusBadRequest, "status %q: want one of %s", req.Status, strings.Join(nmp.States, ", "))
 	}
 	for _, v := range []struct{ what, v string }{{"softwareVersion", req.SoftwareVersion}, {"previousVersion", req.PreviousVersion}, {"agentVersion.failed", req.AgentVersion.Failed}} {
 		if v.v != "" {
 			if _, err := nmp.ParseSemver(v.v); err != nil {
-				return errorf(http.StatusBadRequest, "%s: %v", v.what, err)
+				return web.Errorf(http.StatusBadRequest, "%s: %v", v.what, err)
 			}
 		}
 	}
@@ -279,7 +280,7 @@ type NodeStatusAnswer struct {
 	ReportedAt      time.Time    `json:"reportedAt"`
 }
 
-func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
@@ -289,7 +290,7 @@ func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *httpErro
 	}
 	st := s.nm.world.Status(keyOf(org, node))
 	if st == nil {
-		return errorf(http.StatusNotFound, "node %s/%s has reported no status", org, node)
+		return web.Errorf(http.StatusNotFound, "node %s/%s has reported no status", org, node)
 	}
 	a := NodeStatusAnswer{Org: org, Node: node, Policy: st.Policy, Status: st.Status, SoftwareVersion: st.SoftwareVersion, PreviousVersion: st.PreviousVersion,
 		Error: st.ErrorMessage, ReportedAt: st.ReportedAt,
@@ -297,6 +298,6 @@ func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *httpErro
 	if st.Package != "" && json.Valid([]byte(st.Package)) {
 		a.AgentVersion.Package = json.RawMessage(st.Package)
 	}
-	writeJSON(w, http.StatusOK, a)
+	web.WriteJSON(w, http.StatusOK, a)
 	return nil
 }

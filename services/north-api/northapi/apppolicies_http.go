@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
@@ -90,61 +91,61 @@ func answerOf(p *appPolicy, withModel bool) AppPolicyAnswer {
 }
 
 // mayReadAppPolicy refuses a tenant a policy that does not apply to it.
-func mayReadAppPolicy(p auth.Principal, ap *appPolicy) *httpError {
+func mayReadAppPolicy(p auth.Principal, ap *appPolicy) *web.Error {
 	if p.Role != auth.RoleTenant || ap.rec.TenantIDs == nil || slices.Contains(*ap.rec.TenantIDs, p.Tenant) {
 		return nil
 	}
-	return errorf(http.StatusForbidden, "policy %s is not assigned to tenant %q; token %s may only look up its tenant's policies and the global ones", ap.rec.PolicyID, p.Tenant, p.Name)
+	return web.Errorf(http.StatusForbidden, "policy %s is not assigned to tenant %q; token %s may only look up its tenant's policies and the global ones", ap.rec.PolicyID, p.Tenant, p.Name)
 }
 
-func (s *Server) listAppPolicies(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) listAppPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := s.needViews(topology.AppPolicies); e != nil {
 		return e
 	}
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	out := AppPolicyList{Policies: []AppPolicyAnswer{}}
 	for _, p := range s.appPols.list() {
 		if mayReadAppPolicy(caller, p) == nil {
 			out.Policies = append(out.Policies, answerOf(p, false))
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *Server) getAppPolicy(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
 	}
-	if e := mayReadAppPolicy(principalOf(r.Context()), p); e != nil {
+	if e := mayReadAppPolicy(web.PrincipalOf(r.Context()), p); e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, answerOf(p, true))
+	web.WriteJSON(w, http.StatusOK, answerOf(p, true))
 	return nil
 }
 
 // appPolicyOf is the policy the path names: 404 when there is none.
-func (s *Server) appPolicyOf(r *http.Request) (*appPolicy, *httpError) {
+func (s *Server) appPolicyOf(r *http.Request) (*appPolicy, *web.Error) {
 	id := r.PathValue("policy_id")
 	if err := admit.CheckID("policy_id", id); err != nil {
-		return nil, errorf(http.StatusBadRequest, "%v: the segment after /policies/ names the policy", err)
+		return nil, web.Errorf(http.StatusBadRequest, "%v: the segment after /policies/ names the policy", err)
 	}
 	if e := s.needViews(topology.AppPolicies); e != nil {
 		return nil, e
 	}
 	p, ok := s.appPols.get(id)
 	if !ok {
-		return nil, errorf(http.StatusNotFound, "policy %s does not exist; GET /policies lists the policies", id)
+		return nil, web.Errorf(http.StatusNotFound, "policy %s does not exist; GET /policies lists the policies", id)
 	}
 	return p, nil
 }
 
-func (s *Server) createAppPolicy(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) createAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	return s.writeAppPolicy(w, r, nil)
 }
 
-func (s *Server) updateAppPolicy(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) updateAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
@@ -153,9 +154,9 @@ func (s *Server) updateAppPolicy(w http.ResponseWriter, r *http.Request) *httpEr
 }
 
 // writeAppPolicy creates (existing nil) or replaces a policy.
-func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *appPolicy) *httpError {
+func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *appPolicy) *web.Error {
 	var req AppPolicyRequest
-	if e := decodeJSON(w, r, MaxRequestBytes, &req, true, appPolicyExample); e != nil {
+	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, appPolicyExample); e != nil {
 		return e
 	}
 	rec, e := buildAppPolicy(req)
@@ -166,14 +167,14 @@ func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing
 		return e
 	}
 	// One writer at a time, so two policies cannot take one name.
-	unlock := s.locks.lock("app policies")
+	unlock := s.kit.Lock("app policies")
 	defer unlock()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if existing == nil {
 		rec.PolicyID, rec.Created = newID(), now
 	} else {
 		if cur, ok := s.appPols.get(existing.rec.PolicyID); !ok {
-			return errorf(http.StatusNotFound, "policy %s was deleted meanwhile", existing.rec.PolicyID)
+			return web.Errorf(http.StatusNotFound, "policy %s was deleted meanwhile", existing.rec.PolicyID)
 		} else {
 			existing = cur
 		}
@@ -182,7 +183,7 @@ func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing
 	rec.Updated = now
 	if rec.Name != "" {
 		if other, taken := s.appPols.withName(rec.Name); taken && other != rec.PolicyID {
-			return errorf(http.StatusConflict, "a policy named %q exists already (%s); choose another name, or change that policy with PUT /policies/%s", rec.Name, other, other)
+			return web.Errorf(http.StatusConflict, "a policy named %q exists already (%s); choose another name, or change that policy with PUT /policies/%s", rec.Name, other, other)
 		}
 	}
 	compiled, err := admit.CompilePolicy(rec)
@@ -194,38 +195,38 @@ func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing
 	}
 	value, err := s.env.Codec.Encode(rec)
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode policy %s: %v", rec.PolicyID, err)
+		return web.Errorf(http.StatusInternalServerError, "encode policy %s: %v", rec.PolicyID, err)
 	}
 	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.AppPolicies), Key: []byte(rec.PolicyID), Value: value}
 	if err := s.produce(r.Context(), kr); err != nil {
 		return s.produceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), kr)
+	s.waitOwnWrite(r.Context(), s.appPols, kr)
 	verb := "created"
 	if existing != nil {
 		verb = "updated"
 	}
-	s.log.Info().Str("policy_id", rec.PolicyID).Str("type", compiled.Type).Str("mode", compiled.Mode).Str("by", describeCaller(principalOf(r.Context()))).Msg("application policy " + verb)
-	writeJSON(w, http.StatusOK, answerOf(&appPolicy{rec: rec, compiled: compiled}, true))
+	s.log.Info().Str("policy_id", rec.PolicyID).Str("type", compiled.Type).Str("mode", compiled.Mode).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("application policy " + verb)
+	web.WriteJSON(w, http.StatusOK, answerOf(&appPolicy{rec: rec, compiled: compiled}, true))
 	return nil
 }
 
 // buildAppPolicy checks a body's shape and turns it into the record
 // (without id and times); the objectModel is compiled later.
-func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *httpError) {
+func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *web.Error) {
 	if len(req.Name) > maxPolicyNameBytes || strings.ContainsFunc(req.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return nil, errorf(http.StatusBadRequest, "name: at most %d bytes without control characters", maxPolicyNameBytes)
+		return nil, web.Errorf(http.StatusBadRequest, "name: at most %d bytes without control characters", maxPolicyNameBytes)
 	}
 	if len(req.Description) > maxPolicyDescriptionBytes {
-		return nil, errorf(http.StatusBadRequest, "description: %d bytes; at most %d are allowed", len(req.Description), maxPolicyDescriptionBytes)
+		return nil, web.Errorf(http.StatusBadRequest, "description: %d bytes; at most %d are allowed", len(req.Description), maxPolicyDescriptionBytes)
 	}
 	model := bytes.TrimSpace(req.ObjectModel)
 	if len(model) == 0 || bytes.Equal(model, []byte("null")) {
-		return nil, errorf(http.StatusBadRequest, "objectModel is missing: give the policy as {\"<parameter>\": ..., \"?\": {\"type\": <policy kind>}}, one of the kinds %s", strings.Join(admit.Kinds(), ", "))
+		return nil, web.Errorf(http.StatusBadRequest, "objectModel is missing: give the policy as {\"<parameter>\": ..., \"?\": {\"type\": <policy kind>}}, one of the kinds %s", strings.Join(admit.Kinds(), ", "))
 	}
 	var canon bytes.Buffer
 	if err := json.Compact(&canon, model); err != nil {
-		return nil, errorf(http.StatusBadRequest, "objectModel: %v", err)
+		return nil, web.Errorf(http.StatusBadRequest, "objectModel: %v", err)
 	}
 	rec := &events.AppPolicy{Name: req.Name, Description: req.Description, ObjectModel: canon.String(), Mode: req.Mode}
 	if rec.Mode == "" {
@@ -234,13 +235,13 @@ func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *httpError) {
 	if t := bytes.TrimSpace(req.TenantIDs); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
 		var ids []string
 		if err := json.Unmarshal(t, &ids); err != nil {
-			return nil, errorf(http.StatusBadRequest, "tenantIds must be an array of tenant ids, or null for every tenant; got %s", policy.RawKind(t))
+			return nil, web.Errorf(http.StatusBadRequest, "tenantIds must be an array of tenant ids, or null for every tenant; got %s", policy.RawKind(t))
 		}
 		// Checked here, before sorting, so that an error names the
 		// index the caller gave.
 		for i, id := range ids {
 			if err := admit.CheckID("tenant id", id); err != nil {
-				return nil, errorf(http.StatusBadRequest, "tenantIds[%d]: %v", i, err)
+				return nil, web.Errorf(http.StatusBadRequest, "tenantIds[%d]: %v", i, err)
 			}
 		}
 		slices.Sort(ids)
@@ -253,31 +254,31 @@ func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *httpError) {
 // policyCompileError is the answer to a policy that does not compile:
 // 404 for an unknown kind (seed 001: "specified class doesn't exist or it
 // is not an Aspect"), 400 naming the field otherwise.
-func policyCompileError(err error) *httpError {
+func policyCompileError(err error) *web.Error {
 	if admit.IsUnknownKind(err) {
-		return errorf(http.StatusNotFound, "%v", err)
+		return web.Errorf(http.StatusNotFound, "%v", err)
 	}
 	var pe *admit.ParamError
 	if errors.As(err, &pe) {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	return errorf(http.StatusBadRequest, "objectModel: %v", err)
+	return web.Errorf(http.StatusBadRequest, "objectModel: %v", err)
 }
 
-func (s *Server) deleteAppPolicy(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) deleteAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
 	}
-	unlock := s.locks.lock("app policies")
+	unlock := s.kit.Lock("app policies")
 	defer unlock()
 	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.AppPolicies), Key: []byte(p.rec.PolicyID)}
 	if err := s.produce(r.Context(), kr); err != nil {
 		return s.produceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), kr)
-	s.log.Info().Str("policy_id", p.rec.PolicyID).Str("by", describeCaller(principalOf(r.Context()))).Msg("application policy deleted")
-	writeJSON(w, http.StatusOK, answerOf(p, true))
+	s.waitOwnWrite(r.Context(), s.appPols, kr)
+	s.log.Info().Str("policy_id", p.rec.PolicyID).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("application policy deleted")
+	web.WriteJSON(w, http.StatusOK, answerOf(p, true))
 	return nil
 }
 
@@ -300,17 +301,17 @@ type DeploymentViolation struct {
 	Findings     []events.AdmissionFinding `json:"findings"`
 }
 
-func (s *Server) appPolicyViolations(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) appPolicyViolations(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
 	}
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	if e := mayReadAppPolicy(caller, p); e != nil {
 		return e
 	}
 	if p.compiled == nil {
-		return errorf(http.StatusConflict, "policy %s does not compile (%v), so it finds nothing; fix it with PUT /policies/%s", p.rec.PolicyID, p.err, p.rec.PolicyID)
+		return web.Errorf(http.StatusConflict, "policy %s does not compile (%v), so it finds nothing; fix it with PUT /policies/%s", p.rec.PolicyID, p.err, p.rec.PolicyID)
 	}
 	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
 		return e
@@ -333,6 +334,6 @@ func (s *Server) appPolicyViolations(w http.ResponseWriter, r *http.Request) *ht
 			out.Violations = append(out.Violations, dv)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

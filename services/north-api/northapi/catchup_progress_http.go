@@ -1,16 +1,13 @@
 package northapi
 
 import (
-	"context"
-	"fmt"
 	"net/http"
 	"regexp"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -18,35 +15,32 @@ import (
 // progressView is catchup.progress: per catch-up request, what each
 // stage reported per partition (the latest report of a partition counts).
 type progressView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byID  map[string]map[string]map[int32]*events.CatchupProgress // request -> stage -> partition
+	*runtime.TableOf[*events.CatchupProgress, progressOf]
 }
 
-func newProgressView(codec *events.Codec) *progressView {
-	return &progressView{codec: codec, byID: map[string]map[string]map[int32]*events.CatchupProgress{}}
-}
+// progressOf is what the stages reported of one request, by stage then
+// partition.
+type progressOf map[string]map[int32]*events.CatchupProgress
 
-func (v *progressView) apply(ctx context.Context, rec *kgo.Record) error {
-	if rec.Value == nil {
-		return nil
+func followProgress(env runtime.Env) (*progressView, error) {
+	t, err := runtime.FollowTableOf(env, topology.CatchupProgress, func(m runtime.Msg[*events.CatchupProgress], prev progressOf, _ bool) (progressOf, error) {
+		p := m.Value
+		next := make(progressOf, len(prev)+1)
+		for stage, parts := range prev {
+			next[stage] = parts
+		}
+		parts := make(map[int32]*events.CatchupProgress, len(prev[p.Stage])+1)
+		for part, q := range prev[p.Stage] {
+			parts[part] = q
+		}
+		parts[p.Partition] = p
+		next[p.Stage] = parts
+		return next, nil
+	}, nil)
+	if err != nil {
+		return nil, err
 	}
-	var p events.CatchupProgress
-	if err := v.codec.DecodeInto(ctx, rec.Value, &p); err != nil {
-		return fmt.Errorf("catch-up progress view: decode record %q: %w", rec.Key, err)
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	stages := v.byID[p.RequestID]
-	if stages == nil {
-		stages = map[string]map[int32]*events.CatchupProgress{}
-		v.byID[p.RequestID] = stages
-	}
-	if stages[p.Stage] == nil {
-		stages[p.Stage] = map[int32]*events.CatchupProgress{}
-	}
-	stages[p.Stage][p.Partition] = &p
-	return nil
+	return &progressView{t}, nil
 }
 
 // StageProgress is what one stage reported of a catch-up: partitions done
@@ -95,12 +89,11 @@ type CatchupStatus struct {
 }
 
 func (v *progressView) status(id string, partitions int) CatchupStatus {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
+	byStage, _ := v.Value(id)
 	st := CatchupStatus{RequestID: id, Partitions: partitions}
 	sum := func(stage string) StageProgress {
 		var sp StageProgress
-		for _, p := range v.byID[id][stage] {
+		for _, p := range byStage[stage] {
 			sp.PartitionsDone++
 			sp.Compared += p.Compared
 			sp.Differed += p.Differed
@@ -109,7 +102,7 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 		return sp
 	}
 	st.Matcher, st.ConsulWriter, st.AgentNotifier = sum(events.ProgressMatcher), sum(events.ProgressConsulWriter), sum(events.ProgressAgentNotifier)
-	for _, p := range v.byID[id][events.ProgressPDPIngest] {
+	for _, p := range byStage[events.ProgressPDPIngest] {
 		st.PDPIngest = &CatalogProgress{Listed: p.Compared, Differed: p.Differed, Removed: p.Removed}
 		if p.RemovalWithheld != nil {
 			st.PDPIngest.RemovalWithheld = *p.RemovalWithheld
@@ -123,23 +116,23 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 // catch-up went. A request no stage has reported on yet has nothing done
 // when its id is one a catch-up could have been given (just asked), and is
 // 404 otherwise.
-func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("request_id")
 	if err := CheckID("request_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.CatchupProgress); e != nil {
 		return e
 	}
 	n, err := runtime.PartitionCount(r.Context(), kadm.NewClient(s.cl), s.env.Kafka.Topic(topology.CatchupRequests))
 	if err != nil {
-		return errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
+		return web.Errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
 	}
 	st := s.progress.status(id, int(n))
 	if st.Matcher.PartitionsDone == 0 && st.ConsulWriter.PartitionsDone == 0 && st.PDPIngest == nil && !issuedCatchupID.MatchString(id) {
-		return errorf(http.StatusNotFound, "no catch-up has request_id %q: give the request_id POST /v1/catchup or GET /catch_up answered (32 hex digits), or a periodic catch-up's pdp-ingest-<n> from pdp-ingest's log", id)
+		return web.Errorf(http.StatusNotFound, "no catch-up has request_id %q: give the request_id POST /v1/catchup or GET /catch_up answered (32 hex digits), or a periodic catch-up's pdp-ingest-<n> from pdp-ingest's log", id)
 	}
-	writeJSON(w, http.StatusOK, st)
+	web.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
 

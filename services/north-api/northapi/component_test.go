@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 )
 
 func validRequest() ComponentRequest {
@@ -262,8 +263,8 @@ func TestDecodeErrorsSayWhereAndWhat(t *testing.T) {
 		{`{"notify": {"timeout_ms": 1e300}}`, "number out of range: notify.timeout_ms is 1e300; give an integer from -2147483648 to 2147483647"},
 	} {
 		var r ComponentRequest
-		e := decodeBytes([]byte(tc.body), &r, true, componentExample)
-		if e == nil || e.status != 400 || !strings.Contains(e.msg, tc.want) {
+		e := web.DecodeBytes([]byte(tc.body), &r, true, componentExample)
+		if e == nil || e.Status != 400 || !strings.Contains(e.Msg, tc.want) {
 			t.Errorf("decode %q: %v, want 400 with %q", tc.body, e, tc.want)
 		}
 	}

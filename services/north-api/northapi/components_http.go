@@ -2,7 +2,6 @@ package northapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"sort"
@@ -14,6 +13,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
@@ -28,21 +28,21 @@ type ComponentAccepted struct {
 	Deleted     bool   `json:"deleted,omitempty"`
 }
 
-func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
+		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
 	}
 	var req ComponentRequest
-	if e := decodeJSON(w, r, MaxRequestBytes, &req, true, componentExample); e != nil {
+	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, componentExample); e != nil {
 		return e
 	}
 	if e := s.needViews(topology.DeployComponents); e != nil {
 		return e
 	}
-	unlock := s.locks.lock(id)
+	unlock := s.kit.Lock(id)
 	defer unlock()
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	existing, _ := s.components.get(id)
 	if e := mayWriteComponent(caller, id, existing, &req.Tenant); e != nil {
 		return e
@@ -50,9 +50,9 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	gen := s.components.generation(id) + 1
 	c, err := BuildComponent(id, req, gen, time.Now(), s.rules)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+		return web.Errorf(http.StatusBadRequest, "component %s: %v", id, err)
 	}
-	unlockFolder := s.locks.lock("folder " + c.ServiceComponentName)
+	unlockFolder := s.kit.Lock("folder " + c.ServiceComponentName)
 	defer unlockFolder()
 	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
 		return e
@@ -66,7 +66,7 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 			return e
 		}
 		if err := s.checkScriptNotification(c); err != nil {
-			return errorf(http.StatusBadRequest, "component %s: %v", id, err)
+			return web.Errorf(http.StatusBadRequest, "component %s: %v", id, err)
 		}
 	}
 	if len(c.PolicyIDs) > 0 {
@@ -79,34 +79,34 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *httpError
 	}
 	value, err := s.env.Codec.Encode(c)
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode component %s: %v", id, err)
+		return web.Errorf(http.StatusInternalServerError, "encode component %s: %v", id, err)
 	}
 	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployComponents), Key: []byte(id), Value: value}
 	if err := s.produce(r.Context(), rec); err != nil {
 		return s.produceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), rec)
-	s.log.Info().Str("component_id", id).Int64("generation", gen).Str("deployment_id", c.DeploymentID).Str("by", describeCaller(caller)).Msg("component registered")
-	writeJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: gen})
+	s.waitOwnWrite(r.Context(), s.components, rec)
+	s.log.Info().Str("component_id", id).Int64("generation", gen).Str("deployment_id", c.DeploymentID).Str("by", web.DescribeCaller(caller)).Msg("component registered")
+	web.WriteJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: gen})
 	return nil
 }
 
-func (s *Server) deleteComponent(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) deleteComponent(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
+		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
 	}
 	if e := s.needViews(topology.DeployComponents); e != nil {
 		return e
 	}
-	unlock := s.locks.lock(id)
+	unlock := s.kit.Lock(id)
 	defer unlock()
 	c, ok := s.components.get(id)
 	if !ok {
-		return errorf(http.StatusNotFound, "component %s is not registered (it is not in %s); check the id with GET /v1/components/%s/status, or it was deleted already",
+		return web.Errorf(http.StatusNotFound, "component %s is not registered (it is not in %s); check the id with GET /v1/components/%s/status, or it was deleted already",
 			id, s.env.Kafka.Topic(topology.DeployComponents), id)
 	}
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	if e := mayWriteComponent(caller, id, c, nil); e != nil {
 		return e
 	}
@@ -114,27 +114,13 @@ func (s *Server) deleteComponent(w http.ResponseWriter, r *http.Request) *httpEr
 	if err := s.produce(r.Context(), rec); err != nil {
 		return s.produceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), rec)
-	s.log.Info().Str("component_id", id).Str("by", describeCaller(caller)).Msg("component deleted")
-	writeJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: c.Generation, Deleted: true})
+	s.waitOwnWrite(r.Context(), s.components, rec)
+	s.log.Info().Str("component_id", id).Str("by", web.DescribeCaller(caller)).Msg("component deleted")
+	web.WriteJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: c.Generation, Deleted: true})
 	return nil
 }
 
-// waitOwnWrite waits, bounded by ViewWait, until this replica's view of
-// rec's topic has read rec, so the caller's next request sees the write
-// (a component's next write its generation, a node's new token).
-func (s *Server) waitOwnWrite(ctx context.Context, rec *kgo.Record) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ViewWait)
-	defer cancel()
-	if err := s.reader.waitFor(wctx, rec.Topic, rec.Partition, rec.Offset); err != nil {
-		s.log.Warn().Err(err).Str("topic", rec.Topic).Str("key", string(rec.Key)).Msg("written but not yet seen in the view")
-	}
-}
-
-func (s *Server) produceFailed(err error) *httpError {
-	return errorf(http.StatusServiceUnavailable, "%v; check that the brokers %v are reachable and the topics exist (`policyctl topology apply`), then retry: repeating the request is safe",
-		err, s.env.Kafka.Brokers)
-}
+func (s *Server) produceFailed(err error) *web.Error { return s.kit.ProduceFailed(err) }
 
 // ComponentStatus is the answer of GET /v1/components/{id}/status.
 type ComponentStatus struct {
@@ -209,10 +195,10 @@ func maskedClaim(raw []byte) (json.RawMessage, error) {
 	return json.Marshal(m)
 }
 
-func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
@@ -220,10 +206,10 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 	c, registered := s.components.get(id)
 	a, applied := s.applied.get(id)
 	if !registered && !applied {
-		return errorf(http.StatusNotFound, "component %s is unknown: neither %s nor %s has it; register it with PUT /v1/components/%s",
+		return web.Errorf(http.StatusNotFound, "component %s is unknown: neither %s nor %s has it; register it with PUT /v1/components/%s",
 			id, s.env.Kafka.Topic(topology.DeployComponents), s.env.Kafka.Topic(topology.ComponentApplied), id)
 	}
-	if e := mayReadComponent(principalOf(r.Context()), id, c, registered); e != nil {
+	if e := mayReadComponent(web.PrincipalOf(r.Context()), id, c, registered); e != nil {
 		return e
 	}
 	st := ComponentStatus{ComponentID: id, Registered: registered, Policies: []PolicyStatus{}, Notification: json.RawMessage("null")}
@@ -234,7 +220,7 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 		st.NotifyKind = c.Notify.Kind
 	}
 	if !applied {
-		writeJSON(w, http.StatusOK, st)
+		web.WriteJSON(w, http.StatusOK, st)
 		return nil
 	}
 	if st.ServiceComponentName == "" {
@@ -265,12 +251,12 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 	if pair != nil && len(pair.Value) > 0 {
 		cl, err := consulkv.ParseClaim(pair.Value)
 		if err != nil {
-			return errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
+			return web.Errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
 		}
 		claim = &cl
 		masked, err := maskedClaim(pair.Value)
 		if err != nil {
-			return errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
+			return web.Errorf(http.StatusBadGateway, "Consul key %s is not the notifier's JSON claim: %v", pair.Key, err)
 		}
 		st.Notification = masked
 	}
@@ -286,6 +272,6 @@ func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *httpEr
 		})
 	}
 	sort.Slice(st.Policies, func(i, j int) bool { return st.Policies[i].PolicyID < st.Policies[j].PolicyID })
-	writeJSON(w, http.StatusOK, st)
+	web.WriteJSON(w, http.StatusOK, st)
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -133,7 +134,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.duration(fs, &c.HTTP.IdleTimeout, "idle-timeout", "PF_API_IDLE_TIMEOUT", DefaultIdleTimeout, "close keep-alive connections idle this long")
 	c.HTTP.MaxHeaderBytes = c.envInt("PF_API_MAX_HEADER_BYTES", DefaultMaxHeaderBytes)
 	fs.IntVar(&c.HTTP.MaxHeaderBytes, "max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request headers, in bytes (env PF_API_MAX_HEADER_BYTES)")
-	c.RatePerSecond = c.envFloat("PF_API_RATE_LIMIT", DefaultRatePerSecond)
+	c.RatePerSecond = c.envFloat("PF_API_RATE_LIMIT", web.DefaultRatePerSecond)
 	fs.Float64Var(&c.RatePerSecond, "rate-limit", c.RatePerSecond, "requests per second each client may send (per token, or per address without a valid token); 0 turns the limit off (env PF_API_RATE_LIMIT)")
 	if v := os.Getenv("PF_STAGE_OPS"); v != "" {
 		for _, a := range strings.Split(v, ",") {
@@ -146,7 +147,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.StageOps = append(c.StageOps, v)
 		return nil
 	})
-	c.RateBurst = c.envInt("PF_API_RATE_BURST", DefaultRateBurst)
+	c.RateBurst = c.envInt("PF_API_RATE_BURST", web.DefaultRateBurst)
 	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
 	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", DefaultMaxPlacements)
 	fs.IntVar(&c.MaxPlacements, "max-placements", c.MaxPlacements, "placement computations (POST /v1/placements, dry runs naming a datacenter) run at once; one more answers 503 with Retry-After (env PF_API_MAX_PLACEMENTS)")
@@ -218,8 +219,8 @@ func (c Config) Check() error {
 }
 
 // RateLimit is the configured limit.
-func (c Config) RateLimit() RateLimit {
-	return RateLimit{PerSecond: c.RatePerSecond, Burst: c.RateBurst, Off: c.RatePerSecond == 0}
+func (c Config) RateLimit() web.RateLimit {
+	return web.RateLimit{PerSecond: c.RatePerSecond, Burst: c.RateBurst, Off: c.RatePerSecond == 0}
 }
 
 // TLSConfig loads the certificates of --tls-cert, --tls-key and

@@ -1,17 +1,17 @@
 package northapi
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/placement"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -21,10 +21,10 @@ import (
 // requests); anyone who may deploy may ask for a placement.
 func (s *Server) placementRoutes() []route {
 	return []route{
-		{http.MethodGet, "/v1/datacenters", s.listDatacenters, readers},
-		{http.MethodGet, "/v1/datacenters/{datacenter_id}", s.getDatacenter, readers},
-		{http.MethodPut, "/v1/datacenters/{datacenter_id}", s.putDatacenter, operators},
-		{http.MethodDelete, "/v1/datacenters/{datacenter_id}", s.deleteDatacenter, operators},
+		{http.MethodGet, "/v1/datacenters", s.listDatacenters, web.Readers},
+		{http.MethodGet, "/v1/datacenters/{datacenter_id}", s.getDatacenter, web.Readers},
+		{http.MethodPut, "/v1/datacenters/{datacenter_id}", s.putDatacenter, web.Operators},
+		{http.MethodDelete, "/v1/datacenters/{datacenter_id}", s.deleteDatacenter, web.Operators},
 		{http.MethodPost, "/v1/placements", s.postPlacement, deployers},
 	}
 }
@@ -43,18 +43,22 @@ type datacenter struct {
 
 // datacentersView is placement.datacenters, each model indexed as it is
 // read.
-type datacentersView struct{ *keyedView[datacenter] }
-
-func newDatacentersView(codec *events.Codec) *datacentersView {
-	return &datacentersView{newKeyedView(func(ctx context.Context, id string, raw []byte) (*datacenter, error) {
-		var d events.Datacenter
-		if err := codec.DecodeInto(ctx, raw, &d); err != nil {
-			return nil, fmt.Errorf("datacenters view: decode datacenter %q: %w", id, err)
-		}
-		m, err := placement.ParseDatacenter([]byte(d.Model))
-		return &datacenter{rec: &d, model: m, err: err}, nil
-	})}
+type datacentersView struct {
+	*runtime.TableOf[*events.Datacenter, *datacenter]
 }
+
+func followDatacenters(env runtime.Env) (*datacentersView, error) {
+	t, err := runtime.FollowTableOf(env, topology.Datacenters, func(m runtime.Msg[*events.Datacenter], _ *datacenter, _ bool) (*datacenter, error) {
+		md, err := placement.ParseDatacenter([]byte(m.Value.Model))
+		return &datacenter{rec: m.Value, model: md, err: err}, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &datacentersView{t}, nil
+}
+
+func (v *datacentersView) get(id string) (*datacenter, bool) { return v.Value(id) }
 
 // model is the indexed model of a datacenter that validates.
 func (v *datacentersView) model(id string) (*placement.Model, bool) {
@@ -65,7 +69,7 @@ func (v *datacentersView) model(id string) (*placement.Model, bool) {
 	return d.model, true
 }
 
-func (v *datacentersView) list() []*datacenter { return v.sorted() }
+func (v *datacentersView) list() []*datacenter { return v.Sorted() }
 
 // DatacenterAnswer is a datacenter model as the API shows it.
 type DatacenterAnswer struct {
@@ -103,7 +107,7 @@ func datacenterAnswer(d *datacenter, withModel bool) DatacenterAnswer {
 	return a
 }
 
-func (s *Server) listDatacenters(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) listDatacenters(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := s.needViews(topology.Datacenters); e != nil {
 		return e
 	}
@@ -111,21 +115,21 @@ func (s *Server) listDatacenters(w http.ResponseWriter, r *http.Request) *httpEr
 	for _, d := range s.dcs.list() {
 		out.Datacenters = append(out.Datacenters, datacenterAnswer(d, false))
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
 // datacenterID is the id in the path, checked.
-func datacenterID(r *http.Request) (string, *httpError) {
+func datacenterID(r *http.Request) (string, *web.Error) {
 	id := r.PathValue("datacenter_id")
 	if err := placement.CheckID(id); err != nil {
-		return "", errorf(http.StatusBadRequest, "datacenter_id %v: the segment after /v1/datacenters/ names the datacenter", err)
+		return "", web.Errorf(http.StatusBadRequest, "datacenter_id %v: the segment after /v1/datacenters/ names the datacenter", err)
 	}
 	return id, nil
 }
 
 // datacenterOf is the datacenter the path names: 404 when there is none.
-func (s *Server) datacenterOf(r *http.Request) (*datacenter, *httpError) {
+func (s *Server) datacenterOf(r *http.Request) (*datacenter, *web.Error) {
 	id, e := datacenterID(r)
 	if e != nil {
 		return nil, e
@@ -135,88 +139,88 @@ func (s *Server) datacenterOf(r *http.Request) (*datacenter, *httpError) {
 	}
 	d, ok := s.dcs.get(id)
 	if !ok {
-		return nil, errorf(http.StatusNotFound, "datacenter %s does not exist; GET /v1/datacenters lists the datacenters, PUT /v1/datacenters/%s stores one", id, id)
+		return nil, web.Errorf(http.StatusNotFound, "datacenter %s does not exist; GET /v1/datacenters lists the datacenters, PUT /v1/datacenters/%s stores one", id, id)
 	}
 	return d, nil
 }
 
-func (s *Server) getDatacenter(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	d, e := s.datacenterOf(r)
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, datacenterAnswer(d, true))
+	web.WriteJSON(w, http.StatusOK, datacenterAnswer(d, true))
 	return nil
 }
 
 // putDatacenter stores a datacenter model: 400 listing every problem of
 // a model that does not validate.
-func (s *Server) putDatacenter(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) putDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	id, e := datacenterID(r)
 	if e != nil {
 		return e
 	}
-	data, e := readBody(w, r, placement.MaxDatacenterBytes)
+	data, e := web.ReadBody(w, r, placement.MaxDatacenterBytes)
 	if e != nil {
 		return e
 	}
 	var dc placement.Datacenter
-	if e := decodeBytes(data, &dc, true, datacenterExample); e != nil {
+	if e := web.DecodeBytes(data, &dc, true, datacenterExample); e != nil {
 		return e
 	}
 	if dc.ID == "" {
 		dc.ID = id
 	}
 	if dc.ID != id {
-		return errorf(http.StatusBadRequest, "id: the model is datacenter %q but the path names %q; make them the same", dc.ID, id)
+		return web.Errorf(http.StatusBadRequest, "id: the model is datacenter %q but the path names %q; make them the same", dc.ID, id)
 	}
 	m, err := placement.Compile(&dc)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	canon, err := dc.JSON()
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
+		return web.Errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
 	}
 	if e := s.needViews(topology.Datacenters); e != nil {
 		return e
 	}
-	unlock := s.locks.lock("datacenter " + id)
+	unlock := s.kit.Lock("datacenter " + id)
 	defer unlock()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	rec := &events.Datacenter{DatacenterID: id, Model: string(canon), Leaves: int32(m.Leaves()), UpdatedBy: principalOf(r.Context()).Name, Created: now, Updated: now}
+	rec := &events.Datacenter{DatacenterID: id, Model: string(canon), Leaves: int32(m.Leaves()), UpdatedBy: web.PrincipalOf(r.Context()).Name, Created: now, Updated: now}
 	if cur, ok := s.dcs.get(id); ok {
 		rec.Created = cur.rec.Created
 	}
 	value, err := s.env.Codec.Encode(rec)
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
+		return web.Errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
 	}
 	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.Datacenters), Key: []byte(id), Value: value}
 	if err := s.produce(r.Context(), kr); err != nil {
 		return s.produceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), kr)
-	s.log.Info().Str("datacenter_id", id).Int("leaves", m.Leaves()).Str("by", describeCaller(principalOf(r.Context()))).Msg("datacenter stored")
-	writeJSON(w, http.StatusOK, datacenterAnswer(&datacenter{rec: rec, model: m}, true))
+	s.waitOwnWrite(r.Context(), s.dcs, kr)
+	s.log.Info().Str("datacenter_id", id).Int("leaves", m.Leaves()).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("datacenter stored")
+	web.WriteJSON(w, http.StatusOK, datacenterAnswer(&datacenter{rec: rec, model: m}, true))
 	return nil
 }
 
-func (s *Server) deleteDatacenter(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) deleteDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	d, e := s.datacenterOf(r)
 	if e != nil {
 		return e
 	}
 	id := d.rec.DatacenterID
-	unlock := s.locks.lock("datacenter " + id)
+	unlock := s.kit.Lock("datacenter " + id)
 	defer unlock()
 	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.Datacenters), Key: []byte(id)}
 	if err := s.produce(r.Context(), kr); err != nil {
 		return s.produceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), kr)
-	s.log.Info().Str("datacenter_id", id).Str("by", describeCaller(principalOf(r.Context()))).Msg("datacenter deleted")
-	writeJSON(w, http.StatusOK, datacenterAnswer(d, false))
+	s.waitOwnWrite(r.Context(), s.dcs, kr)
+	s.log.Info().Str("datacenter_id", id).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("datacenter deleted")
+	web.WriteJSON(w, http.StatusOK, datacenterAnswer(d, false))
 	return nil
 }
 
@@ -250,30 +254,30 @@ const ProposeTimeout = 10 * time.Second
 // postPlacement proposes a placement for a template (the placement part
 // of a deployment request), synchronously; the search is bounded by
 // placement.DefaultMaxSteps leaves tried and ProposeTimeout.
-func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *httpError {
-	data, e := readBody(w, r, MaxRequestBytes)
+func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
+	data, e := web.ReadBody(w, r, MaxRequestBytes)
 	if e != nil {
 		return e
 	}
 	var tpl placement.Template
-	if e := decodeBytes(data, &tpl, true, placementExample); e != nil {
+	if e := web.DecodeBytes(data, &tpl, true, placementExample); e != nil {
 		return e
 	}
 	if tpl.Datacenter == "" {
-		return errorf(http.StatusBadRequest, "datacenter is missing: name the datacenter to place on (GET /v1/datacenters lists them); send JSON such as %s", placementExample)
+		return web.Errorf(http.StatusBadRequest, "datacenter is missing: name the datacenter to place on (GET /v1/datacenters lists them); send JSON such as %s", placementExample)
 	}
 	if err := tpl.Validate(); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.Datacenters); e != nil {
 		return e
 	}
 	d, ok := s.dcs.get(tpl.Datacenter)
 	if !ok {
-		return errorf(http.StatusNotFound, "datacenter %s does not exist; GET /v1/datacenters lists the datacenters", tpl.Datacenter)
+		return web.Errorf(http.StatusNotFound, "datacenter %s does not exist; GET /v1/datacenters lists the datacenters", tpl.Datacenter)
 	}
 	if d.model == nil {
-		return errorf(http.StatusConflict, "datacenter %s does not validate (%v); store a valid model with PUT /v1/datacenters/%s", tpl.Datacenter, d.err, tpl.Datacenter)
+		return web.Errorf(http.StatusConflict, "datacenter %s does not validate (%v); store a valid model with PUT /v1/datacenters/%s", tpl.Datacenter, d.err, tpl.Datacenter)
 	}
 	release, e := s.placementSlot(w)
 	if e != nil {
@@ -285,13 +289,13 @@ func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *httpErro
 	var inv *placement.Invalid
 	switch {
 	case errors.As(err, &inf):
-		writeJSON(w, http.StatusUnprocessableEntity, PlacementUnmet{Error: inf.Error(), Policies: inf.Policies, Resource: inf.Resource})
+		web.WriteJSON(w, http.StatusUnprocessableEntity, PlacementUnmet{Error: inf.Error(), Policies: inf.Policies, Resource: inf.Resource})
 		return nil
 	case errors.As(err, &inv):
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	case err != nil:
-		return errorf(http.StatusInternalServerError, "propose a placement: %v", err)
+		return web.Errorf(http.StatusInternalServerError, "propose a placement: %v", err)
 	}
-	writeJSON(w, http.StatusOK, PlacementAnswer{Datacenter: tpl.Datacenter, Placement: p.Placement, Warnings: p.Warnings, Steps: p.Steps})
+	web.WriteJSON(w, http.StatusOK, PlacementAnswer{Datacenter: tpl.Datacenter, Placement: p.Placement, Warnings: p.Warnings, Steps: p.Steps})
 	return nil
 }

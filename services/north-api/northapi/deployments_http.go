@@ -11,26 +11,27 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
 )
 
 // deployers submit deployments: operators, and tenants for their own
 // tenant (the handler checks).
-var deployers = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
+var deployers = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
 
 // admissionRoutes are the routes of deployment admission and of tenant
 // application policies (seed 001).
 func (s *Server) admissionRoutes() []route {
 	return []route{
 		{http.MethodPost, "/v1/deployments", s.postDeployment, deployers},
-		{http.MethodGet, "/v1/deployments/{deployment_id}", s.getDeployment, readers},
-		{http.MethodGet, "/policies", s.listAppPolicies, readers},
-		{http.MethodPost, "/policies", s.createAppPolicy, operators},
-		{http.MethodGet, "/policies/{policy_id}", s.getAppPolicy, readers},
-		{http.MethodPut, "/policies/{policy_id}", s.updateAppPolicy, operators},
-		{http.MethodDelete, "/policies/{policy_id}", s.deleteAppPolicy, operators},
-		{http.MethodGet, "/policies/{policy_id}/violations", s.appPolicyViolations, readers},
+		{http.MethodGet, "/v1/deployments/{deployment_id}", s.getDeployment, web.Readers},
+		{http.MethodGet, "/policies", s.listAppPolicies, web.Readers},
+		{http.MethodPost, "/policies", s.createAppPolicy, web.Operators},
+		{http.MethodGet, "/policies/{policy_id}", s.getAppPolicy, web.Readers},
+		{http.MethodPut, "/policies/{policy_id}", s.updateAppPolicy, web.Operators},
+		{http.MethodDelete, "/policies/{policy_id}", s.deleteAppPolicy, web.Operators},
+		{http.MethodGet, "/policies/{policy_id}/violations", s.appPolicyViolations, web.Readers},
 	}
 }
 
@@ -79,30 +80,30 @@ type DeploymentVerdict struct {
 	DecidedAt    string                     `json:"decided_at"`
 }
 
-func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	dryRun := false
 	if v := r.URL.Query().Get("dry_run"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return errorf(http.StatusBadRequest, "dry_run=%q: give true or false", v)
+			return web.Errorf(http.StatusBadRequest, "dry_run=%q: give true or false", v)
 		}
 		dryRun = b
 	}
 	var req admit.Request
-	if e := decodeJSON(w, r, MaxRequestBytes, &req, true, deploymentExample); e != nil {
+	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, deploymentExample); e != nil {
 		return e
 	}
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	if caller.Role == auth.RoleTenant {
 		if req.Tenant == "" {
 			req.Tenant = caller.Tenant
 		}
 		if req.Tenant != caller.Tenant {
-			return errorf(http.StatusForbidden, "token %s is scoped to tenant %q and may only deploy for it; the request says tenant %q", caller.Name, caller.Tenant, req.Tenant)
+			return web.Errorf(http.StatusForbidden, "token %s is scoped to tenant %q and may only deploy for it; the request says tenant %q", caller.Name, caller.Tenant, req.Tenant)
 		}
 	}
 	if err := req.Normalize(); err != nil {
-		return errorf(http.StatusBadRequest, "deployment request: %v", err)
+		return web.Errorf(http.StatusBadRequest, "deployment request: %v", err)
 	}
 	if e := s.checkDeploymentComponents(&req); e != nil {
 		return e
@@ -123,12 +124,12 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 	}
 	for i, c := range req.Claims() {
 		if e := s.claimNames(c); e != nil {
-			return errorf(e.status, "deployment request: applications[%d]: %s", i, e.msg)
+			return web.Errorf(e.Status, "deployment request: applications[%d]: %s", i, e.Msg)
 		}
 	}
 	body, err := req.JSON()
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
+		return web.Errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
 	}
 	dr := &events.DeploymentRequest{
 		RequestID: newID(), DeploymentID: req.DeploymentID, Tenant: req.Tenant, Request: string(body),
@@ -136,20 +137,20 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *httpErr
 	}
 	value, err := s.env.Codec.Encode(dr)
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
+		return web.Errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
 	}
 	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployRequests), Key: []byte(req.DeploymentID), Value: value}); err != nil {
 		return s.produceFailed(err)
 	}
-	s.log.Info().Str("request_id", dr.RequestID).Str("deployment_id", dr.DeploymentID).Str("tenant", dr.Tenant).Str("by", describeCaller(caller)).Msg("deployment request queued for admission")
-	writeJSON(w, http.StatusAccepted, DeploymentAccepted{RequestID: dr.RequestID, DeploymentID: dr.DeploymentID, Tenant: dr.Tenant, Status: "pending"})
+	s.log.Info().Str("request_id", dr.RequestID).Str("deployment_id", dr.DeploymentID).Str("tenant", dr.Tenant).Str("by", web.DescribeCaller(caller)).Msg("deployment request queued for admission")
+	web.WriteJSON(w, http.StatusAccepted, DeploymentAccepted{RequestID: dr.RequestID, DeploymentID: dr.DeploymentID, Tenant: dr.Tenant, Status: "pending"})
 	return nil
 }
 
 // checkDeploymentComponents holds each application's component to the
 // rules of a component registration (notify targets the operator allows,
 // filter limits).
-func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
+func (s *Server) checkDeploymentComponents(req *admit.Request) *web.Error {
 	for i := range req.Applications {
 		a := &req.Applications[i]
 		cr := ComponentRequest{DeploymentID: req.DeploymentID, ServiceComponentName: req.ServiceComponentName(a), Tenant: req.Tenant}
@@ -162,17 +163,17 @@ func (s *Server) checkDeploymentComponents(req *admit.Request) *httpError {
 		}
 		id := req.ComponentID(a.Name)
 		if _, err := BuildComponent(id, cr, 1, time.Now(), s.rules); err != nil {
-			return errorf(http.StatusBadRequest, "deployment request: applications[%d].component (component %s): %v", i, id, err)
+			return web.Errorf(http.StatusBadRequest, "deployment request: applications[%d].component (component %s): %v", i, id, err)
 		}
 	}
 	return nil
 }
 
-func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *httpError {
+func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
 	v, err := admit.Evaluate(ctx, req, s.appPols.compiled())
 	if err != nil {
 		// The client left: nobody reads the answer.
-		return errorf(http.StatusServiceUnavailable, "dry run: %v", err)
+		return web.Errorf(http.StatusServiceUnavailable, "dry run: %v", err)
 	}
 	if req.Datacenter != "" {
 		release, e := s.placementSlot(w)
@@ -185,7 +186,7 @@ func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.R
 	admit.CheckNames(&v, viewOwners{s})
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "dry run: %v", err)
+		return web.Errorf(http.StatusInternalServerError, "dry run: %v", err)
 	}
 	out := DryRunVerdict{
 		DryRun: true, DeploymentID: req.DeploymentID, Tenant: req.Tenant, Admitted: v.Admitted,
@@ -195,33 +196,33 @@ func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.R
 	if v.Admitted {
 		comps, err := admit.Components(v.Request, 0, time.Now())
 		if err != nil {
-			return errorf(http.StatusBadRequest, "deployment request: %v", err)
+			return web.Errorf(http.StatusBadRequest, "deployment request: %v", err)
 		}
 		for _, c := range comps {
 			out.Components = append(out.Components, c.ComponentID)
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
-func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("deployment_id")
 	if err := admit.CheckID("deployment_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
+		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
 	}
 	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
 		return e
 	}
 	v, ok := s.verdicts.get(id)
 	if !ok {
-		return errorf(http.StatusNotFound, "deployment %s has no verdict: it was never submitted, or its request is still waiting for the admission stage (retry in a moment)", id)
+		return web.Errorf(http.StatusNotFound, "deployment %s has no verdict: it was never submitted, or its request is still waiting for the admission stage (retry in a moment)", id)
 	}
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	if caller.Role == auth.RoleTenant && v.Tenant != caller.Tenant {
-		return errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", id, v.Tenant, caller.Name, caller.Tenant)
+		return web.Errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", id, v.Tenant, caller.Name, caller.Tenant)
 	}
-	writeJSON(w, http.StatusOK, DeploymentVerdict{
+	web.WriteJSON(w, http.StatusOK, DeploymentVerdict{
 		DeploymentID: v.DeploymentID, RequestID: v.RequestID, Tenant: v.Tenant, Admitted: v.Admitted,
 		Violations: v.Violations, Warnings: v.Warnings, Mutations: v.Mutations, Policies: v.Policies,
 		Components: v.Components, Request: json.RawMessage(v.Request), DecidedAt: v.DecidedAt.UTC().Format(time.RFC3339Nano),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -59,9 +60,9 @@ func FuzzComponentRequest(f *testing.F) {
 	codec := events.Default()
 	f.Fuzz(func(t *testing.T, id string, data []byte) {
 		var req ComponentRequest
-		if e := decodeBytes(data, &req, true, componentExample); e != nil {
-			if e.status != http.StatusBadRequest || e.msg == "" {
-				t.Fatalf("decoding refused with %d %q; want 400 and a reason", e.status, e.msg)
+		if e := web.DecodeBytes(data, &req, true, componentExample); e != nil {
+			if e.Status != http.StatusBadRequest || e.Msg == "" {
+				t.Fatalf("decoding refused with %d %q; want 400 and a reason", e.Status, e.Msg)
 			}
 			return
 		}
@@ -180,8 +181,8 @@ func FuzzPoliciesLatestRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cf, e := parseFilterBody(data, DefaultMaxFilterRegexBytes)
 		if e != nil {
-			if e.status != http.StatusBadRequest || e.msg == "" {
-				t.Fatalf("refused with %d %q; want 400 and a reason", e.status, e.msg)
+			if e.Status != http.StatusBadRequest || e.Msg == "" {
+				t.Fatalf("refused with %d %q; want 400 and a reason", e.Status, e.Msg)
 			}
 			return
 		}
@@ -196,7 +197,7 @@ func FuzzPoliciesLatestRequest(f *testing.F) {
 		for _, body := range [][]byte{own, []byte(`{"policy_filter": ` + string(own) + `}`)} {
 			again, e := parseFilterBody(body, DefaultMaxFilterRegexBytes)
 			if e != nil {
-				t.Fatalf("the accepted filter as %s is refused: %s", body, e.msg)
+				t.Fatalf("the accepted filter as %s is refused: %s", body, e.Msg)
 			}
 			if back, _ := json.Marshal(again.Filter()); string(back) != string(own) {
 				t.Fatalf("read again from %s, the filter differs: %s", body, back)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
@@ -17,12 +18,12 @@ import (
 // Who may call the node management routes. Tenants and agents whose token
 // names a tenant act only in the org of that name.
 var (
-	nmpWriters        = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
-	nmpReaders        = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant}}
-	agentCallers      = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent}}
-	packageWriters    = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator}}
-	nodeStatusReaders = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent}}
-	packageReaders    = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent}}
+	nmpWriters        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
+	nmpReaders        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant)
+	agentCallers      = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent)
+	packageWriters    = web.Roles(auth.RoleAdmin, auth.RoleOperator)
+	nodeStatusReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent)
+	packageReaders    = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent)
 )
 
 // nodeManagementRoutes are the routes of node management (NMPs, nodes and
@@ -44,8 +45,8 @@ func (s *Server) nodeManagementRoutes() []route {
 		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.getDirective, agentCallers},
 		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.putNodeStatus, agentCallers},
 		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.getNodeStatus, nodeStatusReaders},
-		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(true), operators},
-		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(false), operators},
+		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(true), web.Operators},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(false), web.Operators},
 		{http.MethodGet, "/v1/agentpackages", s.listPackages, packageReaders},
 		{http.MethodPost, "/v1/agentpackages", s.uploadPackage, packageWriters},
 		{http.MethodGet, "/v1/agentpackages/{version}", s.getPackage, packageReaders},
@@ -55,25 +56,25 @@ func (s *Server) nodeManagementRoutes() []route {
 
 // inOrg checks the org name, that the org is one the API serves (when
 // Options.Orgs names them) and that the caller may act in it.
-func (s *Server) inOrg(r *http.Request) (string, *httpError) {
+func (s *Server) inOrg(r *http.Request) (string, *web.Error) {
 	org := r.PathValue("org")
 	if err := orgOK(org); err != nil {
-		return "", errorf(http.StatusBadRequest, "%v", err)
+		return "", web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if len(s.opts.Orgs) > 0 && !slices.Contains(s.opts.Orgs, org) {
-		return "", errorf(http.StatusNotFound, "unknown org %s: this hub serves the orgs %s (--orgs)", org, strings.Join(s.opts.Orgs, ", "))
+		return "", web.Errorf(http.StatusNotFound, "unknown org %s: this hub serves the orgs %s (--orgs)", org, strings.Join(s.opts.Orgs, ", "))
 	}
-	p := principalOf(r.Context())
+	p := web.PrincipalOf(r.Context())
 	if (p.Role == auth.RoleTenant || p.Role == auth.RoleAgent) && p.Tenant != "" && p.Tenant != org {
-		return "", errorf(http.StatusForbidden, "token %s acts for org %s, not %s", p.Name, p.Tenant, org)
+		return "", web.Errorf(http.StatusForbidden, "token %s acts for org %s, not %s", p.Name, p.Tenant, org)
 	}
 	if p.Role == auth.RoleTenant && p.Tenant == "" {
-		return "", errorf(http.StatusForbidden, "token %s has role tenant without a tenant; it may act in no org", p.Name)
+		return "", web.Errorf(http.StatusForbidden, "token %s has role tenant without a tenant; it may act in no org", p.Name)
 	}
 	return org, nil
 }
 
-func (s *Server) nmpViews() *httpError {
+func (s *Server) nmpViews() *web.Error {
 	return s.needViews(topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages)
 }
 
@@ -105,7 +106,7 @@ func rolloutAnswer(ro nmp.Rollout) RolloutAnswer {
 	return RolloutAnswer{Started: ro.Started, Failed: ro.Failed, PrecheckFailed: ro.PrecheckFailed, Paused: ro.Paused, Reason: ro.Reason}
 }
 
-func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return e
@@ -117,36 +118,36 @@ func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *httpError {
 	for _, p := range s.nm.world.Policies(org) {
 		out = append(out, NMPAnswer{Org: org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev)})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"org": org, "nmps": out})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"org": org, "nmps": out})
 	return nil
 }
 
-func (s *Server) lookupNMP(r *http.Request) (*nmp.Policy, *httpError) {
+func (s *Server) lookupNMP(r *http.Request) (*nmp.Policy, *web.Error) {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return nil, e
 	}
 	name := r.PathValue("name")
 	if err := nmp.CheckName("NMP name", name); err != nil {
-		return nil, errorf(http.StatusBadRequest, "%v", err)
+		return nil, web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.nmpViews(); e != nil {
 		return nil, e
 	}
 	p := s.nm.world.Policy(keyOf(org, name))
 	if p == nil {
-		return nil, errorf(http.StatusNotFound, "org %s has no node management policy %s", org, name)
+		return nil, web.Errorf(http.StatusNotFound, "org %s has no node management policy %s", org, name)
 	}
 	return p, nil
 }
 
-func (s *Server) getNMP(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
 	}
 	ro := rolloutAnswer(s.nm.world.Rollout(p.Key))
-	writeJSON(w, http.StatusOK, NMPAnswer{Org: p.Ev.Org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev), Rollout: &ro})
+	web.WriteJSON(w, http.StatusOK, NMPAnswer{Org: p.Ev.Org, Name: p.Ev.Name, NMP: nmp.ToDocument(p.Ev), Rollout: &ro})
 	return nil
 }
 
@@ -154,28 +155,28 @@ const nmpExample = `{"constraints": ["arch == amd64"], "enabled": true, "agentUp
 
 // putNMP creates or replaces an NMP. ?dryRun=true answers what it would
 // do (the nodes it applies to, the conflicts) without storing it.
-func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return e
 	}
 	name := r.PathValue("name")
 	doc := &nmp.Document{}
-	if e := decodeJSON(w, r, nmp.MaxBodyBytes, doc, true, nmpExample); e != nil {
+	if e := web.DecodeJSON(w, r, nmp.MaxBodyBytes, doc, true, nmpExample); e != nil {
 		return e
 	}
 	if doc.Owner == "" {
-		doc.Owner = principalOf(r.Context()).Name
+		doc.Owner = web.PrincipalOf(r.Context()).Name
 	}
 	return s.publishNMP(w, r, org, name, doc, r.URL.Query().Get("dryRun") == "true")
 }
 
-func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name string, doc *nmp.Document, dry bool) *httpError {
+func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name string, doc *nmp.Document, dry bool) *web.Error {
 	if e := s.nmpViews(); e != nil {
 		return e
 	}
 	key := keyOf(org, name)
-	unlock := s.locks.lock("nmp " + key)
+	unlock := s.kit.Lock("nmp " + key)
 	defer unlock()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	// lastUpdated moves forward with every change of an NMP, even two in
@@ -188,60 +189,49 @@ func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name st
 	if err != nil {
 		var ref *nmp.Refusal
 		if errors.As(err, &ref) {
-			return errorf(http.StatusConflict, "%v", err)
+			return web.Errorf(http.StatusConflict, "%v", err)
 		}
-		return errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
+		return web.Errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
 	}
 	c, err := nmp.Compile(ev)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
+		return web.Errorf(http.StatusBadRequest, "NMP %s: %v", key, err)
 	}
 	ans := NMPAnswer{Org: org, Name: name, NMP: nmp.ToDocument(ev), Nodes: s.nm.world.NodesOf(c), Conflicts: s.nm.world.Conflicts(c), DryRun: dry}
 	if dry {
-		writeJSON(w, http.StatusOK, ans)
+		web.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}
 	val, err := s.env.Codec.Encode(ev)
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode NMP %s: %v", c.Key, err)
+		return web.Errorf(http.StatusInternalServerError, "encode NMP %s: %v", c.Key, err)
 	}
-	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(c.Key), Value: val}); err != nil {
-		return errorf(http.StatusServiceUnavailable, "store NMP %s: %v; nothing was stored, retry", c.Key, err)
+	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(c.Key), Value: val}
+	if err := s.produce(r.Context(), rec); err != nil {
+		return web.Errorf(http.StatusServiceUnavailable, "store NMP %s: %v; nothing was stored, retry", c.Key, err)
 	}
-	s.waitNMP(r, c.Key, ev.LastUpdated)
-	writeJSON(w, http.StatusOK, ans)
+	s.waitOwnWrite(r.Context(), s.nm.world.Topic(topology.NMPPolicies), rec)
+	web.WriteJSON(w, http.StatusOK, ans)
 	return nil
 }
 
-// waitNMP waits (bounded) until the view shows the NMP as stored, so the
-// caller's next read sees it.
-func (s *Server) waitNMP(r *http.Request, key string, at time.Time) {
-	deadline := time.Now().Add(s.opts.ViewWait)
-	for time.Now().Before(deadline) && r.Context().Err() == nil {
-		p := s.nm.world.Policy(key)
-		if (at.IsZero() && p == nil) || (p != nil && p.Ev.LastUpdated.Equal(at)) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *Server) deleteNMP(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) deleteNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
 	}
-	unlock := s.locks.lock("nmp " + p.Key)
+	unlock := s.kit.Lock("nmp " + p.Key)
 	defer unlock()
-	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(p.Key)}); err != nil {
-		return errorf(http.StatusServiceUnavailable, "remove NMP %s: %v; retry", p.Key, err)
+	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(p.Key)}
+	if err := s.produce(r.Context(), rec); err != nil {
+		return web.Errorf(http.StatusServiceUnavailable, "remove NMP %s: %v; retry", p.Key, err)
 	}
-	s.waitNMP(r, p.Key, time.Time{})
-	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "removed": true})
+	s.waitOwnWrite(r.Context(), s.nm.world.Topic(topology.NMPPolicies), rec)
+	web.WriteJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "removed": true})
 	return nil
 }
 
-func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -255,7 +245,7 @@ func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *httpError {
 			versions[n] = node.Ev.SoftwareVersion
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "versions": versions,
+	web.WriteJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "versions": versions,
 		"conflicts": s.nm.world.Conflicts(p)})
 	return nil
 }
@@ -275,7 +265,7 @@ type NMPStatus struct {
 	Rollout        RolloutAnswer   `json:"rollout"`
 }
 
-func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -285,21 +275,21 @@ func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *httpError {
 	for _, c := range counts {
 		n += c
 	}
-	writeJSON(w, http.StatusOK, NMPStatus{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: n, States: counts, Failing: failing,
+	web.WriteJSON(w, http.StatusOK, NMPStatus{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: n, States: counts, Failing: failing,
 		PrecheckFailed: precheck, RolledBack: rolledBack, Rollout: rolloutAnswer(s.nm.world.Rollout(p.Key))})
 	return nil
 }
 
 // nmpAction is POST .../nmps/{name}/enable|disable|resume|rollback.
 // enable takes {"confirmAllNodes": true} for an NMP that reaches every node.
-func (s *Server) nmpAction(act string) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) *httpError { return s.doNMPAction(w, r, act) }
+func (s *Server) nmpAction(act string) web.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) *web.Error { return s.doNMPAction(w, r, act) }
 }
 
 // maxActionBytes bounds the optional body of an NMP action.
 const maxActionBytes = 4096
 
-func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string) *httpError {
+func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -307,7 +297,7 @@ func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string)
 	var body struct {
 		ConfirmAllNodes bool `json:"confirmAllNodes"`
 	}
-	if e := decodeOptionalJSON(w, r, maxActionBytes, &body, `{"confirmAllNodes": true}, or no body`); e != nil {
+	if e := web.DecodeOptionalJSON(w, r, maxActionBytes, &body, `{"confirmAllNodes": true}, or no body`); e != nil {
 		return e
 	}
 	doc := nmp.ToDocument(p.Ev)
@@ -327,7 +317,7 @@ func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string)
 	case "rollback":
 		doc.Rollback = true
 	default:
-		return errorf(http.StatusNotFound, "no action %q on an NMP; use enable, disable, resume or rollback", act)
+		return web.Errorf(http.StatusNotFound, "no action %q on an NMP; use enable, disable, resume or rollback", act)
 	}
 	return s.publishNMP(w, r, p.Ev.Org, p.Ev.Name, doc, false)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -63,10 +64,10 @@ func (c *nodeCreds) lookup(token string) (auth.Principal, bool) {
 }
 
 // newNodeToken makes a node's own token and its hash.
-func newNodeToken() (string, string, *httpError) {
+func newNodeToken() (string, string, *web.Error) {
 	token, err := auth.NewNodeToken()
 	if err != nil {
-		return "", "", errorf(http.StatusInternalServerError, "%v", err)
+		return "", "", web.Errorf(http.StatusInternalServerError, "%v", err)
 	}
 	return token, auth.Hash(token), nil
 }
@@ -74,24 +75,24 @@ func newNodeToken() (string, string, *httpError) {
 // writeNode writes node ev's record and waits (up to ViewWait) until this
 // replica's view has it, so that a token it issues works on the caller's
 // next request.
-func (s *Server) writeNode(r *http.Request, ev *events.AgentNode) *httpError {
+func (s *Server) writeNode(r *http.Request, ev *events.AgentNode) *web.Error {
 	rec, e := s.produceRecord(r, topology.AgentNodes, keyOf(ev.Org, ev.Node), ev)
 	if e != nil {
 		return e
 	}
-	s.waitOwnWrite(r.Context(), rec)
+	s.waitOwnWrite(r.Context(), s.nm.nodes, rec)
 	return nil
 }
 
 // registeredNode is the record of node org/node for a change of its
 // token: 404 when it is not registered. The caller holds the node's lock.
-func (s *Server) registeredNode(org, node string) (*events.AgentNode, *httpError) {
+func (s *Server) registeredNode(org, node string) (*events.AgentNode, *web.Error) {
 	if e := s.needViews(topology.AgentNodes); e != nil {
 		return nil, e
 	}
 	n := s.nm.creds.node(keyOf(org, node))
 	if n == nil {
-		return nil, errorf(http.StatusNotFound, "node %s/%s is not registered", org, node)
+		return nil, web.Errorf(http.StatusNotFound, "node %s/%s is not registered", org, node)
 	}
 	c := *n
 	c.UpdatedAt = time.Now().UTC().Truncate(time.Millisecond)
@@ -103,13 +104,13 @@ func (s *Server) registeredNode(org, node string) (*events.AgentNode, *httpError
 // a node's own token (it stops working; the node keeps its registration
 // and directive, and an org token may register it again, which issues a
 // new one).
-func (s *Server) nodeTokenChange(rotate bool) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) nodeTokenChange(rotate bool) web.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) *web.Error {
 		org, node, e := s.nodeKey(r)
 		if e != nil {
 			return e
 		}
-		defer s.locks.lock("node " + keyOf(org, node))()
+		defer s.kit.Lock("node " + keyOf(org, node))()
 		n, e := s.registeredNode(org, node)
 		if e != nil {
 			return e
@@ -128,8 +129,8 @@ func (s *Server) nodeTokenChange(rotate bool) handlerFunc {
 		if e := s.writeNode(r, n); e != nil {
 			return e
 		}
-		s.log.Info().Str("node", keyOf(org, node)).Str("by", describeCaller(principalOf(r.Context()))).Bool("rotated", rotate).Msg("node token changed")
-		writeJSON(w, http.StatusOK, answer)
+		s.log.Info().Str("node", keyOf(org, node)).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Bool("rotated", rotate).Msg("node token changed")
+		web.WriteJSON(w, http.StatusOK, answer)
 		return nil
 	}
 }

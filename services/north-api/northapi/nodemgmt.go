@@ -8,23 +8,26 @@ import (
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/rs/zerolog"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
 // nodeMgmt is the North API's view of node management: every NMP, node,
-// package and status (an nmp.World, as the nmp-hub has it, for dry runs,
-// conflicts and status counts) and every directive with its index, for
-// agents' long polls.
+// package and status (an nmp.World folded by the same rules as the
+// nmp-hub's, for dry runs, conflicts and status counts), every node's
+// record with the nodes' own tokens, and every directive with its index,
+// for agents' long polls.
 type nodeMgmt struct {
-	codec *events.Codec
-	world *nmp.World
+	world *nmp.FollowedWorld
+	nodes *runtime.Table[*events.AgentNode] // indexed by creds
+	dirs  *runtime.TableOf[*events.AgentDirective, *directiveRow]
 
 	mu      sync.Mutex
-	dirs    map[string]*directiveRow
 	waiters map[string]chan struct{} // closed when the key's directive changes
 
 	creds *nodeCreds // the nodes' own tokens (nodecreds.go)
@@ -50,105 +53,64 @@ func directiveIndex(d *events.AgentDirective) uint64 {
 	return max(h.Sum64()&(1<<53-1), 1)
 }
 
-func newNodeMgmt(codec *events.Codec) *nodeMgmt {
-	return &nodeMgmt{codec: codec, world: nmp.NewWorld(), dirs: map[string]*directiveRow{}, waiters: map[string]chan struct{}{}, creds: newNodeCreds()}
+// followNodeMgmt starts following node management's topics. Close it
+// when done.
+func followNodeMgmt(env runtime.Env, log zerolog.Logger) (_ *nodeMgmt, err error) {
+	m := &nodeMgmt{waiters: map[string]chan struct{}{}, creds: newNodeCreds()}
+	defer func() {
+		if err != nil {
+			m.close()
+		}
+	}()
+	if m.world, err = nmp.FollowWorld(env, log); err != nil {
+		return nil, err
+	}
+	if m.nodes, err = runtime.FollowTable(env, topology.AgentNodes, func(r runtime.Msg[*events.AgentNode]) {
+		m.creds.set(string(r.Key), r.Value)
+	}); err != nil {
+		return nil, err
+	}
+	m.dirs, err = runtime.FollowTableOf(env, topology.AgentDirectives, func(r runtime.Msg[*events.AgentDirective], prev *directiveRow, had bool) (*directiveRow, error) {
+		if had && nmp.Same(prev.d, r.Value) {
+			return prev, nil
+		}
+		return &directiveRow{d: r.Value, index: directiveIndex(r.Value)}, nil
+	}, m.wake)
+	return m, err
 }
 
-// applyFuncs are the views' apply functions by base topic name.
-func (m *nodeMgmt) applyFuncs() map[string]applyFunc {
-	return map[string]applyFunc{
-		topology.NMPPolicies:     m.applyPolicy,
-		topology.AgentNodes:      m.applyNode,
-		topology.AgentPackages:   m.applyPackage,
-		topology.AgentStatus:     m.applyStatus,
-		topology.AgentDirectives: m.applyDirective,
-	}
-}
-
-func (m *nodeMgmt) decode(ctx context.Context, rec *kgo.Record) (events.Event, error) {
-	if rec.Value == nil {
-		return nil, nil
-	}
-	return m.codec.Decode(ctx, rec.Value)
-}
-
-func (m *nodeMgmt) applyPolicy(ctx context.Context, rec *kgo.Record) error {
-	v, err := m.decode(ctx, rec)
-	if err != nil {
-		return nil // left out, as the hub does
-	}
-	if v == nil {
-		m.world.SetPolicy(string(rec.Key), nil)
-		return nil
-	}
-	if p, ok := v.(*events.NodeManagementPolicy); ok {
-		if c, err := nmp.Compile(p); err == nil {
-			m.world.SetPolicy(string(rec.Key), c)
+// views are node management's read views, one per topic.
+func (m *nodeMgmt) views() []web.View {
+	out := []web.View{m.nodes, m.dirs}
+	for _, t := range nmp.WorldTopics {
+		if t != topology.AgentNodes {
+			out = append(out, m.world.Topic(t))
 		}
 	}
-	return nil
+	return out
 }
 
-func (m *nodeMgmt) applyNode(ctx context.Context, rec *kgo.Record) error {
-	v, err := m.decode(ctx, rec)
-	if err != nil {
-		return nil
+func (m *nodeMgmt) close() {
+	if m.world != nil {
+		m.world.Close()
 	}
-	n, _ := v.(*events.AgentNode)
-	m.creds.set(string(rec.Key), n)
-	if n == nil || n.Deleted {
-		m.world.SetNode(string(rec.Key), nil)
-		return nil
+	if m.nodes != nil {
+		m.nodes.Close()
 	}
-	if c, err := nmp.CompileNode(n); err == nil {
-		m.world.SetNode(string(rec.Key), c)
+	if m.dirs != nil {
+		m.dirs.Close()
 	}
-	return nil
 }
 
-func (m *nodeMgmt) applyPackage(ctx context.Context, rec *kgo.Record) error {
-	v, err := m.decode(ctx, rec)
-	if err != nil {
-		return nil
-	}
-	p, _ := v.(*events.AgentPackage)
-	m.world.SetPackage(string(rec.Key), p)
-	return nil
-}
-
-func (m *nodeMgmt) applyStatus(ctx context.Context, rec *kgo.Record) error {
-	v, err := m.decode(ctx, rec)
-	if err != nil {
-		return nil
-	}
-	st, _ := v.(*events.AgentStatus)
-	m.world.SetStatus(string(rec.Key), st)
-	return nil
-}
-
-func (m *nodeMgmt) applyDirective(ctx context.Context, rec *kgo.Record) error {
-	v, err := m.decode(ctx, rec)
-	if err != nil {
-		return nil
-	}
-	d, _ := v.(*events.AgentDirective)
-	key := string(rec.Key)
+// wake wakes the long polls of the directive's node.
+func (m *nodeMgmt) wake(r runtime.Msg[*events.AgentDirective]) {
+	key := string(r.Key)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	row := m.dirs[key]
-	if row != nil && nmp.Same(row.d, d) {
-		return nil
-	}
-	if d == nil {
-		delete(m.dirs, key)
-	} else {
-		m.dirs[key] = &directiveRow{d: d, index: directiveIndex(d)}
-	}
 	if ch := m.waiters[key]; ch != nil {
 		close(ch)
 		delete(m.waiters, key)
 	}
-	return nil
 }
 
 // directive is a node's directive and its index; when it is the index
@@ -158,7 +120,7 @@ func (m *nodeMgmt) directive(ctx context.Context, key string, after uint64, wait
 	defer deadline.Stop()
 	for {
 		m.mu.Lock()
-		row := m.dirs[key]
+		row, _ := m.dirs.Value(key)
 		var idx uint64
 		if row != nil {
 			idx = row.index

@@ -1,5 +1,7 @@
 package northapi
 
+import ()
+
 // owned is a kind of thing a tenant owns, named by a path parameter.
 type owned string
 

@@ -63,15 +63,15 @@ func TestEveryRouteKeepsATenantToItsOwn(t *testing.T) {
 		name := rt.method + " " + rt.path
 		routes[name] = true
 		o := rt.owner()
-		tenantsMay := rt.access.allows(auth.RoleTenant) && !rt.access.public
+		tenantsMay := rt.access.Allows(auth.RoleTenant) && !rt.access.Public
 		switch {
 		case !o.declared():
 			t.Errorf("%s declares no owner check: add it to routeOwners (owners.go)", name)
 		case o.public:
-			if !rt.access.public {
+			if !rt.access.Public {
 				t.Errorf("%s is declared public but needs a token", name)
 			}
-		case rt.access.public:
+		case rt.access.Public:
 			t.Errorf("%s is served without a token but not declared public", name)
 		case o.notTenants:
 			if tenantsMay {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -38,14 +39,14 @@ func packageAnswer(p *events.AgentPackage) PackageAnswer {
 		SHA256: p.SHA256, Size: p.Size, Signature: p.Signature, SigningKey: p.SigningKey, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
 }
 
-func (s *Server) packageDir() (string, *httpError) {
+func (s *Server) packageDir() (string, *web.Error) {
 	if s.opts.PackageDir == "" {
-		return "", errorf(http.StatusServiceUnavailable, "this North API stores no agent packages: start it with --package-dir")
+		return "", web.Errorf(http.StatusServiceUnavailable, "this North API stores no agent packages: start it with --package-dir")
 	}
 	return s.opts.PackageDir, nil
 }
 
-func (s *Server) listPackages(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) listPackages(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := s.needViews(topology.AgentPackages); e != nil {
 		return e
 	}
@@ -53,37 +54,37 @@ func (s *Server) listPackages(w http.ResponseWriter, r *http.Request) *httpError
 	for _, p := range s.nm.world.PackageList() {
 		out = append(out, packageAnswer(p))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"packages": out})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"packages": out})
 	return nil
 }
 
-func (s *Server) lookupPackage(r *http.Request) (*events.AgentPackage, *httpError) {
+func (s *Server) lookupPackage(r *http.Request) (*events.AgentPackage, *web.Error) {
 	v := r.PathValue("version")
 	if _, err := nmp.ParseSemver(v); err != nil {
-		return nil, errorf(http.StatusBadRequest, "%v", err)
+		return nil, web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.AgentPackages); e != nil {
 		return nil, e
 	}
 	p := s.nm.world.Package(v)
 	if p == nil {
-		return nil, errorf(http.StatusNotFound, "the hub has no agent package %s", v)
+		return nil, web.Errorf(http.StatusNotFound, "the hub has no agent package %s", v)
 	}
 	return p, nil
 }
 
-func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupPackage(r)
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, packageAnswer(p))
+	web.WriteJSON(w, http.StatusOK, packageAnswer(p))
 	return nil
 }
 
 // downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256,
 // once the stored file's SHA-256 is the record's.
-func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupPackage(r)
 	if e != nil {
 		return e
@@ -94,7 +95,7 @@ func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpEr
 	}
 	f, err := os.Open(filepath.Join(dir, p.SHA256+".tar.gz"))
 	if err != nil {
-		return errorf(http.StatusServiceUnavailable, "agent package %s (%s) is not in this North API's package store %s: %v", p.Version, p.SHA256, dir, err)
+		return web.Errorf(http.StatusServiceUnavailable, "agent package %s (%s) is not in this North API's package store %s: %v", p.Version, p.SHA256, dir, err)
 	}
 	defer f.Close()
 	// The file is checked against its record before anything of it is
@@ -103,15 +104,15 @@ func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *httpEr
 	// the record's checksum.
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return errorf(http.StatusServiceUnavailable, "read agent package %s from the package store: %v", p.Version, err)
+		return web.Errorf(http.StatusServiceUnavailable, "read agent package %s from the package store: %v", p.Version, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
 		s.log.Error().Str("version", p.Version).Str("want", p.SHA256).Str("got", got).Str("dir", dir).Msg("an agent package file was altered in the package store; not served")
-		return errorf(http.StatusInternalServerError, "the stored file of agent package %s has SHA-256 %s, not %s as published: it was altered in the package store and is not served; publish the package again under a new version",
+		return web.Errorf(http.StatusInternalServerError, "the stored file of agent package %s has SHA-256 %s, not %s as published: it was altered in the package store and is not served; publish the package again under a new version",
 			p.Version, got, p.SHA256)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return errorf(http.StatusServiceUnavailable, "reread agent package %s: %v", p.Version, err)
+		return web.Errorf(http.StatusServiceUnavailable, "reread agent package %s: %v", p.Version, err)
 	}
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("X-Checksum-Sha256", p.SHA256)
@@ -139,7 +140,7 @@ const (
 // is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
 // announced on agent.packages; a version already on the hub with other
 // content is refused.
-func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	dir, e := s.packageDir()
 	if e != nil {
 		return e
@@ -153,7 +154,7 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 	}
 	tmp, err := os.CreateTemp(dir, ".upload-*")
 	if err != nil {
-		return errorf(http.StatusServiceUnavailable, "package store %s: %v", dir, err)
+		return web.Errorf(http.StatusServiceUnavailable, "package store %s: %v", dir, err)
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
@@ -166,48 +167,48 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *httpErro
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, "the package is over %d bytes", max)
+			return web.Errorf(http.StatusRequestEntityTooLarge, "the package is over %d bytes", max)
 		}
-		return errorf(http.StatusBadRequest, "read the package: %v", err)
+		return web.Errorf(http.StatusBadRequest, "read the package: %v", err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
 	if want != "" && want != sum {
-		return errorf(http.StatusBadRequest, "the package's SHA-256 is %s, not %s as given: it was damaged or is not the file meant", sum, want)
+		return web.Errorf(http.StatusBadRequest, "the package's SHA-256 is %s, not %s as given: it was damaged or is not the file meant", sum, want)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return errorf(http.StatusInternalServerError, "reread the upload: %v", err)
+		return web.Errorf(http.StatusInternalServerError, "reread the upload: %v", err)
 	}
 	man, raw, err := nmp.ReadPackage(tmp, s.opts.MaxUnpackedPackageBytes)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	unlock := s.locks.lock("package " + man.Version)
+	unlock := s.kit.Lock("package " + man.Version)
 	defer unlock()
 	// The same file with another signature (signed anew, or signed now
 	// where it was not) replaces the record's signature.
 	if old := s.nm.world.Package(man.Version); old != nil {
 		switch {
 		case old.SHA256 != sum:
-			return errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
+			return web.Errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
 		case old.Signature == r.Header.Get(SignatureHeader):
-			writeJSON(w, http.StatusOK, packageAnswer(old))
+			web.WriteJSON(w, http.StatusOK, packageAnswer(old))
 			return nil
 		}
 	}
 	if err := tmp.Sync(); err != nil {
-		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
+		return web.Errorf(http.StatusServiceUnavailable, "store the package: %v", err)
 	}
 	final := filepath.Join(dir, sum+".tar.gz")
 	if err := os.Rename(tmp.Name(), final); err != nil {
-		return errorf(http.StatusServiceUnavailable, "store the package: %v", err)
+		return web.Errorf(http.StatusServiceUnavailable, "store the package: %v", err)
 	}
 	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
-		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: principalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
+		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: web.PrincipalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	rec, e := s.produceRecord(r, topology.AgentPackages, man.Version, ev)
 	if e != nil {
 		return e
 	}
-	s.waitOwnWrite(r.Context(), rec)
-	writeJSON(w, http.StatusOK, packageAnswer(ev))
+	s.waitOwnWrite(r.Context(), s.nm.world.Topic(topology.AgentPackages), rec)
+	web.WriteJSON(w, http.StatusOK, packageAnswer(ev))
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -28,7 +28,7 @@ import (
 
 // acmReaders read the registry and the state; participants are no
 // tenant's.
-var acmReaders = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly}}
+var acmReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly)
 
 // participantRoutes are the /v2 routes; routes.go lists them.
 func (s *Server) participantRoutes() []route {
@@ -38,9 +38,9 @@ func (s *Server) participantRoutes() []route {
 		// PUT /v2/participants/sync: a literal segment beside the
 		// {participant_id} wildcard would conflict in the mux's
 		// method-not-allowed patterns, so the wildcard route takes it.
-		{http.MethodPut, "/v2/participants/{participant_id}", s.syncAll, operators},
-		{http.MethodPut, "/v2/participants/{participant_id}/sync", s.syncParticipants, operators},
-		{http.MethodPost, "/v2/participants/{participant_id}/operations", s.postOperation, operators},
+		{http.MethodPut, "/v2/participants/{participant_id}", s.syncAll, web.Operators},
+		{http.MethodPut, "/v2/participants/{participant_id}/sync", s.syncParticipants, web.Operators},
+		{http.MethodPost, "/v2/participants/{participant_id}/operations", s.postOperation, web.Operators},
 		{http.MethodGet, "/v2/participants/{participant_id}/compositions/{composition_id}", s.getComposition, acmReaders},
 		{http.MethodGet, "/v2/participants/{participant_id}/instances/{instance_id}", s.getInstance, acmReaders},
 	}
@@ -48,39 +48,13 @@ func (s *Server) participantRoutes() []route {
 
 // acmView is acm.sync: every state by key.
 type acmView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byKey map[string]*events.ReplicaState
-}
-
-func newACMView(codec *events.Codec) *acmView {
-	return &acmView{codec: codec, byKey: map[string]*events.ReplicaState{}}
-}
-
-func (v *acmView) apply(ctx context.Context, rec *kgo.Record) error {
-	key := string(rec.Key)
-	if rec.Value == nil {
-		v.mu.Lock()
-		delete(v.byKey, key)
-		v.mu.Unlock()
-		return nil
-	}
-	var st events.ReplicaState
-	if err := v.codec.DecodeInto(ctx, rec.Value, &st); err != nil {
-		return fmt.Errorf("acm.sync view: decode %q: %w", key, err)
-	}
-	v.mu.Lock()
-	v.byKey[key] = &st
-	v.mu.Unlock()
-	return nil
+	*runtime.Table[*events.ReplicaState]
 }
 
 // of returns the states of one participant (all when id is empty).
 func (v *acmView) of(id string) []*events.ReplicaState {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var out []*events.ReplicaState
-	for _, st := range v.byKey {
+	for _, st := range v.Sorted() {
 		if id == "" || st.ParticipantID == id {
 			out = append(out, st)
 		}
@@ -167,36 +141,36 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-func (s *Server) listParticipants(w http.ResponseWriter, _ *http.Request) *httpError {
+func (s *Server) listParticipants(w http.ResponseWriter, _ *http.Request) *web.Error {
 	if e := s.needViews(topology.ACMSync); e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, ParticipantList{Participants: participantsOf(s.acm.of(""))})
+	web.WriteJSON(w, http.StatusOK, ParticipantList{Participants: participantsOf(s.acm.of(""))})
 	return nil
 }
 
 // participantOr404 returns the participant, or 404 when acm.sync holds
 // nothing of it.
-func (s *Server) participantOr404(id string) (Participant, *httpError) {
+func (s *Server) participantOr404(id string) (Participant, *web.Error) {
 	if err := acm.CheckID("participant_id", id); err != nil {
-		return Participant{}, errorf(http.StatusBadRequest, "%v", err)
+		return Participant{}, web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.ACMSync); e != nil {
 		return Participant{}, e
 	}
 	ps := participantsOf(s.acm.of(id))
 	if len(ps) == 0 {
-		return Participant{}, errorf(http.StatusNotFound, "participant %s is unknown: none of its replicas has registered (GET /v2/participants lists the known ones)", id)
+		return Participant{}, web.Errorf(http.StatusNotFound, "participant %s is unknown: none of its replicas has registered (GET /v2/participants lists the known ones)", id)
 	}
 	return ps[0], nil
 }
 
-func (s *Server) getParticipant(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getParticipant(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.participantOr404(r.PathValue("participant_id"))
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, p)
+	web.WriteJSON(w, http.StatusOK, p)
 	return nil
 }
 
@@ -211,10 +185,10 @@ type SyncAnswer struct {
 
 // syncAll serves PUT /v2/participants/sync; a PUT on a participant is not
 // served.
-func (s *Server) syncAll(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) syncAll(w http.ResponseWriter, r *http.Request) *web.Error {
 	if r.PathValue("participant_id") != "sync" {
 		w.Header().Set("Allow", http.MethodGet)
-		return errorf(http.StatusMethodNotAllowed, "PUT %s is not served; use GET, or PUT /v2/participants/sync to resync every participant", r.URL.Path)
+		return web.Errorf(http.StatusMethodNotAllowed, "PUT %s is not served; use GET, or PUT /v2/participants/sync to resync every participant", r.URL.Path)
 	}
 	r.SetPathValue("participant_id", "")
 	return s.syncParticipants(w, r)
@@ -223,10 +197,10 @@ func (s *Server) syncAll(w http.ResponseWriter, r *http.Request) *httpError {
 // syncParticipants asks replica-sync to write the state of one
 // participant (or of every participant) to acm.sync again, so every
 // replica applies it again.
-func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("participant_id")
 	var none struct{}
-	if e := decodeOptionalJSON(w, r, MaxRequestBytes, &none, "{}, or no body"); e != nil {
+	if e := web.DecodeOptionalJSON(w, r, MaxRequestBytes, &none, "{}, or no body"); e != nil {
 		return e
 	}
 	if id != "" {
@@ -240,7 +214,7 @@ func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *httpE
 		if e := s.produceEvent(r.Context(), topology.ACMRuntime, id, m); e != nil {
 			return e
 		}
-		writeJSON(w, http.StatusAccepted, SyncAnswer{ParticipantID: id, RequestID: m.MessageID})
+		web.WriteJSON(w, http.StatusAccepted, SyncAnswer{ParticipantID: id, RequestID: m.MessageID})
 		return nil
 	}
 	// Every participant: replica-sync's member that owns a partition of
@@ -250,22 +224,22 @@ func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *httpE
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusAccepted, SyncAnswer{RequestID: m.MessageID, Partitions: int(n)})
+	web.WriteJSON(w, http.StatusAccepted, SyncAnswer{RequestID: m.MessageID, Partitions: int(n)})
 	return nil
 }
 
 // produceEveryPartition writes ev to every partition of topic, for the
 // requests each partition's owner acts on for its own keys (a catch-up, a
 // resync of every participant), and returns the partition count.
-func (s *Server) produceEveryPartition(ctx context.Context, topic, key string, ev events.Event) (int32, *httpError) {
+func (s *Server) produceEveryPartition(ctx context.Context, topic, key string, ev events.Event) (int32, *web.Error) {
 	name := s.env.Kafka.Topic(topic)
 	n, err := runtime.PartitionCount(ctx, kadm.NewClient(s.cl), name)
 	if err != nil {
-		return 0, errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
+		return 0, web.Errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
 	}
 	value, err := s.env.Codec.Encode(ev)
 	if err != nil {
-		return 0, errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
+		return 0, web.Errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
 	}
 	var k []byte
 	if key != "" {
@@ -277,10 +251,10 @@ func (s *Server) produceEveryPartition(ctx context.Context, topic, key string, e
 	return n, nil
 }
 
-func (s *Server) produceEvent(ctx context.Context, topic, key string, ev events.Event) *httpError {
+func (s *Server) produceEvent(ctx context.Context, topic, key string, ev events.Event) *web.Error {
 	b, err := s.env.Codec.Encode(ev)
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
+		return web.Errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
 	}
 	if err := s.produce(ctx, &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key), Value: b}); err != nil {
 		return s.produceFailed(err)
@@ -320,10 +294,10 @@ const operationExample = `{"kind": "DEPLOY", "compositionId": "c1", "instanceId"
 // maxTimeoutMs bounds an operation's timeout (one day).
 const maxTimeoutMs = int64(24 * time.Hour / time.Millisecond)
 
-func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid := r.PathValue("participant_id")
 	var req OperationRequest
-	if e := decodeJSON(w, r, MaxRequestBytes, &req, true, operationExample); e != nil {
+	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, operationExample); e != nil {
 		return e
 	}
 	p, e := s.participantOr404(pid)
@@ -337,20 +311,20 @@ func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *httpErro
 		instanceOp = false
 	case acm.OpDeploy, acm.OpUpdate, acm.OpUndeploy, acm.OpDelete:
 	default:
-		return errorf(http.StatusBadRequest, "kind %q: want PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE; e.g. %s", req.Kind, operationExample)
+		return web.Errorf(http.StatusBadRequest, "kind %q: want PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE; e.g. %s", req.Kind, operationExample)
 	}
 	if err := acm.CheckID("compositionId", req.CompositionID); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if instanceOp {
 		if err := acm.CheckID("instanceId", req.InstanceID); err != nil {
-			return errorf(http.StatusBadRequest, "%v (a %s is about an instance)", err, req.Kind)
+			return web.Errorf(http.StatusBadRequest, "%v (a %s is about an instance)", err, req.Kind)
 		}
 	} else if req.InstanceID != "" {
-		return errorf(http.StatusBadRequest, "instanceId %q: a %s is about a composition definition, not an instance; leave instanceId out", req.InstanceID, req.Kind)
+		return web.Errorf(http.StatusBadRequest, "instanceId %q: a %s is about a composition definition, not an instance; leave instanceId out", req.InstanceID, req.Kind)
 	}
 	if req.TimeoutMs < 0 || req.TimeoutMs > maxTimeoutMs {
-		return errorf(http.StatusBadRequest, "timeoutMs %d: want 0 (the participant's default) to %d", req.TimeoutMs, maxTimeoutMs)
+		return web.Errorf(http.StatusBadRequest, "timeoutMs %d: want 0 (the participant's default) to %d", req.TimeoutMs, maxTimeoutMs)
 	}
 	held := s.held(pid, req)
 	if len(req.Elements) == 0 {
@@ -360,7 +334,7 @@ func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *httpErro
 		}
 	}
 	if len(req.Elements) == 0 {
-		return errorf(http.StatusBadRequest, "a %s needs elements, and participant %s holds none for it; e.g. %s", req.Kind, pid, operationExample)
+		return web.Errorf(http.StatusBadRequest, "a %s needs elements, and participant %s holds none for it; e.g. %s", req.Kind, pid, operationExample)
 	}
 	op := &events.ParticipantOperation{
 		MessageID: newID(), ParticipantID: pid, Kind: req.Kind, CompositionID: &req.CompositionID,
@@ -373,20 +347,20 @@ func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *httpErro
 	seen := map[string]bool{}
 	for i, el := range req.Elements {
 		if err := acm.CheckID(fmt.Sprintf("elements[%d].id", i), el.ID); err != nil {
-			return errorf(http.StatusBadRequest, "%v", err)
+			return web.Errorf(http.StatusBadRequest, "%v", err)
 		}
 		if seen[el.ID] {
-			return errorf(http.StatusBadRequest, "elements[%d].id %q is given twice", i, el.ID)
+			return web.Errorf(http.StatusBadRequest, "elements[%d].id %q is given twice", i, el.ID)
 		}
 		seen[el.ID] = true
 		if !contains(p.SupportedElementTypes, el.Type) {
-			return errorf(http.StatusBadRequest, "elements[%d] (%s) has type %q, which no replica of participant %s supports (it supports %v)", i, el.ID, el.Type, pid, p.SupportedElementTypes)
+			return web.Errorf(http.StatusBadRequest, "elements[%d] (%s) has type %q, which no replica of participant %s supports (it supports %v)", i, el.ID, el.Type, pid, p.SupportedElementTypes)
 		}
 		props := "{}"
 		if el.Properties != nil {
 			b, err := canonicalJSON(el.Properties)
 			if err != nil {
-				return errorf(http.StatusBadRequest, "elements[%d].properties: %v", i, err)
+				return web.Errorf(http.StatusBadRequest, "elements[%d].properties: %v", i, err)
 			}
 			props = string(b)
 		}
@@ -394,12 +368,12 @@ func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *httpErro
 		op.Elements = append(op.Elements, events.OperationElement{ElementID: el.ID, ElementType: el.Type, Properties: props})
 	}
 	if p.State != acm.OnLine {
-		return errorf(http.StatusConflict, "participant %s has no replica ON_LINE; the operation would wait for one (start a replica, then retry)", pid)
+		return web.Errorf(http.StatusConflict, "participant %s has no replica ON_LINE; the operation would wait for one (start a replica, then retry)", pid)
 	}
 	if e := s.produceEvent(r.Context(), topology.ACMParticipant, acm.OperationKey(pid, req.CompositionID, req.InstanceID), op); e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusAccepted, OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
+	web.WriteJSON(w, http.StatusAccepted, OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
 	return nil
 }
 
@@ -457,7 +431,7 @@ type InstanceAnswer struct {
 	Elements      []StateAnswer `json:"elements"`
 }
 
-func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid, iid := r.PathValue("participant_id"), r.PathValue("instance_id")
 	if _, e := s.participantOr404(pid); e != nil {
 		return e
@@ -470,24 +444,24 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *httpError 
 		}
 	}
 	if len(a.Elements) == 0 {
-		return errorf(http.StatusNotFound, "participant %s holds no element of instance %s", pid, iid)
+		return web.Errorf(http.StatusNotFound, "participant %s holds no element of instance %s", pid, iid)
 	}
-	writeJSON(w, http.StatusOK, a)
+	web.WriteJSON(w, http.StatusOK, a)
 	return nil
 }
 
-func (s *Server) getComposition(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) getComposition(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid, cid := r.PathValue("participant_id"), r.PathValue("composition_id")
 	if _, e := s.participantOr404(pid); e != nil {
 		return e
 	}
 	for _, st := range s.acm.of(pid) {
 		if st.Kind == acm.KindComposition && st.CompositionID == cid {
-			writeJSON(w, http.StatusOK, stateAnswer(st))
+			web.WriteJSON(w, http.StatusOK, stateAnswer(st))
 			return nil
 		}
 	}
-	return errorf(http.StatusNotFound, "participant %s holds no composition %s", pid, cid)
+	return web.Errorf(http.StatusNotFound, "participant %s holds no composition %s", pid, cid)
 }
 
 // canonicalJSON encodes v as compact JSON.

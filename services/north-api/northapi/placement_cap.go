@@ -3,6 +3,8 @@ package northapi
 import (
 	"net/http"
 	"strconv"
+
+	"github.com/policyflow/policyflow/services/internal/web"
 )
 
 // DefaultMaxPlacements is how many placement computations (POST
@@ -19,12 +21,12 @@ const placementRetryAfter = 1
 // when every slot is taken, answers 503 with Retry-After rather than
 // queue: a computation holds its slot for up to ProposeTimeout. The caller
 // releases the slot when the computation ends.
-func (s *Server) placementSlot(w http.ResponseWriter) (release func(), e *httpError) {
+func (s *Server) placementSlot(w http.ResponseWriter) (release func(), e *web.Error) {
 	select {
 	case s.placing <- struct{}{}:
 		return func() { <-s.placing }, nil
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(placementRetryAfter))
-		return nil, errorf(http.StatusServiceUnavailable, "%d placement computations are running, as many as this North API runs at once (--max-placements); retry after %d s", cap(s.placing), placementRetryAfter)
+		return nil, web.Errorf(http.StatusServiceUnavailable, "%d placement computations are running, as many as this North API runs at once (--max-placements); retry after %d s", cap(s.placing), placementRetryAfter)
 	}
 }

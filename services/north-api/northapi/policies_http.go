@@ -16,6 +16,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
@@ -48,16 +49,16 @@ type NotificationsAccepted struct {
 	Notifications []NotificationAccepted `json:"notifications"`
 }
 
-func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.Error {
 	var n policy.Notification
-	if e := decodeJSON(w, r, MaxRequestBytes, &n, true, notificationExample); e != nil {
+	if e := web.DecodeJSON(w, r, MaxRequestBytes, &n, true, notificationExample); e != nil {
 		return e
 	}
 	if len(n.LoadedPolicies) == 0 && len(n.RemovedPolicies) == 0 {
-		return errorf(http.StatusBadRequest, "the notification names no policy: loadedPolicies and removedPolicies are both empty; send %s", notificationExample)
+		return web.Errorf(http.StatusBadRequest, "the notification names no policy: loadedPolicies and removedPolicies are both empty; send %s", notificationExample)
 	}
 	if err := n.Validate(); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	now := time.Now().UTC()
 	byID := map[string]*events.PdpNotification{}
@@ -90,7 +91,7 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpE
 		ev := byID[id]
 		value, err := s.env.Codec.Encode(ev)
 		if err != nil {
-			return errorf(http.StatusInternalServerError, "encode notification for %s: %v", id, err)
+			return web.Errorf(http.StatusInternalServerError, "encode notification for %s: %v", id, err)
 		}
 		recs = append(recs, &kgo.Record{Topic: s.env.Kafka.Topic(topology.PDPNotifications), Key: []byte(id), Value: value})
 		var versions []string
@@ -105,7 +106,7 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpE
 		return s.produceFailed(err)
 	}
 	s.log.Info().Strs("policy_ids", ids).Msg("PDP notification accepted")
-	writeJSON(w, http.StatusAccepted, out)
+	web.WriteJSON(w, http.StatusAccepted, out)
 	return nil
 }
 
@@ -114,20 +115,20 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *httpE
 // (the rules are in the policy package doc). One refused body refuses the
 // whole request with 400 and the reason; what is published is each
 // body's canonical JSON, grouped per policy_id.
-func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	var raw json.RawMessage
-	if e := decodeJSON(w, r, MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
+	if e := web.DecodeJSON(w, r, MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
 		return e
 	}
 	bodies := []json.RawMessage{raw}
 	if t := bytes.TrimSpace(raw); t[0] == '[' {
 		var err error
 		if bodies, err = policy.SplitList(t); err != nil {
-			return errorf(http.StatusBadRequest, "%v; send a policy_body object or an array of them, e.g. %s", err, policiesExample)
+			return web.Errorf(http.StatusBadRequest, "%v; send a policy_body object or an array of them, e.g. %s", err, policiesExample)
 		}
 	}
 	if len(bodies) == 0 {
-		return errorf(http.StatusBadRequest, "the array holds no policy; send at least one policy_body, e.g. %s", policiesExample)
+		return web.Errorf(http.StatusBadRequest, "the array holds no policy; send at least one policy_body, e.g. %s", policiesExample)
 	}
 	type group struct {
 		id       string
@@ -140,7 +141,7 @@ func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError
 	for i, b := range bodies {
 		c, err := policy.Check(b)
 		if err != nil {
-			return errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
+			return web.Errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
 		}
 		if e := s.olderThanLoaded(i, c); e != nil {
 			return e
@@ -169,7 +170,7 @@ func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError
 		}
 		value, err := s.env.Codec.Encode(ev)
 		if err != nil {
-			return errorf(http.StatusInternalServerError, "encode pushed policies of %s: %v", g.id, err)
+			return web.Errorf(http.StatusInternalServerError, "encode pushed policies of %s: %v", g.id, err)
 		}
 		recs = append(recs, &kgo.Record{Topic: s.env.Kafka.Topic(topology.PDPNotifications), Key: []byte(g.id), Value: value})
 		out.Notifications = append(out.Notifications, NotificationAccepted{PolicyID: g.id, NotificationID: ev.NotificationID, Versions: g.versions})
@@ -178,7 +179,7 @@ func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *httpError
 		return s.produceFailed(err)
 	}
 	s.log.Info().Int("policies", len(bodies)).Msg("policies pushed")
-	writeJSON(w, http.StatusAccepted, out)
+	web.WriteJSON(w, http.StatusAccepted, out)
 	return nil
 }
 
@@ -197,9 +198,9 @@ type CatchupAccepted struct {
 	Partitions   int    `json:"partitions"`
 }
 
-func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 	var body CatchupBody
-	if e := decodeOptionalJSON(w, r, MaxRequestBytes, &body, catchupExample); e != nil {
+	if e := web.DecodeOptionalJSON(w, r, MaxRequestBytes, &body, catchupExample); e != nil {
 		return e
 	}
 	req := &events.CatchupRequest{
@@ -214,13 +215,13 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 	key := events.ScopeAll
 	if body.DeploymentID != "" {
 		if err := CheckID("deployment_id", body.DeploymentID); err != nil {
-			return errorf(http.StatusBadRequest, "%v", err)
+			return web.Errorf(http.StatusBadRequest, "%v", err)
 		}
 		if e := s.needViews(topology.DeployComponents); e != nil {
 			return e
 		}
 		if !s.components.hasDeployment(body.DeploymentID) {
-			return errorf(http.StatusNotFound, "no registered component belongs to deployment %s, so there is nothing to catch up; check the deployment_id, or leave it out to catch up every deployment",
+			return web.Errorf(http.StatusNotFound, "no registered component belongs to deployment %s, so there is nothing to catch up; check the deployment_id, or leave it out to catch up every deployment",
 				body.DeploymentID)
 		}
 		req.Scope = events.ScopeDeployment
@@ -233,13 +234,13 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *httpError {
 		return e
 	}
 	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
-	writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
+	web.WriteJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
 	return nil
 }
 
 // requestCatchup writes req, keyed by key, on every partition of
 // catchup.requests, and says on how many.
-func (s *Server) requestCatchup(r *http.Request, req *events.CatchupRequest, key string) (int, *httpError) {
+func (s *Server) requestCatchup(r *http.Request, req *events.CatchupRequest, key string) (int, *web.Error) {
 	n, e := s.produceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
 	return int(n), e
 }
@@ -257,20 +258,20 @@ type RenotifyAccepted struct {
 // renotify asks for a component to be notified again of what Consul
 // holds, however its last notification ended: a catch-up of its
 // deployment that names it, which the agent-notifier runs once.
-func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.needViews(topology.DeployComponents); e != nil {
 		return e
 	}
 	c, ok := s.components.get(id)
 	if !ok {
-		return errorf(http.StatusNotFound, "no registered component %s: check the component_id (policyctl component list)", id)
+		return web.Errorf(http.StatusNotFound, "no registered component %s: check the component_id (policyctl component list)", id)
 	}
 	if notifiesNothing(c.Notify) {
-		return errorf(http.StatusConflict, "component %s has no notify target (notify kind none): it reads its policies from Consul and has nothing to be notified by", id)
+		return web.Errorf(http.StatusConflict, "component %s has no notify target (notify kind none): it reads its policies from Consul and has nothing to be notified by", id)
 	}
 	dep := c.DeploymentID
 	req := &events.CatchupRequest{RequestID: newID(), Scope: events.ScopeDeployment, DeploymentID: &dep, ComponentID: &id,
@@ -280,7 +281,7 @@ func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *httpError {
 		return e
 	}
 	s.log.Info().Str("request_id", req.RequestID).Str("component_id", id).Str("deployment_id", dep).Msg("renotify requested")
-	writeJSON(w, http.StatusAccepted, RenotifyAccepted{RequestID: req.RequestID, ComponentID: id, DeploymentID: dep, Partitions: n})
+	web.WriteJSON(w, http.StatusAccepted, RenotifyAccepted{RequestID: req.RequestID, ComponentID: id, DeploymentID: dep, Partitions: n})
 	return nil
 }
 
@@ -289,7 +290,7 @@ func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *httpError {
 // only log the push, so the caller is told here what would happen.
 // Version fencing stays pdp-ingest's (the catalog read here may be a
 // moment behind).
-func (s *Server) olderThanLoaded(i int, c policy.Checked) *httpError {
+func (s *Server) olderThanLoaded(i int, c policy.Checked) *web.Error {
 	if s.needViews(topology.PolicyCatalog) != nil {
 		return nil
 	}
@@ -301,7 +302,7 @@ func (s *Server) olderThanLoaded(i int, c policy.Checked) *httpError {
 	if !ok || c.Version >= loaded {
 		return nil
 	}
-	return errorf(http.StatusConflict, "policies[%d]: version %d of %s is older than the loaded version %s, which stays in force; nothing of this request was published (push a version greater than %s)",
+	return web.Errorf(http.StatusConflict, "policies[%d]: version %d of %s is older than the loaded version %s, which stays in force; nothing of this request was published (push a version greater than %s)",
 		i, c.Version, c.PolicyID, e.PolicyVersion, e.PolicyVersion)
 }
 
@@ -316,22 +317,22 @@ type LatestPolicy struct {
 	Error  string `json:"error,omitempty"`
 }
 
-func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("policy_id")
 	if id == "" {
-		return errorf(http.StatusBadRequest, "policy_id is missing: GET /policy_latest/{policy_id}")
+		return web.Errorf(http.StatusBadRequest, "policy_id is missing: GET /policy_latest/{policy_id}")
 	}
 	if e := s.needViews(topology.PolicyCatalog); e != nil {
 		return e
 	}
 	e, ok := s.catalog.get(id)
-	if !ok || !mayReadPolicy(principalOf(r.Context()), e) {
+	if !ok || !mayReadPolicy(web.PrincipalOf(r.Context()), e) {
 		// Another tenant's policy answers as one that does not exist.
 		hint := "the PDP has not announced it, or it was removed; announce it with POST /v1/pdp/notifications or push it with POST /v1/policies"
 		if derived, err := policy.PolicyID(id); err == nil && derived != id {
 			hint = fmt.Sprintf("%q is a full policyName; ask for its policy_id %q", id, derived)
 		}
-		return errorf(http.StatusNotFound, "no policy %s in the policy catalog: %s", id, hint)
+		return web.Errorf(http.StatusNotFound, "no policy %s in the policy catalog: %s", id, hint)
 	}
 	lp := LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	if e.Status == events.StatusErrored {
@@ -339,7 +340,7 @@ func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *httpError
 		// in force, and the answer says so.
 		lp.Status, lp.Error = e.Status, e.Error
 	}
-	writeJSON(w, http.StatusOK, lp)
+	web.WriteJSON(w, http.StatusOK, lp)
 	return nil
 }
 
@@ -386,27 +387,27 @@ func (f filterBody) compile(maxRegex int) (*policy.CompiledFilter, error) {
 // parseFilterBody reads the body of POST /policies_latest: a filter,
 // given as is or as the only field "policy_filter", with no field
 // filterBody does not know and a policyName of at most maxRegex bytes.
-func parseFilterBody(data []byte, maxRegex int) (*policy.CompiledFilter, *httpError) {
+func parseFilterBody(data []byte, maxRegex int) (*policy.CompiledFilter, *web.Error) {
 	var wrapper map[string]json.RawMessage
-	if e := decodeBytes(data, &wrapper, false, filterExample); e != nil {
+	if e := web.DecodeBytes(data, &wrapper, false, filterExample); e != nil {
 		return nil, e
 	}
 	if inner, ok := wrapper["policy_filter"]; ok && len(wrapper) == 1 {
 		data = inner
 	}
 	var f filterBody
-	if e := decodeBytes(data, &f, true, filterExample); e != nil {
+	if e := web.DecodeBytes(data, &f, true, filterExample); e != nil {
 		return nil, e
 	}
 	cf, err := f.compile(maxRegex)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "policy filter: %v", err)
+		return nil, web.Errorf(http.StatusBadRequest, "policy filter: %v", err)
 	}
 	return cf, nil
 }
 
-func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpError {
-	data, e := readBody(w, r, MaxRequestBytes)
+func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *web.Error {
+	data, e := web.ReadBody(w, r, MaxRequestBytes)
 	if e != nil {
 		return e
 	}
@@ -418,10 +419,10 @@ func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *httpErr
 		return e
 	}
 	out := map[string]LatestPolicy{}
-	for _, e := range s.catalog.matching(cf, principalOf(r.Context())) {
+	for _, e := range s.catalog.matching(cf, web.PrincipalOf(r.Context())) {
 		out[e.PolicyID] = LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -435,12 +436,12 @@ func consulValue(v []byte) json.RawMessage {
 	return s
 }
 
-func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *web.Error {
 	scn := r.PathValue("service_component_name")
 	if err := CheckID("service_component_name", scn); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	caller := principalOf(r.Context())
+	caller := web.PrincipalOf(r.Context())
 	if e := s.mayReadFolder(caller, scn); e != nil {
 		return e
 	}
@@ -499,7 +500,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 		case ok:
 			out["config"] = json.RawMessage(c.Config)
 		case len(pairs) == 0:
-			return errorf(http.StatusNotFound, "no service component %s: Consul has no key %s or %s* and no registered component has that service_component_name; register it with PUT /v1/components/{component_id}",
+			return web.Errorf(http.StatusNotFound, "no service component %s: Consul has no key %s or %s* and no registered component has that service_component_name; register it with PUT /v1/components/{component_id}",
 				scn, scn, scn+":")
 		default:
 			out["config"] = json.RawMessage("{}")
@@ -507,7 +508,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	}
 	pol, err := json.Marshal(map[string]any{"items": items, "event": event})
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "encode policies of %s: %v", scn, err)
+		return web.Errorf(http.StatusInternalServerError, "encode policies of %s: %v", scn, err)
 	}
 	out["policies"] = pol
 	// The seed's answer carries when it was made and the request's id
@@ -515,7 +516,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *ht
 	rid := requestID(w, r)
 	ts, _ := json.Marshal(time.Now().UTC().Format("2006-01-02T15:04:05.000Z"))
 	out["timestamp"], out["requestID"] = ts, json.RawMessage(strconv.Quote(rid))
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -540,25 +541,25 @@ func requestID(w http.ResponseWriter, r *http.Request) string {
 // it ends in ':') from Consul: 502, saying what to fix on the North API's
 // side: the right its token lacks, the token Consul does not know, or the
 // agent not reached.
-func (s *Server) consulFailed(key string, err error) *httpError {
+func (s *Server) consulFailed(key string, err error) *web.Error {
 	switch {
 	case consulkv.TokenRefused(err):
-		return errorf(http.StatusBadGateway, "read %s from Consul at %s: Consul refused the North API's token (ACL not found); check the North API's --consul-token (PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)", key, s.opts.Consul.Addr)
+		return web.Errorf(http.StatusBadGateway, "read %s from Consul at %s: Consul refused the North API's token (ACL not found); check the North API's --consul-token (PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)", key, s.opts.Consul.Addr)
 	case consulkv.Denied(err):
 		return s.consulDenied(key, strings.HasSuffix(key, ":"))
 	}
-	return errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.opts.Consul.Addr, err)
+	return web.Errorf(http.StatusBadGateway, "read %s from Consul at %s: %v; check --consul-addr and that Consul is up", key, s.opts.Consul.Addr, err)
 }
 
 // consulDenied is the answer to a read of key (or of the keys under it,
 // prefix) that Consul denied the North API's token: 502 with the rule to
 // grant that token.
-func (s *Server) consulDenied(key string, prefix bool) *httpError {
+func (s *Server) consulDenied(key string, prefix bool) *web.Error {
 	rule := fmt.Sprintf("key %q { policy = \"read\" }", key)
 	if prefix {
 		rule = fmt.Sprintf("key_prefix %q { policy = \"read\" }", key)
 	}
-	return errorf(http.StatusBadGateway, "Consul at %s denied the North API's token the right to read %s; grant the token %s", s.opts.Consul.Addr, key, rule)
+	return web.Errorf(http.StatusBadGateway, "Consul at %s denied the North API's token the right to read %s; grant the token %s", s.opts.Consul.Addr, key, rule)
 }
 
 // Health is the answer of GET /healthcheck.
@@ -568,17 +569,16 @@ type Health struct {
 	Views   map[string]string `json:"views"`
 }
 
-func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) *httpError {
+func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) *web.Error {
 	h := Health{Service: "policyflow-north-api", Status: "ok", Views: map[string]string{}}
-	for _, t := range s.reader.topics() {
-		ok, why := s.reader.ready(t)
-		if ok {
+	for t, why := range s.kit.Views.States() {
+		if why == "" {
 			h.Views[t] = "caught up"
 			continue
 		}
 		h.Status = "starting"
 		h.Views[t] = why
 	}
-	writeJSON(w, http.StatusOK, h)
+	web.WriteJSON(w, http.StatusOK, h)
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
@@ -81,27 +82,27 @@ type rolloutTarget struct {
 	gen int64
 }
 
-func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("policy_id")
 	if err := CheckID("policy_id", id); err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	limit := rolloutListLimit
 	if q := r.URL.Query().Get("limit"); q != "" {
 		n, err := strconv.Atoi(q)
 		if err != nil || n < 0 || n > maxRolloutListLimit {
-			return errorf(http.StatusBadRequest, "limit %q is not a number of component ids from 0 to %d", q, maxRolloutListLimit)
+			return web.Errorf(http.StatusBadRequest, "limit %q is not a number of component ids from 0 to %d", q, maxRolloutListLimit)
 		}
 		limit = n
 	}
 	if e := s.needViews(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
 	}
-	p := principalOf(r.Context())
+	p := web.PrincipalOf(r.Context())
 	e, ok := s.catalog.get(id)
 	if !ok || !mayReadPolicy(p, e) {
 		// Another tenant's policy answers as one that does not exist.
-		return errorf(http.StatusNotFound, "policy %s is not in the catalog: no version of it is loaded (GET /policy_latest/%s says the same)", id, id)
+		return web.Errorf(http.StatusNotFound, "policy %s is not in the catalog: no version of it is loaded (GET /policy_latest/%s says the same)", id, id)
 	}
 	// ?version= asks for the rollout of another loaded version than the
 	// latest (e.g. the one before it, while components still hold it).
@@ -111,9 +112,9 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpErro
 		latest, _ := policy.ParseVersion(e.PolicyVersion)
 		switch {
 		case !ok:
-			return errorf(http.StatusBadRequest, "version %q is not a policyVersion (all digits, e.g. 5)", q)
+			return web.Errorf(http.StatusBadRequest, "version %q is not a policyVersion (all digits, e.g. 5)", q)
 		case v > latest:
-			return errorf(http.StatusNotFound, "version %s of %s is not loaded: the latest is %s", q, id, e.PolicyVersion)
+			return web.Errorf(http.StatusNotFound, "version %s of %s is not loaded: the latest is %s", q, id, e.PolicyVersion)
 		}
 		target = strconv.FormatInt(v, 10)
 	}
@@ -168,7 +169,7 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *httpErro
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -185,7 +186,7 @@ func (r *Rollout) pending(limit int, id, why string) {
 // transactions of up to consulkv.MaxTxnOps get-tree operations (a get of
 // a key that does not exist would fail the whole transaction); nil where
 // a component has no claim.
-func (s *Server) claims(ctx context.Context, targets []rolloutTarget) ([]*consulkv.Claim, *httpError) {
+func (s *Server) claims(ctx context.Context, targets []rolloutTarget) ([]*consulkv.Claim, *web.Error) {
 	out := make([]*consulkv.Claim, len(targets))
 	for start := 0; start < len(targets); start += consulkv.MaxTxnOps {
 		batch := targets[start:min(start+consulkv.MaxTxnOps, len(targets))]
@@ -201,7 +202,7 @@ func (s *Server) claims(ctx context.Context, targets []rolloutTarget) ([]*consul
 			return nil, s.consulFailed(ops[0].KV.Key, err)
 		}
 		if !ok {
-			return nil, errorf(http.StatusBadGateway, "read %d notification claims from Consul at %s: %s; the North API's token needs key_prefix \"\" { policy = \"read\" } on the components' folders",
+			return nil, web.Errorf(http.StatusBadGateway, "read %d notification claims from Consul at %s: %s; the North API's token needs key_prefix \"\" { policy = \"read\" } on the components' folders",
 				len(ops), s.opts.Consul.Addr, consulkv.TxnReasons(resp))
 		}
 		for _, res := range resp.Results {
@@ -227,10 +228,8 @@ func (s *Server) claims(ctx context.Context, targets []rolloutTarget) ([]*consul
 // that matches its latest body, that may hold it (policy.MayHold), sorted
 // by component_id.
 func (v *componentsView) wanting(e *catalogEntry) []*events.Component {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var out []*events.Component
-	for _, c := range v.byID {
+	for _, c := range v.Sorted() {
 		if !policy.MayHold(c.Tenant, e.Tenant) {
 			continue
 		}

@@ -5,14 +5,17 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/policyflow/policyflow/services/internal/web"
 )
 
 // route is one endpoint of the API and who may call it.
 type route struct {
 	method, path string
-	h            handlerFunc
-	access       access
+	h            web.HandlerFunc
+	access       web.Access
 }
 
 // routeTable is every route of the API with the roles that may call it,
@@ -25,28 +28,28 @@ type route struct {
 // to global ones and their tenant's (policy.MayHold).
 func (s *Server) routeTable() []route {
 	return append([]route{
-		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
-		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, ownComponents},
-		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
-		{http.MethodPost, "/v1/components/{component_id}/renotify", s.renotify, operators},
-		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, operators},
-		{http.MethodPost, "/v1/policies", s.pushPolicies, operators},
-		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, readers},
-		{http.MethodPost, "/v1/catchup", s.catchup, operators},
-		{http.MethodGet, "/v1/catchup/{request_id}", s.catchupStatus, operators},
+		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, web.OwnComponents},
+		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, web.OwnComponents},
+		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, web.Readers},
+		{http.MethodPost, "/v1/components/{component_id}/renotify", s.renotify, web.Operators},
+		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, web.Operators},
+		{http.MethodPost, "/v1/policies", s.pushPolicies, web.Operators},
+		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, web.Readers},
+		{http.MethodPost, "/v1/catchup", s.catchup, web.Operators},
+		{http.MethodGet, "/v1/catchup/{request_id}", s.catchupStatus, web.Operators},
 		// The seed's policy-handler endpoint: a catch-up of everything.
-		{http.MethodGet, "/catch_up", s.catchup, operators},
-		{http.MethodGet, "/policy_latest/{policy_id}", s.policyLatest, readers},
+		{http.MethodGet, "/catch_up", s.catchup, web.Operators},
+		{http.MethodGet, "/policy_latest/{policy_id}", s.policyLatest, web.Readers},
 		// A read, though a POST: it carries a policy filter.
-		{http.MethodPost, "/policies_latest", s.policiesLatest, readers},
-		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, readers},
-		{http.MethodGet, "/healthcheck", s.healthcheck, anyone},
+		{http.MethodPost, "/policies_latest", s.policiesLatest, web.Readers},
+		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, web.Readers},
+		{http.MethodGet, "/healthcheck", s.healthcheck, web.Anyone},
 		// The document of this API (openapi.json next to this file).
-		{http.MethodGet, "/openapi.json", s.openAPI, readers},
+		{http.MethodGet, "/openapi.json", s.openAPI, web.Readers},
 		// The status page's data and the page itself, which holds no
 		// data: it asks /v1/status with the token given in its form.
-		{http.MethodGet, "/v1/status", s.pipelineStatus, statusReaders},
-		{http.MethodGet, "/ui/", s.statusPage, anyone},
+		{http.MethodGet, "/v1/status", s.pipelineStatus, web.StatusReaders},
+		{http.MethodGet, "/ui/", s.statusPage, web.Anyone},
 	}, slices.Concat(s.participantRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
 }
 
@@ -68,7 +71,7 @@ func (m *recordingMux) Handle(pattern string, h http.Handler) {
 // another route than the one it named.
 func (m *recordingMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
-		writeError(w, errorf(http.StatusBadRequest, "path %s is not clean: send it as %s (no '.' or '..' segment, no doubled '/')", p, cleanPath(p)))
+		web.WriteError(w, web.Errorf(http.StatusBadRequest, "path %s is not clean: send it as %s (no '.' or '..' segment, no doubled '/')", p, cleanPath(p)))
 		return
 	}
 	m.ServeMux.ServeHTTP(w, r)
@@ -111,25 +114,58 @@ func (s *Server) mux() *recordingMux {
 	for _, p := range paths {
 		allowed := methods[p]
 		sort.Strings(allowed)
-		mux.Handle(p, s.wrap("method not allowed", s.guard(authenticated, func(w http.ResponseWriter, r *http.Request) *httpError {
+		mux.Handle(p, s.wrap("method not allowed", s.guard(web.Authenticated, func(w http.ResponseWriter, r *http.Request) *web.Error {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			return errorf(http.StatusMethodNotAllowed, "%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))
+			return web.Errorf(http.StatusMethodNotAllowed, "%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))
 		})))
 	}
-	mux.Handle("/", s.wrap("not found", s.guard(authenticated, func(_ http.ResponseWriter, r *http.Request) *httpError {
-		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s (GET /openapi.json describes each)", r.URL.Path, strings.Join(paths, ", "))
+	mux.Handle("/", s.wrap("not found", s.guard(web.Authenticated, func(_ http.ResponseWriter, r *http.Request) *web.Error {
+		return web.Errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s (GET /openapi.json describes each)", r.URL.Path, strings.Join(paths, ", "))
 	})))
 	return mux
 }
 
-// needViews answers 503 while one of the named topics' views has not
-// caught up, so no answer is built from a partial view.
-func (s *Server) needViews(bases ...string) *httpError {
-	for _, b := range bases {
-		t := s.env.Kafka.Topic(b)
-		if ok, why := s.reader.ready(t); !ok {
-			return errorf(http.StatusServiceUnavailable, "the North API is still reading %s (%s); retry in a few seconds", t, why)
-		}
+// statusRecorder remembers the status written, for metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
 	}
-	return nil
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// wrap turns a HandlerFunc into an http.Handler that writes its error as
+// JSON and counts the request under route.
+func (s *Server) wrap(route string, h web.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.env.Tracer != nil {
+			// The request's span: the records it produces continue its
+			// trace through the pipeline.
+			ctx, span := s.env.Tracer.Start(r.Context(), route)
+			defer span.End()
+			r = r.WithContext(ctx)
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		if e := h(rec, r); e != nil {
+			if e.Status >= 500 {
+				s.log.Warn().Str("route", route).Int("status", e.Status).Msg(e.Msg)
+			}
+			web.WriteError(rec, e)
+		}
+		if rec.status == 0 {
+			rec.status = http.StatusOK
+		}
+		s.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
+	})
 }

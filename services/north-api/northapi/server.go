@@ -10,14 +10,11 @@ package northapi
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	capi "github.com/hashicorp/consul/api"
@@ -25,7 +22,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -41,6 +40,9 @@ const (
 	// policy bodies (each up to policy.MaxBodyBytes).
 	MaxPoliciesRequestBytes = 64 << 20
 )
+
+// RateLimit bounds the requests of one client (web.RateLimit).
+type RateLimit = web.RateLimit
 
 // Options tune a Server. Tokens is required unless InsecureNoAuth; the
 // other zero values take the defaults.
@@ -98,7 +100,7 @@ type Server struct {
 	cl     *kgo.Client
 	consul *capi.Client
 
-	reader     *reader
+	kit        *web.Kit // producer, read views' readiness, locks
 	catalog    *catalogView
 	components *componentsView
 	applied    *appliedView
@@ -110,8 +112,7 @@ type Server struct {
 	dcs        *datacentersView
 
 	rules   ComponentRules
-	locks   keyedMutex
-	limiter *limiter
+	limiter *web.Limiter
 	placing chan struct{} // a slot per placement computation running
 
 	requests *prometheus.CounterVec
@@ -144,21 +145,12 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("north api: %w", err)
 	}
 	s := &Server{
-		env:        env,
-		log:        env.Log.With().Str("service", "north-api").Logger(),
-		opts:       opts,
-		catalog:    newCatalogView(env.Codec),
-		components: newComponentsView(env.Codec),
-		applied:    newAppliedView(env.Codec),
-		progress:   newProgressView(env.Codec),
-		acm:        newACMView(env.Codec),
-		nm:         newNodeMgmt(env.Codec),
-		appPols:    newAppPoliciesView(env.Codec),
-		verdicts:   newVerdictsView(env.Codec),
-		dcs:        newDatacentersView(env.Codec),
-		limiter:    newLimiter(opts.RateLimit),
-		placing:    make(chan struct{}, opts.MaxPlacements),
-		rules:      rules,
+		env:     env,
+		log:     env.Log.With().Str("service", "north-api").Logger(),
+		opts:    opts,
+		limiter: web.NewLimiter(opts.RateLimit),
+		placing: make(chan struct{}, opts.MaxPlacements),
+		rules:   rules,
 	}
 	if opts.InsecureNoAuth {
 		s.log.Warn().Msg("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who reaches the North API may register components, choose the scripts they run and read every policy and Consul folder")
@@ -189,20 +181,6 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: %w", err)
 	}
-	views := map[string]applyFunc{
-		env.Kafka.Topic(topology.PolicyCatalog):     s.catalog.apply,
-		env.Kafka.Topic(topology.DeployComponents):  s.components.apply,
-		env.Kafka.Topic(topology.ComponentApplied):  s.applied.apply,
-		env.Kafka.Topic(topology.CatchupProgress):   s.progress.apply,
-		env.Kafka.Topic(topology.ACMSync):           s.acm.apply,
-		env.Kafka.Topic(topology.AppPolicies):       s.appPols.apply,
-		env.Kafka.Topic(topology.AdmissionVerdicts): s.verdicts.apply,
-		env.Kafka.Topic(topology.Datacenters):       s.dcs.apply,
-	}
-	for base, fn := range s.nm.applyFuncs() {
-		views[env.Kafka.Topic(base)] = fn
-	}
-	s.reader = newReader(env.Kafka, env.Health, s.log, views)
 	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
 	}, []string{"route", "code"})); err == nil {
@@ -214,7 +192,65 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: register metrics: %w", err)
 	}
+	s.kit = web.NewKit(env, s.log, s.cl, s.produced, opts.ViewWait, opts.ProduceTimeout)
+	if err := s.followViews(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("north api: %w", err)
+	}
 	return s, nil
+}
+
+// followViews starts the read views, each a runtime table of its topic
+// (node management's folded into an nmp.World as the nmp-hub folds it).
+func (s *Server) followViews() (err error) {
+	env, views := s.env, s.kit.Views
+	add := func(v interface {
+		web.View
+		Close()
+	}) {
+		views.Add(v)
+		views.OnClose(v.Close)
+	}
+	if s.catalog, err = followCatalog(env); err != nil {
+		return err
+	}
+	add(s.catalog)
+	if s.components, err = followComponents(env); err != nil {
+		return err
+	}
+	add(s.components)
+	if s.applied, err = followApplied(env); err != nil {
+		return err
+	}
+	add(s.applied)
+	if s.progress, err = followProgress(env); err != nil {
+		return err
+	}
+	add(s.progress)
+	acm, err := runtime.FollowTable[*events.ReplicaState](env, topology.ACMSync, nil)
+	if err != nil {
+		return err
+	}
+	s.acm = &acmView{acm}
+	add(s.acm)
+	if s.appPols, err = followAppPolicies(env); err != nil {
+		return err
+	}
+	add(s.appPols)
+	if s.verdicts, err = followVerdicts(env); err != nil {
+		return err
+	}
+	add(s.verdicts)
+	if s.dcs, err = followDatacenters(env); err != nil {
+		return err
+	}
+	add(s.dcs)
+	if s.nm, err = followNodeMgmt(env, s.log); err != nil {
+		return err
+	}
+	views.Add(s.nm.views()...)
+	views.OnClose(s.nm.close)
+	return nil
 }
 
 // registerCounter registers c, or returns the one a Server built on the
@@ -232,21 +268,21 @@ func registerCounter(r *prometheus.Registry, c *prometheus.CounterVec) (*prometh
 	return c, nil
 }
 
-// Run keeps the read views live until ctx is done.
-func (s *Server) Run(ctx context.Context) error { return s.reader.run(ctx) }
+// Run watches the read views catch up and keeps them marked on health
+// until ctx is done.
+func (s *Server) Run(ctx context.Context) error { return s.kit.Views.Run(ctx) }
 
-// Close releases the producer. Call it after Run returned.
-func (s *Server) Close() { s.cl.Close() }
+// Close stops the read views and releases the producer. Call it after Run
+// returned.
+func (s *Server) Close() {
+	if s.kit != nil {
+		s.kit.Views.Close()
+	}
+	s.cl.Close()
+}
 
 // Ready reports whether every read view has caught up.
-func (s *Server) Ready() bool {
-	for _, t := range s.reader.topics() {
-		if ok, _ := s.reader.ready(t); !ok {
-			return false
-		}
-	}
-	return true
-}
+func (s *Server) Ready() bool { return s.kit.Views.Ready() }
 
 // Handler serves the API's routes, each behind its token check. Health,
 // readiness (every view caught up) and metrics are not among them: they
@@ -303,72 +339,22 @@ func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts O
 
 // produce writes records and waits for them to be acknowledged.
 func (s *Server) produce(ctx context.Context, recs ...*kgo.Record) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ProduceTimeout)
-	defer cancel()
-	for _, r := range recs {
-		if r.Context == nil {
-			r.Context = ctx
-		}
-	}
-	results := s.cl.ProduceSync(ctx, recs...)
-	for _, r := range results {
-		if r.Err == nil {
-			s.produced.WithLabelValues(r.Record.Topic).Inc()
-		}
-	}
-	if err := results.FirstErr(); err != nil {
-		return fmt.Errorf("produce to %s: %w", recs[0].Topic, err)
-	}
-	return nil
+	return s.kit.Produce(ctx, recs...)
 }
+
+// waitOwnWrite waits, bounded by ViewWait, until this replica's view has
+// read rec, so the caller's next request sees the write (a component's
+// next write its generation, a node's new token).
+func (s *Server) waitOwnWrite(ctx context.Context, view web.OwnWriteWaiter, rec *kgo.Record) {
+	s.kit.WaitOwnWrite(ctx, view, rec)
+}
+
+// needViews answers 503 while one of the named topics' views has not
+// caught up, so no answer is built from a partial view.
+func (s *Server) needViews(bases ...string) *web.Error { return s.kit.Views.Need(bases...) }
 
 // newID returns 16 random bytes in hex, for notification and request ids.
+func newID() string { return web.NewID() }
+
 // newUUID is a random (version 4) UUID.
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// keyedMutex serializes work per key (component writes).
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}
+func newUUID() string { return web.NewUUID() }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -85,7 +86,7 @@ type FailedNotification struct {
 	At                   string `json:"at,omitempty"`
 }
 
-func (s *Server) pipelineStatus(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) pipelineStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := s.needViews(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
 	}
@@ -98,7 +99,7 @@ func (s *Server) pipelineStatus(w http.ResponseWriter, r *http.Request) *httpErr
 	st.Note = note
 	st.Changes = s.rollouts(comps, claims)
 	st.FailedNotifications = failures(comps, claims)
-	writeJSON(w, http.StatusOK, st)
+	web.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
 

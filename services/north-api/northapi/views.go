@@ -1,18 +1,17 @@
 package northapi
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // catalogEntry is one policy of the catalog view.
@@ -31,65 +30,46 @@ type catalogEntry struct {
 	decoded policy.Body
 }
 
-// catalogView is policy.catalog: the latest valid body per policy_id.
+// catalogView is policy.catalog: the latest valid body per policy_id,
+// decoded as it is read.
 type catalogView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byID  map[string]*catalogEntry
+	*runtime.TableOf[*events.PolicyCatalogEntry, *catalogEntry]
 }
 
-func newCatalogView(codec *events.Codec) *catalogView {
-	return &catalogView{codec: codec, byID: map[string]*catalogEntry{}}
-}
-
-func (v *catalogView) apply(ctx context.Context, rec *kgo.Record) error {
-	if rec.Value == nil {
-		v.mu.Lock()
-		delete(v.byID, string(rec.Key))
-		v.mu.Unlock()
-		return nil
-	}
-	var e events.PolicyCatalogEntry
-	if err := v.codec.DecodeInto(ctx, rec.Value, &e); err != nil {
-		return fmt.Errorf("policy catalog view: decode entry %q: %w", rec.Key, err)
-	}
-	b, err := policy.DecodeBody([]byte(e.Body))
+func followCatalog(env runtime.Env) (*catalogView, error) {
+	t, err := runtime.FollowTableOf(env, topology.PolicyCatalog, func(m runtime.Msg[*events.PolicyCatalogEntry], _ *catalogEntry, _ bool) (*catalogEntry, error) {
+		e := m.Value
+		b, err := policy.DecodeBody([]byte(e.Body))
+		if err != nil {
+			return nil, fmt.Errorf("policy catalog view: entry %q: %w", e.PolicyID, err)
+		}
+		id := e.PolicyID
+		if id == "" {
+			id = string(m.Key)
+		}
+		return &catalogEntry{
+			PolicyID:      id,
+			PolicyName:    e.PolicyName,
+			PolicyVersion: e.PolicyVersion,
+			Status:        e.Status,
+			Error:         stringOr(e.Error, ""),
+			Body:          json.RawMessage(e.Body),
+			ChangedAt:     m.Timestamp,
+			Tenant:        e.Tenant,
+			decoded:       b,
+		}, nil
+	}, nil)
 	if err != nil {
-		return fmt.Errorf("policy catalog view: entry %q: %w", e.PolicyID, err)
+		return nil, err
 	}
-	id := e.PolicyID
-	if id == "" {
-		id = string(rec.Key)
-	}
-	v.mu.Lock()
-	v.byID[id] = &catalogEntry{
-		PolicyID:      id,
-		PolicyName:    e.PolicyName,
-		PolicyVersion: e.PolicyVersion,
-		Status:        e.Status,
-		Error:         stringOr(e.Error, ""),
-		Body:          json.RawMessage(e.Body),
-		ChangedAt:     rec.Timestamp,
-		Tenant:        e.Tenant,
-		decoded:       b,
-	}
-	v.mu.Unlock()
-	return nil
+	return &catalogView{t}, nil
 }
 
-func (v *catalogView) get(id string) (*catalogEntry, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	e, ok := v.byID[id]
-	return e, ok
-}
+func (v *catalogView) get(id string) (*catalogEntry, bool) { return v.Value(id) }
 
-// each calls f on every entry, in no order, with the view locked for
-// reading: f must not call back into the view.
+// each calls f on every entry.
 func (v *catalogView) each(f func(*catalogEntry)) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	for _, e := range v.byID {
+	for _, e := range v.Sorted() {
 		f(e)
 	}
 }
@@ -97,10 +77,8 @@ func (v *catalogView) each(f func(*catalogEntry)) {
 // matching returns the entries whose body matches f and that p may read
 // (mayReadPolicy), sorted by policy_id.
 func (v *catalogView) matching(f *policy.CompiledFilter, p auth.Principal) []*catalogEntry {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var out []*catalogEntry
-	for _, e := range v.byID {
+	for _, e := range v.Sorted() {
 		if !mayReadPolicy(p, e) {
 			continue
 		}
@@ -112,81 +90,50 @@ func (v *catalogView) matching(f *policy.CompiledFilter, p auth.Principal) []*ca
 	return out
 }
 
-// componentsView is deploy.components: the registered components.
+// componentsView is deploy.components: the registered components, and
+// the last generation of each component ever seen, so that one deleted
+// and registered again keeps counting up.
 type componentsView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byID  map[string]*events.Component
-	// lastGen remembers the generation of components that were deleted,
-	// so that one registered again keeps counting up.
+	*runtime.Table[*events.Component]
+	mu      sync.Mutex
 	lastGen map[string]int64
 }
 
-func newComponentsView(codec *events.Codec) *componentsView {
-	return &componentsView{codec: codec, byID: map[string]*events.Component{}, lastGen: map[string]int64{}}
-}
-
-func (v *componentsView) apply(ctx context.Context, rec *kgo.Record) error {
-	id := string(rec.Key)
-	if rec.Value == nil {
-		v.mu.Lock()
-		if c, ok := v.byID[id]; ok {
-			v.lastGen[id] = c.Generation
+func followComponents(env runtime.Env) (*componentsView, error) {
+	v := &componentsView{lastGen: map[string]int64{}}
+	t, err := runtime.FollowTable(env, topology.DeployComponents, func(m runtime.Msg[*events.Component]) {
+		if m.Value == nil {
+			return
 		}
-		delete(v.byID, id)
+		v.mu.Lock()
+		v.lastGen[string(m.Key)] = max(v.lastGen[string(m.Key)], m.Value.Generation)
 		v.mu.Unlock()
-		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	var c events.Component
-	if err := v.codec.DecodeInto(ctx, rec.Value, &c); err != nil {
-		return fmt.Errorf("components view: decode component %q: %w", id, err)
-	}
-	v.mu.Lock()
-	v.byID[id] = &c
-	if c.Generation > v.lastGen[id] {
-		v.lastGen[id] = c.Generation
-	}
-	v.mu.Unlock()
-	return nil
+	v.Table = t
+	return v, nil
 }
 
-// all returns a copy of the registered components, sorted by id.
-func (v *componentsView) all() []*events.Component {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := make([]*events.Component, 0, len(v.byID))
-	for _, c := range v.byID {
-		out = append(out, c)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ComponentID < out[j].ComponentID })
-	return out
-}
+// all returns the registered components, sorted by id.
+func (v *componentsView) all() []*events.Component { return v.Sorted() }
 
-func (v *componentsView) get(id string) (*events.Component, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	c, ok := v.byID[id]
-	return c, ok
-}
+func (v *componentsView) get(id string) (*events.Component, bool) { return v.Value(id) }
 
 // generation is the last generation the component had, registered or
 // deleted since; 0 when never seen.
 func (v *componentsView) generation(id string) int64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	if c, ok := v.byID[id]; ok && c.Generation > v.lastGen[id] {
-		return c.Generation
-	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	return v.lastGen[id]
 }
 
 // byServiceComponent returns the registered component with the service
 // component name, the latest updated one when several share it.
 func (v *componentsView) byServiceComponent(scn string) (*events.Component, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var best *events.Component
-	for _, c := range v.byID {
+	for _, c := range v.Sorted() {
 		if c.ServiceComponentName != scn {
 			continue
 		}
@@ -201,10 +148,8 @@ func (v *componentsView) byServiceComponent(scn string) (*events.Component, bool
 // deploymentTenants returns the tenants of the registered components of
 // the deployment.
 func (v *componentsView) deploymentTenants(deploymentID string) []string {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
 	var out []string
-	for _, c := range v.byID {
+	for _, c := range v.Sorted() {
 		if c.DeploymentID == deploymentID {
 			out = append(out, c.Tenant)
 		}
@@ -215,14 +160,20 @@ func (v *componentsView) deploymentTenants(deploymentID string) []string {
 // hasDeployment reports whether any registered component belongs to the
 // deployment.
 func (v *componentsView) hasDeployment(deploymentID string) bool {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	for _, c := range v.byID {
-		if c.DeploymentID == deploymentID {
-			return true
+	_, ok := v.Find(func(c *events.Component) bool { return c.DeploymentID == deploymentID })
+	return ok
+}
+
+// withServiceComponent returns the registered components with the
+// service component name, by component id.
+func (v *componentsView) withServiceComponent(scn string) []*events.Component {
+	var out []*events.Component
+	for _, c := range v.Sorted() {
+		if c.ServiceComponentName == scn {
+			out = append(out, c)
 		}
 	}
-	return false
+	return out
 }
 
 // appliedPolicy is what the applied view remembers of one policy of a
@@ -252,38 +203,27 @@ type appliedState struct {
 }
 
 // appliedView is component.applied: what was last written to Consul for
-// each component.
+// each component, each record folded over the component's previous state
+// (foldApplied).
 type appliedView struct {
-	codec *events.Codec
-	mu    sync.RWMutex
-	byID  map[string]*appliedState
+	*runtime.TableOf[*events.ComponentApplied, *appliedState]
 }
 
-func newAppliedView(codec *events.Codec) *appliedView {
-	return &appliedView{codec: codec, byID: map[string]*appliedState{}}
+func followApplied(env runtime.Env) (*appliedView, error) {
+	t, err := runtime.FollowTableOf(env, topology.ComponentApplied, func(m runtime.Msg[*events.ComponentApplied], prev *appliedState, _ bool) (*appliedState, error) {
+		a := m.Value
+		if a.ComponentID == "" {
+			a.ComponentID = string(m.Key)
+		}
+		return foldApplied(prev, a), nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &appliedView{t}, nil
 }
 
-func (v *appliedView) apply(ctx context.Context, rec *kgo.Record) error {
-	id := string(rec.Key)
-	if rec.Value == nil {
-		v.mu.Lock()
-		delete(v.byID, id)
-		v.mu.Unlock()
-		return nil
-	}
-	var a events.ComponentApplied
-	if err := v.codec.DecodeInto(ctx, rec.Value, &a); err != nil {
-		return fmt.Errorf("applied view: decode record of component %q: %w", id, err)
-	}
-	if a.ComponentID == "" {
-		a.ComponentID = id
-	}
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	prev := v.byID[id]
-	v.byID[id] = foldApplied(prev, &a)
-	return nil
-}
+func (v *appliedView) get(id string) (*appliedState, bool) { return v.Value(id) }
 
 // foldApplied computes a component's applied state from the previous one
 // and a new ComponentApplied: a policy keeps the update that brought its
@@ -323,13 +263,6 @@ func foldApplied(prev *appliedState, a *events.ComponentApplied) *appliedState {
 		}
 	}
 	return st
-}
-
-func (v *appliedView) get(id string) (*appliedState, bool) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	a, ok := v.byID[id]
-	return a, ok
 }
 
 // stringOr is *p, or def when p is nil.

@@ -1,4 +1,4 @@
-package northapi
+package web
 
 import (
 	"sync"
@@ -24,9 +24,9 @@ type RateLimit struct {
 	Off bool
 }
 
-// limiter is a token bucket per key. Buckets idle long enough to be full
+// Limiter is a token bucket per key (NewLimiter). Buckets idle long enough to be full
 // again are dropped, so addresses that came once do not pile up.
-type limiter struct {
+type Limiter struct {
 	rate  float64
 	burst int
 	off   bool
@@ -42,19 +42,20 @@ type bucket struct {
 	last   time.Time
 }
 
-func newLimiter(l RateLimit) *limiter {
+// NewLimiter is a limiter of l, its zero fields taking the defaults.
+func NewLimiter(l RateLimit) *Limiter {
 	if l.PerSecond <= 0 {
 		l.PerSecond = DefaultRatePerSecond
 	}
 	if l.Burst <= 0 {
 		l.Burst = DefaultRateBurst
 	}
-	return &limiter{rate: l.PerSecond, burst: l.Burst, off: l.Off, now: time.Now, buckets: map[string]*bucket{}}
+	return &Limiter{rate: l.PerSecond, burst: l.Burst, off: l.Off, now: time.Now, buckets: map[string]*bucket{}}
 }
 
-// allow takes a token from key's bucket; when there is none it says how
+// Allow takes a token from key's bucket; when there is none it says how
 // long until there is.
-func (l *limiter) allow(key string) (bool, time.Duration) {
+func (l *Limiter) Allow(key string) (bool, time.Duration) {
 	if l.off {
 		return true, 0
 	}
@@ -77,7 +78,7 @@ func (l *limiter) allow(key string) (bool, time.Duration) {
 }
 
 // sweep drops, at most once a minute, the buckets that have refilled.
-func (l *limiter) sweep(now time.Time) {
+func (l *Limiter) sweep(now time.Time) {
 	if now.Sub(l.lastSweep) < time.Minute {
 		return
 	}
@@ -89,3 +90,9 @@ func (l *limiter) sweep(now time.Time) {
 		}
 	}
 }
+
+// Rate is the sustained rate a client may have, per second.
+func (l *Limiter) Rate() float64 { return l.rate }
+
+// Burst is how many requests a client may send at once.
+func (l *Limiter) Burst() int { return l.burst }

@@ -1,4 +1,4 @@
-package northapi
+package web
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 // FuzzRequestBody feeds the one reader of every JSON request body
 // truncated, padded and hostile bytes: it never panics, and a body it
 // accepts is UTF-8, one valid JSON value that is not null, nested at most
-// maxJSONDepth deep; a refusal is a 400 with a reason.
+// MaxJSONDepth deep; a refusal is a 400 with a reason.
 func FuzzRequestBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"a":1}`, `{"a":1,"a":2}`, `null`, ` null `, `{"a":`, `{"a":1}}`, `{"a":1} {"b":2}`, "{\"a\":\"\xff\"}",
@@ -22,18 +22,18 @@ func FuzzRequestBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var v any
-		e := decodeBytes(data, &v, false, `{}`)
+		e := DecodeBytes(data, &v, false, `{}`)
 		if e != nil {
-			if e.status != 400 || e.msg == "" {
-				t.Fatalf("refused with %d %q, want 400 with a reason", e.status, e.msg)
+			if e.Status != 400 || e.Msg == "" {
+				t.Fatalf("refused with %d %q, want 400 with a reason", e.Status, e.Msg)
 			}
 			return
 		}
 		if !utf8.Valid(data) || !json.Valid(data) || bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 			t.Fatalf("accepted %q: not UTF-8, not one JSON value, or null", data)
 		}
-		if d := depth(v); d > maxJSONDepth {
-			t.Fatalf("accepted %d levels of nesting, more than %d", d, maxJSONDepth)
+		if d := depth(v); d > MaxJSONDepth {
+			t.Fatalf("accepted %d levels of nesting, more than %d", d, MaxJSONDepth)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package northapi
+package web
 
 import (
 	"bytes"
@@ -13,16 +13,17 @@ import (
 	"unicode/utf8"
 )
 
-// httpError is a failed request: the status and what to tell the caller.
-type httpError struct {
-	status int
-	msg    string
+// Error is a failed request: the status and what to tell the caller.
+type Error struct {
+	Status int
+	Msg    string
 }
 
-func (e *httpError) Error() string { return e.msg }
+func (e *Error) Error() string { return e.Msg }
 
-func errorf(status int, format string, args ...any) *httpError {
-	return &httpError{status: status, msg: fmt.Sprintf(format, args...)}
+// Errorf is a failed request with status and a reason.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Msg: fmt.Sprintf(format, args...)}
 }
 
 // ErrorBody is the JSON body of every 4xx and 5xx answer.
@@ -30,7 +31,8 @@ type ErrorBody struct {
 	Error string `json:"error"`
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers v as indented JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
@@ -38,106 +40,62 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func writeError(w http.ResponseWriter, e *httpError) {
-	writeJSON(w, e.status, ErrorBody{Error: e.msg})
+// WriteError answers e as an ErrorBody.
+func WriteError(w http.ResponseWriter, e *Error) {
+	WriteJSON(w, e.Status, ErrorBody{Error: e.Msg})
 }
 
-// handlerFunc is an API handler that returns its failure.
-type handlerFunc func(w http.ResponseWriter, r *http.Request) *httpError
+// HandlerFunc is an API handler that returns its failure.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) *Error
 
-// statusRecorder remembers the status written, for metrics.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// wrap turns a handlerFunc into an http.Handler that writes its error as
-// JSON and counts the request under route.
-func (s *Server) wrap(route string, h handlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.env.Tracer != nil {
-			// The request's span: the records it produces continue its
-			// trace through the pipeline.
-			ctx, span := s.env.Tracer.Start(r.Context(), route)
-			defer span.End()
-			r = r.WithContext(ctx)
-		}
-		rec := &statusRecorder{ResponseWriter: w}
-		if e := h(rec, r); e != nil {
-			if e.status >= 500 {
-				s.log.Warn().Str("route", route).Int("status", e.status).Msg(e.msg)
-			}
-			writeError(rec, e)
-		}
-		if rec.status == 0 {
-			rec.status = http.StatusOK
-		}
-		s.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
-	})
-}
-
-// maxJSONDepth bounds how deep objects and arrays nest in a request body:
+// MaxJSONDepth bounds how deep objects and arrays nest in a request body:
 // room for a pushed policy body (policy.MaxDepth) inside the array of a
 // push, far less than what would make decoding costly.
-const maxJSONDepth = 128
+const MaxJSONDepth = 128
 
 // decodeJSON reads the request body as one JSON value into v (see
 // decodeBytes). limit bounds the body size.
-func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, strict bool, example string) *httpError {
-	data, e := readBody(w, r, limit)
+func DecodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, strict bool, example string) *Error {
+	data, e := ReadBody(w, r, limit)
 	if e != nil {
 		return e
 	}
-	return decodeBytes(data, v, strict, example)
+	return DecodeBytes(data, v, strict, example)
 }
 
 // decodeOptionalJSON is decodeJSON for a route whose body may be left
 // out: an empty body leaves v as it is; any other is decoded strictly.
-func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, example string) *httpError {
-	data, e := readBody(w, r, limit)
+func DecodeOptionalJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, example string) *Error {
+	data, e := ReadBody(w, r, limit)
 	if e != nil || len(bytes.TrimSpace(data)) == 0 {
 		return e
 	}
-	return decodeBytes(data, v, true, example)
+	return DecodeBytes(data, v, true, example)
 }
 
 // readBody reads the request body, at most limit bytes.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *httpError) {
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Error) {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, errorf(http.StatusRequestEntityTooLarge, "request body is over the limit of %d bytes; send less per request", mbe.Limit)
+			return nil, Errorf(http.StatusRequestEntityTooLarge, "request body is over the limit of %d bytes; send less per request", mbe.Limit)
 		}
-		return nil, errorf(http.StatusBadRequest, "read request body: %v", err)
+		return nil, Errorf(http.StatusBadRequest, "read request body: %v", err)
 	}
 	return data, nil
 }
 
 // decodeBytes decodes data, one JSON value, into v. It refuses, saying
 // where: bytes that are not UTF-8, a key given twice in an object, nesting
-// deeper than maxJSONDepth, a body that is JSON null, a value of the wrong
+// deeper than MaxJSONDepth, a body that is JSON null, a value of the wrong
 // type, and (strict) fields v does not have.
-func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
+func DecodeBytes(data []byte, v any, strict bool, example string) *Error {
 	if len(bytes.TrimSpace(data)) == 0 {
-		return errorf(http.StatusBadRequest, "request body is empty; send JSON such as %s", example)
+		return Errorf(http.StatusBadRequest, "request body is empty; send JSON such as %s", example)
 	}
-	if err := checkJSONText(data); err != nil {
-		return errorf(http.StatusBadRequest, "%s; send JSON such as %s", err, example)
+	if err := CheckJSONText(data); err != nil {
+		return Errorf(http.StatusBadRequest, "%s; send JSON such as %s", err, example)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -145,12 +103,12 @@ func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
 		dec.DisallowUnknownFields()
 	}
 	if err := dec.Decode(v); err != nil {
-		return errorf(http.StatusBadRequest, "%s; send JSON such as %s", describeJSONError(data, err), example)
+		return Errorf(http.StatusBadRequest, "%s; send JSON such as %s", describeJSONError(data, err), example)
 	}
 	// More says nothing of a stray '}' or ']': whatever follows the value
 	// but white space is refused.
 	if off := dec.InputOffset(); len(bytes.TrimSpace(data[off:])) > 0 {
-		return errorf(http.StatusBadRequest, "malformed JSON: more data after the first JSON value at byte %d; send one JSON value", off)
+		return Errorf(http.StatusBadRequest, "malformed JSON: more data after the first JSON value at byte %d; send one JSON value", off)
 	}
 	return nil
 }
@@ -158,9 +116,9 @@ func decodeBytes(data []byte, v any, strict bool, example string) *httpError {
 // checkJSONText walks the tokens of data and refuses what encoding/json
 // would let through silently or slowly: bytes that are not UTF-8 (decoded
 // as U+FFFD), a key given twice in an object (the last one wins), nesting
-// deeper than maxJSONDepth, and a body that is null (decoded as nothing
+// deeper than MaxJSONDepth, and a body that is null (decoded as nothing
 // at all). It leaves syntax errors to decoding.
-func checkJSONText(data []byte) error {
+func CheckJSONText(data []byte) error {
 	if !utf8.Valid(data) {
 		i := 0
 		for {
@@ -225,8 +183,8 @@ func checkJSONText(data []byte) error {
 		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxJSONDepth {
-				return fmt.Errorf("objects and arrays nest more than %d levels deep at %s; flatten the body", maxJSONDepth, path(len(stack)))
+			if len(stack) >= MaxJSONDepth {
+				return fmt.Errorf("objects and arrays nest more than %d levels deep at %s; flatten the body", MaxJSONDepth, path(len(stack)))
 			}
 			f := &frame{at: "[0]"}
 			if tok == json.Delim('{') {
