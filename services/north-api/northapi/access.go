@@ -75,7 +75,7 @@ func (s *Server) authenticate(r *http.Request) (p auth.Principal, known, hadToke
 		return auth.Principal{}, false, false
 	}
 	if auth.IsNodeToken(token) {
-		p, known = s.nm.creds.lookup(token)
+		p, known = s.nmp.LookupNodeToken(token)
 		return p, known, true
 	}
 	p, known = s.opts.Tokens.Lookup(token)
@@ -215,22 +215,4 @@ func (o viewOwners) Deployment(id string) []string {
 	}
 	slices.Sort(tenants)
 	return slices.Compact(tenants)
-}
-
-// mayActForNode says whether the caller may act for node org/node (the
-// org was checked by inOrg). A node's own token acts for its node only;
-// an org token (role agent, from the tokens file) only registers nodes
-// (register), which issues each node its own token; other roles that
-// reached the handler may.
-func mayActForNode(p auth.Principal, r *http.Request, org, node string, register bool) *web.Error {
-	switch {
-	case p.Role != auth.RoleAgent:
-		return nil
-	case p.Node != "" && (p.Tenant != org || p.Node != node):
-		return web.Errorf(http.StatusForbidden, "token of node %s/%s acts for its own node only, not for %s/%s", p.Tenant, p.Node, org, node)
-	case p.Node == "" && !register:
-		return web.Errorf(http.StatusForbidden, "token %s is an org token: it only registers nodes (PUT /v1/orgs/%s/nodes/{node}), which issues each node its own token; %s %s takes node %s/%s's own token",
-			p.Name, org, r.Method, r.URL.Path, org, node)
-	}
-	return nil
 }

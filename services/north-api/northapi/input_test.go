@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyflow/policyflow/services/nmp/nmpapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -158,7 +159,7 @@ func TestErrorsNameTheRightPlace(t *testing.T) {
 
 	big := `{"confirmAllNodes": true, "pad": "` + strings.Repeat("x", 200<<10) + `"}`
 	code, body, _ = s.call(t, http.MethodPost, "/v1/orgs/acme/nmps/p/enable", big)
-	wantError(t, "200 KB enable body", code, body, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", maxActionBytes))
+	wantError(t, "200 KB enable body", code, body, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", nmpapi.MaxActionBytes))
 }
 
 // TestWebhooksToRefusedPortsAreRefused registers components whose webhook

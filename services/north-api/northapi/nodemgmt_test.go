@@ -76,10 +76,10 @@ func TestNMPsAreCheckedStoredAndReported(t *testing.T) {
 	// view once the view has read agent.status to its end.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.server.nm.world.WaitCaughtUp(ctx, topology.AgentStatus); err != nil {
+	if err := s.server.nmp.World().WaitCaughtUp(ctx, topology.AgentStatus); err != nil {
 		t.Fatalf("the view did not read agent.status: %v", err)
 	}
-	if st := s.server.nm.world.Status("acme/n1"); st == nil || st.Status != "successful" || st.Policy != "acme/old" {
+	if st := s.server.nmp.World().Status("acme/n1"); st == nil || st.Status != "successful" || st.Policy != "acme/old" {
 		t.Fatalf("after the accepted report the view has status %+v of acme/n1, want successful about acme/old", st)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/policyflow/policyflow/services/internal/web"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 // route is one endpoint of the API and who may call it.
@@ -51,6 +52,45 @@ func (s *Server) routeTable() []route {
 		{http.MethodGet, "/v1/status", s.pipelineStatus, web.StatusReaders},
 		{http.MethodGet, "/ui/", s.statusPage, web.Anyone},
 	}, slices.Concat(s.participantRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
+}
+
+// Who may call the node management routes. Tenants and agents whose token
+// names a tenant act only in the org of that name.
+var (
+	nmpWriters        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
+	nmpReaders        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant)
+	agentCallers      = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent)
+	packageWriters    = web.Roles(auth.RoleAdmin, auth.RoleOperator)
+	nodeStatusReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent)
+	packageReaders    = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent)
+)
+
+// nodeManagementRoutes are the routes of node management (NMPs, nodes and
+// their agents, agent packages).
+func (s *Server) nodeManagementRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v1/orgs/{org}/nmps", s.nmp.ListNMPs, nmpReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}", s.nmp.GetNMP, nmpReaders},
+		{http.MethodPut, "/v1/orgs/{org}/nmps/{name}", s.nmp.PutNMP, nmpWriters},
+		{http.MethodDelete, "/v1/orgs/{org}/nmps/{name}", s.nmp.DeleteNMP, nmpWriters},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/nodes", s.nmp.NmpNodes, nmpReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/status", s.nmp.NmpStatus, nmpReaders},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/enable", s.nmp.NmpAction("enable"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/disable", s.nmp.NmpAction("disable"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/resume", s.nmp.NmpAction("resume"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/rollback", s.nmp.NmpAction("rollback"), nmpWriters},
+		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}", s.nmp.PutNode, agentCallers},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}", s.nmp.DeleteNode, agentCallers},
+		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.nmp.GetDirective, agentCallers},
+		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.nmp.PutNodeStatus, agentCallers},
+		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.nmp.GetNodeStatus, nodeStatusReaders},
+		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nmp.NodeTokenChange(true), web.Operators},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nmp.NodeTokenChange(false), web.Operators},
+		{http.MethodGet, "/v1/agentpackages", s.nmp.ListPackages, packageReaders},
+		{http.MethodPost, "/v1/agentpackages", s.nmp.UploadPackage, packageWriters},
+		{http.MethodGet, "/v1/agentpackages/{version}", s.nmp.GetPackage, packageReaders},
+		{http.MethodGet, "/v1/agentpackages/{version}/file", s.nmp.DownloadPackage, packageReaders},
+	}
 }
 
 // recordingMux is the API's mux, remembering every pattern registered, so

@@ -25,6 +25,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
+	"github.com/policyflow/policyflow/services/nmp/nmpapi"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -105,8 +106,8 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 	progress   *progressView
-	acm        *acmView // acm.sync (participants_http.go)
-	nm         *nodeMgmt
+	acm        *acmView    // acm.sync (participants_http.go)
+	nmp        *nmpapi.API // node management
 	appPols    *appPoliciesView
 	verdicts   *verdictsView
 	dcs        *datacentersView
@@ -245,12 +246,12 @@ func (s *Server) followViews() (err error) {
 		return err
 	}
 	add(s.dcs)
-	if s.nm, err = followNodeMgmt(env, s.log); err != nil {
-		return err
-	}
-	views.Add(s.nm.views()...)
-	views.OnClose(s.nm.close)
-	return nil
+	s.nmp, err = nmpapi.New(s.kit, nmpapi.Options{
+		Orgs: s.opts.Orgs, PackageDir: s.opts.PackageDir,
+		MaxPackageBytes: s.opts.MaxPackageBytes, MaxUnpackedPackageBytes: s.opts.MaxUnpackedPackageBytes,
+		WriteTimeout: s.opts.HTTP.withDefaults().WriteTimeout,
+	})
+	return err
 }
 
 // registerCounter registers c, or returns the one a Server built on the

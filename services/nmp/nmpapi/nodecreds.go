@@ -1,4 +1,4 @@
-package northapi
+package nmpapi
 
 import (
 	"net/http"
@@ -75,19 +75,19 @@ func newNodeToken() (string, string, *web.Error) {
 // writeNode writes node ev's record and waits (up to ViewWait) until this
 // replica's view has it, so that a token it issues works on the caller's
 // next request.
-func (s *Server) writeNode(r *http.Request, ev *events.AgentNode) *web.Error {
-	rec, e := s.produceRecord(r, topology.AgentNodes, keyOf(ev.Org, ev.Node), ev)
+func (s *API) writeNode(r *http.Request, ev *events.AgentNode) *web.Error {
+	rec, e := s.ProduceRecord(r.Context(), topology.AgentNodes, keyOf(ev.Org, ev.Node), ev)
 	if e != nil {
 		return e
 	}
-	s.waitOwnWrite(r.Context(), s.nm.nodes, rec)
+	s.WaitOwnWrite(r.Context(), s.nm.nodes, rec)
 	return nil
 }
 
 // registeredNode is the record of node org/node for a change of its
 // token: 404 when it is not registered. The caller holds the node's lock.
-func (s *Server) registeredNode(org, node string) (*events.AgentNode, *web.Error) {
-	if e := s.needViews(topology.AgentNodes); e != nil {
+func (s *API) registeredNode(org, node string) (*events.AgentNode, *web.Error) {
+	if e := s.Views.Need(topology.AgentNodes); e != nil {
 		return nil, e
 	}
 	n := s.nm.creds.node(keyOf(org, node))
@@ -104,13 +104,13 @@ func (s *Server) registeredNode(org, node string) (*events.AgentNode, *web.Error
 // a node's own token (it stops working; the node keeps its registration
 // and directive, and an org token may register it again, which issues a
 // new one).
-func (s *Server) nodeTokenChange(rotate bool) web.HandlerFunc {
+func (s *API) NodeTokenChange(rotate bool) web.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) *web.Error {
 		org, node, e := s.nodeKey(r)
 		if e != nil {
 			return e
 		}
-		defer s.kit.Lock("node " + keyOf(org, node))()
+		defer s.Lock("node " + keyOf(org, node))()
 		n, e := s.registeredNode(org, node)
 		if e != nil {
 			return e
@@ -129,7 +129,7 @@ func (s *Server) nodeTokenChange(rotate bool) web.HandlerFunc {
 		if e := s.writeNode(r, n); e != nil {
 			return e
 		}
-		s.log.Info().Str("node", keyOf(org, node)).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Bool("rotated", rotate).Msg("node token changed")
+		s.Log.Info().Str("node", keyOf(org, node)).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Bool("rotated", rotate).Msg("node token changed")
 		web.WriteJSON(w, http.StatusOK, answer)
 		return nil
 	}

@@ -1,4 +1,4 @@
-package northapi
+package nmpapi
 
 import (
 	"encoding/json"
@@ -22,12 +22,8 @@ import (
 const MaxDirectiveWait = 5 * time.Minute
 
 // maxWait is the longest wait this server grants.
-func (s *Server) maxWait() time.Duration {
-	wt := s.opts.HTTP.WriteTimeout
-	if wt <= 0 {
-		wt = DefaultWriteTimeout
-	}
-	return max(min(MaxDirectiveWait, wt-10*time.Second), time.Second)
+func (s *API) maxWait() time.Duration {
+	return max(min(MaxDirectiveWait, s.opts.WriteTimeout-10*time.Second), time.Second)
 }
 
 // NodeRequest is what an agent registers for its node.
@@ -44,13 +40,13 @@ const nodeExample = `{"properties": [{"name": "arch", "value": "amd64"}], "const
 
 // nodeKey is the org and node of a node's route, once the caller may act
 // for that node (mayActForNode); an org token may not.
-func (s *Server) nodeKey(r *http.Request) (string, string, *web.Error) {
+func (s *API) nodeKey(r *http.Request) (string, string, *web.Error) {
 	return s.nodeKeyAs(r, false)
 }
 
 // nodeKeyAs is nodeKey; register says the request registers the node,
 // which an org token may ask.
-func (s *Server) nodeKeyAs(r *http.Request, register bool) (string, string, *web.Error) {
+func (s *API) nodeKeyAs(r *http.Request, register bool) (string, string, *web.Error) {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return "", "", e
@@ -69,7 +65,7 @@ func (s *Server) nodeKeyAs(r *http.Request, register bool) (string, string, *web
 // no own token yet is issued one, answered once as "token"; a node that
 // has one keeps it, and an org token may not register it again (409):
 // otherwise whoever holds the org token could take over any node.
-func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PutNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKeyAs(r, true)
 	if e != nil {
 		return e
@@ -93,10 +89,10 @@ func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	if _, err := nmp.CompileNode(ev); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.AgentNodes); e != nil {
+	if e := s.Views.Need(topology.AgentNodes); e != nil {
 		return e
 	}
-	defer s.kit.Lock("node " + keyOf(org, node))()
+	defer s.Lock("node " + keyOf(org, node))()
 	answer := map[string]any{"org": org, "node": node, "registered": true}
 	p := web.PrincipalOf(r.Context())
 	if old := s.nm.creds.node(keyOf(org, node)); old != nil && old.TokenSHA256 != "" {
@@ -121,7 +117,7 @@ func (s *Server) putNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	return nil
 }
 
-func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) DeleteNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
@@ -129,8 +125,8 @@ func (s *Server) deleteNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	return s.produceAndAnswer(w, r, topology.AgentNodes, keyOf(org, node), nil, map[string]any{"org": org, "node": node, "removed": true})
 }
 
-func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *web.Error {
-	if _, e := s.produceRecord(r, topic, key, ev); e != nil {
+func (s *API) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic, key string, ev events.Event, answer any) *web.Error {
+	if _, e := s.ProduceRecord(r.Context(), topic, key, ev); e != nil {
 		return e
 	}
 	web.WriteJSON(w, http.StatusOK, answer)
@@ -139,16 +135,16 @@ func (s *Server) produceAndAnswer(w http.ResponseWriter, r *http.Request, topic,
 
 // produceRecord writes ev (nil: a tombstone) under key to topic, and
 // returns the record written.
-func (s *Server) produceRecord(r *http.Request, topic, key string, ev events.Event) (*kgo.Record, *web.Error) {
-	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key)}
+func (s *API) produceRecord(r *http.Request, topic, key string, ev events.Event) (*kgo.Record, *web.Error) {
+	rec := &kgo.Record{Topic: s.Env.Kafka.Topic(topic), Key: []byte(key)}
 	if ev != nil {
-		val, err := s.env.Codec.Encode(ev)
+		val, err := s.Env.Codec.Encode(ev)
 		if err != nil {
 			return nil, web.Errorf(http.StatusInternalServerError, "encode %s: %v", key, err)
 		}
 		rec.Value = val
 	}
-	if err := s.produce(r.Context(), rec); err != nil {
+	if err := s.Produce(r.Context(), rec); err != nil {
 		return nil, web.Errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
 	}
 	return rec, nil
@@ -172,12 +168,12 @@ type DirectiveAnswer struct {
 // If-None-Match: "N") it waits, up to ?wait= (default 60s, at most 5m),
 // until the directive's index differs from N, then answers it, or 304
 // when nothing changed.
-func (s *Server) getDirective(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetDirective(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
 	}
-	if e := s.needViews(topology.AgentDirectives); e != nil {
+	if e := s.Views.Need(topology.AgentDirectives); e != nil {
 		return e
 	}
 	q := r.URL.Query()
@@ -241,7 +237,7 @@ type AgentVersion struct {
 
 const statusExample = `{"directiveId": "…", "policy": "org/nmp", "status": "successful", "softwareVersion": "1.1.0", "agentVersion": {"package": {"version": "1.1.0"}, "failed": "", "upgradeStart": "2026-01-02T15:04:05Z"}}`
 
-func (s *Server) putNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PutNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
@@ -280,7 +276,7 @@ type NodeStatusAnswer struct {
 	ReportedAt      time.Time    `json:"reportedAt"`
 }
 
-func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, node, e := s.nodeKey(r)
 	if e != nil {
 		return e
@@ -299,5 +295,23 @@ func (s *Server) getNodeStatus(w http.ResponseWriter, r *http.Request) *web.Erro
 		a.AgentVersion.Package = json.RawMessage(st.Package)
 	}
 	web.WriteJSON(w, http.StatusOK, a)
+	return nil
+}
+
+// mayActForNode says whether the caller may act for node org/node (the
+// org was checked by inOrg). A node's own token acts for its node only;
+// an org token (role agent, from the tokens file) only registers nodes
+// (register), which issues each node its own token; other roles that
+// reached the handler may.
+func mayActForNode(p auth.Principal, r *http.Request, org, node string, register bool) *web.Error {
+	switch {
+	case p.Role != auth.RoleAgent:
+		return nil
+	case p.Node != "" && (p.Tenant != org || p.Node != node):
+		return web.Errorf(http.StatusForbidden, "token of node %s/%s acts for its own node only, not for %s/%s", p.Tenant, p.Node, org, node)
+	case p.Node == "" && !register:
+		return web.Errorf(http.StatusForbidden, "token %s is an org token: it only registers nodes (PUT /v1/orgs/%s/nodes/{node}), which issues each node its own token; %s %s takes node %s/%s's own token",
+			p.Name, org, r.Method, r.URL.Path, org, node)
+	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package northapi
+package nmpapi
 
 import (
 	"crypto/sha256"
@@ -39,15 +39,15 @@ func packageAnswer(p *events.AgentPackage) PackageAnswer {
 		SHA256: p.SHA256, Size: p.Size, Signature: p.Signature, SigningKey: p.SigningKey, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
 }
 
-func (s *Server) packageDir() (string, *web.Error) {
+func (s *API) packageDir() (string, *web.Error) {
 	if s.opts.PackageDir == "" {
 		return "", web.Errorf(http.StatusServiceUnavailable, "this North API stores no agent packages: start it with --package-dir")
 	}
 	return s.opts.PackageDir, nil
 }
 
-func (s *Server) listPackages(w http.ResponseWriter, r *http.Request) *web.Error {
-	if e := s.needViews(topology.AgentPackages); e != nil {
+func (s *API) ListPackages(w http.ResponseWriter, r *http.Request) *web.Error {
+	if e := s.Views.Need(topology.AgentPackages); e != nil {
 		return e
 	}
 	out := []PackageAnswer{}
@@ -58,12 +58,12 @@ func (s *Server) listPackages(w http.ResponseWriter, r *http.Request) *web.Error
 	return nil
 }
 
-func (s *Server) lookupPackage(r *http.Request) (*events.AgentPackage, *web.Error) {
+func (s *API) lookupPackage(r *http.Request) (*events.AgentPackage, *web.Error) {
 	v := r.PathValue("version")
 	if _, err := nmp.ParseSemver(v); err != nil {
 		return nil, web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.AgentPackages); e != nil {
+	if e := s.Views.Need(topology.AgentPackages); e != nil {
 		return nil, e
 	}
 	p := s.nm.world.Package(v)
@@ -73,7 +73,7 @@ func (s *Server) lookupPackage(r *http.Request) (*events.AgentPackage, *web.Erro
 	return p, nil
 }
 
-func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupPackage(r)
 	if e != nil {
 		return e
@@ -84,7 +84,7 @@ func (s *Server) getPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 
 // downloadPackage serves the tar.gz with its SHA-256 in X-Checksum-Sha256,
 // once the stored file's SHA-256 is the record's.
-func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) DownloadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupPackage(r)
 	if e != nil {
 		return e
@@ -107,7 +107,7 @@ func (s *Server) downloadPackage(w http.ResponseWriter, r *http.Request) *web.Er
 		return web.Errorf(http.StatusServiceUnavailable, "read agent package %s from the package store: %v", p.Version, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != p.SHA256 {
-		s.log.Error().Str("version", p.Version).Str("want", p.SHA256).Str("got", got).Str("dir", dir).Msg("an agent package file was altered in the package store; not served")
+		s.Log.Error().Str("version", p.Version).Str("want", p.SHA256).Str("got", got).Str("dir", dir).Msg("an agent package file was altered in the package store; not served")
 		return web.Errorf(http.StatusInternalServerError, "the stored file of agent package %s has SHA-256 %s, not %s as published: it was altered in the package store and is not served; publish the package again under a new version",
 			p.Version, got, p.SHA256)
 	}
@@ -140,12 +140,12 @@ const (
 // is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
 // announced on agent.packages; a version already on the hub with other
 // content is refused.
-func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) UploadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	dir, e := s.packageDir()
 	if e != nil {
 		return e
 	}
-	if e := s.needViews(topology.AgentPackages); e != nil {
+	if e := s.Views.Need(topology.AgentPackages); e != nil {
 		return e
 	}
 	want := strings.ToLower(r.URL.Query().Get("sha256"))
@@ -182,7 +182,7 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *web.Erro
 	if err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	unlock := s.kit.Lock("package " + man.Version)
+	unlock := s.Lock("package " + man.Version)
 	defer unlock()
 	// The same file with another signature (signed anew, or signed now
 	// where it was not) replaces the record's signature.
@@ -204,11 +204,11 @@ func (s *Server) uploadPackage(w http.ResponseWriter, r *http.Request) *web.Erro
 	}
 	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
 		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: web.PrincipalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
-	rec, e := s.produceRecord(r, topology.AgentPackages, man.Version, ev)
+	rec, e := s.ProduceRecord(r.Context(), topology.AgentPackages, man.Version, ev)
 	if e != nil {
 		return e
 	}
-	s.waitOwnWrite(r.Context(), s.nm.world.Topic(topology.AgentPackages), rec)
+	s.WaitOwnWrite(r.Context(), s.nm.world.Topic(topology.AgentPackages), rec)
 	web.WriteJSON(w, http.StatusOK, packageAnswer(ev))
 	return nil
 }

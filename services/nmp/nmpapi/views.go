@@ -1,4 +1,4 @@
-package northapi
+package nmpapi
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package northapi
+package nmpapi
 
 import (
 	"errors"
@@ -15,48 +15,9 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
-// Who may call the node management routes. Tenants and agents whose token
-// names a tenant act only in the org of that name.
-var (
-	nmpWriters        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
-	nmpReaders        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant)
-	agentCallers      = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent)
-	packageWriters    = web.Roles(auth.RoleAdmin, auth.RoleOperator)
-	nodeStatusReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent)
-	packageReaders    = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent)
-)
-
-// nodeManagementRoutes are the routes of node management (NMPs, nodes and
-// their agents, agent packages).
-func (s *Server) nodeManagementRoutes() []route {
-	return []route{
-		{http.MethodGet, "/v1/orgs/{org}/nmps", s.listNMPs, nmpReaders},
-		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}", s.getNMP, nmpReaders},
-		{http.MethodPut, "/v1/orgs/{org}/nmps/{name}", s.putNMP, nmpWriters},
-		{http.MethodDelete, "/v1/orgs/{org}/nmps/{name}", s.deleteNMP, nmpWriters},
-		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/nodes", s.nmpNodes, nmpReaders},
-		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/status", s.nmpStatus, nmpReaders},
-		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/enable", s.nmpAction("enable"), nmpWriters},
-		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/disable", s.nmpAction("disable"), nmpWriters},
-		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/resume", s.nmpAction("resume"), nmpWriters},
-		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/rollback", s.nmpAction("rollback"), nmpWriters},
-		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}", s.putNode, agentCallers},
-		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}", s.deleteNode, agentCallers},
-		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.getDirective, agentCallers},
-		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.putNodeStatus, agentCallers},
-		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.getNodeStatus, nodeStatusReaders},
-		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(true), web.Operators},
-		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nodeTokenChange(false), web.Operators},
-		{http.MethodGet, "/v1/agentpackages", s.listPackages, packageReaders},
-		{http.MethodPost, "/v1/agentpackages", s.uploadPackage, packageWriters},
-		{http.MethodGet, "/v1/agentpackages/{version}", s.getPackage, packageReaders},
-		{http.MethodGet, "/v1/agentpackages/{version}/file", s.downloadPackage, packageReaders},
-	}
-}
-
 // inOrg checks the org name, that the org is one the API serves (when
 // Options.Orgs names them) and that the caller may act in it.
-func (s *Server) inOrg(r *http.Request) (string, *web.Error) {
+func (s *API) inOrg(r *http.Request) (string, *web.Error) {
 	org := r.PathValue("org")
 	if err := orgOK(org); err != nil {
 		return "", web.Errorf(http.StatusBadRequest, "%v", err)
@@ -74,8 +35,8 @@ func (s *Server) inOrg(r *http.Request) (string, *web.Error) {
 	return org, nil
 }
 
-func (s *Server) nmpViews() *web.Error {
-	return s.needViews(topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages)
+func (s *API) nmpViews() *web.Error {
+	return s.Views.Need(topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages)
 }
 
 // NMPAnswer is an NMP with its name, and what publishing it does.
@@ -106,7 +67,7 @@ func rolloutAnswer(ro nmp.Rollout) RolloutAnswer {
 	return RolloutAnswer{Started: ro.Started, Failed: ro.Failed, PrecheckFailed: ro.PrecheckFailed, Paused: ro.Paused, Reason: ro.Reason}
 }
 
-func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) ListNMPs(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return e
@@ -122,7 +83,7 @@ func (s *Server) listNMPs(w http.ResponseWriter, r *http.Request) *web.Error {
 	return nil
 }
 
-func (s *Server) lookupNMP(r *http.Request) (*nmp.Policy, *web.Error) {
+func (s *API) lookupNMP(r *http.Request) (*nmp.Policy, *web.Error) {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return nil, e
@@ -141,7 +102,7 @@ func (s *Server) lookupNMP(r *http.Request) (*nmp.Policy, *web.Error) {
 	return p, nil
 }
 
-func (s *Server) getNMP(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -155,7 +116,7 @@ const nmpExample = `{"constraints": ["arch == amd64"], "enabled": true, "agentUp
 
 // putNMP creates or replaces an NMP. ?dryRun=true answers what it would
 // do (the nodes it applies to, the conflicts) without storing it.
-func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PutNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	org, e := s.inOrg(r)
 	if e != nil {
 		return e
@@ -171,12 +132,12 @@ func (s *Server) putNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	return s.publishNMP(w, r, org, name, doc, r.URL.Query().Get("dryRun") == "true")
 }
 
-func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name string, doc *nmp.Document, dry bool) *web.Error {
+func (s *API) publishNMP(w http.ResponseWriter, r *http.Request, org, name string, doc *nmp.Document, dry bool) *web.Error {
 	if e := s.nmpViews(); e != nil {
 		return e
 	}
 	key := keyOf(org, name)
-	unlock := s.kit.Lock("nmp " + key)
+	unlock := s.Lock("nmp " + key)
 	defer unlock()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	// lastUpdated moves forward with every change of an NMP, even two in
@@ -202,36 +163,36 @@ func (s *Server) publishNMP(w http.ResponseWriter, r *http.Request, org, name st
 		web.WriteJSON(w, http.StatusOK, ans)
 		return nil
 	}
-	val, err := s.env.Codec.Encode(ev)
+	val, err := s.Env.Codec.Encode(ev)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode NMP %s: %v", c.Key, err)
 	}
-	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(c.Key), Value: val}
-	if err := s.produce(r.Context(), rec); err != nil {
+	rec := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.NMPPolicies), Key: []byte(c.Key), Value: val}
+	if err := s.Produce(r.Context(), rec); err != nil {
 		return web.Errorf(http.StatusServiceUnavailable, "store NMP %s: %v; nothing was stored, retry", c.Key, err)
 	}
-	s.waitOwnWrite(r.Context(), s.nm.world.Topic(topology.NMPPolicies), rec)
+	s.WaitOwnWrite(r.Context(), s.nm.world.Topic(topology.NMPPolicies), rec)
 	web.WriteJSON(w, http.StatusOK, ans)
 	return nil
 }
 
-func (s *Server) deleteNMP(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) DeleteNMP(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
 	}
-	unlock := s.kit.Lock("nmp " + p.Key)
+	unlock := s.Lock("nmp " + p.Key)
 	defer unlock()
-	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.NMPPolicies), Key: []byte(p.Key)}
-	if err := s.produce(r.Context(), rec); err != nil {
+	rec := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.NMPPolicies), Key: []byte(p.Key)}
+	if err := s.Produce(r.Context(), rec); err != nil {
 		return web.Errorf(http.StatusServiceUnavailable, "remove NMP %s: %v; retry", p.Key, err)
 	}
-	s.waitOwnWrite(r.Context(), s.nm.world.Topic(topology.NMPPolicies), rec)
+	s.WaitOwnWrite(r.Context(), s.nm.world.Topic(topology.NMPPolicies), rec)
 	web.WriteJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "removed": true})
 	return nil
 }
 
-func (s *Server) nmpNodes(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) NmpNodes(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -265,7 +226,7 @@ type NMPStatus struct {
 	Rollout        RolloutAnswer   `json:"rollout"`
 }
 
-func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) NmpStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -282,14 +243,14 @@ func (s *Server) nmpStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 
 // nmpAction is POST .../nmps/{name}/enable|disable|resume|rollback.
 // enable takes {"confirmAllNodes": true} for an NMP that reaches every node.
-func (s *Server) nmpAction(act string) web.HandlerFunc {
+func (s *API) NmpAction(act string) web.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) *web.Error { return s.doNMPAction(w, r, act) }
 }
 
-// maxActionBytes bounds the optional body of an NMP action.
-const maxActionBytes = 4096
+// MaxActionBytes bounds the optional body of an NMP action.
+const MaxActionBytes = 4096
 
-func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string) *web.Error {
+func (s *API) doNMPAction(w http.ResponseWriter, r *http.Request, act string) *web.Error {
 	p, e := s.lookupNMP(r)
 	if e != nil {
 		return e
@@ -297,7 +258,7 @@ func (s *Server) doNMPAction(w http.ResponseWriter, r *http.Request, act string)
 	var body struct {
 		ConfirmAllNodes bool `json:"confirmAllNodes"`
 	}
-	if e := web.DecodeOptionalJSON(w, r, maxActionBytes, &body, `{"confirmAllNodes": true}, or no body`); e != nil {
+	if e := web.DecodeOptionalJSON(w, r, MaxActionBytes, &body, `{"confirmAllNodes": true}, or no body`); e != nil {
 		return e
 	}
 	doc := nmp.ToDocument(p.Ev)
