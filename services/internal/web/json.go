@@ -48,6 +48,15 @@ func WriteError(w http.ResponseWriter, e *Error) {
 // HandlerFunc is an API handler that returns its failure.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) *Error
 
+// Request body limits.
+const (
+	// MaxRequestBytes bounds the body of most requests.
+	MaxRequestBytes = 4 << 20
+	// MaxPoliciesRequestBytes bounds POST /v1/policies, which carries full
+	// policy bodies (each up to policy.MaxBodyBytes).
+	MaxPoliciesRequestBytes = 64 << 20
+)
+
 // MaxJSONDepth bounds how deep objects and arrays nest in a request body:
 // room for a pushed policy body (policy.MaxDepth) inside the array of a
 // push, far less than what would make decoding costly.

@@ -156,7 +156,7 @@ func (s *Server) updateAppPolicy(w http.ResponseWriter, r *http.Request) *web.Er
 // writeAppPolicy creates (existing nil) or replaces a policy.
 func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *appPolicy) *web.Error {
 	var req AppPolicyRequest
-	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, appPolicyExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, appPolicyExample); e != nil {
 		return e
 	}
 	rec, e := buildAppPolicy(req)

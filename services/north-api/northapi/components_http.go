@@ -34,7 +34,7 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error
 		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
 	}
 	var req ComponentRequest
-	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, componentExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, componentExample); e != nil {
 		return e
 	}
 	if e := s.needViews(topology.DeployComponents); e != nil {

@@ -25,7 +25,7 @@ type HTTPLimits struct {
 	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds reading a whole request, body included
-	// (default 1m; a body of MaxPoliciesRequestBytes needs ~1 MiB/s).
+	// (default 1m; a body of web.MaxPoliciesRequestBytes needs ~1 MiB/s).
 	ReadTimeout time.Duration
 	// WriteTimeout bounds a request from the end of its headers to the
 	// end of its answer (default 2m; a component write waits up to

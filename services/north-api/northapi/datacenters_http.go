@@ -255,7 +255,7 @@ const ProposeTimeout = 10 * time.Second
 // of a deployment request), synchronously; the search is bounded by
 // placement.DefaultMaxSteps leaves tried and ProposeTimeout.
 func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
-	data, e := web.ReadBody(w, r, MaxRequestBytes)
+	data, e := web.ReadBody(w, r, web.MaxRequestBytes)
 	if e != nil {
 		return e
 	}

@@ -90,7 +90,7 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *web.Err
 		dryRun = b
 	}
 	var req admit.Request
-	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, deploymentExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, deploymentExample); e != nil {
 		return e
 	}
 	caller := web.PrincipalOf(r.Context())

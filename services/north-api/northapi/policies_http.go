@@ -51,7 +51,7 @@ type NotificationsAccepted struct {
 
 func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.Error {
 	var n policy.Notification
-	if e := web.DecodeJSON(w, r, MaxRequestBytes, &n, true, notificationExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &n, true, notificationExample); e != nil {
 		return e
 	}
 	if len(n.LoadedPolicies) == 0 && len(n.RemovedPolicies) == 0 {
@@ -117,7 +117,7 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.E
 // body's canonical JSON, grouped per policy_id.
 func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	var raw json.RawMessage
-	if e := web.DecodeJSON(w, r, MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
 		return e
 	}
 	bodies := []json.RawMessage{raw}
@@ -200,7 +200,7 @@ type CatchupAccepted struct {
 
 func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 	var body CatchupBody
-	if e := web.DecodeOptionalJSON(w, r, MaxRequestBytes, &body, catchupExample); e != nil {
+	if e := web.DecodeOptionalJSON(w, r, web.MaxRequestBytes, &body, catchupExample); e != nil {
 		return e
 	}
 	req := &events.CatchupRequest{
@@ -241,7 +241,7 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 // requestCatchup writes req, keyed by key, on every partition of
 // catchup.requests, and says on how many.
 func (s *Server) requestCatchup(r *http.Request, req *events.CatchupRequest, key string) (int, *web.Error) {
-	n, e := s.produceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
+	n, e := s.kit.ProduceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
 	return int(n), e
 }
 
@@ -407,7 +407,7 @@ func parseFilterBody(data []byte, maxRegex int) (*policy.CompiledFilter, *web.Er
 }
 
 func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *web.Error {
-	data, e := web.ReadBody(w, r, MaxRequestBytes)
+	data, e := web.ReadBody(w, r, web.MaxRequestBytes)
 	if e != nil {
 		return e
 	}

@@ -93,6 +93,26 @@ func (s *Server) nodeManagementRoutes() []route {
 	}
 }
 
+// acmReaders read the registry and the state; participants are no
+// tenant's.
+var acmReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly)
+
+// participantRoutes are the /v2 routes; routes.go lists them.
+func (s *Server) participantRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v2/participants", s.acm.ListParticipants, acmReaders},
+		{http.MethodGet, "/v2/participants/{participant_id}", s.acm.GetParticipant, acmReaders},
+		// PUT /v2/participants/sync: a literal segment beside the
+		// {participant_id} wildcard would conflict in the mux's
+		// method-not-allowed patterns, so the wildcard route takes it.
+		{http.MethodPut, "/v2/participants/{participant_id}", s.acm.SyncAll, web.Operators},
+		{http.MethodPut, "/v2/participants/{participant_id}/sync", s.acm.SyncParticipants, web.Operators},
+		{http.MethodPost, "/v2/participants/{participant_id}/operations", s.acm.PostOperation, web.Operators},
+		{http.MethodGet, "/v2/participants/{participant_id}/compositions/{composition_id}", s.acm.GetComposition, acmReaders},
+		{http.MethodGet, "/v2/participants/{participant_id}/instances/{instance_id}", s.acm.GetInstance, acmReaders},
+	}
+}
+
 // recordingMux is the API's mux, remembering every pattern registered, so
 // a test can check that the OpenAPI document describes each route.
 type recordingMux struct {

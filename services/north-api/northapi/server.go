@@ -22,25 +22,15 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/acm/acmapi"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp/nmpapi"
 	"github.com/policyflow/policyflow/services/runtime"
-	"github.com/policyflow/policyflow/topology"
 )
 
 // DefaultAddr is where the North API listens unless told otherwise.
 const DefaultAddr = "127.0.0.1:8080"
-
-// Request body limits.
-const (
-	// MaxRequestBytes bounds the body of most requests.
-	MaxRequestBytes = 4 << 20
-	// MaxPoliciesRequestBytes bounds POST /v1/policies, which carries full
-	// policy bodies (each up to policy.MaxBodyBytes).
-	MaxPoliciesRequestBytes = 64 << 20
-)
 
 // RateLimit bounds the requests of one client (web.RateLimit).
 type RateLimit = web.RateLimit
@@ -106,7 +96,7 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 	progress   *progressView
-	acm        *acmView    // acm.sync (participants_http.go)
+	acm        *acmapi.API // automation-composition participants
 	nmp        *nmpapi.API // node management
 	appPols    *appPoliciesView
 	verdicts   *verdictsView
@@ -228,12 +218,9 @@ func (s *Server) followViews() (err error) {
 		return err
 	}
 	add(s.progress)
-	acm, err := runtime.FollowTable[*events.ReplicaState](env, topology.ACMSync, nil)
-	if err != nil {
+	if s.acm, err = acmapi.New(s.kit); err != nil {
 		return err
 	}
-	s.acm = &acmView{acm}
-	add(s.acm)
 	if s.appPols, err = followAppPolicies(env); err != nil {
 		return err
 	}

@@ -1,7 +1,6 @@
-package northapi
+package acmapi
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -9,52 +8,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
 	"github.com/policyflow/policyflow/services/internal/web"
-	"github.com/policyflow/policyflow/services/north-api/auth"
-	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
-// The runtime side of automation-composition participants (seed 003):
-// the registry and the replicated state are read from acm.sync, which
-// replica-sync writes; operations go to acm.participant, where the
-// participant's replicas share one consumer group, so any replica may
-// take one; resync requests go to acm.runtime, for replica-sync.
-
-// acmReaders read the registry and the state; participants are no
-// tenant's.
-var acmReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly)
-
-// participantRoutes are the /v2 routes; routes.go lists them.
-func (s *Server) participantRoutes() []route {
-	return []route{
-		{http.MethodGet, "/v2/participants", s.listParticipants, acmReaders},
-		{http.MethodGet, "/v2/participants/{participant_id}", s.getParticipant, acmReaders},
-		// PUT /v2/participants/sync: a literal segment beside the
-		// {participant_id} wildcard would conflict in the mux's
-		// method-not-allowed patterns, so the wildcard route takes it.
-		{http.MethodPut, "/v2/participants/{participant_id}", s.syncAll, web.Operators},
-		{http.MethodPut, "/v2/participants/{participant_id}/sync", s.syncParticipants, web.Operators},
-		{http.MethodPost, "/v2/participants/{participant_id}/operations", s.postOperation, web.Operators},
-		{http.MethodGet, "/v2/participants/{participant_id}/compositions/{composition_id}", s.getComposition, acmReaders},
-		{http.MethodGet, "/v2/participants/{participant_id}/instances/{instance_id}", s.getInstance, acmReaders},
-	}
-}
-
-// acmView is acm.sync: every state by key.
-type acmView struct {
-	*runtime.Table[*events.ReplicaState]
-}
-
 // of returns the states of one participant (all when id is empty).
-func (v *acmView) of(id string) []*events.ReplicaState {
+func (s *API) of(id string) []*events.ReplicaState {
 	var out []*events.ReplicaState
-	for _, st := range v.Sorted() {
+	for _, st := range s.acm.Sorted() {
 		if id == "" || st.ParticipantID == id {
 			out = append(out, st)
 		}
@@ -141,31 +104,31 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-func (s *Server) listParticipants(w http.ResponseWriter, _ *http.Request) *web.Error {
-	if e := s.needViews(topology.ACMSync); e != nil {
+func (s *API) ListParticipants(w http.ResponseWriter, _ *http.Request) *web.Error {
+	if e := s.Views.Need(topology.ACMSync); e != nil {
 		return e
 	}
-	web.WriteJSON(w, http.StatusOK, ParticipantList{Participants: participantsOf(s.acm.of(""))})
+	web.WriteJSON(w, http.StatusOK, ParticipantList{Participants: participantsOf(s.of(""))})
 	return nil
 }
 
 // participantOr404 returns the participant, or 404 when acm.sync holds
 // nothing of it.
-func (s *Server) participantOr404(id string) (Participant, *web.Error) {
+func (s *API) participantOr404(id string) (Participant, *web.Error) {
 	if err := acm.CheckID("participant_id", id); err != nil {
 		return Participant{}, web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.ACMSync); e != nil {
+	if e := s.Views.Need(topology.ACMSync); e != nil {
 		return Participant{}, e
 	}
-	ps := participantsOf(s.acm.of(id))
+	ps := participantsOf(s.of(id))
 	if len(ps) == 0 {
 		return Participant{}, web.Errorf(http.StatusNotFound, "participant %s is unknown: none of its replicas has registered (GET /v2/participants lists the known ones)", id)
 	}
 	return ps[0], nil
 }
 
-func (s *Server) getParticipant(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetParticipant(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.participantOr404(r.PathValue("participant_id"))
 	if e != nil {
 		return e
@@ -185,22 +148,22 @@ type SyncAnswer struct {
 
 // syncAll serves PUT /v2/participants/sync; a PUT on a participant is not
 // served.
-func (s *Server) syncAll(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) SyncAll(w http.ResponseWriter, r *http.Request) *web.Error {
 	if r.PathValue("participant_id") != "sync" {
 		w.Header().Set("Allow", http.MethodGet)
 		return web.Errorf(http.StatusMethodNotAllowed, "PUT %s is not served; use GET, or PUT /v2/participants/sync to resync every participant", r.URL.Path)
 	}
 	r.SetPathValue("participant_id", "")
-	return s.syncParticipants(w, r)
+	return s.SyncParticipants(w, r)
 }
 
 // syncParticipants asks replica-sync to write the state of one
 // participant (or of every participant) to acm.sync again, so every
 // replica applies it again.
-func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) SyncParticipants(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("participant_id")
 	var none struct{}
-	if e := web.DecodeOptionalJSON(w, r, MaxRequestBytes, &none, "{}, or no body"); e != nil {
+	if e := web.DecodeOptionalJSON(w, r, web.MaxRequestBytes, &none, "{}, or no body"); e != nil {
 		return e
 	}
 	if id != "" {
@@ -208,10 +171,10 @@ func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *web.E
 			return e
 		}
 	}
-	m := &events.ParticipantMessage{MessageID: newID(), ParticipantID: id, ReplicaID: "north-api", Kind: acm.MsgSync,
+	m := &events.ParticipantMessage{MessageID: web.NewID(), ParticipantID: id, ReplicaID: "north-api", Kind: acm.MsgSync,
 		Properties: "{}", SentAt: time.Now().UTC().Truncate(time.Millisecond)}
 	if id != "" {
-		if e := s.produceEvent(r.Context(), topology.ACMRuntime, id, m); e != nil {
+		if e := s.ProduceEvent(r.Context(), topology.ACMRuntime, id, m); e != nil {
 			return e
 		}
 		web.WriteJSON(w, http.StatusAccepted, SyncAnswer{ParticipantID: id, RequestID: m.MessageID})
@@ -220,45 +183,11 @@ func (s *Server) syncParticipants(w http.ResponseWriter, r *http.Request) *web.E
 	// Every participant: replica-sync's member that owns a partition of
 	// acm.runtime rewrites the participants keyed to it, so the request
 	// goes to every partition.
-	n, e := s.produceEveryPartition(r.Context(), topology.ACMRuntime, "", m)
+	n, e := s.ProduceEveryPartition(r.Context(), topology.ACMRuntime, "", m)
 	if e != nil {
 		return e
 	}
 	web.WriteJSON(w, http.StatusAccepted, SyncAnswer{RequestID: m.MessageID, Partitions: int(n)})
-	return nil
-}
-
-// produceEveryPartition writes ev to every partition of topic, for the
-// requests each partition's owner acts on for its own keys (a catch-up, a
-// resync of every participant), and returns the partition count.
-func (s *Server) produceEveryPartition(ctx context.Context, topic, key string, ev events.Event) (int32, *web.Error) {
-	name := s.env.Kafka.Topic(topic)
-	n, err := runtime.PartitionCount(ctx, kadm.NewClient(s.cl), name)
-	if err != nil {
-		return 0, web.Errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
-	}
-	value, err := s.env.Codec.Encode(ev)
-	if err != nil {
-		return 0, web.Errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
-	}
-	var k []byte
-	if key != "" {
-		k = []byte(key)
-	}
-	if err := s.produce(ctx, runtime.EveryPartition(ctx, name, n, k, value)...); err != nil {
-		return 0, s.produceFailed(err)
-	}
-	return n, nil
-}
-
-func (s *Server) produceEvent(ctx context.Context, topic, key string, ev events.Event) *web.Error {
-	b, err := s.env.Codec.Encode(ev)
-	if err != nil {
-		return web.Errorf(http.StatusInternalServerError, "encode %s: %v", ev.SchemaName(), err)
-	}
-	if err := s.produce(ctx, &kgo.Record{Topic: s.env.Kafka.Topic(topic), Key: []byte(key), Value: b}); err != nil {
-		return s.produceFailed(err)
-	}
 	return nil
 }
 
@@ -294,10 +223,10 @@ const operationExample = `{"kind": "DEPLOY", "compositionId": "c1", "instanceId"
 // maxTimeoutMs bounds an operation's timeout (one day).
 const maxTimeoutMs = int64(24 * time.Hour / time.Millisecond)
 
-func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid := r.PathValue("participant_id")
 	var req OperationRequest
-	if e := web.DecodeJSON(w, r, MaxRequestBytes, &req, true, operationExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, operationExample); e != nil {
 		return e
 	}
 	p, e := s.participantOr404(pid)
@@ -337,7 +266,7 @@ func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *web.Erro
 		return web.Errorf(http.StatusBadRequest, "a %s needs elements, and participant %s holds none for it; e.g. %s", req.Kind, pid, operationExample)
 	}
 	op := &events.ParticipantOperation{
-		MessageID: newID(), ParticipantID: pid, Kind: req.Kind, CompositionID: &req.CompositionID,
+		MessageID: web.NewID(), ParticipantID: pid, Kind: req.Kind, CompositionID: &req.CompositionID,
 		Properties: "{}", TimeoutMs: req.TimeoutMs, SentAt: time.Now().UTC().Truncate(time.Millisecond),
 		Revision: max(time.Now().UnixMilli(), held.revision+1),
 	}
@@ -370,7 +299,7 @@ func (s *Server) postOperation(w http.ResponseWriter, r *http.Request) *web.Erro
 	if p.State != acm.OnLine {
 		return web.Errorf(http.StatusConflict, "participant %s has no replica ON_LINE; the operation would wait for one (start a replica, then retry)", pid)
 	}
-	if e := s.produceEvent(r.Context(), topology.ACMParticipant, acm.OperationKey(pid, req.CompositionID, req.InstanceID), op); e != nil {
+	if e := s.ProduceEvent(r.Context(), topology.ACMParticipant, acm.OperationKey(pid, req.CompositionID, req.InstanceID), op); e != nil {
 		return e
 	}
 	web.WriteJSON(w, http.StatusAccepted, OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
@@ -384,9 +313,9 @@ type heldState struct {
 	revision int64
 }
 
-func (s *Server) held(pid string, req OperationRequest) heldState {
+func (s *API) held(pid string, req OperationRequest) heldState {
 	var h heldState
-	for _, st := range s.acm.of(pid) {
+	for _, st := range s.of(pid) {
 		switch {
 		case req.InstanceID != "" && st.Kind == acm.KindElement && st.InstanceID == req.InstanceID:
 			h.elements = append(h.elements, OperationElement{ID: st.ElementID, Type: st.ElementType})
@@ -431,13 +360,13 @@ type InstanceAnswer struct {
 	Elements      []StateAnswer `json:"elements"`
 }
 
-func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetInstance(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid, iid := r.PathValue("participant_id"), r.PathValue("instance_id")
 	if _, e := s.participantOr404(pid); e != nil {
 		return e
 	}
 	a := InstanceAnswer{ParticipantID: pid, InstanceID: iid, Elements: []StateAnswer{}}
-	for _, st := range s.acm.of(pid) {
+	for _, st := range s.of(pid) {
 		if st.Kind == acm.KindElement && st.InstanceID == iid {
 			a.CompositionID = st.CompositionID
 			a.Elements = append(a.Elements, stateAnswer(st))
@@ -450,12 +379,12 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) *web.Error 
 	return nil
 }
 
-func (s *Server) getComposition(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetComposition(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid, cid := r.PathValue("participant_id"), r.PathValue("composition_id")
 	if _, e := s.participantOr404(pid); e != nil {
 		return e
 	}
-	for _, st := range s.acm.of(pid) {
+	for _, st := range s.of(pid) {
 		if st.Kind == acm.KindComposition && st.CompositionID == cid {
 			web.WriteJSON(w, http.StatusOK, stateAnswer(st))
 			return nil
