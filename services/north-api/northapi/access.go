@@ -1,6 +1,9 @@
 package northapi
 
 import (
+	"time"
+
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
 	"math"
 	"net"
 	"net/http"
@@ -173,19 +176,10 @@ func (s *Server) mayReadFolder(p auth.Principal, scn string) *web.Error {
 		p.Tenant, scn, p.Name)
 }
 
-// claimNames refuses a write of names (a deployment, a component and its
-// Consul folder) that someone else holds (admit.CheckClaim): 403 when
-// another tenant holds it, 409 when it is another component's of the same
-// tenant, either naming the holder.
+// claimNames refuses a write of names that someone else holds
+// (admissionapi.ClaimNames).
 func (s *Server) claimNames(c admit.Claim) *web.Error {
-	conflict := admit.CheckClaim(c, viewOwners{s})
-	switch {
-	case conflict == nil:
-		return nil
-	case conflict.OtherTenant:
-		return web.Errorf(http.StatusForbidden, "%v", conflict)
-	}
-	return web.Errorf(http.StatusConflict, "%v", conflict)
+	return admissionapi.ClaimNames(c, viewOwners{s})
 }
 
 // viewOwners answers admit.Owners from the views of deploy.components and
@@ -210,9 +204,31 @@ func (o viewOwners) Folder(scn string) []admit.Holder {
 
 func (o viewOwners) Deployment(id string) []string {
 	tenants := o.s.components.deploymentTenants(id)
-	if v, ok := o.s.verdicts.get(id); ok && v.Tenant != "" { // a refused request of no tenant holds nothing
+	if v, ok := o.s.adm.Verdict(id); ok && v.Tenant != "" { // a refused request of no tenant holds nothing
 		tenants = append(tenants, v.Tenant)
 	}
 	slices.Sort(tenants)
 	return slices.Compact(tenants)
+}
+
+// checkDeploymentComponents holds each application's component to the
+// rules of a component registration (notify targets the operator allows,
+// filter limits).
+func (s *Server) checkDeploymentComponents(req *admit.Request) *web.Error {
+	for i := range req.Applications {
+		a := &req.Applications[i]
+		cr := ComponentRequest{DeploymentID: req.DeploymentID, ServiceComponentName: req.ServiceComponentName(a), Tenant: req.Tenant}
+		if spec := a.Component; spec != nil {
+			cr.PolicyIDs = spec.PolicyIDs
+			for _, f := range spec.PolicyFilters {
+				cr.PolicyFilters = append(cr.PolicyFilters, FilterRequest(f))
+			}
+			cr.Notify = NotifyRequest(spec.Notify)
+		}
+		id := req.ComponentID(a.Name)
+		if _, err := BuildComponent(id, cr, 1, time.Now(), s.rules); err != nil {
+			return web.Errorf(http.StatusBadRequest, "deployment request: applications[%d].component (component %s): %v", i, id, err)
+		}
+	}
+	return nil
 }

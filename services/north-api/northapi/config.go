@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -149,7 +150,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	c.RateBurst = c.envInt("PF_API_RATE_BURST", web.DefaultRateBurst)
 	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
-	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", DefaultMaxPlacements)
+	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", admissionapi.DefaultMaxPlacements)
 	fs.IntVar(&c.MaxPlacements, "max-placements", c.MaxPlacements, "placement computations (POST /v1/placements, dry runs naming a datacenter) run at once; one more answers 503 with Retry-After (env PF_API_MAX_PLACEMENTS)")
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
 	"github.com/policyflow/policyflow/services/nmp/nmpapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/topology"
@@ -151,10 +152,10 @@ func TestErrorsNameTheRightPlace(t *testing.T) {
 	code, body, _ := s.call(t, http.MethodPost, "/policies", seedFlavorPolicy("", "ok", ""))
 	wantError(t, "empty tenant id", code, body, http.StatusBadRequest, "tenantIds[1]: tenant id is missing")
 
-	dep := strings.Replace(deploymentExample, `"instances": 2`, `"instances": 1e300`, 1)
+	dep := strings.Replace(admissionapi.DeploymentExample, `"instances": 2`, `"instances": 1e300`, 1)
 	code, body, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", dep)
 	wantError(t, "instances 1e300", code, body, http.StatusBadRequest, "number out of range: applications.instances is 1e300; give an integer from")
-	code, body, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", strings.Replace(deploymentExample, `"instances": 2`, `"instances": 2.5`, 1))
+	code, body, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", strings.Replace(admissionapi.DeploymentExample, `"instances": 2`, `"instances": 2.5`, 1))
 	wantError(t, "instances 2.5", code, body, http.StatusBadRequest, "applications.instances is 2.5; give an integer")
 
 	big := `{"confirmAllNodes": true, "pad": "` + strings.Repeat("x", 200<<10) + `"}`

@@ -113,6 +113,39 @@ func (s *Server) participantRoutes() []route {
 	}
 }
 
+// deployers submit deployments: operators, and tenants for their own
+// tenant (the handler checks).
+var deployers = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
+
+// admissionRoutes are the routes of deployment admission and of tenant
+// application policies (seed 001).
+func (s *Server) admissionRoutes() []route {
+	return []route{
+		{http.MethodPost, "/v1/deployments", s.adm.PostDeployment, deployers},
+		{http.MethodGet, "/v1/deployments/{deployment_id}", s.adm.GetDeployment, web.Readers},
+		{http.MethodGet, "/policies", s.adm.ListAppPolicies, web.Readers},
+		{http.MethodPost, "/policies", s.adm.CreateAppPolicy, web.Operators},
+		{http.MethodGet, "/policies/{policy_id}", s.adm.GetAppPolicy, web.Readers},
+		{http.MethodPut, "/policies/{policy_id}", s.adm.UpdateAppPolicy, web.Operators},
+		{http.MethodDelete, "/policies/{policy_id}", s.adm.DeleteAppPolicy, web.Operators},
+		{http.MethodGet, "/policies/{policy_id}/violations", s.adm.AppPolicyViolations, web.Readers},
+	}
+}
+
+// placementRoutes are the routes of datacenter models and placement
+// proposals (seed 002). Datacenters are operator-level: operators write
+// them, every reader may read them (a tenant names one in its deployment
+// requests); anyone who may deploy may ask for a placement.
+func (s *Server) placementRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v1/datacenters", s.adm.ListDatacenters, web.Readers},
+		{http.MethodGet, "/v1/datacenters/{datacenter_id}", s.adm.GetDatacenter, web.Readers},
+		{http.MethodPut, "/v1/datacenters/{datacenter_id}", s.adm.PutDatacenter, web.Operators},
+		{http.MethodDelete, "/v1/datacenters/{datacenter_id}", s.adm.DeleteDatacenter, web.Operators},
+		{http.MethodPost, "/v1/placements", s.adm.PostPlacement, deployers},
+	}
+}
+
 // recordingMux is the API's mux, remembering every pattern registered, so
 // a test can check that the OpenAPI document describes each route.
 type recordingMux struct {

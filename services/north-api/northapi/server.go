@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/services/acm/acmapi"
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp/nmpapi"
@@ -78,7 +79,7 @@ type Options struct {
 	// another org answers 404. Empty: any well-formed org name.
 	Orgs []string
 	// MaxPlacements bounds the placement computations running at once
-	// (default DefaultMaxPlacements); one more answers 503.
+	// (default admissionapi.DefaultMaxPlacements); one more answers 503.
 	MaxPlacements int
 }
 
@@ -96,15 +97,12 @@ type Server struct {
 	components *componentsView
 	applied    *appliedView
 	progress   *progressView
-	acm        *acmapi.API // automation-composition participants
-	nmp        *nmpapi.API // node management
-	appPols    *appPoliciesView
-	verdicts   *verdictsView
-	dcs        *datacentersView
+	acm        *acmapi.API       // automation-composition participants
+	nmp        *nmpapi.API       // node management
+	adm        *admissionapi.API // admission and placement
 
 	rules   ComponentRules
 	limiter *web.Limiter
-	placing chan struct{} // a slot per placement computation running
 
 	requests *prometheus.CounterVec
 	produced *prometheus.CounterVec
@@ -123,7 +121,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		opts.ProduceTimeout = 30 * time.Second
 	}
 	if opts.MaxPlacements <= 0 {
-		opts.MaxPlacements = DefaultMaxPlacements
+		opts.MaxPlacements = admissionapi.DefaultMaxPlacements
 	}
 	if opts.Consul == (consulkv.Config{}) {
 		opts.Consul = consulkv.FromEnv()
@@ -140,7 +138,6 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		log:     env.Log.With().Str("service", "north-api").Logger(),
 		opts:    opts,
 		limiter: web.NewLimiter(opts.RateLimit),
-		placing: make(chan struct{}, opts.MaxPlacements),
 		rules:   rules,
 	}
 	if opts.InsecureNoAuth {
@@ -221,18 +218,11 @@ func (s *Server) followViews() (err error) {
 	if s.acm, err = acmapi.New(s.kit); err != nil {
 		return err
 	}
-	if s.appPols, err = followAppPolicies(env); err != nil {
+	if s.adm, err = admissionapi.New(s.kit, admissionapi.Options{
+		MaxPlacements: s.opts.MaxPlacements, Owners: viewOwners{s}, CheckComponents: s.checkDeploymentComponents,
+	}); err != nil {
 		return err
 	}
-	add(s.appPols)
-	if s.verdicts, err = followVerdicts(env); err != nil {
-		return err
-	}
-	add(s.verdicts)
-	if s.dcs, err = followDatacenters(env); err != nil {
-		return err
-	}
-	add(s.dcs)
 	s.nmp, err = nmpapi.New(s.kit, nmpapi.Options{
 		Orgs: s.opts.Orgs, PackageDir: s.opts.PackageDir,
 		MaxPackageBytes: s.opts.MaxPackageBytes, MaxUnpackedPackageBytes: s.opts.MaxUnpackedPackageBytes,

@@ -1,10 +1,11 @@
-package northapi
+package admissionapi
 
 import (
 	"sort"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -105,3 +106,30 @@ func (v *verdictsView) admittedList() []*events.AdmissionVerdict {
 	sort.Slice(out, func(i, j int) bool { return out[i].DeploymentID < out[j].DeploymentID })
 	return out
 }
+
+// datacenter is one datacenter of the view with its indexed model (nil
+// when the record does not validate: written around the API).
+type datacenter struct {
+	rec   *events.Datacenter
+	model *placement.Model
+	err   error
+}
+
+// datacentersView is placement.datacenters, each model indexed as it is
+// read.
+type datacentersView struct {
+	*runtime.TableOf[*events.Datacenter, *datacenter]
+}
+
+func followDatacenters(env runtime.Env) (*datacentersView, error) {
+	t, err := runtime.FollowTableOf(env, topology.Datacenters, func(m runtime.Msg[*events.Datacenter], _ *datacenter, _ bool) (*datacenter, error) {
+		md, err := placement.ParseDatacenter([]byte(m.Value.Model))
+		return &datacenter{rec: m.Value, model: md, err: err}, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &datacentersView{t}, nil
+}
+
+func (v *datacentersView) get(id string) (*datacenter, bool) { return v.Value(id) }

@@ -1,4 +1,4 @@
-package northapi
+package admissionapi
 
 import (
 	"context"
@@ -16,26 +16,8 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
-// deployers submit deployments: operators, and tenants for their own
-// tenant (the handler checks).
-var deployers = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
-
-// admissionRoutes are the routes of deployment admission and of tenant
-// application policies (seed 001).
-func (s *Server) admissionRoutes() []route {
-	return []route{
-		{http.MethodPost, "/v1/deployments", s.postDeployment, deployers},
-		{http.MethodGet, "/v1/deployments/{deployment_id}", s.getDeployment, web.Readers},
-		{http.MethodGet, "/policies", s.listAppPolicies, web.Readers},
-		{http.MethodPost, "/policies", s.createAppPolicy, web.Operators},
-		{http.MethodGet, "/policies/{policy_id}", s.getAppPolicy, web.Readers},
-		{http.MethodPut, "/policies/{policy_id}", s.updateAppPolicy, web.Operators},
-		{http.MethodDelete, "/policies/{policy_id}", s.deleteAppPolicy, web.Operators},
-		{http.MethodGet, "/policies/{policy_id}/violations", s.appPolicyViolations, web.Readers},
-	}
-}
-
-const deploymentExample = `{"deployment_id": "dep-1", "tenant": "t1", "environment": "prod", "applications": [{"name": "web", "class": "io.murano.apps.apache.ApacheHttpServer", "inherits": ["io.murano.Application"], "instances": 2, "flavor": "m1.medium", "image": "ubuntu-22.04"}]}`
+// DeploymentExample is a deployment request, for the answers that say what to send.
+const DeploymentExample = `{"deployment_id": "dep-1", "tenant": "t1", "environment": "prod", "applications": [{"name": "web", "class": "io.murano.apps.apache.ApacheHttpServer", "inherits": ["io.murano.Application"], "instances": 2, "flavor": "m1.medium", "image": "ubuntu-22.04"}]}`
 
 // DeploymentAccepted is the answer to a deployment request that was
 // queued for admission.
@@ -80,7 +62,7 @@ type DeploymentVerdict struct {
 	DecidedAt    string                     `json:"decided_at"`
 }
 
-func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	dryRun := false
 	if v := r.URL.Query().Get("dry_run"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -90,7 +72,7 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *web.Err
 		dryRun = b
 	}
 	var req admit.Request
-	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, deploymentExample); e != nil {
+	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, DeploymentExample); e != nil {
 		return e
 	}
 	caller := web.PrincipalOf(r.Context())
@@ -105,25 +87,25 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *web.Err
 	if err := req.Normalize(); err != nil {
 		return web.Errorf(http.StatusBadRequest, "deployment request: %v", err)
 	}
-	if e := s.checkDeploymentComponents(&req); e != nil {
+	if e := s.opts.CheckComponents(&req); e != nil {
 		return e
 	}
-	if e := s.needViews(topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployComponents); e != nil {
+	if e := s.Views.Need(topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployComponents); e != nil {
 		return e
 	}
-	if e := s.claimNames(admit.Claim{Tenant: req.Tenant, DeploymentID: req.DeploymentID}); e != nil {
+	if e := ClaimNames(admit.Claim{Tenant: req.Tenant, DeploymentID: req.DeploymentID}, s.opts.Owners); e != nil {
 		return e
 	}
 	if dryRun {
 		if req.Datacenter != "" {
-			if e := s.needViews(topology.Datacenters); e != nil {
+			if e := s.Views.Need(topology.Datacenters); e != nil {
 				return e
 			}
 		}
 		return s.dryRun(r.Context(), w, &req)
 	}
 	for i, c := range req.Claims() {
-		if e := s.claimNames(c); e != nil {
+		if e := ClaimNames(c, s.opts.Owners); e != nil {
 			return web.Errorf(e.Status, "deployment request: applications[%d]: %s", i, e.Msg)
 		}
 	}
@@ -132,44 +114,22 @@ func (s *Server) postDeployment(w http.ResponseWriter, r *http.Request) *web.Err
 		return web.Errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
 	}
 	dr := &events.DeploymentRequest{
-		RequestID: newID(), DeploymentID: req.DeploymentID, Tenant: req.Tenant, Request: string(body),
+		RequestID: web.NewID(), DeploymentID: req.DeploymentID, Tenant: req.Tenant, Request: string(body),
 		SubmittedBy: caller.Name, SubmittedAt: time.Now().UTC(),
 	}
-	value, err := s.env.Codec.Encode(dr)
+	value, err := s.Env.Codec.Encode(dr)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
 	}
-	if err := s.produce(r.Context(), &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployRequests), Key: []byte(req.DeploymentID), Value: value}); err != nil {
-		return s.produceFailed(err)
+	if err := s.Produce(r.Context(), &kgo.Record{Topic: s.Env.Kafka.Topic(topology.DeployRequests), Key: []byte(req.DeploymentID), Value: value}); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.log.Info().Str("request_id", dr.RequestID).Str("deployment_id", dr.DeploymentID).Str("tenant", dr.Tenant).Str("by", web.DescribeCaller(caller)).Msg("deployment request queued for admission")
+	s.Log.Info().Str("request_id", dr.RequestID).Str("deployment_id", dr.DeploymentID).Str("tenant", dr.Tenant).Str("by", web.DescribeCaller(caller)).Msg("deployment request queued for admission")
 	web.WriteJSON(w, http.StatusAccepted, DeploymentAccepted{RequestID: dr.RequestID, DeploymentID: dr.DeploymentID, Tenant: dr.Tenant, Status: "pending"})
 	return nil
 }
 
-// checkDeploymentComponents holds each application's component to the
-// rules of a component registration (notify targets the operator allows,
-// filter limits).
-func (s *Server) checkDeploymentComponents(req *admit.Request) *web.Error {
-	for i := range req.Applications {
-		a := &req.Applications[i]
-		cr := ComponentRequest{DeploymentID: req.DeploymentID, ServiceComponentName: req.ServiceComponentName(a), Tenant: req.Tenant}
-		if spec := a.Component; spec != nil {
-			cr.PolicyIDs = spec.PolicyIDs
-			for _, f := range spec.PolicyFilters {
-				cr.PolicyFilters = append(cr.PolicyFilters, FilterRequest(f))
-			}
-			cr.Notify = NotifyRequest(spec.Notify)
-		}
-		id := req.ComponentID(a.Name)
-		if _, err := BuildComponent(id, cr, 1, time.Now(), s.rules); err != nil {
-			return web.Errorf(http.StatusBadRequest, "deployment request: applications[%d].component (component %s): %v", i, id, err)
-		}
-	}
-	return nil
-}
-
-func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
+func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
 	v, err := admit.Evaluate(ctx, req, s.appPols.compiled())
 	if err != nil {
 		// The client left: nobody reads the answer.
@@ -183,7 +143,7 @@ func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.R
 		defer release()
 		admit.CheckPlacement(&v, s.dcs.model)
 	}
-	admit.CheckNames(&v, viewOwners{s})
+	admit.CheckNames(&v, s.opts.Owners)
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "dry run: %v", err)
@@ -206,12 +166,12 @@ func (s *Server) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.R
 	return nil
 }
 
-func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("deployment_id")
 	if err := admit.CheckID("deployment_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
 	}
-	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
+	if e := s.Views.Need(topology.AdmissionVerdicts); e != nil {
 		return e
 	}
 	v, ok := s.verdicts.get(id)

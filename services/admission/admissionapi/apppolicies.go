@@ -1,4 +1,4 @@
-package northapi
+package admissionapi
 
 import (
 	"bytes"
@@ -98,8 +98,8 @@ func mayReadAppPolicy(p auth.Principal, ap *appPolicy) *web.Error {
 	return web.Errorf(http.StatusForbidden, "policy %s is not assigned to tenant %q; token %s may only look up its tenant's policies and the global ones", ap.rec.PolicyID, p.Tenant, p.Name)
 }
 
-func (s *Server) listAppPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
-	if e := s.needViews(topology.AppPolicies); e != nil {
+func (s *API) ListAppPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
+	if e := s.Views.Need(topology.AppPolicies); e != nil {
 		return e
 	}
 	caller := web.PrincipalOf(r.Context())
@@ -113,7 +113,7 @@ func (s *Server) listAppPolicies(w http.ResponseWriter, r *http.Request) *web.Er
 	return nil
 }
 
-func (s *Server) getAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
@@ -126,12 +126,12 @@ func (s *Server) getAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error
 }
 
 // appPolicyOf is the policy the path names: 404 when there is none.
-func (s *Server) appPolicyOf(r *http.Request) (*appPolicy, *web.Error) {
+func (s *API) appPolicyOf(r *http.Request) (*appPolicy, *web.Error) {
 	id := r.PathValue("policy_id")
 	if err := admit.CheckID("policy_id", id); err != nil {
 		return nil, web.Errorf(http.StatusBadRequest, "%v: the segment after /policies/ names the policy", err)
 	}
-	if e := s.needViews(topology.AppPolicies); e != nil {
+	if e := s.Views.Need(topology.AppPolicies); e != nil {
 		return nil, e
 	}
 	p, ok := s.appPols.get(id)
@@ -141,11 +141,11 @@ func (s *Server) appPolicyOf(r *http.Request) (*appPolicy, *web.Error) {
 	return p, nil
 }
 
-func (s *Server) createAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) CreateAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	return s.writeAppPolicy(w, r, nil)
 }
 
-func (s *Server) updateAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) UpdateAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
@@ -154,7 +154,7 @@ func (s *Server) updateAppPolicy(w http.ResponseWriter, r *http.Request) *web.Er
 }
 
 // writeAppPolicy creates (existing nil) or replaces a policy.
-func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *appPolicy) *web.Error {
+func (s *API) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *appPolicy) *web.Error {
 	var req AppPolicyRequest
 	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, appPolicyExample); e != nil {
 		return e
@@ -163,15 +163,15 @@ func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing
 	if e != nil {
 		return e
 	}
-	if e := s.needViews(topology.AppPolicies); e != nil {
+	if e := s.Views.Need(topology.AppPolicies); e != nil {
 		return e
 	}
 	// One writer at a time, so two policies cannot take one name.
-	unlock := s.kit.Lock("app policies")
+	unlock := s.Lock("app policies")
 	defer unlock()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	if existing == nil {
-		rec.PolicyID, rec.Created = newID(), now
+		rec.PolicyID, rec.Created = web.NewID(), now
 	} else {
 		if cur, ok := s.appPols.get(existing.rec.PolicyID); !ok {
 			return web.Errorf(http.StatusNotFound, "policy %s was deleted meanwhile", existing.rec.PolicyID)
@@ -193,20 +193,20 @@ func (s *Server) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing
 	if err != nil {
 		return policyCompileError(err)
 	}
-	value, err := s.env.Codec.Encode(rec)
+	value, err := s.Env.Codec.Encode(rec)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode policy %s: %v", rec.PolicyID, err)
 	}
-	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.AppPolicies), Key: []byte(rec.PolicyID), Value: value}
-	if err := s.produce(r.Context(), kr); err != nil {
-		return s.produceFailed(err)
+	kr := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.AppPolicies), Key: []byte(rec.PolicyID), Value: value}
+	if err := s.Produce(r.Context(), kr); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), s.appPols, kr)
+	s.WaitOwnWrite(r.Context(), s.appPols, kr)
 	verb := "created"
 	if existing != nil {
 		verb = "updated"
 	}
-	s.log.Info().Str("policy_id", rec.PolicyID).Str("type", compiled.Type).Str("mode", compiled.Mode).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("application policy " + verb)
+	s.Log.Info().Str("policy_id", rec.PolicyID).Str("type", compiled.Type).Str("mode", compiled.Mode).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("application policy " + verb)
 	web.WriteJSON(w, http.StatusOK, answerOf(&appPolicy{rec: rec, compiled: compiled}, true))
 	return nil
 }
@@ -265,19 +265,19 @@ func policyCompileError(err error) *web.Error {
 	return web.Errorf(http.StatusBadRequest, "objectModel: %v", err)
 }
 
-func (s *Server) deleteAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) DeleteAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
 	}
-	unlock := s.kit.Lock("app policies")
+	unlock := s.Lock("app policies")
 	defer unlock()
-	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.AppPolicies), Key: []byte(p.rec.PolicyID)}
-	if err := s.produce(r.Context(), kr); err != nil {
-		return s.produceFailed(err)
+	kr := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.AppPolicies), Key: []byte(p.rec.PolicyID)}
+	if err := s.Produce(r.Context(), kr); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), s.appPols, kr)
-	s.log.Info().Str("policy_id", p.rec.PolicyID).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("application policy deleted")
+	s.WaitOwnWrite(r.Context(), s.appPols, kr)
+	s.Log.Info().Str("policy_id", p.rec.PolicyID).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("application policy deleted")
 	web.WriteJSON(w, http.StatusOK, answerOf(p, true))
 	return nil
 }
@@ -301,7 +301,7 @@ type DeploymentViolation struct {
 	Findings     []events.AdmissionFinding `json:"findings"`
 }
 
-func (s *Server) appPolicyViolations(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) AppPolicyViolations(w http.ResponseWriter, r *http.Request) *web.Error {
 	p, e := s.appPolicyOf(r)
 	if e != nil {
 		return e
@@ -313,7 +313,7 @@ func (s *Server) appPolicyViolations(w http.ResponseWriter, r *http.Request) *we
 	if p.compiled == nil {
 		return web.Errorf(http.StatusConflict, "policy %s does not compile (%v), so it finds nothing; fix it with PUT /policies/%s", p.rec.PolicyID, p.err, p.rec.PolicyID)
 	}
-	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
+	if e := s.Views.Need(topology.AdmissionVerdicts); e != nil {
 		return e
 	}
 	out := PolicyViolations{PolicyID: p.rec.PolicyID, Mode: p.compiled.Mode, Violations: []DeploymentViolation{}}

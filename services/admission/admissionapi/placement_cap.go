@@ -1,4 +1,4 @@
-package northapi
+package admissionapi
 
 import (
 	"net/http"
@@ -21,12 +21,24 @@ const placementRetryAfter = 1
 // when every slot is taken, answers 503 with Retry-After rather than
 // queue: a computation holds its slot for up to ProposeTimeout. The caller
 // releases the slot when the computation ends.
-func (s *Server) placementSlot(w http.ResponseWriter) (release func(), e *web.Error) {
+func (s *API) placementSlot(w http.ResponseWriter) (release func(), e *web.Error) {
 	select {
 	case s.placing <- struct{}{}:
 		return func() { <-s.placing }, nil
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(placementRetryAfter))
 		return nil, web.Errorf(http.StatusServiceUnavailable, "%d placement computations are running, as many as this North API runs at once (--max-placements); retry after %d s", cap(s.placing), placementRetryAfter)
+	}
+}
+
+// TakePlacementSlot takes a slot of placement computations as a request
+// does; ok is false when every slot is taken. Call release to give it
+// back.
+func (s *API) TakePlacementSlot() (release func(), ok bool) {
+	select {
+	case s.placing <- struct{}{}:
+		return func() { <-s.placing }, true
+	default:
+		return nil, false
 	}
 }

@@ -1,4 +1,4 @@
-package northapi
+package admissionapi
 
 import (
 	"encoding/json"
@@ -11,54 +11,12 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/placement"
-	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
-
-// placementRoutes are the routes of datacenter models and placement
-// proposals (seed 002). Datacenters are operator-level: operators write
-// them, every reader may read them (a tenant names one in its deployment
-// requests); anyone who may deploy may ask for a placement.
-func (s *Server) placementRoutes() []route {
-	return []route{
-		{http.MethodGet, "/v1/datacenters", s.listDatacenters, web.Readers},
-		{http.MethodGet, "/v1/datacenters/{datacenter_id}", s.getDatacenter, web.Readers},
-		{http.MethodPut, "/v1/datacenters/{datacenter_id}", s.putDatacenter, web.Operators},
-		{http.MethodDelete, "/v1/datacenters/{datacenter_id}", s.deleteDatacenter, web.Operators},
-		{http.MethodPost, "/v1/placements", s.postPlacement, deployers},
-	}
-}
 
 const datacenterExample = `{"id": "dc1", "levels": [{"name": "rack"}, {"name": "pm", "within": ["rack"]}], "dimensions": ["vcpu"], "location": [{"id": "r1", "level": "rack"}, {"id": "pm1", "level": "pm", "parent": "r1", "capacity": [16]}], "network": [{"id": "tor1"}, {"id": "pm1", "parent": "tor1", "bandwidth": 1e9}]}`
 
 const placementExample = `{"datacenter": "dc1", "resources": [{"id": "vm1", "kind": "vm", "demand": [2]}, {"id": "vm2", "kind": "vm", "demand": [2]}], "groups": [{"id": "g", "members": ["vm1", "vm2"]}], "placement_policies": [{"id": "apart", "type": "anti-collocation", "mode": "hard", "applies_to": ["g"], "properties": {"level": "pm"}}]}`
-
-// datacenter is one datacenter of the view with its indexed model (nil
-// when the record does not validate: written around the API).
-type datacenter struct {
-	rec   *events.Datacenter
-	model *placement.Model
-	err   error
-}
-
-// datacentersView is placement.datacenters, each model indexed as it is
-// read.
-type datacentersView struct {
-	*runtime.TableOf[*events.Datacenter, *datacenter]
-}
-
-func followDatacenters(env runtime.Env) (*datacentersView, error) {
-	t, err := runtime.FollowTableOf(env, topology.Datacenters, func(m runtime.Msg[*events.Datacenter], _ *datacenter, _ bool) (*datacenter, error) {
-		md, err := placement.ParseDatacenter([]byte(m.Value.Model))
-		return &datacenter{rec: m.Value, model: md, err: err}, nil
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	return &datacentersView{t}, nil
-}
-
-func (v *datacentersView) get(id string) (*datacenter, bool) { return v.Value(id) }
 
 // model is the indexed model of a datacenter that validates.
 func (v *datacentersView) model(id string) (*placement.Model, bool) {
@@ -107,8 +65,8 @@ func datacenterAnswer(d *datacenter, withModel bool) DatacenterAnswer {
 	return a
 }
 
-func (s *Server) listDatacenters(w http.ResponseWriter, r *http.Request) *web.Error {
-	if e := s.needViews(topology.Datacenters); e != nil {
+func (s *API) ListDatacenters(w http.ResponseWriter, r *http.Request) *web.Error {
+	if e := s.Views.Need(topology.Datacenters); e != nil {
 		return e
 	}
 	out := DatacenterList{Datacenters: []DatacenterAnswer{}}
@@ -129,12 +87,12 @@ func datacenterID(r *http.Request) (string, *web.Error) {
 }
 
 // datacenterOf is the datacenter the path names: 404 when there is none.
-func (s *Server) datacenterOf(r *http.Request) (*datacenter, *web.Error) {
+func (s *API) datacenterOf(r *http.Request) (*datacenter, *web.Error) {
 	id, e := datacenterID(r)
 	if e != nil {
 		return nil, e
 	}
-	if e := s.needViews(topology.Datacenters); e != nil {
+	if e := s.Views.Need(topology.Datacenters); e != nil {
 		return nil, e
 	}
 	d, ok := s.dcs.get(id)
@@ -144,7 +102,7 @@ func (s *Server) datacenterOf(r *http.Request) (*datacenter, *web.Error) {
 	return d, nil
 }
 
-func (s *Server) getDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) GetDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	d, e := s.datacenterOf(r)
 	if e != nil {
 		return e
@@ -155,7 +113,7 @@ func (s *Server) getDatacenter(w http.ResponseWriter, r *http.Request) *web.Erro
 
 // putDatacenter stores a datacenter model: 400 listing every problem of
 // a model that does not validate.
-func (s *Server) putDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PutDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	id, e := datacenterID(r)
 	if e != nil {
 		return e
@@ -182,44 +140,44 @@ func (s *Server) putDatacenter(w http.ResponseWriter, r *http.Request) *web.Erro
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
 	}
-	if e := s.needViews(topology.Datacenters); e != nil {
+	if e := s.Views.Need(topology.Datacenters); e != nil {
 		return e
 	}
-	unlock := s.kit.Lock("datacenter " + id)
+	unlock := s.Lock("datacenter " + id)
 	defer unlock()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	rec := &events.Datacenter{DatacenterID: id, Model: string(canon), Leaves: int32(m.Leaves()), UpdatedBy: web.PrincipalOf(r.Context()).Name, Created: now, Updated: now}
 	if cur, ok := s.dcs.get(id); ok {
 		rec.Created = cur.rec.Created
 	}
-	value, err := s.env.Codec.Encode(rec)
+	value, err := s.Env.Codec.Encode(rec)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode datacenter %s: %v", id, err)
 	}
-	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.Datacenters), Key: []byte(id), Value: value}
-	if err := s.produce(r.Context(), kr); err != nil {
-		return s.produceFailed(err)
+	kr := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.Datacenters), Key: []byte(id), Value: value}
+	if err := s.Produce(r.Context(), kr); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), s.dcs, kr)
-	s.log.Info().Str("datacenter_id", id).Int("leaves", m.Leaves()).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("datacenter stored")
+	s.WaitOwnWrite(r.Context(), s.dcs, kr)
+	s.Log.Info().Str("datacenter_id", id).Int("leaves", m.Leaves()).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("datacenter stored")
 	web.WriteJSON(w, http.StatusOK, datacenterAnswer(&datacenter{rec: rec, model: m}, true))
 	return nil
 }
 
-func (s *Server) deleteDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) DeleteDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	d, e := s.datacenterOf(r)
 	if e != nil {
 		return e
 	}
 	id := d.rec.DatacenterID
-	unlock := s.kit.Lock("datacenter " + id)
+	unlock := s.Lock("datacenter " + id)
 	defer unlock()
-	kr := &kgo.Record{Topic: s.env.Kafka.Topic(topology.Datacenters), Key: []byte(id)}
-	if err := s.produce(r.Context(), kr); err != nil {
-		return s.produceFailed(err)
+	kr := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.Datacenters), Key: []byte(id)}
+	if err := s.Produce(r.Context(), kr); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), s.dcs, kr)
-	s.log.Info().Str("datacenter_id", id).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("datacenter deleted")
+	s.WaitOwnWrite(r.Context(), s.dcs, kr)
+	s.Log.Info().Str("datacenter_id", id).Str("by", web.DescribeCaller(web.PrincipalOf(r.Context()))).Msg("datacenter deleted")
 	web.WriteJSON(w, http.StatusOK, datacenterAnswer(d, false))
 	return nil
 }
@@ -254,7 +212,7 @@ const ProposeTimeout = 10 * time.Second
 // postPlacement proposes a placement for a template (the placement part
 // of a deployment request), synchronously; the search is bounded by
 // placement.DefaultMaxSteps leaves tried and ProposeTimeout.
-func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PostPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
 	data, e := web.ReadBody(w, r, web.MaxRequestBytes)
 	if e != nil {
 		return e
@@ -269,7 +227,7 @@ func (s *Server) postPlacement(w http.ResponseWriter, r *http.Request) *web.Erro
 	if err := tpl.Validate(); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.Datacenters); e != nil {
+	if e := s.Views.Need(topology.Datacenters); e != nil {
 		return e
 	}
 	d, ok := s.dcs.get(tpl.Datacenter)
