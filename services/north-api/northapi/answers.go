@@ -1,6 +1,9 @@
 package northapi
 
-import "github.com/policyflow/policyflow/services/nmp/nmpapi"
+import (
+	"github.com/policyflow/policyflow/services/nmp/nmpapi"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
+)
 
 // The answer types and headers clients of the API read, from the
 // subsystem packages that define them.
@@ -15,4 +18,24 @@ type (
 const (
 	SignatureHeader  = nmpapi.SignatureHeader
 	SigningKeyHeader = nmpapi.SigningKeyHeader
+)
+
+// Registration is what a component registration may ask for
+// (policyapi.Registration).
+type Registration = policyapi.Registration
+
+// ComponentRules are a Registration checked.
+type ComponentRules = policyapi.ComponentRules
+
+// RegistrationFromEnv is the Registration the environment gives.
+func RegistrationFromEnv() Registration { return policyapi.RegistrationFromEnv() }
+
+// The answers of the catch-up routes.
+type (
+	// CatchupAccepted is the answer of POST /v1/catchup.
+	CatchupAccepted = policyapi.CatchupAccepted
+	// CatchupStatus is the answer of GET /v1/catchup/{request_id}.
+	CatchupStatus = policyapi.CatchupStatus
+	// CatalogProgress is what pdp-ingest's catch-up found.
+	CatalogProgress = policyapi.CatalogProgress
 )

@@ -29,27 +29,27 @@ type route struct {
 // to global ones and their tenant's (policy.MayHold).
 func (s *Server) routeTable() []route {
 	return append([]route{
-		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, web.OwnComponents},
-		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, web.OwnComponents},
-		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, web.Readers},
-		{http.MethodPost, "/v1/components/{component_id}/renotify", s.renotify, web.Operators},
-		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, web.Operators},
-		{http.MethodPost, "/v1/policies", s.pushPolicies, web.Operators},
-		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, web.Readers},
-		{http.MethodPost, "/v1/catchup", s.catchup, web.Operators},
-		{http.MethodGet, "/v1/catchup/{request_id}", s.catchupStatus, web.Operators},
+		{http.MethodPut, "/v1/components/{component_id}", s.pol.PutComponent, web.OwnComponents},
+		{http.MethodDelete, "/v1/components/{component_id}", s.pol.DeleteComponent, web.OwnComponents},
+		{http.MethodGet, "/v1/components/{component_id}/status", s.pol.ComponentStatus, web.Readers},
+		{http.MethodPost, "/v1/components/{component_id}/renotify", s.pol.Renotify, web.Operators},
+		{http.MethodPost, "/v1/pdp/notifications", s.pol.PdpNotifications, web.Operators},
+		{http.MethodPost, "/v1/policies", s.pol.PushPolicies, web.Operators},
+		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.pol.PolicyRollout, web.Readers},
+		{http.MethodPost, "/v1/catchup", s.pol.Catchup, web.Operators},
+		{http.MethodGet, "/v1/catchup/{request_id}", s.pol.CatchupStatus, web.Operators},
 		// The seed's policy-handler endpoint: a catch-up of everything.
-		{http.MethodGet, "/catch_up", s.catchup, web.Operators},
-		{http.MethodGet, "/policy_latest/{policy_id}", s.policyLatest, web.Readers},
+		{http.MethodGet, "/catch_up", s.pol.Catchup, web.Operators},
+		{http.MethodGet, "/policy_latest/{policy_id}", s.pol.PolicyLatest, web.Readers},
 		// A read, though a POST: it carries a policy filter.
-		{http.MethodPost, "/policies_latest", s.policiesLatest, web.Readers},
-		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, web.Readers},
+		{http.MethodPost, "/policies_latest", s.pol.PoliciesLatest, web.Readers},
+		{http.MethodGet, "/service_component_all/{service_component_name}", s.pol.ServiceComponentAll, web.Readers},
 		{http.MethodGet, "/healthcheck", s.healthcheck, web.Anyone},
 		// The document of this API (openapi.json next to this file).
 		{http.MethodGet, "/openapi.json", s.openAPI, web.Readers},
 		// The status page's data and the page itself, which holds no
 		// data: it asks /v1/status with the token given in its form.
-		{http.MethodGet, "/v1/status", s.pipelineStatus, web.StatusReaders},
+		{http.MethodGet, "/v1/status", s.pol.PipelineStatus, web.StatusReaders},
 		{http.MethodGet, "/ui/", s.statusPage, web.Anyone},
 	}, slices.Concat(s.participantRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
 }
@@ -261,4 +261,25 @@ func (s *Server) wrap(route string, h web.HandlerFunc) http.Handler {
 		}
 		s.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
 	})
+}
+
+// Health is the answer of GET /healthcheck.
+type Health struct {
+	Service string            `json:"service"`
+	Status  string            `json:"status"`
+	Views   map[string]string `json:"views"`
+}
+
+func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) *web.Error {
+	h := Health{Service: "policyflow-north-api", Status: "ok", Views: map[string]string{}}
+	for t, why := range s.kit.Views.States() {
+		if why == "" {
+			h.Views[t] = "caught up"
+			continue
+		}
+		h.Status = "starting"
+		h.Views[t] = why
+	}
+	web.WriteJSON(w, http.StatusOK, h)
+	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp/nmpapi"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -92,14 +93,11 @@ type Server struct {
 	cl     *kgo.Client
 	consul *capi.Client
 
-	kit        *web.Kit // producer, read views' readiness, locks
-	catalog    *catalogView
-	components *componentsView
-	applied    *appliedView
-	progress   *progressView
-	acm        *acmapi.API       // automation-composition participants
-	nmp        *nmpapi.API       // node management
-	adm        *admissionapi.API // admission and placement
+	kit *web.Kit          // producer, read views' readiness, locks
+	pol *policyapi.API    // the policy flow
+	acm *acmapi.API       // automation-composition participants
+	nmp *nmpapi.API       // node management
+	adm *admissionapi.API // admission and placement
 
 	rules   ComponentRules
 	limiter *web.Limiter
@@ -188,38 +186,27 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// followViews starts the read views, each a runtime table of its topic
-// (node management's folded into an nmp.World as the nmp-hub folds it).
+// followViews builds each subsystem's API, which starts its read views
+// on the kit: runtime tables of their topics, and node management's world
+// folded as the nmp-hub folds it.
 func (s *Server) followViews() (err error) {
-	env, views := s.env, s.kit.Views
-	add := func(v interface {
-		web.View
-		Close()
-	}) {
-		views.Add(v)
-		views.OnClose(v.Close)
-	}
-	if s.catalog, err = followCatalog(env); err != nil {
+	if s.pol, err = policyapi.New(s.kit, s.consul, policyapi.Options{
+		Consul: s.opts.Consul, Rules: s.rules, StageOps: s.opts.StageOps,
+		DeploymentTenant: func(id string) (string, bool) {
+			v, ok := s.adm.Verdict(id)
+			if !ok {
+				return "", false
+			}
+			return v.Tenant, true
+		},
+	}); err != nil {
 		return err
 	}
-	add(s.catalog)
-	if s.components, err = followComponents(env); err != nil {
-		return err
-	}
-	add(s.components)
-	if s.applied, err = followApplied(env); err != nil {
-		return err
-	}
-	add(s.applied)
-	if s.progress, err = followProgress(env); err != nil {
-		return err
-	}
-	add(s.progress)
 	if s.acm, err = acmapi.New(s.kit); err != nil {
 		return err
 	}
 	if s.adm, err = admissionapi.New(s.kit, admissionapi.Options{
-		MaxPlacements: s.opts.MaxPlacements, Owners: viewOwners{s}, CheckComponents: s.checkDeploymentComponents,
+		MaxPlacements: s.opts.MaxPlacements, Owners: s.pol.Owners(), CheckComponents: s.pol.CheckDeploymentComponents,
 	}); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"encoding/json"

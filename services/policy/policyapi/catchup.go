@@ -1,10 +1,8 @@
-package northapi
+package policyapi
 
 import (
 	"net/http"
 	"regexp"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/web"
@@ -116,17 +114,17 @@ func (v *progressView) status(id string, partitions int) CatchupStatus {
 // catch-up went. A request no stage has reported on yet has nothing done
 // when its id is one a catch-up could have been given (just asked), and is
 // 404 otherwise.
-func (s *Server) catchupStatus(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) CatchupStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("request_id")
 	if err := CheckID("request_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.CatchupProgress); e != nil {
+	if e := s.Views.Need(topology.CatchupProgress); e != nil {
 		return e
 	}
-	n, err := runtime.PartitionCount(r.Context(), kadm.NewClient(s.cl), s.env.Kafka.Topic(topology.CatchupRequests))
+	n, err := runtime.PartitionCount(r.Context(), s.Admin(), s.Env.Kafka.Topic(topology.CatchupRequests))
 	if err != nil {
-		return web.Errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.env.Kafka.Brokers)
+		return web.Errorf(http.StatusServiceUnavailable, "%v; check the brokers %v and run `policyctl topology apply`", err, s.Env.Kafka.Brokers)
 	}
 	st := s.progress.status(id, int(n))
 	if st.Matcher.PartitionsDone == 0 && st.ConsulWriter.PartitionsDone == 0 && st.PDPIngest == nil && !issuedCatchupID.MatchString(id) {

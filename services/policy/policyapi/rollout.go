@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"context"
@@ -82,7 +82,7 @@ type rolloutTarget struct {
 	gen int64
 }
 
-func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PolicyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("policy_id")
 	if err := CheckID("policy_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
@@ -95,7 +95,7 @@ func (s *Server) policyRollout(w http.ResponseWriter, r *http.Request) *web.Erro
 		}
 		limit = n
 	}
-	if e := s.needViews(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
+	if e := s.Views.Need(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
 	}
 	p := web.PrincipalOf(r.Context())
@@ -186,7 +186,7 @@ func (r *Rollout) pending(limit int, id, why string) {
 // transactions of up to consulkv.MaxTxnOps get-tree operations (a get of
 // a key that does not exist would fail the whole transaction); nil where
 // a component has no claim.
-func (s *Server) claims(ctx context.Context, targets []rolloutTarget) ([]*consulkv.Claim, *web.Error) {
+func (s *API) claims(ctx context.Context, targets []rolloutTarget) ([]*consulkv.Claim, *web.Error) {
 	out := make([]*consulkv.Claim, len(targets))
 	for start := 0; start < len(targets); start += consulkv.MaxTxnOps {
 		batch := targets[start:min(start+consulkv.MaxTxnOps, len(targets))]

@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -40,7 +41,7 @@ func TestStatusListsEveryExpectedStage(t *testing.T) {
 	gone := ln.Addr().String()
 	ln.Close() // the killed stage's listener: nothing answers there
 	addr := strings.TrimPrefix(ops.URL, "http://")
-	s := &Server{log: zerolog.Nop(), opts: Options{StageOps: []string{
+	s := &API{Kit: &web.Kit{Log: zerolog.Nop()}, opts: Options{StageOps: []string{
 		topology.StageExecutor + "=" + addr,
 		topology.StageMatcher + "=" + addr,
 		topology.StageConsulWriter + "=" + gone,
@@ -68,7 +69,7 @@ func TestStatusListsEveryExpectedStage(t *testing.T) {
 func TestStatusOfThisProcessListsExpectedStages(t *testing.T) {
 	env := runtime.NewEnv(runtime.Kafka{}, zerolog.Nop())
 	env.Health.Expect(topology.StageMatcher)
-	s := &Server{env: env, log: zerolog.Nop()}
+	s := &API{Kit: &web.Kit{Env: env, Log: zerolog.Nop()}}
 	rows := s.stageStatus(context.Background())
 	if len(rows) != 1 || rows[0].Name != topology.StageMatcher || rows[0].Ready || rows[0].Reason != runtime.NotRunning {
 		t.Errorf("rows %+v; want matcher, not ready, %q", rows, runtime.NotRunning)

@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ type ComponentAccepted struct {
 	Deleted     bool   `json:"deleted,omitempty"`
 }
 
-func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PutComponent(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
@@ -37,10 +37,10 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error
 	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, componentExample); e != nil {
 		return e
 	}
-	if e := s.needViews(topology.DeployComponents); e != nil {
+	if e := s.Views.Need(topology.DeployComponents); e != nil {
 		return e
 	}
-	unlock := s.kit.Lock(id)
+	unlock := s.Lock(id)
 	defer unlock()
 	caller := web.PrincipalOf(r.Context())
 	existing, _ := s.components.get(id)
@@ -52,9 +52,9 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error
 	if err != nil {
 		return web.Errorf(http.StatusBadRequest, "component %s: %v", id, err)
 	}
-	unlockFolder := s.kit.Lock("folder " + c.ServiceComponentName)
+	unlockFolder := s.Lock("folder " + c.ServiceComponentName)
 	defer unlockFolder()
-	if e := s.needViews(topology.AdmissionVerdicts); e != nil {
+	if e := s.Views.Need(topology.AdmissionVerdicts); e != nil {
 		return e
 	}
 	if e := s.claimNames(admit.Claim{Tenant: c.Tenant, DeploymentID: c.DeploymentID, ComponentID: id, Folder: c.ServiceComponentName,
@@ -62,7 +62,7 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error
 		return e
 	}
 	if c.Notify.Kind == events.NotifyScript {
-		if e := s.needViews(topology.PolicyCatalog); e != nil {
+		if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 			return e
 		}
 		if err := s.checkScriptNotification(c); err != nil {
@@ -70,57 +70,55 @@ func (s *Server) putComponent(w http.ResponseWriter, r *http.Request) *web.Error
 		}
 	}
 	if len(c.PolicyIDs) > 0 {
-		if e := s.needViews(topology.PolicyCatalog); e != nil {
+		if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 			return e
 		}
 		if e := s.mayHoldPolicies(c); e != nil {
 			return e
 		}
 	}
-	value, err := s.env.Codec.Encode(c)
+	value, err := s.Env.Codec.Encode(c)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode component %s: %v", id, err)
 	}
-	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployComponents), Key: []byte(id), Value: value}
-	if err := s.produce(r.Context(), rec); err != nil {
-		return s.produceFailed(err)
+	rec := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.DeployComponents), Key: []byte(id), Value: value}
+	if err := s.Produce(r.Context(), rec); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), s.components, rec)
-	s.log.Info().Str("component_id", id).Int64("generation", gen).Str("deployment_id", c.DeploymentID).Str("by", web.DescribeCaller(caller)).Msg("component registered")
+	s.WaitOwnWrite(r.Context(), s.components, rec)
+	s.Log.Info().Str("component_id", id).Int64("generation", gen).Str("deployment_id", c.DeploymentID).Str("by", web.DescribeCaller(caller)).Msg("component registered")
 	web.WriteJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: gen})
 	return nil
 }
 
-func (s *Server) deleteComponent(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) DeleteComponent(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/components/{component_id} names the component", err)
 	}
-	if e := s.needViews(topology.DeployComponents); e != nil {
+	if e := s.Views.Need(topology.DeployComponents); e != nil {
 		return e
 	}
-	unlock := s.kit.Lock(id)
+	unlock := s.Lock(id)
 	defer unlock()
 	c, ok := s.components.get(id)
 	if !ok {
 		return web.Errorf(http.StatusNotFound, "component %s is not registered (it is not in %s); check the id with GET /v1/components/%s/status, or it was deleted already",
-			id, s.env.Kafka.Topic(topology.DeployComponents), id)
+			id, s.Env.Kafka.Topic(topology.DeployComponents), id)
 	}
 	caller := web.PrincipalOf(r.Context())
 	if e := mayWriteComponent(caller, id, c, nil); e != nil {
 		return e
 	}
-	rec := &kgo.Record{Topic: s.env.Kafka.Topic(topology.DeployComponents), Key: []byte(id)}
-	if err := s.produce(r.Context(), rec); err != nil {
-		return s.produceFailed(err)
+	rec := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.DeployComponents), Key: []byte(id)}
+	if err := s.Produce(r.Context(), rec); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.waitOwnWrite(r.Context(), s.components, rec)
-	s.log.Info().Str("component_id", id).Str("by", web.DescribeCaller(caller)).Msg("component deleted")
+	s.WaitOwnWrite(r.Context(), s.components, rec)
+	s.Log.Info().Str("component_id", id).Str("by", web.DescribeCaller(caller)).Msg("component deleted")
 	web.WriteJSON(w, http.StatusAccepted, ComponentAccepted{ComponentID: id, Generation: c.Generation, Deleted: true})
 	return nil
 }
-
-func (s *Server) produceFailed(err error) *web.Error { return s.kit.ProduceFailed(err) }
 
 // ComponentStatus is the answer of GET /v1/components/{id}/status.
 type ComponentStatus struct {
@@ -195,19 +193,19 @@ func maskedClaim(raw []byte) (json.RawMessage, error) {
 	return json.Marshal(m)
 }
 
-func (s *Server) componentStatus(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) ComponentStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.DeployComponents, topology.ComponentApplied); e != nil {
+	if e := s.Views.Need(topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
 	}
 	c, registered := s.components.get(id)
 	a, applied := s.applied.get(id)
 	if !registered && !applied {
 		return web.Errorf(http.StatusNotFound, "component %s is unknown: neither %s nor %s has it; register it with PUT /v1/components/%s",
-			id, s.env.Kafka.Topic(topology.DeployComponents), s.env.Kafka.Topic(topology.ComponentApplied), id)
+			id, s.Env.Kafka.Topic(topology.DeployComponents), s.Env.Kafka.Topic(topology.ComponentApplied), id)
 	}
 	if e := mayReadComponent(web.PrincipalOf(r.Context()), id, c, registered); e != nil {
 		return e

@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"context"
@@ -86,8 +86,8 @@ type FailedNotification struct {
 	At                   string `json:"at,omitempty"`
 }
 
-func (s *Server) pipelineStatus(w http.ResponseWriter, r *http.Request) *web.Error {
-	if e := s.needViews(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
+func (s *API) PipelineStatus(w http.ResponseWriter, r *http.Request) *web.Error {
+	if e := s.Views.Need(topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied); e != nil {
 		return e
 	}
 	st := PipelineStatus{GeneratedAt: time.Now().UTC(), Stages: s.stageStatus(r.Context())}
@@ -105,7 +105,7 @@ func (s *Server) pipelineStatus(w http.ResponseWriter, r *http.Request) *web.Err
 
 // readClaims reads the notification claim of each registered component
 // (at most statusClaims of them), by component id.
-func (s *Server) readClaims(ctx context.Context, comps []*events.Component) (map[string]*consulkv.Claim, string, error) {
+func (s *API) readClaims(ctx context.Context, comps []*events.Component) (map[string]*consulkv.Claim, string, error) {
 	note := ""
 	if len(comps) > statusClaims {
 		note = fmt.Sprintf("notified and failed counts cover the first %d of %d components (by id)", statusClaims, len(comps))
@@ -178,7 +178,7 @@ func wants(c *events.Component, e *catalogEntry, compiled map[events.PolicyFilte
 // rollouts are the most recent catalog changes, newest first, with how
 // many registered components should have each version, have it written
 // in Consul, were notified of it, or failed to be.
-func (s *Server) rollouts(comps []*events.Component, claims map[string]*consulkv.Claim) []PolicyRollout {
+func (s *API) rollouts(comps []*events.Component, claims map[string]*consulkv.Claim) []PolicyRollout {
 	var entries []*catalogEntry
 	s.catalog.each(func(e *catalogEntry) { entries = append(entries, e) })
 	sort.Slice(entries, func(i, j int) bool {
@@ -255,13 +255,13 @@ func failures(comps []*events.Component, claims map[string]*consulkv.Claim) []Fa
 // stageStatus reads the stages' readiness and figures: from the ops
 // listeners of --stage-ops when given, else from this process (the dev
 // stack runs the stages beside the North API).
-func (s *Server) stageStatus(ctx context.Context) []StageStatus {
+func (s *API) stageStatus(ctx context.Context) []StageStatus {
 	if len(s.opts.StageOps) == 0 {
-		fams, err := s.env.Metrics.Registry.Gather()
+		fams, err := s.Env.Metrics.Registry.Gather()
 		if err != nil {
-			s.log.Warn().Err(err).Msg("status: gather this process's metrics")
+			s.Log.Warn().Err(err).Msg("status: gather this process's metrics")
 		}
-		return stagesOf(s.env.Health.Detail(), familiesByName(fams), "")
+		return stagesOf(s.Env.Health.Detail(), familiesByName(fams), "")
 	}
 	out := []StageStatus{}
 	for _, entry := range s.opts.StageOps {
@@ -323,7 +323,7 @@ func opsURL(addr string) string {
 
 // remoteStages reads one ops listener's /readyz and /metrics; a listener
 // that does not answer is one stage row saying so.
-func (s *Server) remoteStages(ctx context.Context, addr string) []StageStatus {
+func (s *API) remoteStages(ctx context.Context, addr string) []StageStatus {
 	base := opsURL(addr)
 	ctx, cancel := context.WithTimeout(ctx, statusOpsTimeout)
 	defer cancel()

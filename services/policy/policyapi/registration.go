@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"cmp"
@@ -134,7 +134,7 @@ var emptyNotificationBytes = len(`{"policies":[],"updated_policies":[],"removed_
 // checkScriptNotification refuses a script target for a component whose
 // policies, as the catalog has them now, already make every notification
 // too big to be given to a script in one argument.
-func (s *Server) checkScriptNotification(c *events.Component) error {
+func (s *API) checkScriptNotification(c *events.Component) error {
 	if c.Notify.Kind != events.NotifyScript {
 		return nil
 	}

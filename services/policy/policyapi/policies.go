@@ -1,4 +1,4 @@
-package northapi
+package policyapi
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ type NotificationsAccepted struct {
 	Notifications []NotificationAccepted `json:"notifications"`
 }
 
-func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PdpNotifications(w http.ResponseWriter, r *http.Request) *web.Error {
 	var n policy.Notification
 	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &n, true, notificationExample); e != nil {
 		return e
@@ -65,7 +65,7 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.E
 	ids := n.PolicyIDs()
 	for _, id := range ids {
 		byID[id] = &events.PdpNotification{
-			NotificationID:  newID(),
+			NotificationID:  web.NewID(),
 			Source:          Source,
 			ReceivedAt:      now,
 			LoadedPolicies:  []events.LoadedPolicy{},
@@ -89,11 +89,11 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.E
 	out := NotificationsAccepted{Notifications: []NotificationAccepted{}}
 	for _, id := range ids {
 		ev := byID[id]
-		value, err := s.env.Codec.Encode(ev)
+		value, err := s.Env.Codec.Encode(ev)
 		if err != nil {
 			return web.Errorf(http.StatusInternalServerError, "encode notification for %s: %v", id, err)
 		}
-		recs = append(recs, &kgo.Record{Topic: s.env.Kafka.Topic(topology.PDPNotifications), Key: []byte(id), Value: value})
+		recs = append(recs, &kgo.Record{Topic: s.Env.Kafka.Topic(topology.PDPNotifications), Key: []byte(id), Value: value})
 		var versions []string
 		for _, l := range ev.LoadedPolicies {
 			if l.VersionNo != "" {
@@ -102,10 +102,10 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.E
 		}
 		out.Notifications = append(out.Notifications, NotificationAccepted{PolicyID: id, NotificationID: ev.NotificationID, Versions: versions})
 	}
-	if err := s.produce(r.Context(), recs...); err != nil {
-		return s.produceFailed(err)
+	if err := s.Produce(r.Context(), recs...); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.log.Info().Strs("policy_ids", ids).Msg("PDP notification accepted")
+	s.Log.Info().Strs("policy_ids", ids).Msg("PDP notification accepted")
 	web.WriteJSON(w, http.StatusAccepted, out)
 	return nil
 }
@@ -115,7 +115,7 @@ func (s *Server) pdpNotifications(w http.ResponseWriter, r *http.Request) *web.E
 // (the rules are in the policy package doc). One refused body refuses the
 // whole request with 400 and the reason; what is published is each
 // body's canonical JSON, grouped per policy_id.
-func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	var raw json.RawMessage
 	if e := web.DecodeJSON(w, r, web.MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
 		return e
@@ -161,24 +161,24 @@ func (s *Server) pushPolicies(w http.ResponseWriter, r *http.Request) *web.Error
 	out := NotificationsAccepted{Notifications: []NotificationAccepted{}}
 	for _, g := range groups {
 		ev := &events.PdpNotification{
-			NotificationID:  newID(),
+			NotificationID:  web.NewID(),
 			Source:          Source,
 			ReceivedAt:      now,
 			LoadedPolicies:  []events.LoadedPolicy{},
 			RemovedPolicies: []events.UnloadedPolicy{},
 			PushedBodies:    g.bodies,
 		}
-		value, err := s.env.Codec.Encode(ev)
+		value, err := s.Env.Codec.Encode(ev)
 		if err != nil {
 			return web.Errorf(http.StatusInternalServerError, "encode pushed policies of %s: %v", g.id, err)
 		}
-		recs = append(recs, &kgo.Record{Topic: s.env.Kafka.Topic(topology.PDPNotifications), Key: []byte(g.id), Value: value})
+		recs = append(recs, &kgo.Record{Topic: s.Env.Kafka.Topic(topology.PDPNotifications), Key: []byte(g.id), Value: value})
 		out.Notifications = append(out.Notifications, NotificationAccepted{PolicyID: g.id, NotificationID: ev.NotificationID, Versions: g.versions})
 	}
-	if err := s.produce(r.Context(), recs...); err != nil {
-		return s.produceFailed(err)
+	if err := s.Produce(r.Context(), recs...); err != nil {
+		return s.ProduceFailed(err)
 	}
-	s.log.Info().Int("policies", len(bodies)).Msg("policies pushed")
+	s.Log.Info().Int("policies", len(bodies)).Msg("policies pushed")
 	web.WriteJSON(w, http.StatusAccepted, out)
 	return nil
 }
@@ -198,13 +198,13 @@ type CatchupAccepted struct {
 	Partitions   int    `json:"partitions"`
 }
 
-func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) Catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 	var body CatchupBody
 	if e := web.DecodeOptionalJSON(w, r, web.MaxRequestBytes, &body, catchupExample); e != nil {
 		return e
 	}
 	req := &events.CatchupRequest{
-		RequestID:   newID(),
+		RequestID:   web.NewID(),
 		Scope:       events.ScopeAll,
 		Reason:      body.Reason,
 		RequestedAt: time.Now().UTC(),
@@ -217,7 +217,7 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 		if err := CheckID("deployment_id", body.DeploymentID); err != nil {
 			return web.Errorf(http.StatusBadRequest, "%v", err)
 		}
-		if e := s.needViews(topology.DeployComponents); e != nil {
+		if e := s.Views.Need(topology.DeployComponents); e != nil {
 			return e
 		}
 		if !s.components.hasDeployment(body.DeploymentID) {
@@ -233,15 +233,15 @@ func (s *Server) catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e != nil {
 		return e
 	}
-	s.log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
+	s.Log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
 	web.WriteJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
 	return nil
 }
 
 // requestCatchup writes req, keyed by key, on every partition of
 // catchup.requests, and says on how many.
-func (s *Server) requestCatchup(r *http.Request, req *events.CatchupRequest, key string) (int, *web.Error) {
-	n, e := s.kit.ProduceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
+func (s *API) requestCatchup(r *http.Request, req *events.CatchupRequest, key string) (int, *web.Error) {
+	n, e := s.ProduceEveryPartition(r.Context(), topology.CatchupRequests, key, req)
 	return int(n), e
 }
 
@@ -258,12 +258,12 @@ type RenotifyAccepted struct {
 // renotify asks for a component to be notified again of what Consul
 // holds, however its last notification ended: a catch-up of its
 // deployment that names it, which the agent-notifier runs once.
-func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) Renotify(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("component_id")
 	if err := CheckID("component_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.needViews(topology.DeployComponents); e != nil {
+	if e := s.Views.Need(topology.DeployComponents); e != nil {
 		return e
 	}
 	c, ok := s.components.get(id)
@@ -274,13 +274,13 @@ func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *web.Error {
 		return web.Errorf(http.StatusConflict, "component %s has no notify target (notify kind none): it reads its policies from Consul and has nothing to be notified by", id)
 	}
 	dep := c.DeploymentID
-	req := &events.CatchupRequest{RequestID: newID(), Scope: events.ScopeDeployment, DeploymentID: &dep, ComponentID: &id,
+	req := &events.CatchupRequest{RequestID: web.NewID(), Scope: events.ScopeDeployment, DeploymentID: &dep, ComponentID: &id,
 		Reason: "renotify requested through the North API", RequestedAt: time.Now().UTC()}
 	n, e := s.requestCatchup(r, req, dep)
 	if e != nil {
 		return e
 	}
-	s.log.Info().Str("request_id", req.RequestID).Str("component_id", id).Str("deployment_id", dep).Msg("renotify requested")
+	s.Log.Info().Str("request_id", req.RequestID).Str("component_id", id).Str("deployment_id", dep).Msg("renotify requested")
 	web.WriteJSON(w, http.StatusAccepted, RenotifyAccepted{RequestID: req.RequestID, ComponentID: id, DeploymentID: dep, Partitions: n})
 	return nil
 }
@@ -290,8 +290,8 @@ func (s *Server) renotify(w http.ResponseWriter, r *http.Request) *web.Error {
 // only log the push, so the caller is told here what would happen.
 // Version fencing stays pdp-ingest's (the catalog read here may be a
 // moment behind).
-func (s *Server) olderThanLoaded(i int, c policy.Checked) *web.Error {
-	if s.needViews(topology.PolicyCatalog) != nil {
+func (s *API) olderThanLoaded(i int, c policy.Checked) *web.Error {
+	if s.Views.Need(topology.PolicyCatalog) != nil {
 		return nil
 	}
 	e, ok := s.catalog.get(c.PolicyID)
@@ -317,12 +317,12 @@ type LatestPolicy struct {
 	Error  string `json:"error,omitempty"`
 }
 
-func (s *Server) policyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("policy_id")
 	if id == "" {
 		return web.Errorf(http.StatusBadRequest, "policy_id is missing: GET /policy_latest/{policy_id}")
 	}
-	if e := s.needViews(topology.PolicyCatalog); e != nil {
+	if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 		return e
 	}
 	e, ok := s.catalog.get(id)
@@ -406,7 +406,7 @@ func parseFilterBody(data []byte, maxRegex int) (*policy.CompiledFilter, *web.Er
 	return cf, nil
 }
 
-func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) PoliciesLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 	data, e := web.ReadBody(w, r, web.MaxRequestBytes)
 	if e != nil {
 		return e
@@ -415,7 +415,7 @@ func (s *Server) policiesLatest(w http.ResponseWriter, r *http.Request) *web.Err
 	if e != nil {
 		return e
 	}
-	if e := s.needViews(topology.PolicyCatalog); e != nil {
+	if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 		return e
 	}
 	out := map[string]LatestPolicy{}
@@ -436,7 +436,7 @@ func consulValue(v []byte) json.RawMessage {
 	return s
 }
 
-func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *web.Error {
+func (s *API) ServiceComponentAll(w http.ResponseWriter, r *http.Request) *web.Error {
 	scn := r.PathValue("service_component_name")
 	if err := CheckID("service_component_name", scn); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
@@ -446,7 +446,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *we
 		return e
 	}
 	if caller.Role == auth.RoleTenant {
-		if e := s.needViews(topology.PolicyCatalog); e != nil {
+		if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 			return e
 		}
 	}
@@ -492,7 +492,7 @@ func (s *Server) serviceComponentAll(w http.ResponseWriter, r *http.Request) *we
 	case cfgPair != nil:
 		out["config"] = consulValue(cfgPair.Value)
 	default:
-		if e := s.needViews(topology.DeployComponents); e != nil {
+		if e := s.Views.Need(topology.DeployComponents); e != nil {
 			return e
 		}
 		c, ok := s.components.byServiceComponent(scn)
@@ -531,7 +531,7 @@ var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 func requestID(w http.ResponseWriter, r *http.Request) string {
 	id := r.Header.Get(HeaderRequestID)
 	if !requestIDPattern.MatchString(id) {
-		id = newUUID()
+		id = web.NewUUID()
 	}
 	w.Header().Set(HeaderRequestID, id)
 	return id
@@ -541,7 +541,7 @@ func requestID(w http.ResponseWriter, r *http.Request) string {
 // it ends in ':') from Consul: 502, saying what to fix on the North API's
 // side: the right its token lacks, the token Consul does not know, or the
 // agent not reached.
-func (s *Server) consulFailed(key string, err error) *web.Error {
+func (s *API) consulFailed(key string, err error) *web.Error {
 	switch {
 	case consulkv.TokenRefused(err):
 		return web.Errorf(http.StatusBadGateway, "read %s from Consul at %s: Consul refused the North API's token (ACL not found); check the North API's --consul-token (PF_CONSUL_TOKEN or CONSUL_HTTP_TOKEN)", key, s.opts.Consul.Addr)
@@ -554,31 +554,10 @@ func (s *Server) consulFailed(key string, err error) *web.Error {
 // consulDenied is the answer to a read of key (or of the keys under it,
 // prefix) that Consul denied the North API's token: 502 with the rule to
 // grant that token.
-func (s *Server) consulDenied(key string, prefix bool) *web.Error {
+func (s *API) consulDenied(key string, prefix bool) *web.Error {
 	rule := fmt.Sprintf("key %q { policy = \"read\" }", key)
 	if prefix {
 		rule = fmt.Sprintf("key_prefix %q { policy = \"read\" }", key)
 	}
 	return web.Errorf(http.StatusBadGateway, "Consul at %s denied the North API's token the right to read %s; grant the token %s", s.opts.Consul.Addr, key, rule)
-}
-
-// Health is the answer of GET /healthcheck.
-type Health struct {
-	Service string            `json:"service"`
-	Status  string            `json:"status"`
-	Views   map[string]string `json:"views"`
-}
-
-func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) *web.Error {
-	h := Health{Service: "policyflow-north-api", Status: "ok", Views: map[string]string{}}
-	for t, why := range s.kit.Views.States() {
-		if why == "" {
-			h.Views[t] = "caught up"
-			continue
-		}
-		h.Status = "starting"
-		h.Views[t] = why
-	}
-	web.WriteJSON(w, http.StatusOK, h)
-	return nil
 }
