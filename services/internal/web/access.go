@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -76,3 +77,12 @@ func DescribeCaller(p auth.Principal) string {
 
 // Caller is the caller of r (PrincipalOf its context).
 func Caller(r *http.Request) auth.Principal { return PrincipalOf(r.Context()) }
+
+// ClientAddr is the host of the request's remote address.
+func ClientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}

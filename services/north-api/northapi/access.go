@@ -2,7 +2,6 @@ package northapi
 
 import (
 	"math"
-	"net"
 	"net/http"
 	"strconv"
 
@@ -29,7 +28,7 @@ const authRealm = `Bearer realm="policyflow-north-api"`
 func (s *Server) guard(a web.Access, h web.HandlerFunc) web.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) *web.Error {
 		p, known, hadToken := s.authenticate(r)
-		key := "addr " + clientAddr(r)
+		key := "addr " + web.ClientAddr(r)
 		if known {
 			key = "token " + p.Name
 		}
@@ -82,13 +81,4 @@ func (s *Server) authenticate(r *http.Request) (p auth.Principal, known, hadToke
 func bearerOf(r *http.Request) string {
 	t, _ := auth.BearerToken(r)
 	return t
-}
-
-// clientAddr is the host of the request's remote address.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
 }

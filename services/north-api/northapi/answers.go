@@ -24,9 +24,6 @@ const (
 // (policyapi.Registration).
 type Registration = policyapi.Registration
 
-// ComponentRules are a Registration checked.
-type ComponentRules = policyapi.ComponentRules
-
 // RegistrationFromEnv is the Registration the environment gives.
 func RegistrationFromEnv() Registration { return policyapi.RegistrationFromEnv() }
 

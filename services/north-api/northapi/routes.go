@@ -5,7 +5,6 @@ import (
 	"path"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/policyflow/policyflow/services/internal/web"
@@ -218,49 +217,10 @@ func (s *Server) mux() *recordingMux {
 	return mux
 }
 
-// statusRecorder remembers the status written, for metrics.
-type statusRecorder struct {
-	http.ResponseWriter
-	status int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// wrap turns a HandlerFunc into an http.Handler that writes its error as
-// JSON and counts the request under route.
+// wrap turns a web.HandlerFunc into an http.Handler that writes its
+// error as JSON and counts the request under route (web.Handler).
 func (s *Server) wrap(route string, h web.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.env.Tracer != nil {
-			// The request's span: the records it produces continue its
-			// trace through the pipeline.
-			ctx, span := s.env.Tracer.Start(r.Context(), route)
-			defer span.End()
-			r = r.WithContext(ctx)
-		}
-		rec := &statusRecorder{ResponseWriter: w}
-		if e := h(rec, r); e != nil {
-			if e.Status >= 500 {
-				s.log.Warn().Str("route", route).Int("status", e.Status).Msg(e.Msg)
-			}
-			web.WriteError(rec, e)
-		}
-		if rec.status == 0 {
-			rec.status = http.StatusOK
-		}
-		s.requests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
-	})
+	return web.Handler(route, h, s.env.Tracer, s.log, s.requests)
 }
 
 // Health is the answer of GET /healthcheck.

@@ -37,6 +37,10 @@ const DefaultAddr = "127.0.0.1:8080"
 // RateLimit bounds the requests of one client (web.RateLimit).
 type RateLimit = web.RateLimit
 
+// HTTPLimits bound the connections of the API's HTTP server
+// (web.HTTPLimits).
+type HTTPLimits = web.HTTPLimits
+
 // Options tune a Server. Tokens is required unless InsecureNoAuth; the
 // other zero values take the defaults.
 type Options struct {
@@ -99,7 +103,7 @@ type Server struct {
 	nmp *nmpapi.API       // node management
 	adm *admissionapi.API // admission and placement
 
-	rules   ComponentRules
+	rules   policyapi.ComponentRules
 	limiter *web.Limiter
 
 	requests *prometheus.CounterVec
@@ -167,10 +171,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: %w", err)
 	}
-	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if s.requests, err = web.RegisterCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
 	}, []string{"route", "code"})); err == nil {
-		s.produced, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
+		s.produced, err = web.RegisterCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_north_api_records_produced_total", Help: "Records the North API produced, by topic.",
 		}, []string{"topic"}))
 	}
@@ -213,24 +217,9 @@ func (s *Server) followViews() (err error) {
 	s.nmp, err = nmpapi.New(s.kit, nmpapi.Options{
 		Orgs: s.opts.Orgs, PackageDir: s.opts.PackageDir,
 		MaxPackageBytes: s.opts.MaxPackageBytes, MaxUnpackedPackageBytes: s.opts.MaxUnpackedPackageBytes,
-		WriteTimeout: s.opts.HTTP.withDefaults().WriteTimeout,
+		WriteTimeout: s.opts.HTTP.WithDefaults().WriteTimeout,
 	})
 	return err
-}
-
-// registerCounter registers c, or returns the one a Server built on the
-// same registry registered before.
-func registerCounter(r *prometheus.Registry, c *prometheus.CounterVec) (*prometheus.CounterVec, error) {
-	if err := r.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing, nil
-			}
-		}
-		return nil, err
-	}
-	return c, nil
 }
 
 // Run watches the read views catch up and keeps them marked on health
@@ -276,7 +265,7 @@ func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts O
 	defer cancel()
 	errs := make(chan error, 2)
 	go func() { errs <- s.Run(ctx) }()
-	srv := opts.HTTP.server(s.Handler(), opts.TLS, s.log)
+	srv := opts.HTTP.Server(s.Handler(), opts.TLS, s.log)
 	go func() {
 		serve, scheme := srv.Serve, "http"
 		if opts.TLS != nil {
