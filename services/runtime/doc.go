@@ -4,5 +4,8 @@
 // recovery from panics, health, metrics, configuration and graceful
 // shutdown. A stage supplies only its decision function, typed to the
 // event it reads (Typed, TypedBatch, Route); state it needs from a
-// compacted topic is a Table, or rows read back (Rows).
+// compacted topic is a Table (a TableOf when each record is compiled or
+// folded as it is read), or rows read back (Rows). Tables are also the
+// North API's read views, which list them sorted and wait for their own
+// writes.
 package runtime

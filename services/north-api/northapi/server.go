@@ -1,11 +1,15 @@
 // Package northapi is policyflow's North API: the HTTP service through which
-// deployment systems, policy engines and operators register components,
-// announce and push policies and ask for catch-ups (each written to its
-// Kafka topic), and through which components and operators read the latest
-// policies, a component's Consul folder and its delivery status, in the
-// ONAP DCAE policy-handler and config-binding-service shapes. Every route
-// but /healthcheck needs a bearer token with a role the route table
-// (routes.go) allows; tenants are scoped to their own components.
+// deployment systems, policy engines, operators and edge agents reach the
+// pipeline. It is a shell: the server, the route table (routes.go, the one
+// place that lists the routes and the roles that may call them, with each
+// route's owner check in owners.go), the token and rate-limit guard,
+// configuration and the OpenAPI document. The handlers and their read
+// views are each subsystem's: services/policy/policyapi (components,
+// policies, catch-ups, rollouts, status, the DCAE read routes),
+// services/nmp/nmpapi (node management), services/admission/admissionapi
+// (admission and placement) and services/acm/acmapi (participants), all
+// built on services/internal/web. Every route but /healthcheck and /ui/
+// needs a bearer token; tenants are scoped to their own data.
 package northapi
 
 import (
