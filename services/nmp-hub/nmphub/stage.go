@@ -1,6 +1,7 @@
 // Package nmphub is the nmp-hub stage: the hub's side of node management.
 // Every member follows nmp.policies, agent.nodes, agent.packages and
-// agent.status whole (an nmp.World). The group consumes them and
+// agent.status whole (an nmp.World, folded by nmp.FollowWorld as the North
+// API folds it). The group consumes them and
 // nmp.recompute, co-partitioned: the member that owns partition p of
 // agent.nodes also owns partition p of agent.status and of nmp.recompute,
 // and it alone writes the directives of the nodes of that partition, one
@@ -114,9 +115,10 @@ func (h *hub) readFanout(ctx context.Context) error {
 }
 
 // handle decides what a record changes. The world is folded by its
-// follower (nmp.FollowWorld); the handler waits until the follower has read the record (or,
-// for a recomputation, the record that caused it), so the world holds it
-// and everything before it.
+// follower (nmp.FollowWorld, the fold the North API reads by too); the
+// handler waits until the follower has read the record (or, for a
+// recomputation, the record that caused it), so the world holds it and
+// everything before it.
 func (h *hub) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
 	if in.Topic == topology.NMPRecompute {
 		return h.recompute(ctx, in)
