@@ -3,7 +3,10 @@
 // by two-way policy compatibility), the directive the hub gives each node
 // (version to reach, start time within the NMP's window, conflicts
 // between NMPs), and the safe-rollout threshold that pauses a rollout.
-// It does no I/O: the nmp-hub stage and the North API call it.
+// Its rules do no I/O. The world of node management is folded one way,
+// World.Fold, with one set of checks; FollowWorld keeps a World current
+// from the topics, and the nmp-hub stage and the North API (nmpapi) each
+// keep one.
 package nmp
 
 import (

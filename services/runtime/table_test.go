@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -81,5 +82,66 @@ func TestTableRebuildsFollowsAndDeletes(t *testing.T) {
 		if g := get(key); g != w {
 			t.Errorf("after catching up %s is %s, want %s", key, g, w)
 		}
+	}
+}
+
+// A TableOf keeps what its Build makes of each key's records, folded over
+// the key's previous value; a record the Build refuses leaves the key as
+// it was; Sorted lists by key; WaitFor returns once one's own write is in.
+func TestTableOfBuildsSortsAndWaitsForOwnWrite(t *testing.T) {
+	c := newCluster(t)
+	c.ProduceRecords(t,
+		c.Record(t, "in", "k2", req("b")),
+		c.Record(t, "in", "k1", req("a")),
+		c.Record(t, "in", "k1", req("bad")),
+		c.Record(t, "in", "k1", req("a2")),
+		c.Record(t, "in", "k3", req("c")),
+		c.Record(t, "in", "k3", nil),
+	)
+	// Each key's value is the request ids it had since it was (re)written.
+	build := func(m runtime.Msg[*events.CatchupRequest], prev []string, had bool) ([]string, error) {
+		v := m.Value
+		if v.RequestID == "bad" {
+			return nil, fmt.Errorf("request %s of %s refused", v.RequestID, m.Key)
+		}
+		if !had {
+			prev = nil
+		}
+		return append(slices.Clone(prev), v.RequestID), nil
+	}
+	table, err := runtime.FollowTableOf(stagetest.Env(c.Kafka), "in", build, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := table.WaitCaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(table.Sorted()); got != "[[a a2] [b]]" {
+		t.Errorf("sorted: %s, want [[a a2] [b]] (k1 folded without the refused record, k3 deleted)", got)
+	}
+	if v, ok := table.Value("k3"); ok {
+		t.Errorf("k3 was deleted but has value %v", v)
+	}
+	if v, found := table.Get("k3"); !found || v != nil {
+		t.Errorf("Get(k3) = %v, %v; want nil, true (a tombstone)", v, found)
+	}
+	if k, ok := table.Find(func(v []string) bool { return slices.Contains(v, "b") }); !ok || k != "k2" {
+		t.Errorf("Find(b) = %q, %v; want k2", k, ok)
+	}
+
+	// Read-your-write: once WaitFor returns, the record is in.
+	own := c.Record(t, "in", "k3", req("c2"))
+	c.ProduceRecords(t, own)
+	if err := table.WaitFor(ctx, own.Partition, own.Offset); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := table.Value("k3"); !ok || fmt.Sprint(v) != "[c2]" {
+		t.Errorf("after WaitFor k3 is %v (%v), want [c2]: a deleted key starts anew", v, ok)
+	}
+	if table.Base() != "in" {
+		t.Errorf("Base() = %q, want in", table.Base())
 	}
 }

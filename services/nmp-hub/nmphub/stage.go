@@ -1,6 +1,7 @@
 // Package nmphub is the nmp-hub stage: the hub's side of node management.
 // Every member follows nmp.policies, agent.nodes, agent.packages and
-// agent.status whole (an nmp.World). The group consumes them and
+// agent.status whole (an nmp.World, folded by nmp.FollowWorld as the North
+// API folds it). The group consumes them and
 // nmp.recompute, co-partitioned: the member that owns partition p of
 // agent.nodes also owns partition p of agent.status and of nmp.recompute,
 // and it alone writes the directives of the nodes of that partition, one
@@ -31,9 +32,6 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
-// followed are the topics every member reads whole.
-var followed = []string{topology.NMPPolicies, topology.AgentNodes, topology.AgentPackages, topology.AgentStatus}
-
 // Stage is the nmp-hub stage. Every call returns a stage with state of
 // its own.
 func Stage() runtime.Stage {
@@ -41,7 +39,7 @@ func Stage() runtime.Stage {
 	return runtime.Stage{
 		Name:          topology.StageNMPHub,
 		Mode:          runtime.Transactional,
-		Inputs:        append(append([]string{}, followed...), topology.NMPRecompute),
+		Inputs:        append(append([]string{}, nmp.WorldTopics...), topology.NMPRecompute),
 		CoPartitioned: true,
 		Setup:         h.setup,
 		Rewound:       h.rewound,
@@ -52,9 +50,8 @@ func Stage() runtime.Stage {
 type hub struct {
 	env    runtime.Env
 	log    zerolog.Logger
-	world  *nmp.World
-	follow *runtime.Follower
-	fanout atomic.Int32 // partitions of nmp.recompute
+	world  *nmp.FollowedWorld // folded by nmp.World.Fold, as the North API's
+	fanout atomic.Int32       // partitions of nmp.recompute
 
 	// mu guards sent and paused. sent is what this member wrote for
 	// each node since its last rewind, so that an unchanged directive
@@ -68,28 +65,23 @@ type hub struct {
 func (h *hub) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 	h.env = env
 	h.log = env.Log.With().Str("stage", topology.StageNMPHub).Logger()
-	h.world = nmp.NewWorld()
 	h.sent = map[string]*events.AgentDirective{}
 	h.paused = map[string]bool{}
 	if err := h.readFanout(ctx); err != nil {
 		return nil, nil, err
 	}
-	apply := map[string]runtime.ApplyFunc{}
-	for _, t := range followed {
-		apply[t] = h.applyRow
-	}
 	var err error
-	if h.follow, err = runtime.Follow(env.Kafka, h.log, apply); err != nil {
+	if h.world, err = nmp.FollowWorld(env, h.log); err != nil {
 		return nil, nil, fmt.Errorf("nmp-hub: %w", err)
 	}
 	start := time.Now()
-	if err := h.follow.WaitCaughtUp(ctx); err != nil {
-		h.follow.Close()
+	if err := h.world.WaitCaughtUp(ctx); err != nil {
+		h.world.Close()
 		return nil, nil, fmt.Errorf("nmp-hub: %w", err)
 	}
 	h.log.Info().Dur("took", time.Since(start)).Int32("recompute_partitions", h.fanout.Load()).
 		Msg("read nmp.policies, agent.nodes, agent.packages and agent.status")
-	return h.handle, h.follow.Close, nil
+	return h.handle, h.world.Close, nil
 }
 
 // readFanout reads the partition count of nmp.recompute.
@@ -111,129 +103,20 @@ func (h *hub) readFanout(ctx context.Context) error {
 	return nil
 }
 
-// applyRow folds a record of a followed topic into the world. A record
-// that does not pass is left out (and dead-lettered where it is consumed).
-func (h *hub) applyRow(ctx context.Context, rec *kgo.Record) error {
-	in := runtime.Input{Topic: strings.TrimPrefix(rec.Topic, h.env.Kafka.Prefix), Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Raw: rec.Value}
-	if rec.Value != nil {
-		v, err := h.env.Codec.Decode(ctx, rec.Value)
-		if err != nil {
-			h.log.Warn().Err(err).Str("topic", rec.Topic).Int64("offset", rec.Offset).Msg("record left out of the hub's state")
-			return nil
-		}
-		in.Value = v
-	}
-	if err := fold(h.world, in); err != nil {
-		h.log.Warn().Err(err).Str("topic", rec.Topic).Int64("offset", rec.Offset).Msg("record left out of the hub's state")
-	}
-	return nil
-}
-
-// fold applies one record to a world; an error says why the record is
-// refused.
-func fold(w *nmp.World, in runtime.Input) error {
-	key := string(in.Key)
-	switch in.Topic {
-	case topology.NMPPolicies:
-		if in.Tombstone() {
-			w.SetPolicy(key, nil)
-			return nil
-		}
-		ev, ok := in.Value.(*events.NodeManagementPolicy)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaNodeManagementPolicy, schemaOf(in.Value))
-		}
-		if k := nmp.Key(ev.Org, ev.Name); k != key {
-			return fmt.Errorf("NMP %s under key %q: the key must be org/name", k, key)
-		}
-		p, err := nmp.Compile(ev)
-		if err != nil {
-			return err
-		}
-		w.SetPolicy(key, p)
-	case topology.AgentNodes:
-		if in.Tombstone() {
-			w.SetNode(key, nil)
-			return nil
-		}
-		ev, ok := in.Value.(*events.AgentNode)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaAgentNode, schemaOf(in.Value))
-		}
-		if k := nmp.Key(ev.Org, ev.Node); k != key {
-			return fmt.Errorf("node %s under key %q: the key must be org/node", k, key)
-		}
-		if ev.Deleted {
-			w.SetNode(key, nil)
-			return nil
-		}
-		n, err := nmp.CompileNode(ev)
-		if err != nil {
-			return err
-		}
-		n.Partition = in.Partition
-		w.SetNode(key, n)
-	case topology.AgentPackages:
-		if in.Tombstone() {
-			w.SetPackage(key, nil)
-			return nil
-		}
-		ev, ok := in.Value.(*events.AgentPackage)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaAgentPackage, schemaOf(in.Value))
-		}
-		if ev.Version != key {
-			return fmt.Errorf("package %s under key %q: the key must be its version", ev.Version, key)
-		}
-		if _, err := nmp.ParseSemver(ev.Version); err != nil {
-			return err
-		}
-		if len(ev.SHA256) != 64 {
-			return fmt.Errorf("package %s: sha256 %q is not 64 hex digits", ev.Version, ev.SHA256)
-		}
-		w.SetPackage(key, ev)
-	case topology.AgentStatus:
-		if in.Tombstone() {
-			w.SetStatus(key, nil)
-			return nil
-		}
-		ev, ok := in.Value.(*events.AgentStatus)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaAgentStatus, schemaOf(in.Value))
-		}
-		if k := nmp.Key(ev.Org, ev.Node); k != key {
-			return fmt.Errorf("status of %s under key %q: the key must be org/node", k, key)
-		}
-		if ev.Status != "" && !nmp.ValidState(ev.Status) {
-			return fmt.Errorf("status %q of %s is not one of %v", ev.Status, key, nmp.States)
-		}
-		w.SetStatus(key, ev)
-	default:
-		return fmt.Errorf("no handler for topic %s", in.Topic)
-	}
-	return nil
-}
-
-func schemaOf(e events.Event) string {
-	if e == nil {
-		return "a record that is not an event"
-	}
-	return e.SchemaName()
-}
-
-// handle decides what a record changes. The world is folded by the
-// follower; the handler waits until the follower has read the record (or,
-// for a recomputation, the record that caused it), so the world holds it
-// and everything before it.
+// handle decides what a record changes. The world is folded by its
+// follower (nmp.FollowWorld, the fold the North API reads by too); the
+// handler waits until the follower has read the record (or, for a
+// recomputation, the record that caused it), so the world holds it and
+// everything before it.
 func (h *hub) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
 	if in.Topic == topology.NMPRecompute {
 		return h.recompute(ctx, in)
 	}
-	if err := h.follow.WaitFor(ctx, in.Topic, in.Partition, in.Offset); err != nil {
+	if err := h.world.WaitFor(ctx, in.Topic, in.Partition, in.Offset); err != nil {
 		return nil, fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", in.Topic, in.Partition, in.Offset, err)
 	}
-	// The checks fold makes, on a world of its own (this record only).
-	if err := fold(nmp.NewWorld(), in); err != nil {
+	// The checks the fold makes, on a world of its own (this record only).
+	if err := nmp.NewWorld().Fold(in.Topic, in.Partition, string(in.Key), in.Value); err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("nmp-hub: %s record %q: %w", in.Topic, in.Key, err))
 	}
 	key := string(in.Key)
@@ -305,14 +188,14 @@ func (h *hub) recompute(ctx context.Context, in runtime.Input) ([]runtime.Output
 		return nil, runtime.Permanentf("nmp-hub: recomputation at %s[%d]@%d names source topic %q", in.Topic, in.Partition, in.Offset, r.SourceTopic)
 	}
 	if r.SourceOffset >= 0 {
-		if err := h.follow.WaitFor(ctx, r.SourceTopic, r.SourcePartition, r.SourceOffset); err != nil {
+		if err := h.world.WaitFor(ctx, r.SourceTopic, r.SourcePartition, r.SourceOffset); err != nil {
 			return nil, fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", r.SourceTopic, r.SourcePartition, r.SourceOffset, err)
 		}
 	}
 	// The nodes and statuses of this partition committed before it
 	// (those handled already are in the view; this also covers nodes
 	// whose records this member has not been handed yet).
-	if err := h.follow.WaitCaughtUp(ctx, topology.AgentNodes, topology.AgentStatus); err != nil {
+	if err := h.world.WaitCaughtUp(ctx, topology.AgentNodes, topology.AgentStatus); err != nil {
 		return nil, fmt.Errorf("nmp-hub: catch up before recomputing: %w", err)
 	}
 	return h.directives(h.world.NodesIn(r.Org, in.Partition)), nil
@@ -358,4 +241,11 @@ func (h *hub) forget() {
 	h.sent = map[string]*events.AgentDirective{}
 	h.paused = map[string]bool{}
 	h.mu.Unlock()
+}
+
+func schemaOf(e events.Event) string {
+	if e == nil {
+		return "a record that is not an event"
+	}
+	return e.SchemaName()
 }

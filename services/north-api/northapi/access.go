@@ -1,19 +1,12 @@
 package northapi
 
 import (
-	"context"
-	"fmt"
 	"math"
-	"net"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 
-	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
-	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -21,43 +14,6 @@ import (
 // file, reloaded) and *auth.Set are ones.
 type Authenticator interface {
 	Lookup(token string) (auth.Principal, bool)
-}
-
-// access is who may call a route: anyone (no token), or the holders of a
-// token with one of the roles.
-type access struct {
-	public bool
-	roles  []auth.Role
-}
-
-// Who may call what. Routes name one of these in the route table.
-var (
-	// anyone needs no token.
-	anyone = access{public: true}
-	// operators change what the pipeline does.
-	operators = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator}}
-	// ownComponents are operators, and tenants for their own components
-	// (the handler checks the component's tenant).
-	ownComponents = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant}}
-	// readers read; tenants only what belongs to their tenant (the
-	// handler checks), and global policies and their tenant's.
-	readers = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant}}
-	// statusReaders see the whole pipeline (every tenant's components):
-	// not tenants.
-	statusReaders = access{roles: []auth.Role{auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly}}
-	// authenticated is any valid token: unknown paths and methods answer
-	// 404 and 405 only to callers who may know what exists.
-	authenticated = access{roles: auth.Roles}
-)
-
-func (a access) allows(r auth.Role) bool { return a.public || slices.Contains(a.roles, r) }
-
-type principalKey struct{}
-
-// principalOf is the caller of a request that passed guard.
-func principalOf(ctx context.Context) auth.Principal {
-	p, _ := ctx.Value(principalKey{}).(auth.Principal)
-	return p
 }
 
 // anonymous is the caller of every request when authentication is off.
@@ -69,37 +25,37 @@ const authRealm = `Bearer realm="policyflow-north-api"`
 // guard authenticates the caller, applies the rate limit (per token name,
 // or per client address before authentication) and checks the caller's
 // role against the route's access, before h reads anything of the request.
-func (s *Server) guard(a access, h handlerFunc) handlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) guard(a web.Access, h web.HandlerFunc) web.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) *web.Error {
 		p, known, hadToken := s.authenticate(r)
-		key := "addr " + clientAddr(r)
+		key := "addr " + web.ClientAddr(r)
 		if known {
 			key = "token " + p.Name
 		}
-		if ok, wait := s.limiter.allow(key); !ok {
+		if ok, wait := s.limiter.Allow(key); !ok {
 			secs := int(math.Ceil(wait.Seconds()))
 			w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
-			return errorf(http.StatusTooManyRequests, "too many requests from %s: the limit is %g per second with bursts of %d; retry after %d s",
-				key, s.limiter.rate, s.limiter.burst, max(secs, 1))
+			return web.Errorf(http.StatusTooManyRequests, "too many requests from %s: the limit is %g per second with bursts of %d; retry after %d s",
+				key, s.limiter.Rate(), s.limiter.Burst(), max(secs, 1))
 		}
-		if a.public {
+		if a.Public {
 			return h(w, r)
 		}
 		switch {
 		case !hadToken:
 			w.Header().Set("WWW-Authenticate", authRealm)
-			return errorf(http.StatusUnauthorized, "%s %s needs a bearer token: send Authorization: Bearer <token> (policyctl takes --token, PF_TOKEN or --token-file)", r.Method, r.URL.Path)
+			return web.Errorf(http.StatusUnauthorized, "%s %s needs a bearer token: send Authorization: Bearer <token> (policyctl takes --token, PF_TOKEN or --token-file)", r.Method, r.URL.Path)
 		case !known && auth.IsNodeToken(bearerOf(r)) && s.needViews(topology.AgentNodes) != nil:
 			// Nodes' own tokens are known once agent.nodes is read.
 			return s.needViews(topology.AgentNodes)
 		case !known:
 			w.Header().Set("WWW-Authenticate", authRealm+`, error="invalid_token"`)
-			return errorf(http.StatusUnauthorized, "the bearer token is not one of the North API's tokens (revoked, mistyped, or for another deployment); ask an administrator for a token")
-		case !a.allows(p.Role):
-			return errorf(http.StatusForbidden, "token %s has role %s, which may not call %s %s; it needs one of the roles %s",
-				p.Name, p.Role, r.Method, r.URL.Path, roleNames(a.roles))
+			return web.Errorf(http.StatusUnauthorized, "the bearer token is not one of the North API's tokens (revoked, mistyped, or for another deployment); ask an administrator for a token")
+		case !a.Allows(p.Role):
+			return web.Errorf(http.StatusForbidden, "token %s has role %s, which may not call %s %s; it needs one of the roles %s",
+				p.Name, p.Role, r.Method, r.URL.Path, a.RoleNames())
 		}
-		return h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		return h(w, r.WithContext(web.WithPrincipal(r.Context(), p)))
 	}
 }
 
@@ -114,7 +70,7 @@ func (s *Server) authenticate(r *http.Request) (p auth.Principal, known, hadToke
 		return auth.Principal{}, false, false
 	}
 	if auth.IsNodeToken(token) {
-		p, known = s.nm.creds.lookup(token)
+		p, known = s.nmp.LookupNodeToken(token)
 		return p, known, true
 	}
 	p, known = s.opts.Tokens.Lookup(token)
@@ -125,182 +81,4 @@ func (s *Server) authenticate(r *http.Request) (p auth.Principal, known, hadToke
 func bearerOf(r *http.Request) string {
 	t, _ := auth.BearerToken(r)
 	return t
-}
-
-// clientAddr is the host of the request's remote address.
-func clientAddr(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-func roleNames(roles []auth.Role) string {
-	s := make([]string, len(roles))
-	for i, r := range roles {
-		s[i] = string(r)
-	}
-	return strings.Join(s, ", ")
-}
-
-// mayReadPolicy reports whether p may see the catalog entry e: a tenant
-// sees global policies and its own (policy.MayHold, the rule the matcher
-// applies to components), other roles every policy. Where it is false a
-// read answers as if the policy did not exist.
-func mayReadPolicy(p auth.Principal, e *catalogEntry) bool {
-	return p.Role != auth.RoleTenant || policy.MayHold(p.Tenant, e.Tenant)
-}
-
-// mayHoldPolicies refuses a registration whose policy_ids name a policy
-// of another tenant than the component's (policy.MayHold): the matcher
-// would never give it to the component. A policy_id the catalog does not
-// hold yet is accepted; if it comes as another tenant's, the matcher
-// leaves it out.
-func (s *Server) mayHoldPolicies(c *events.Component) *httpError {
-	for i, id := range c.PolicyIDs {
-		if e, ok := s.catalog.get(id); ok && !policy.MayHold(c.Tenant, e.Tenant) {
-			return errorf(http.StatusForbidden, "component %s: policy_ids[%d] %s belongs to another tenant; a component of tenant %q may hold global policies and its own tenant's only: remove it from policy_ids",
-				c.ComponentID, i, id, c.Tenant)
-		}
-	}
-	return nil
-}
-
-// mayWriteComponent refuses a tenant's write of a component that is not
-// its tenant's: the component as registered (existing, nil when new) and
-// the tenant the request gives it (wantTenant; "" for a delete) must both
-// be the token's tenant. Other roles that reached the handler may.
-func mayWriteComponent(p auth.Principal, id string, existing *events.Component, wantTenant *string) *httpError {
-	if p.Role != auth.RoleTenant {
-		return nil
-	}
-	if existing != nil && existing.Tenant != p.Tenant {
-		return errorf(http.StatusForbidden, "component %s belongs to tenant %q; token %s is scoped to tenant %q", id, existing.Tenant, p.Name, p.Tenant)
-	}
-	if wantTenant != nil && *wantTenant != p.Tenant {
-		return errorf(http.StatusForbidden, "token %s is scoped to tenant %q and may only register components with \"tenant\": %q; the body says %q",
-			p.Name, p.Tenant, p.Tenant, *wantTenant)
-	}
-	return nil
-}
-
-// mayReadComponent refuses a tenant's read of a component that is not
-// registered to its tenant (a deleted component's tenant is not known).
-func mayReadComponent(p auth.Principal, id string, c *events.Component, registered bool) *httpError {
-	if p.Role != auth.RoleTenant {
-		return nil
-	}
-	if !registered {
-		return errorf(http.StatusForbidden, "component %s is not registered, so its tenant is unknown; token %s (tenant %q) may only read its tenant's registered components",
-			id, p.Name, p.Tenant)
-	}
-	if c.Tenant != p.Tenant {
-		return errorf(http.StatusForbidden, "component %s belongs to tenant %q; token %s is scoped to tenant %q", id, c.Tenant, p.Name, p.Tenant)
-	}
-	return nil
-}
-
-// mayReadFolder refuses a tenant's read of a service component's Consul
-// folder unless a registered component of its tenant has that
-// service_component_name.
-func (s *Server) mayReadFolder(p auth.Principal, scn string) *httpError {
-	if p.Role != auth.RoleTenant {
-		return nil
-	}
-	if e := s.needViews(topology.DeployComponents); e != nil {
-		return e
-	}
-	for _, c := range s.components.withServiceComponent(scn) {
-		if c.Tenant == p.Tenant {
-			return nil
-		}
-	}
-	return errorf(http.StatusForbidden, "no registered component of tenant %q has service_component_name %s; token %s may only read its tenant's components' folders",
-		p.Tenant, scn, p.Name)
-}
-
-// claimNames refuses a write of names (a deployment, a component and its
-// Consul folder) that someone else holds (admit.CheckClaim): 403 when
-// another tenant holds it, 409 when it is another component's of the same
-// tenant, either naming the holder.
-func (s *Server) claimNames(c admit.Claim) *httpError {
-	conflict := admit.CheckClaim(c, viewOwners{s})
-	switch {
-	case conflict == nil:
-		return nil
-	case conflict.OtherTenant:
-		return errorf(http.StatusForbidden, "%v", conflict)
-	}
-	return errorf(http.StatusConflict, "%v", conflict)
-}
-
-// viewOwners answers admit.Owners from the views of deploy.components and
-// admission.verdicts.
-type viewOwners struct{ s *Server }
-
-func (o viewOwners) Component(id string) (string, bool) {
-	c, ok := o.s.components.get(id)
-	if !ok {
-		return "", false
-	}
-	return c.Tenant, true
-}
-
-func (o viewOwners) Folder(scn string) []admit.Holder {
-	var out []admit.Holder
-	for _, c := range o.s.components.withServiceComponent(scn) {
-		out = append(out, admit.Holder{ComponentID: c.ComponentID, Tenant: c.Tenant})
-	}
-	return out
-}
-
-func (o viewOwners) Deployment(id string) []string {
-	tenants := o.s.components.deploymentTenants(id)
-	if v, ok := o.s.verdicts.get(id); ok && v.Tenant != "" { // a refused request of no tenant holds nothing
-		tenants = append(tenants, v.Tenant)
-	}
-	slices.Sort(tenants)
-	return slices.Compact(tenants)
-}
-
-// withServiceComponent returns the registered components with the
-// service component name, by component id.
-func (v *componentsView) withServiceComponent(scn string) []*events.Component {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	var out []*events.Component
-	for _, c := range v.byID {
-		if c.ServiceComponentName == scn {
-			out = append(out, c)
-		}
-	}
-	slices.SortFunc(out, func(a, b *events.Component) int { return strings.Compare(a.ComponentID, b.ComponentID) })
-	return out
-}
-
-// mayActForNode says whether the caller may act for node org/node (the
-// org was checked by inOrg). A node's own token acts for its node only;
-// an org token (role agent, from the tokens file) only registers nodes
-// (register), which issues each node its own token; other roles that
-// reached the handler may.
-func mayActForNode(p auth.Principal, r *http.Request, org, node string, register bool) *httpError {
-	switch {
-	case p.Role != auth.RoleAgent:
-		return nil
-	case p.Node != "" && (p.Tenant != org || p.Node != node):
-		return errorf(http.StatusForbidden, "token of node %s/%s acts for its own node only, not for %s/%s", p.Tenant, p.Node, org, node)
-	case p.Node == "" && !register:
-		return errorf(http.StatusForbidden, "token %s is an org token: it only registers nodes (PUT /v1/orgs/%s/nodes/{node}), which issues each node its own token; %s %s takes node %s/%s's own token",
-			p.Name, org, r.Method, r.URL.Path, org, node)
-	}
-	return nil
-}
-
-// describeCaller names the caller for logs.
-func describeCaller(p auth.Principal) string {
-	if p.Tenant != "" {
-		return fmt.Sprintf("%s (%s of %s)", p.Name, p.Role, p.Tenant)
-	}
-	return fmt.Sprintf("%s (%s)", p.Name, p.Role)
 }

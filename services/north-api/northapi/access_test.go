@@ -44,7 +44,7 @@ func TestEveryRouteButHealthcheckNeedsAToken(t *testing.T) {
 	var public []string
 	for _, rt := range s.server.routeTable() {
 		name := rt.method + " " + rt.path
-		if rt.access.public {
+		if rt.access.Public {
 			public = append(public, name)
 			continue
 		}
@@ -134,7 +134,7 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /v1/agentpackages/{version}/file":      true,
 	}
 	for _, rt := range s.server.routeTable() {
-		if rt.access.public {
+		if rt.access.Public {
 			continue
 		}
 		name := rt.method + " " + rt.path

@@ -5,90 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	stdlog "log"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/rs/zerolog"
-
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 )
-
-// HTTPLimits bound the connections of the API's HTTP server, so a client
-// that sends slowly or keeps idle connections open cannot hold the
-// server's resources. Zero fields take the defaults.
-type HTTPLimits struct {
-	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
-	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds reading a whole request, body included
-	// (default 1m; a body of MaxPoliciesRequestBytes needs ~1 MiB/s).
-	ReadTimeout time.Duration
-	// WriteTimeout bounds a request from the end of its headers to the
-	// end of its answer (default 2m; a component write waits up to
-	// ProduceTimeout plus ViewWait).
-	WriteTimeout time.Duration
-	// IdleTimeout closes a keep-alive connection idle this long
-	// (default 2m).
-	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds a request's headers (default 64 KiB).
-	MaxHeaderBytes int
-}
-
-// Defaults of HTTPLimits.
-const (
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultReadTimeout       = time.Minute
-	DefaultWriteTimeout      = 2 * time.Minute
-	DefaultIdleTimeout       = 2 * time.Minute
-	DefaultMaxHeaderBytes    = 64 << 10
-)
-
-func (l HTTPLimits) withDefaults() HTTPLimits {
-	if l.ReadHeaderTimeout <= 0 {
-		l.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if l.ReadTimeout <= 0 {
-		l.ReadTimeout = DefaultReadTimeout
-	}
-	if l.WriteTimeout <= 0 {
-		l.WriteTimeout = DefaultWriteTimeout
-	}
-	if l.IdleTimeout <= 0 {
-		l.IdleTimeout = DefaultIdleTimeout
-	}
-	if l.MaxHeaderBytes <= 0 {
-		l.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
-	return l
-}
-
-// server is the HTTP server of the API with the limits applied. Its own
-// complaints (a client's failed TLS handshake) go to log at debug level.
-func (l HTTPLimits) server(h http.Handler, tlsConfig *tls.Config, log zerolog.Logger) *http.Server {
-	l = l.withDefaults()
-	return &http.Server{
-		ErrorLog:          stdlog.New(debugWriter{log}, "", 0),
-		Handler:           h,
-		ReadHeaderTimeout: l.ReadHeaderTimeout,
-		ReadTimeout:       l.ReadTimeout,
-		WriteTimeout:      l.WriteTimeout,
-		IdleTimeout:       l.IdleTimeout,
-		MaxHeaderBytes:    l.MaxHeaderBytes,
-		TLSConfig:         tlsConfig,
-	}
-}
-
-// debugWriter writes each line of a standard library logger to a zerolog
-// logger at debug level.
-type debugWriter struct{ log zerolog.Logger }
-
-func (w debugWriter) Write(p []byte) (int, error) {
-	w.log.Debug().Msg(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
 
 // Config is the North API's own command-line configuration (the runtime's
 // flags give Kafka, Consul and the ops listener).
@@ -127,13 +52,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", runtime.EnvOr("PF_API_TLS_CERT", ""), "PEM certificate (chain) the API serves HTTPS with, with --tls-key; not for Kafka, see --tls (env PF_API_TLS_CERT)")
 	fs.StringVar(&c.TLSKey, "tls-key", runtime.EnvOr("PF_API_TLS_KEY", ""), "PEM private key of --tls-cert (env PF_API_TLS_KEY)")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", runtime.EnvOr("PF_API_TLS_CLIENT_CA", ""), "PEM CA bundle: require every client to present a certificate signed by it (mTLS; needs --tls-cert) (env PF_API_TLS_CLIENT_CA)")
-	c.duration(fs, &c.HTTP.ReadHeaderTimeout, "read-header-timeout", "PF_API_READ_HEADER_TIMEOUT", DefaultReadHeaderTimeout, "longest time to read a request's headers")
-	c.duration(fs, &c.HTTP.ReadTimeout, "read-timeout", "PF_API_READ_TIMEOUT", DefaultReadTimeout, "longest time to read a whole request, body included")
-	c.duration(fs, &c.HTTP.WriteTimeout, "write-timeout", "PF_API_WRITE_TIMEOUT", DefaultWriteTimeout, "longest time from the end of a request's headers to the end of its answer")
-	c.duration(fs, &c.HTTP.IdleTimeout, "idle-timeout", "PF_API_IDLE_TIMEOUT", DefaultIdleTimeout, "close keep-alive connections idle this long")
-	c.HTTP.MaxHeaderBytes = c.envInt("PF_API_MAX_HEADER_BYTES", DefaultMaxHeaderBytes)
+	c.duration(fs, &c.HTTP.ReadHeaderTimeout, "read-header-timeout", "PF_API_READ_HEADER_TIMEOUT", web.DefaultReadHeaderTimeout, "longest time to read a request's headers")
+	c.duration(fs, &c.HTTP.ReadTimeout, "read-timeout", "PF_API_READ_TIMEOUT", web.DefaultReadTimeout, "longest time to read a whole request, body included")
+	c.duration(fs, &c.HTTP.WriteTimeout, "write-timeout", "PF_API_WRITE_TIMEOUT", web.DefaultWriteTimeout, "longest time from the end of a request's headers to the end of its answer")
+	c.duration(fs, &c.HTTP.IdleTimeout, "idle-timeout", "PF_API_IDLE_TIMEOUT", web.DefaultIdleTimeout, "close keep-alive connections idle this long")
+	c.HTTP.MaxHeaderBytes = c.envInt("PF_API_MAX_HEADER_BYTES", web.DefaultMaxHeaderBytes)
 	fs.IntVar(&c.HTTP.MaxHeaderBytes, "max-header-bytes", c.HTTP.MaxHeaderBytes, "largest request headers, in bytes (env PF_API_MAX_HEADER_BYTES)")
-	c.RatePerSecond = c.envFloat("PF_API_RATE_LIMIT", DefaultRatePerSecond)
+	c.RatePerSecond = c.envFloat("PF_API_RATE_LIMIT", web.DefaultRatePerSecond)
 	fs.Float64Var(&c.RatePerSecond, "rate-limit", c.RatePerSecond, "requests per second each client may send (per token, or per address without a valid token); 0 turns the limit off (env PF_API_RATE_LIMIT)")
 	if v := os.Getenv("PF_STAGE_OPS"); v != "" {
 		for _, a := range strings.Split(v, ",") {
@@ -146,9 +71,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.StageOps = append(c.StageOps, v)
 		return nil
 	})
-	c.RateBurst = c.envInt("PF_API_RATE_BURST", DefaultRateBurst)
+	c.RateBurst = c.envInt("PF_API_RATE_BURST", web.DefaultRateBurst)
 	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
-	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", DefaultMaxPlacements)
+	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", admissionapi.DefaultMaxPlacements)
 	fs.IntVar(&c.MaxPlacements, "max-placements", c.MaxPlacements, "placement computations (POST /v1/placements, dry runs naming a datacenter) run at once; one more answers 503 with Retry-After (env PF_API_MAX_PLACEMENTS)")
 }
 
@@ -218,8 +143,8 @@ func (c Config) Check() error {
 }
 
 // RateLimit is the configured limit.
-func (c Config) RateLimit() RateLimit {
-	return RateLimit{PerSecond: c.RatePerSecond, Burst: c.RateBurst, Off: c.RatePerSecond == 0}
+func (c Config) RateLimit() web.RateLimit {
+	return web.RateLimit{PerSecond: c.RatePerSecond, Burst: c.RateBurst, Off: c.RatePerSecond == 0}
 }
 
 // TLSConfig loads the certificates of --tls-cert, --tls-key and
@@ -228,25 +153,5 @@ func (c Config) TLSConfig() (*tls.Config, error) {
 	if c.TLSCert == "" {
 		return nil, nil
 	}
-	return LoadTLS(c.TLSCert, c.TLSKey, c.TLSClientCA)
-}
-
-// LoadTLS builds the API's server TLS configuration from PEM files: its
-// certificate and key, and when clientCA is given, the CAs a client's
-// certificate must be signed by (every client must present one).
-func LoadTLS(certFile, keyFile, clientCA string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load the API's TLS certificate %s and key %s: %w", certFile, keyFile, err)
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if clientCA != "" {
-		pool, err := runtime.CAPool(clientCA)
-		if err != nil {
-			return nil, fmt.Errorf("client %w", err)
-		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
+	return web.LoadTLS(c.TLSCert, c.TLSKey, c.TLSClientCA)
 }

@@ -149,7 +149,10 @@ func TestPlacementsOverTheCapAnswer503(t *testing.T) {
 	dry["applications"] = []any{map[string]any{"name": "app", "class": "com.example.App"}}
 
 	// The one slot is taken by a computation still running.
-	s.server.placing <- struct{}{}
+	release, ok := s.server.adm.TakePlacementSlot()
+	if !ok {
+		t.Fatal("no free placement slot before any computation")
+	}
 	code, out, _, h := s.callAs(t, tenantToken, http.MethodPost, "/v1/placements", ha)
 	wantError(t, "POST /v1/placements with every slot taken", code, out, http.StatusServiceUnavailable, "1 placement computations are running", "--max-placements")
 	if ra := h.Get("Retry-After"); ra == "" || ra == "0" {
@@ -159,7 +162,7 @@ func TestPlacementsOverTheCapAnswer503(t *testing.T) {
 	wantError(t, "dry run naming a datacenter with every slot taken", code, out, http.StatusServiceUnavailable, "--max-placements")
 
 	// Once it ends, both compute again, and release their slot.
-	<-s.server.placing
+	release()
 	for range 2 {
 		if code, _, raw, _ := s.callAs(t, tenantToken, http.MethodPost, "/v1/placements", ha); code != http.StatusOK {
 			t.Fatalf("POST /v1/placements with a free slot: %d %s", code, raw)

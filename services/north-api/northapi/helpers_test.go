@@ -19,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -54,7 +55,7 @@ func testRegistration() Registration {
 }
 
 // testRules are testRegistration checked.
-func testRules(t testing.TB) ComponentRules {
+func testRules(t testing.TB) policyapi.ComponentRules {
 	t.Helper()
 	r, err := testRegistration().Rules()
 	if err != nil {

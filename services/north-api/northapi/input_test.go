@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
+	"github.com/policyflow/policyflow/services/nmp/nmpapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -91,7 +94,7 @@ func TestBodiesAreRefusedWithWhatToFix(t *testing.T) {
 // policy_ids the policy_id rule refuses, or too many of them.
 func TestComponentPolicyIDsFollowThePolicyIDRule(t *testing.T) {
 	s := newStack(t, nil)
-	many := make([]string, MaxPolicyIDs+1)
+	many := make([]string, policyapi.MaxPolicyIDs+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("DCAE.Config_%d", i)
 	}
@@ -105,7 +108,7 @@ func TestComponentPolicyIDsFollowThePolicyIDRule(t *testing.T) {
 		{"control character", []string{"a\x01b"}, []string{`policy_ids[0]: policy_id "a\x01b": character '\x01' at byte 1 is not allowed`}},
 		{"not starting with a letter or digit", []string{"-x"}, []string{`policy_ids[0]: policy_id "-x" does not start with a letter or a digit`}},
 		{"too long", []string{strings.Repeat("p", 256)}, []string{"policy_ids[0]: policy_id", "is 256 bytes, over the limit of 255"}},
-		{"too many", many, []string{fmt.Sprintf("policy_ids has %d ids; at most %d are allowed per component", MaxPolicyIDs+1, MaxPolicyIDs)}},
+		{"too many", many, []string{fmt.Sprintf("policy_ids has %d ids; at most %d are allowed per component", policyapi.MaxPolicyIDs+1, policyapi.MaxPolicyIDs)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := componentBody()
@@ -118,9 +121,9 @@ func TestComponentPolicyIDsFollowThePolicyIDRule(t *testing.T) {
 		t.Errorf("refused components wrote %d records", len(recs))
 	}
 	b := componentBody()
-	b["policy_ids"] = many[:MaxPolicyIDs]
+	b["policy_ids"] = many[:policyapi.MaxPolicyIDs]
 	if code, _, raw := s.call(t, http.MethodPut, "/v1/components/c1", b); code != http.StatusAccepted {
-		t.Errorf("%d policy_ids: %d %s; want 202", MaxPolicyIDs, code, raw)
+		t.Errorf("%d policy_ids: %d %s; want 202", policyapi.MaxPolicyIDs, code, raw)
 	}
 }
 
@@ -132,9 +135,9 @@ func TestPoliciesLatestBoundsTheRegex(t *testing.T) {
 	for _, body := range []map[string]any{{"policyName": long}, {"policy_filter": map[string]any{"policyName": long}}} {
 		code, out, _ := s.call(t, http.MethodPost, "/policies_latest", body)
 		wantError(t, "100 KiB regex", code, out, http.StatusBadRequest,
-			fmt.Sprintf("policyName is %d bytes; at most %d are allowed (--max-filter-regex-bytes)", len(long), DefaultMaxFilterRegexBytes))
+			fmt.Sprintf("policyName is %d bytes; at most %d are allowed (--max-filter-regex-bytes)", len(long), policyapi.DefaultMaxFilterRegexBytes))
 	}
-	at := strings.Repeat("a", DefaultMaxFilterRegexBytes)
+	at := strings.Repeat("a", policyapi.DefaultMaxFilterRegexBytes)
 	if code, _, raw := s.call(t, http.MethodPost, "/policies_latest", map[string]any{"policyName": at}); code != http.StatusOK {
 		t.Errorf("a policyName at the limit: %d %s; want 200", code, raw)
 	}
@@ -150,15 +153,15 @@ func TestErrorsNameTheRightPlace(t *testing.T) {
 	code, body, _ := s.call(t, http.MethodPost, "/policies", seedFlavorPolicy("", "ok", ""))
 	wantError(t, "empty tenant id", code, body, http.StatusBadRequest, "tenantIds[1]: tenant id is missing")
 
-	dep := strings.Replace(deploymentExample, `"instances": 2`, `"instances": 1e300`, 1)
+	dep := strings.Replace(admissionapi.DeploymentExample, `"instances": 2`, `"instances": 1e300`, 1)
 	code, body, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", dep)
 	wantError(t, "instances 1e300", code, body, http.StatusBadRequest, "number out of range: applications.instances is 1e300; give an integer from")
-	code, body, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", strings.Replace(deploymentExample, `"instances": 2`, `"instances": 2.5`, 1))
+	code, body, _ = s.call(t, http.MethodPost, "/v1/deployments?dry_run=true", strings.Replace(admissionapi.DeploymentExample, `"instances": 2`, `"instances": 2.5`, 1))
 	wantError(t, "instances 2.5", code, body, http.StatusBadRequest, "applications.instances is 2.5; give an integer")
 
 	big := `{"confirmAllNodes": true, "pad": "` + strings.Repeat("x", 200<<10) + `"}`
 	code, body, _ = s.call(t, http.MethodPost, "/v1/orgs/acme/nmps/p/enable", big)
-	wantError(t, "200 KB enable body", code, body, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", maxActionBytes))
+	wantError(t, "200 KB enable body", code, body, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over the limit of %d bytes", nmpapi.MaxActionBytes))
 }
 
 // TestWebhooksToRefusedPortsAreRefused registers components whose webhook

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
@@ -232,7 +233,7 @@ func TestTLSAndClientCertificates(t *testing.T) {
 	s := newStack(t, nil)
 	pki := newPKI(t)
 
-	serverOnly, err := LoadTLS(pki.certFile, pki.keyFile, "")
+	serverOnly, err := web.LoadTLS(pki.certFile, pki.keyFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestTLSAndClientCertificates(t *testing.T) {
 		t.Errorf("plain HTTP to the HTTPS port answered 200")
 	}
 
-	mutual, err := LoadTLS(pki.certFile, pki.keyFile, pki.caFile)
+	mutual, err := web.LoadTLS(pki.certFile, pki.keyFile, pki.caFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func TestTLSAndClientCertificates(t *testing.T) {
 		t.Errorf("mTLS with a certificate of another CA was served")
 	}
 
-	if _, err := LoadTLS(pki.certFile, pki.keyFile, pki.certFile+".missing"); err == nil {
+	if _, err := web.LoadTLS(pki.certFile, pki.keyFile, pki.certFile+".missing"); err == nil {
 		t.Errorf("LoadTLS with a missing client CA file: no error")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -71,9 +72,15 @@ func TestNMPsAreCheckedStoredAndReported(t *testing.T) {
 	wantError(t, "bad version", code, body, 400, "semantic version")
 	code, body, _ = s.call(t, http.MethodPut, "/v1/orgs/acme/nodes/n3/status", map[string]any{"status": "successful", "softwareVersion": "x"})
 	wantError(t, "bad status version", code, body, 400, "softwareVersion")
-	deadline := time.Now().Add(10 * time.Second)
-	for s.server.nm.world.Status("acme/n1") == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	// The refused reports above stored nothing; the accepted one is in the
+	// view once the view has read agent.status to its end.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.server.nmp.World().WaitCaughtUp(ctx, topology.AgentStatus); err != nil {
+		t.Fatalf("the view did not read agent.status: %v", err)
+	}
+	if st := s.server.nmp.World().Status("acme/n1"); st == nil || st.Status != "successful" || st.Policy != "acme/old" {
+		t.Fatalf("after the accepted report the view has status %+v of acme/n1, want successful about acme/old", st)
 	}
 
 	// A dry run lists the nodes and the conflict, and stores nothing.

@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"net/http"
 	"sync"
+
+	"github.com/policyflow/policyflow/services/internal/web"
 )
 
 // openAPIDocument is the OpenAPI 3 document of the API, served at
@@ -19,7 +21,7 @@ var openAPIDocument []byte
 // OpenAPI returns the OpenAPI 3 document of the North API.
 func OpenAPI() []byte { return append([]byte(nil), openAPIDocument...) }
 
-func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) *httpError {
+func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) *web.Error {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPIDocument)
 	return nil
@@ -31,13 +33,13 @@ var ui embed.FS
 // statusPage serves the status page. It holds no data: its script asks
 // /v1/status with the token the reader gives in its form (kept in the
 // tab's sessionStorage only), so the page needs no token itself.
-func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) *httpError {
+func (s *Server) statusPage(w http.ResponseWriter, r *http.Request) *web.Error {
 	if r.URL.Path != "/ui/" {
-		return errorf(http.StatusNotFound, "no page at %s; the status page is /ui/", r.URL.Path)
+		return web.Errorf(http.StatusNotFound, "no page at %s; the status page is /ui/", r.URL.Path)
 	}
 	page, err := ui.ReadFile("ui/index.html")
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "status page: %v", err)
+		return web.Errorf(http.StatusInternalServerError, "status page: %v", err)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")

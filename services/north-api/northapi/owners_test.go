@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -34,8 +35,8 @@ func TestEveryRouteKeepsATenantToItsOwn(t *testing.T) {
 		s.Produce(t, topology.PolicyCatalog, settings.PolicyID, settings)
 	})
 	// t1's thing of each kind.
-	ownedByT1 := map[owned]string{ownedComponent: "a-comp", ownedDeployment: "a-dep", ownedFolder: scn, ownedAppPolicy: "pol-a", ownedOrg: "t1",
-		ownedPolicy: "admission.a-comp"}
+	ownedByT1 := map[web.Owned]string{web.OwnedComponent: "a-comp", web.OwnedDeployment: "a-dep", web.OwnedFolder: scn, web.OwnedAppPolicy: "pol-a", web.OwnedOrg: "t1",
+		web.OwnedPolicy: "admission.a-comp"}
 	// What t2 sends to a route whose body names the owner: its own tenant
 	// with t1's names, and t1's tenant.
 	app := func(name, folder string) map[string]any {
@@ -63,17 +64,17 @@ func TestEveryRouteKeepsATenantToItsOwn(t *testing.T) {
 		name := rt.method + " " + rt.path
 		routes[name] = true
 		o := rt.owner()
-		tenantsMay := rt.access.allows(auth.RoleTenant) && !rt.access.public
+		tenantsMay := rt.access.Allows(auth.RoleTenant) && !rt.access.Public
 		switch {
-		case !o.declared():
+		case !o.Declared():
 			t.Errorf("%s declares no owner check: add it to routeOwners (owners.go)", name)
-		case o.public:
-			if !rt.access.public {
+		case o.Public:
+			if !rt.access.Public {
 				t.Errorf("%s is declared public but needs a token", name)
 			}
-		case rt.access.public:
+		case rt.access.Public:
 			t.Errorf("%s is served without a token but not declared public", name)
-		case o.notTenants:
+		case o.NotTenants:
 			if tenantsMay {
 				t.Errorf("%s is declared not for tenants, but its access lets tenants call it", name)
 				continue
@@ -82,11 +83,11 @@ func TestEveryRouteKeepsATenantToItsOwn(t *testing.T) {
 			wantError(t, name+" as tenant t2", code, body, http.StatusForbidden, "has role tenant")
 		case !tenantsMay:
 			t.Errorf("%s refuses tenants: declare it notTenants", name)
-		case o.global:
-			if o.why == "" {
+		case o.Global:
+			if o.Why == "" {
 				t.Errorf("%s is declared global without saying why", name)
 			}
-		case o.body:
+		case o.Body:
 			bodies := ownedBodies[name]
 			if len(bodies) == 0 {
 				t.Errorf("%s names its owner in the body: give this test bodies naming tenant t1's things", name)
@@ -100,16 +101,16 @@ func TestEveryRouteKeepsATenantToItsOwn(t *testing.T) {
 				}
 			}
 		default:
-			thing, ok := ownedByT1[o.kind]
-			if !strings.Contains(rt.path, "{"+o.param+"}") || !ok {
+			thing, ok := ownedByT1[o.Kind]
+			if !strings.Contains(rt.path, "{"+o.Param+"}") || !ok {
 				t.Errorf("%s: owner check %+v names no path parameter of a known kind", name, o)
 				continue
 			}
-			path := strings.Replace(rt.path, "{"+o.param+"}", thing, 1)
+			path := strings.Replace(rt.path, "{"+o.Param+"}", thing, 1)
 			path = concrete(path)
 			code, _, raw, _ := s.callAs(t, otherTenantToken, rt.method, path, t2Body(rt))
 			if code != http.StatusForbidden && code != http.StatusNotFound {
-				t.Errorf("%s %s as tenant t2 on t1's %s: %d %s; want 403 or 404", rt.method, path, o.kind, code, raw)
+				t.Errorf("%s %s as tenant t2 on t1's %s: %d %s; want 403 or 404", rt.method, path, o.Kind, code, raw)
 			}
 			if rt.method == http.MethodGet {
 				code, _, raw, _ := s.callAs(t, tenantToken, rt.method, path, nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/acm/acmapi"
 	"github.com/policyflow/policyflow/services/acm/participant"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
@@ -99,7 +100,7 @@ func (a *acmAPI) list(t *testing.T, what string, ok func([]acm.ParticipantInform
 	t.Helper()
 	var last []byte
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		code, b, _ := a.do(t, http.MethodGet, acmRuntimeBase+"/participants", nil)
+		code, b, _ := a.do(t, http.MethodGet, acmapi.RuntimeBase+"/participants", nil)
 		last = b
 		var ps []acm.ParticipantInformation
 		if code == http.StatusOK && json.Unmarshal(b, &ps) == nil && ok(ps) {
@@ -144,7 +145,7 @@ func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 		p.ParticipantSupportedElementTypes[kvType+":1.0.0"] != (acm.SupportedElementType{ID: kvType + ":1.0.0", TypeName: kvType, TypeVersion: "1.0.0"}) {
 		t.Errorf("participant pa: %+v", p)
 	}
-	code, one, _ := a.do(t, http.MethodGet, acmRuntimeBase+"/participants/pb", nil)
+	code, one, _ := a.do(t, http.MethodGet, acmapi.RuntimeBase+"/participants/pb", nil)
 	var pb acm.ParticipantInformation
 	if code != http.StatusOK || json.Unmarshal(one, &pb) != nil || pb.Participant.ParticipantID != "pb" || len(pb.Participant.Replicas) != 1 {
 		t.Fatalf("GET participants/pb: %d %s", code, one)
@@ -153,10 +154,10 @@ func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 	// Each replica's last message before the request.
 	before := replicas(ps)
 	time.Sleep(5 * time.Millisecond)
-	code, b, hdr := a.do(t, http.MethodPut, acmRuntimeBase+"/participants", map[string]string{acmRequestIDHeader: "7f3c0e52-6a43-4f4e-9f0e-3f1d2a4b5c6d"})
-	var ans StatusReportAnswer
+	code, b, hdr := a.do(t, http.MethodPut, acmapi.RuntimeBase+"/participants", map[string]string{acmapi.RequestIDHeader: "7f3c0e52-6a43-4f4e-9f0e-3f1d2a4b5c6d"})
+	var ans acmapi.StatusReportAnswer
 	if code != http.StatusAccepted || json.Unmarshal(b, &ans) != nil || ans.Partitions != testPartitions || ans.RequestID != "7f3c0e52-6a43-4f4e-9f0e-3f1d2a4b5c6d" ||
-		hdr.Get(acmRequestIDHeader) != ans.RequestID {
+		hdr.Get(acmapi.RequestIDHeader) != ans.RequestID {
 		t.Fatalf("PUT participants: %d %s %v", code, b, hdr)
 	}
 	a.list(t, "every replica answered the status report", func(ps []acm.ParticipantInformation) bool {
@@ -173,7 +174,7 @@ func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 	ps = a.list(t, "settled", func([]acm.ParticipantInformation) bool { return true })
 	before = replicas(ps)
 	time.Sleep(5 * time.Millisecond)
-	if code, b, _ := a.do(t, http.MethodPut, acmRuntimeBase+"/participants/pb", nil); code != http.StatusAccepted {
+	if code, b, _ := a.do(t, http.MethodPut, acmapi.RuntimeBase+"/participants/pb", nil); code != http.StatusAccepted {
 		t.Fatalf("PUT participants/pb: %d %s", code, b)
 	}
 	ps = a.list(t, "pb answered", func(ps []acm.ParticipantInformation) bool {
@@ -186,12 +187,12 @@ func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 	}
 
 	// The resyncs, at ACM's paths.
-	var sync SyncAnswer
-	if code, b, _ := a.do(t, http.MethodPut, acmRuntimeBase+"/participants/sync", nil); code != http.StatusAccepted || json.Unmarshal(b, &sync) != nil || sync.Partitions != testPartitions {
+	var sync acmapi.SyncAnswer
+	if code, b, _ := a.do(t, http.MethodPut, acmapi.RuntimeBase+"/participants/sync", nil); code != http.StatusAccepted || json.Unmarshal(b, &sync) != nil || sync.Partitions != testPartitions {
 		t.Errorf("PUT participants/sync: %d %s", code, b)
 	}
-	sync = SyncAnswer{}
-	if code, b, _ := a.do(t, http.MethodPut, acmRuntimeBase+"/participants/sync/pa", nil); code != http.StatusAccepted || json.Unmarshal(b, &sync) != nil || sync.ParticipantID != "pa" {
+	sync = acmapi.SyncAnswer{}
+	if code, b, _ := a.do(t, http.MethodPut, acmapi.RuntimeBase+"/participants/sync/pa", nil); code != http.StatusAccepted || json.Unmarshal(b, &sync) != nil || sync.ParticipantID != "pa" {
 		t.Errorf("PUT participants/sync/pa: %d %s", code, b)
 	}
 
@@ -209,9 +210,9 @@ func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 		{http.MethodGet, "/participants/nobody", nil, http.StatusNotFound, "participant nobody is unknown"},
 		{http.MethodPut, "/participants/nobody", nil, http.StatusNotFound, "participant nobody is unknown"},
 		{http.MethodPut, "/participants/sync/nobody", nil, http.StatusNotFound, "participant nobody is unknown"},
-		{http.MethodPut, "/participants", map[string]string{acmRequestIDHeader: "a b"}, http.StatusBadRequest, acmRequestIDHeader},
+		{http.MethodPut, "/participants", map[string]string{acmapi.RequestIDHeader: "a b"}, http.StatusBadRequest, acmapi.RequestIDHeader},
 	} {
-		code, b, _ := a.do(t, c.method, acmRuntimeBase+c.path, c.hdr)
+		code, b, _ := a.do(t, c.method, acmapi.RuntimeBase+c.path, c.hdr)
 		if code != c.code || !strings.Contains(string(b), c.reason) {
 			t.Errorf("%s %s: %d %s, want %d with %q", c.method, c.path, code, b, c.code, c.reason)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -117,12 +118,12 @@ func TestStatusShowsAFailedNotificationAsNotNotified(t *testing.T) {
 		UpdatedRefs: []events.PolicyRef{{PolicyID: "A", PolicyName: "A.1.xml", PolicyVersion: "1"}},
 		Notify:      events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, AppliedAt: time.Now().UTC(),
 	})
-	status := func() ComponentStatus {
+	status := func() policyapi.ComponentStatus {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			code, _, raw := s.call(t, http.MethodGet, "/v1/components/c-failed/status", nil)
-			var st ComponentStatus
+			var st policyapi.ComponentStatus
 			if err := json.Unmarshal(raw, &st); err != nil || code != http.StatusOK {
 				t.Fatalf("status: %d %s", code, raw)
 			}

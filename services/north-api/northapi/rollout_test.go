@@ -9,6 +9,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -61,14 +62,14 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 	putKV(t, s.consul, consulkv.ClaimKey(scn("c-fail")), `{"update_id":"u-c-fail","generation":3,"exit_code":3,"stderr":"boom","at":"2026-01-01T00:00:01Z"}`)
 	putKV(t, s.consul, consulkv.ClaimKey(scn("c-running")), `{"update_id":"u-c-running","generation":4,"exit_code":null,"stderr":"","at":"2026-01-01T00:00:02Z"}`)
 
-	var r Rollout
+	var r policyapi.Rollout
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, _, raw := s.call(t, http.MethodGet, "/v1/policies/"+id+"/rollout", nil)
 		if code != http.StatusOK {
 			t.Fatalf("rollout: %d %s", code, raw)
 		}
-		r = Rollout{}
+		r = policyapi.Rollout{}
 		if err := json.Unmarshal(raw, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -98,13 +99,13 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 
 	// A tenant sees its own components only; a limit cuts the lists.
 	code, _, raw, _ := s.callAs(t, tenantToken, http.MethodGet, "/v1/policies/"+id+"/rollout?limit=1", nil)
-	r = Rollout{}
+	r = policyapi.Rollout{}
 	if err := json.Unmarshal(raw, &r); code != http.StatusOK || err != nil || r.Components != 5 || r.Pending != 3 || len(r.PendingComponents) != 1 || !r.Truncated {
 		t.Fatalf("tenant's rollout with limit 1: %d %s", code, raw)
 	}
 	// ?version= counts the components at that version: c-old holds 6.
 	code, _, raw, _ = s.callAs(t, adminToken, http.MethodGet, "/v1/policies/"+id+"/rollout?version=6", nil)
-	r = Rollout{}
+	r = policyapi.Rollout{}
 	if err := json.Unmarshal(raw, &r); code != http.StatusOK || err != nil || r.Version != "6" || r.InConsul != 1 || r.OtherVersions["7"] != 4 {
 		t.Fatalf("rollout of version 6: %d %s", code, raw)
 	}

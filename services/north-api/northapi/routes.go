@@ -6,13 +6,17 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/policyflow/policyflow/services/acm/acmapi"
+	"github.com/policyflow/policyflow/services/internal/web"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 )
 
 // route is one endpoint of the API and who may call it.
 type route struct {
 	method, path string
-	h            handlerFunc
-	access       access
+	h            web.HandlerFunc
+	access       web.Access
 }
 
 // routeTable is every route of the API with the roles that may call it,
@@ -25,29 +29,138 @@ type route struct {
 // to global ones and their tenant's (policy.MayHold).
 func (s *Server) routeTable() []route {
 	return append([]route{
-		{http.MethodPut, "/v1/components/{component_id}", s.putComponent, ownComponents},
-		{http.MethodDelete, "/v1/components/{component_id}", s.deleteComponent, ownComponents},
-		{http.MethodGet, "/v1/components/{component_id}/status", s.componentStatus, readers},
-		{http.MethodPost, "/v1/components/{component_id}/renotify", s.renotify, operators},
-		{http.MethodPost, "/v1/pdp/notifications", s.pdpNotifications, operators},
-		{http.MethodPost, "/v1/policies", s.pushPolicies, operators},
-		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.policyRollout, readers},
-		{http.MethodPost, "/v1/catchup", s.catchup, operators},
-		{http.MethodGet, "/v1/catchup/{request_id}", s.catchupStatus, operators},
+		{http.MethodPut, "/v1/components/{component_id}", s.pol.PutComponent, web.OwnComponents},
+		{http.MethodDelete, "/v1/components/{component_id}", s.pol.DeleteComponent, web.OwnComponents},
+		{http.MethodGet, "/v1/components/{component_id}/status", s.pol.ComponentStatus, web.Readers},
+		{http.MethodPost, "/v1/components/{component_id}/renotify", s.pol.Renotify, web.Operators},
+		{http.MethodPost, "/v1/pdp/notifications", s.pol.PdpNotifications, web.Operators},
+		{http.MethodPost, "/v1/policies", s.pol.PushPolicies, web.Operators},
+		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.pol.PolicyRollout, web.Readers},
+		{http.MethodPost, "/v1/catchup", s.pol.Catchup, web.Operators},
+		{http.MethodGet, "/v1/catchup/{request_id}", s.pol.CatchupStatus, web.Operators},
 		// The seed's policy-handler endpoint: a catch-up of everything.
-		{http.MethodGet, "/catch_up", s.catchup, operators},
-		{http.MethodGet, "/policy_latest/{policy_id}", s.policyLatest, readers},
+		{http.MethodGet, "/catch_up", s.pol.Catchup, web.Operators},
+		{http.MethodGet, "/policy_latest/{policy_id}", s.pol.PolicyLatest, web.Readers},
 		// A read, though a POST: it carries a policy filter.
-		{http.MethodPost, "/policies_latest", s.policiesLatest, readers},
-		{http.MethodGet, "/service_component_all/{service_component_name}", s.serviceComponentAll, readers},
-		{http.MethodGet, "/healthcheck", s.healthcheck, anyone},
+		{http.MethodPost, "/policies_latest", s.pol.PoliciesLatest, web.Readers},
+		{http.MethodGet, "/service_component_all/{service_component_name}", s.pol.ServiceComponentAll, web.Readers},
+		{http.MethodGet, "/healthcheck", s.healthcheck, web.Anyone},
 		// The document of this API (openapi.json next to this file).
-		{http.MethodGet, "/openapi.json", s.openAPI, readers},
+		{http.MethodGet, "/openapi.json", s.openAPI, web.Readers},
 		// The status page's data and the page itself, which holds no
 		// data: it asks /v1/status with the token given in its form.
-		{http.MethodGet, "/v1/status", s.pipelineStatus, statusReaders},
-		{http.MethodGet, "/ui/", s.statusPage, anyone},
+		{http.MethodGet, "/v1/status", s.pol.PipelineStatus, web.StatusReaders},
+		{http.MethodGet, "/ui/", s.statusPage, web.Anyone},
 	}, slices.Concat(s.participantRoutes(), s.acmRuntimeRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
+}
+
+// Who may call the node management routes. Tenants and agents whose token
+// names a tenant act only in the org of that name.
+var (
+	nmpWriters        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
+	nmpReaders        = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant)
+	agentCallers      = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent)
+	packageWriters    = web.Roles(auth.RoleAdmin, auth.RoleOperator)
+	nodeStatusReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent)
+	packageReaders    = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent)
+)
+
+// nodeManagementRoutes are the routes of node management (NMPs, nodes and
+// their agents, agent packages).
+func (s *Server) nodeManagementRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v1/orgs/{org}/nmps", s.nmp.ListNMPs, nmpReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}", s.nmp.GetNMP, nmpReaders},
+		{http.MethodPut, "/v1/orgs/{org}/nmps/{name}", s.nmp.PutNMP, nmpWriters},
+		{http.MethodDelete, "/v1/orgs/{org}/nmps/{name}", s.nmp.DeleteNMP, nmpWriters},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/nodes", s.nmp.NmpNodes, nmpReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nmps/{name}/status", s.nmp.NmpStatus, nmpReaders},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/enable", s.nmp.NmpAction("enable"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/disable", s.nmp.NmpAction("disable"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/resume", s.nmp.NmpAction("resume"), nmpWriters},
+		{http.MethodPost, "/v1/orgs/{org}/nmps/{name}/rollback", s.nmp.NmpAction("rollback"), nmpWriters},
+		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}", s.nmp.PutNode, agentCallers},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}", s.nmp.DeleteNode, agentCallers},
+		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.nmp.GetDirective, agentCallers},
+		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.nmp.PutNodeStatus, agentCallers},
+		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.nmp.GetNodeStatus, nodeStatusReaders},
+		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nmp.NodeTokenChange(true), web.Operators},
+		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nmp.NodeTokenChange(false), web.Operators},
+		{http.MethodGet, "/v1/agentpackages", s.nmp.ListPackages, packageReaders},
+		{http.MethodPost, "/v1/agentpackages", s.nmp.UploadPackage, packageWriters},
+		{http.MethodGet, "/v1/agentpackages/{version}", s.nmp.GetPackage, packageReaders},
+		{http.MethodGet, "/v1/agentpackages/{version}/file", s.nmp.DownloadPackage, packageReaders},
+	}
+}
+
+// acmReaders read the registry and the state; participants are no
+// tenant's.
+var acmReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly)
+
+// participantRoutes are the /v2 routes; routes.go lists them.
+func (s *Server) participantRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v2/participants", s.acm.ListParticipants, acmReaders},
+		{http.MethodGet, "/v2/participants/{participant_id}", s.acm.GetParticipant, acmReaders},
+		// PUT /v2/participants/sync: a literal segment beside the
+		// {participant_id} wildcard would conflict in the mux's
+		// method-not-allowed patterns, so the wildcard route takes it.
+		{http.MethodPut, "/v2/participants/{participant_id}", s.acm.SyncAll, web.Operators},
+		{http.MethodPut, "/v2/participants/{participant_id}/sync", s.acm.SyncParticipants, web.Operators},
+		{http.MethodPost, "/v2/participants/{participant_id}/operations", s.acm.PostOperation, web.Operators},
+		{http.MethodGet, "/v2/participants/{participant_id}/compositions/{composition_id}", s.acm.GetComposition, acmReaders},
+		{http.MethodGet, "/v2/participants/{participant_id}/instances/{instance_id}", s.acm.GetInstance, acmReaders},
+	}
+}
+
+// acmRuntimeRoutes are the ACM runtime's participant routes (ONAP
+// policy-clamp's paths and shapes, services/acm/acmapi/acmruntime.go).
+func (s *Server) acmRuntimeRoutes() []route {
+	base := acmapi.RuntimeBase
+	return []route{
+		{http.MethodGet, base + "/participants", s.acm.ACMListParticipants, acmReaders},
+		{http.MethodPut, base + "/participants", s.acm.ACMOrderAllReports, web.Operators},
+		{http.MethodGet, base + "/participants/{participantId}", s.acm.ACMGetParticipant, acmReaders},
+		// PUT .../participants/sync, ACM's resync of every participant:
+		// a literal segment beside the {participantId} wildcard would
+		// conflict in the mux's method-not-allowed patterns, so the
+		// wildcard route takes it.
+		{http.MethodPut, base + "/participants/{participantId}", s.acm.ACMOrderReportOrSyncAll, web.Operators},
+		{http.MethodPut, base + "/participants/sync/{participantId}", s.acm.ACMSyncParticipant, web.Operators},
+	}
+}
+
+// deployers submit deployments: operators, and tenants for their own
+// tenant (the handler checks).
+var deployers = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleTenant)
+
+// admissionRoutes are the routes of deployment admission and of tenant
+// application policies (seed 001).
+func (s *Server) admissionRoutes() []route {
+	return []route{
+		{http.MethodPost, "/v1/deployments", s.adm.PostDeployment, deployers},
+		{http.MethodGet, "/v1/deployments/{deployment_id}", s.adm.GetDeployment, web.Readers},
+		{http.MethodGet, "/policies", s.adm.ListAppPolicies, web.Readers},
+		{http.MethodPost, "/policies", s.adm.CreateAppPolicy, web.Operators},
+		{http.MethodGet, "/policies/{policy_id}", s.adm.GetAppPolicy, web.Readers},
+		{http.MethodPut, "/policies/{policy_id}", s.adm.UpdateAppPolicy, web.Operators},
+		{http.MethodDelete, "/policies/{policy_id}", s.adm.DeleteAppPolicy, web.Operators},
+		{http.MethodGet, "/policies/{policy_id}/violations", s.adm.AppPolicyViolations, web.Readers},
+	}
+}
+
+// placementRoutes are the routes of datacenter models and placement
+// proposals (seed 002). Datacenters are operator-level: operators write
+// them, every reader may read them (a tenant names one in its deployment
+// requests); anyone who may deploy may ask for a placement.
+func (s *Server) placementRoutes() []route {
+	return []route{
+		{http.MethodGet, "/v1/datacenters", s.adm.ListDatacenters, web.Readers},
+		{http.MethodGet, "/v1/datacenters/{datacenter_id}", s.adm.GetDatacenter, web.Readers},
+		{http.MethodPut, "/v1/datacenters/{datacenter_id}", s.adm.PutDatacenter, web.Operators},
+		{http.MethodDelete, "/v1/datacenters/{datacenter_id}", s.adm.DeleteDatacenter, web.Operators},
+		{http.MethodPost, "/v1/placements", s.adm.PostPlacement, deployers},
+	}
 }
 
 // recordingMux is the API's mux, remembering every pattern registered, so
@@ -68,7 +181,7 @@ func (m *recordingMux) Handle(pattern string, h http.Handler) {
 // another route than the one it named.
 func (m *recordingMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && p != cleanPath(p) {
-		writeError(w, errorf(http.StatusBadRequest, "path %s is not clean: send it as %s (no '.' or '..' segment, no doubled '/')", p, cleanPath(p)))
+		web.WriteError(w, web.Errorf(http.StatusBadRequest, "path %s is not clean: send it as %s (no '.' or '..' segment, no doubled '/')", p, cleanPath(p)))
 		return
 	}
 	m.ServeMux.ServeHTTP(w, r)
@@ -111,25 +224,40 @@ func (s *Server) mux() *recordingMux {
 	for _, p := range paths {
 		allowed := methods[p]
 		sort.Strings(allowed)
-		mux.Handle(p, s.wrap("method not allowed", s.guard(authenticated, func(w http.ResponseWriter, r *http.Request) *httpError {
+		mux.Handle(p, s.wrap("method not allowed", s.guard(web.Authenticated, func(w http.ResponseWriter, r *http.Request) *web.Error {
 			w.Header().Set("Allow", strings.Join(allowed, ", "))
-			return errorf(http.StatusMethodNotAllowed, "%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))
+			return web.Errorf(http.StatusMethodNotAllowed, "%s %s is not served; use %s", r.Method, r.URL.Path, strings.Join(allowed, " or "))
 		})))
 	}
-	mux.Handle("/", s.wrap("not found", s.guard(authenticated, func(_ http.ResponseWriter, r *http.Request) *httpError {
-		return errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s (GET /openapi.json describes each)", r.URL.Path, strings.Join(paths, ", "))
+	mux.Handle("/", s.wrap("not found", s.guard(web.Authenticated, func(_ http.ResponseWriter, r *http.Request) *web.Error {
+		return web.Errorf(http.StatusNotFound, "no endpoint at %s; the API serves %s (GET /openapi.json describes each)", r.URL.Path, strings.Join(paths, ", "))
 	})))
 	return mux
 }
 
-// needViews answers 503 while one of the named topics' views has not
-// caught up, so no answer is built from a partial view.
-func (s *Server) needViews(bases ...string) *httpError {
-	for _, b := range bases {
-		t := s.env.Kafka.Topic(b)
-		if ok, why := s.reader.ready(t); !ok {
-			return errorf(http.StatusServiceUnavailable, "the North API is still reading %s (%s); retry in a few seconds", t, why)
+// wrap turns a web.HandlerFunc into an http.Handler that writes its
+// error as JSON and counts the request under route (web.Handler).
+func (s *Server) wrap(route string, h web.HandlerFunc) http.Handler {
+	return web.Handler(route, h, s.env.Tracer, s.log, s.requests)
+}
+
+// Health is the answer of GET /healthcheck.
+type Health struct {
+	Service string            `json:"service"`
+	Status  string            `json:"status"`
+	Views   map[string]string `json:"views"`
+}
+
+func (s *Server) healthcheck(w http.ResponseWriter, _ *http.Request) *web.Error {
+	h := Health{Service: "policyflow-north-api", Status: "ok", Views: map[string]string{}}
+	for t, why := range s.kit.Views.States() {
+		if why == "" {
+			h.Views[t] = "caught up"
+			continue
 		}
+		h.Status = "starting"
+		h.Views[t] = why
 	}
+	web.WriteJSON(w, http.StatusOK, h)
 	return nil
 }

@@ -1,23 +1,24 @@
 // Package northapi is policyflow's North API: the HTTP service through which
-// deployment systems, policy engines and operators register components,
-// announce and push policies and ask for catch-ups (each written to its
-// Kafka topic), and through which components and operators read the latest
-// policies, a component's Consul folder and its delivery status, in the
-// ONAP DCAE policy-handler and config-binding-service shapes. Every route
-// but /healthcheck needs a bearer token with a role the route table
-// (routes.go) allows; tenants are scoped to their own components.
+// deployment systems, policy engines, operators and edge agents reach the
+// pipeline. It is a shell: the server, the route table (routes.go, the one
+// place that lists the routes and the roles that may call them, with each
+// route's owner check in owners.go), the token and rate-limit guard,
+// configuration and the OpenAPI document. The handlers and their read
+// views are each subsystem's: services/policy/policyapi (components,
+// policies, catch-ups, rollouts, status, the DCAE read routes),
+// services/nmp/nmpapi (node management), services/admission/admissionapi
+// (admission and placement) and services/acm/acmapi (participants), all
+// built on services/internal/web. Every route but /healthcheck and /ui/
+// needs a bearer token; tenants are scoped to their own data.
 package northapi
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	capi "github.com/hashicorp/consul/api"
@@ -25,22 +26,24 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/acm/acmapi"
+	"github.com/policyflow/policyflow/services/admission/admissionapi"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
+	"github.com/policyflow/policyflow/services/nmp/nmpapi"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/runtime"
-	"github.com/policyflow/policyflow/topology"
 )
 
 // DefaultAddr is where the North API listens unless told otherwise.
 const DefaultAddr = "127.0.0.1:8080"
 
-// Request body limits.
-const (
-	// MaxRequestBytes bounds the body of most requests.
-	MaxRequestBytes = 4 << 20
-	// MaxPoliciesRequestBytes bounds POST /v1/policies, which carries full
-	// policy bodies (each up to policy.MaxBodyBytes).
-	MaxPoliciesRequestBytes = 64 << 20
-)
+// RateLimit bounds the requests of one client (web.RateLimit).
+type RateLimit = web.RateLimit
+
+// HTTPLimits bound the connections of the API's HTTP server
+// (web.HTTPLimits).
+type HTTPLimits = web.HTTPLimits
 
 // Options tune a Server. Tokens is required unless InsecureNoAuth; the
 // other zero values take the defaults.
@@ -85,7 +88,7 @@ type Options struct {
 	// another org answers 404. Empty: any well-formed org name.
 	Orgs []string
 	// MaxPlacements bounds the placement computations running at once
-	// (default DefaultMaxPlacements); one more answers 503.
+	// (default admissionapi.DefaultMaxPlacements); one more answers 503.
 	MaxPlacements int
 }
 
@@ -98,21 +101,14 @@ type Server struct {
 	cl     *kgo.Client
 	consul *capi.Client
 
-	reader     *reader
-	catalog    *catalogView
-	components *componentsView
-	applied    *appliedView
-	progress   *progressView
-	acm        *acmView // acm.sync (participants_http.go)
-	nm         *nodeMgmt
-	appPols    *appPoliciesView
-	verdicts   *verdictsView
-	dcs        *datacentersView
+	kit *web.Kit          // producer, read views' readiness, locks
+	pol *policyapi.API    // the policy flow
+	acm *acmapi.API       // automation-composition participants
+	nmp *nmpapi.API       // node management
+	adm *admissionapi.API // admission and placement
 
-	rules   ComponentRules
-	locks   keyedMutex
-	limiter *limiter
-	placing chan struct{} // a slot per placement computation running
+	rules   policyapi.ComponentRules
+	limiter *web.Limiter
 
 	requests *prometheus.CounterVec
 	produced *prometheus.CounterVec
@@ -131,7 +127,7 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		opts.ProduceTimeout = 30 * time.Second
 	}
 	if opts.MaxPlacements <= 0 {
-		opts.MaxPlacements = DefaultMaxPlacements
+		opts.MaxPlacements = admissionapi.DefaultMaxPlacements
 	}
 	if opts.Consul == (consulkv.Config{}) {
 		opts.Consul = consulkv.FromEnv()
@@ -144,21 +140,11 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("north api: %w", err)
 	}
 	s := &Server{
-		env:        env,
-		log:        env.Log.With().Str("service", "north-api").Logger(),
-		opts:       opts,
-		catalog:    newCatalogView(env.Codec),
-		components: newComponentsView(env.Codec),
-		applied:    newAppliedView(env.Codec),
-		progress:   newProgressView(env.Codec),
-		acm:        newACMView(env.Codec),
-		nm:         newNodeMgmt(env.Codec),
-		appPols:    newAppPoliciesView(env.Codec),
-		verdicts:   newVerdictsView(env.Codec),
-		dcs:        newDatacentersView(env.Codec),
-		limiter:    newLimiter(opts.RateLimit),
-		placing:    make(chan struct{}, opts.MaxPlacements),
-		rules:      rules,
+		env:     env,
+		log:     env.Log.With().Str("service", "north-api").Logger(),
+		opts:    opts,
+		limiter: web.NewLimiter(opts.RateLimit),
+		rules:   rules,
 	}
 	if opts.InsecureNoAuth {
 		s.log.Warn().Msg("AUTHENTICATION IS OFF (--insecure-no-auth): anyone who reaches the North API may register components, choose the scripts they run and read every policy and Consul folder")
@@ -189,24 +175,10 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: %w", err)
 	}
-	views := map[string]applyFunc{
-		env.Kafka.Topic(topology.PolicyCatalog):     s.catalog.apply,
-		env.Kafka.Topic(topology.DeployComponents):  s.components.apply,
-		env.Kafka.Topic(topology.ComponentApplied):  s.applied.apply,
-		env.Kafka.Topic(topology.CatchupProgress):   s.progress.apply,
-		env.Kafka.Topic(topology.ACMSync):           s.acm.apply,
-		env.Kafka.Topic(topology.AppPolicies):       s.appPols.apply,
-		env.Kafka.Topic(topology.AdmissionVerdicts): s.verdicts.apply,
-		env.Kafka.Topic(topology.Datacenters):       s.dcs.apply,
-	}
-	for base, fn := range s.nm.applyFuncs() {
-		views[env.Kafka.Topic(base)] = fn
-	}
-	s.reader = newReader(env.Kafka, env.Health, s.log, views)
-	if s.requests, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
+	if s.requests, err = web.RegisterCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "policyflow_north_api_requests_total", Help: "North API requests by route and status code.",
 	}, []string{"route", "code"})); err == nil {
-		s.produced, err = registerCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
+		s.produced, err = web.RegisterCounter(env.Metrics.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_north_api_records_produced_total", Help: "Records the North API produced, by topic.",
 		}, []string{"topic"}))
 	}
@@ -214,39 +186,61 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: register metrics: %w", err)
 	}
+	s.kit = web.NewKit(env, s.log, s.cl, s.produced, opts.ViewWait, opts.ProduceTimeout)
+	if err := s.followViews(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("north api: %w", err)
+	}
 	return s, nil
 }
 
-// registerCounter registers c, or returns the one a Server built on the
-// same registry registered before.
-func registerCounter(r *prometheus.Registry, c *prometheus.CounterVec) (*prometheus.CounterVec, error) {
-	if err := r.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
-				return existing, nil
+// followViews builds each subsystem's API, which starts its read views
+// on the kit: runtime tables of their topics, and node management's world
+// folded as the nmp-hub folds it.
+func (s *Server) followViews() (err error) {
+	if s.pol, err = policyapi.New(s.kit, s.consul, policyapi.Options{
+		Consul: s.opts.Consul, Rules: s.rules, StageOps: s.opts.StageOps,
+		DeploymentTenant: func(id string) (string, bool) {
+			v, ok := s.adm.Verdict(id)
+			if !ok {
+				return "", false
 			}
-		}
-		return nil, err
+			return v.Tenant, true
+		},
+	}); err != nil {
+		return err
 	}
-	return c, nil
+	if s.acm, err = acmapi.New(s.kit); err != nil {
+		return err
+	}
+	if s.adm, err = admissionapi.New(s.kit, admissionapi.Options{
+		MaxPlacements: s.opts.MaxPlacements, Owners: s.pol.Owners(), CheckComponents: s.pol.CheckDeploymentComponents,
+	}); err != nil {
+		return err
+	}
+	s.nmp, err = nmpapi.New(s.kit, nmpapi.Options{
+		Orgs: s.opts.Orgs, PackageDir: s.opts.PackageDir,
+		MaxPackageBytes: s.opts.MaxPackageBytes, MaxUnpackedPackageBytes: s.opts.MaxUnpackedPackageBytes,
+		WriteTimeout: s.opts.HTTP.WithDefaults().WriteTimeout,
+	})
+	return err
 }
 
-// Run keeps the read views live until ctx is done.
-func (s *Server) Run(ctx context.Context) error { return s.reader.run(ctx) }
+// Run watches the read views catch up and keeps them marked on health
+// until ctx is done.
+func (s *Server) Run(ctx context.Context) error { return s.kit.Views.Run(ctx) }
 
-// Close releases the producer. Call it after Run returned.
-func (s *Server) Close() { s.cl.Close() }
+// Close stops the read views and releases the producer. Call it after Run
+// returned.
+func (s *Server) Close() {
+	if s.kit != nil {
+		s.kit.Views.Close()
+	}
+	s.cl.Close()
+}
 
 // Ready reports whether every read view has caught up.
-func (s *Server) Ready() bool {
-	for _, t := range s.reader.topics() {
-		if ok, _ := s.reader.ready(t); !ok {
-			return false
-		}
-	}
-	return true
-}
+func (s *Server) Ready() bool { return s.kit.Views.Ready() }
 
 // Handler serves the API's routes, each behind its token check. Health,
 // readiness (every view caught up) and metrics are not among them: they
@@ -275,7 +269,7 @@ func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts O
 	defer cancel()
 	errs := make(chan error, 2)
 	go func() { errs <- s.Run(ctx) }()
-	srv := opts.HTTP.server(s.Handler(), opts.TLS, s.log)
+	srv := opts.HTTP.Server(s.Handler(), opts.TLS, s.log)
 	go func() {
 		serve, scheme := srv.Serve, "http"
 		if opts.TLS != nil {
@@ -303,72 +297,22 @@ func ServeListener(ctx context.Context, env runtime.Env, ln net.Listener, opts O
 
 // produce writes records and waits for them to be acknowledged.
 func (s *Server) produce(ctx context.Context, recs ...*kgo.Record) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.ProduceTimeout)
-	defer cancel()
-	for _, r := range recs {
-		if r.Context == nil {
-			r.Context = ctx
-		}
-	}
-	results := s.cl.ProduceSync(ctx, recs...)
-	for _, r := range results {
-		if r.Err == nil {
-			s.produced.WithLabelValues(r.Record.Topic).Inc()
-		}
-	}
-	if err := results.FirstErr(); err != nil {
-		return fmt.Errorf("produce to %s: %w", recs[0].Topic, err)
-	}
-	return nil
+	return s.kit.Produce(ctx, recs...)
 }
+
+// waitOwnWrite waits, bounded by ViewWait, until this replica's view has
+// read rec, so the caller's next request sees the write (a component's
+// next write its generation, a node's new token).
+func (s *Server) waitOwnWrite(ctx context.Context, view web.OwnWriteWaiter, rec *kgo.Record) {
+	s.kit.WaitOwnWrite(ctx, view, rec)
+}
+
+// needViews answers 503 while one of the named topics' views has not
+// caught up, so no answer is built from a partial view.
+func (s *Server) needViews(bases ...string) *web.Error { return s.kit.Views.Need(bases...) }
 
 // newID returns 16 random bytes in hex, for notification and request ids.
+func newID() string { return web.NewID() }
+
 // newUUID is a random (version 4) UUID.
-func newUUID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
-
-func newID() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// keyedMutex serializes work per key (component writes).
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyLock
-}
-
-type keyLock struct {
-	mu   sync.Mutex
-	refs int
-}
-
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = map[string]*keyLock{}
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-}
+func newUUID() string { return web.NewUUID() }

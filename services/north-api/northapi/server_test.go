@@ -13,6 +13,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -189,7 +190,7 @@ func TestPdpNotificationIsSplitByPolicyID(t *testing.T) {
 	if len(b.LoadedPolicies) != 1 || b.LoadedPolicies[0].VersionNo != "2" || len(b.RemovedPolicies) != 0 {
 		t.Errorf("B %+v", b)
 	}
-	if a.Source != Source || a.NotificationID == "" || a.NotificationID == b.NotificationID || a.ReceivedAt.IsZero() {
+	if a.Source != policyapi.Source || a.NotificationID == "" || a.NotificationID == b.NotificationID || a.ReceivedAt.IsZero() {
 		t.Errorf("A header: source %q id %q (B %q) at %v", a.Source, a.NotificationID, b.NotificationID, a.ReceivedAt)
 	}
 }
@@ -548,15 +549,15 @@ func TestServiceComponentAllReadsConsul(t *testing.T) {
 	}
 	req, _ := http.NewRequest(http.MethodGet, s.url+"/service_component_all/"+scn, nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
-	req.Header.Set(HeaderRequestID, "3914b74f-a09e-4186-b5a6-fbe934c59c24")
+	req.Header.Set(policyapi.HeaderRequestID, "3914b74f-a09e-4186-b5a6-fbe934c59c24")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(&stamp); err != nil || stamp.RequestID != "3914b74f-a09e-4186-b5a6-fbe934c59c24" ||
-		resp.Header.Get(HeaderRequestID) != stamp.RequestID {
-		t.Errorf("the caller's request id: %+v %v, header %q", stamp, err, resp.Header.Get(HeaderRequestID))
+		resp.Header.Get(policyapi.HeaderRequestID) != stamp.RequestID {
+		t.Errorf("the caller's request id: %+v %v, header %q", stamp, err, resp.Header.Get(policyapi.HeaderRequestID))
 	}
 
 	// A registered component with no Consul folder yet: its config, no items.
@@ -603,14 +604,14 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 	// The notifier has notified u-1 but not yet u-2.
 	putKV(t, s.consul, consulkv.ClaimKey(scn), `{"update_id":"u-1","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:00Z"}`)
 
-	var st ComponentStatus
+	var st policyapi.ComponentStatus
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, _, raw = s.call(t, http.MethodGet, "/v1/components/c-st/status", nil)
 		if code != http.StatusOK {
 			t.Fatalf("status: %d %s", code, raw)
 		}
-		st = ComponentStatus{}
+		st = policyapi.ComponentStatus{}
 		if err := json.Unmarshal(raw, &st); err != nil {
 			t.Fatal(err)
 		}
@@ -625,7 +626,7 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 	if st.ServiceComponentName != scn || st.DeploymentID != "dep-1" || st.Applied.ConsulIndex != 200 || st.Applied.Generation != 2 || st.Notified {
 		t.Errorf("status %s", raw)
 	}
-	want := []PolicyStatus{
+	want := []policyapi.PolicyStatus{
 		{PolicyID: "A", PolicyVersion: "1", UpdateID: "u-1", Generation: 1, ConsulIndex: 100, Notified: true},
 		{PolicyID: "B", PolicyVersion: "2", UpdateID: "u-2", Generation: 2, ConsulIndex: 200, Notified: false},
 	}

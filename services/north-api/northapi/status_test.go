@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -56,7 +57,7 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 		putKV(t, s.consul, "scn-"+id+":policies/notified", claim)
 	}
 
-	var st PipelineStatus
+	var st policyapi.PipelineStatus
 	var raw []byte
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -65,7 +66,7 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("GET /v1/status as read-only: %d %s", code, raw)
 		}
-		st = PipelineStatus{}
+		st = policyapi.PipelineStatus{}
 		if err := json.Unmarshal(raw, &st); err != nil {
 			t.Fatalf("GET /v1/status: %v %s", err, raw)
 		}
@@ -81,7 +82,7 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 	if got.Version != "3" || got.ShouldHave != 3 || got.Written != 3 || got.Notified != 2 || got.Failed != 1 {
 		t.Errorf("rollout of %s: %+v; want version 3, should have 3, written 3, notified 2 (one by none), failed 1", pid, got)
 	}
-	var failed *FailedNotification
+	var failed *policyapi.FailedNotification
 	for i, f := range st.FailedNotifications {
 		if f.ComponentID == comps[1] {
 			failed = &st.FailedNotifications[i]
