@@ -149,12 +149,6 @@ func OperationKey(participantID, compositionID, instanceID string) string {
 // ErrBadID says an id cannot be used (check.ErrBadID).
 var ErrBadID = check.ErrBadID
 
-// CheckID is check.ID, the one rule of ids that become key segments.
-//
-// Deprecated: call check.ID; this stays until the North API's
-// participant routes do.
-func CheckID(what, id string) error { return check.ID(what, id) }
-
 // Deleted is the state a replica reports for an element or composition
 // that is gone: replica-sync deletes its key from acm.sync.
 const Deleted = "DELETED"

@@ -3,6 +3,8 @@ package acm
 import (
 	"errors"
 	"testing"
+
+	"github.com/policyflow/policyflow/services/check"
 )
 
 func TestKeys(t *testing.T) {
@@ -35,12 +37,12 @@ func TestTransition(t *testing.T) {
 
 func TestCheckID(t *testing.T) {
 	for _, ok := range []string{"p1", "a.b:c_d-e", "5D1E3A5E-0000-4000-8000-000000000001"} {
-		if err := CheckID("id", ok); err != nil {
+		if err := check.ID("id", ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "a/b", "a b", "..", "a..b", string(make([]byte, 256))} {
-		if err := CheckID("id", bad); !errors.Is(err, ErrBadID) {
+		if err := check.ID("id", bad); !errors.Is(err, ErrBadID) {
 			t.Errorf("%q: %v, want ErrBadID", bad, err)
 		}
 	}

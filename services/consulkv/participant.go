@@ -8,7 +8,7 @@ const DefaultParticipantPrefix = "acm/participant-consul"
 
 // ParticipantElementKey is the Consul key holding one deployed element's
 // properties: <prefix>/<instance_id>/<element_id>. The ids are checked
-// (acm.CheckID) before they get here, so they hold no '/'.
+// (check.ID) before they get here, so they hold no '/'.
 func ParticipantElementKey(prefix, instanceID, elementID string) string {
 	return strings.TrimRight(prefix, "/") + "/" + instanceID + "/" + elementID
 }

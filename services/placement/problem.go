@@ -3,8 +3,6 @@ package placement
 import (
 	"fmt"
 	"strings"
-
-	"github.com/policyflow/policyflow/services/check"
 )
 
 // maxProblems bounds the problems one validation reports; the rest are
@@ -65,10 +63,3 @@ func (ps *problems) err(what string) error {
 	}
 	return &Invalid{What: what, Problems: ps.list, More: ps.more}
 }
-
-// CheckID is check.ID with the id's name left to the caller: what is
-// wrong with a datacenter, vertex, resource, group or policy id.
-//
-// Deprecated: call check.ID; this stays until the North API's datacenter
-// routes do.
-func CheckID(id string) error { return check.ID("", id) }

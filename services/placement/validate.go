@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/policyflow/policyflow/services/check"
 )
 
 // Validate checks the template on its own (without a datacenter) and
@@ -64,7 +66,7 @@ func (c *templateCheck) known(id string) bool {
 func (c *templateCheck) limits() {
 	t := c.t
 	if t.Datacenter != "" {
-		if err := CheckID(t.Datacenter); err != nil {
+		if err := check.ID("", t.Datacenter); err != nil {
 			c.ps.add("datacenter", "%v", err)
 		}
 	}
@@ -89,7 +91,7 @@ func (c *templateCheck) resources() {
 	c.res = map[string]int{}
 	for i, r := range t.Resources {
 		f := fmt.Sprintf("resources[%d]", i)
-		if err := CheckID(r.ID); err != nil {
+		if err := check.ID("", r.ID); err != nil {
 			c.ps.add(f+".id", "%v", err)
 			continue
 		}
@@ -114,7 +116,7 @@ func (c *templateCheck) groupIDs() {
 	c.groups = map[string]int{}
 	for i, g := range c.t.Groups {
 		f := fmt.Sprintf("groups[%d]", i)
-		if err := CheckID(g.ID); err != nil {
+		if err := check.ID("", g.ID); err != nil {
 			c.ps.add(f+".id", "%v", err)
 			continue
 		}
@@ -209,7 +211,7 @@ func (c *templateCheck) relationships() {
 func (c *templateCheck) policy(i int) {
 	p := &c.t.Policies[i]
 	f := fmt.Sprintf("placement_policies[%d]", i)
-	if err := CheckID(p.ID); err != nil {
+	if err := check.ID("", p.ID); err != nil {
 		c.ps.add(f+".id", "%v", err)
 	} else if j, dup := c.pids[p.ID]; dup {
 		c.ps.add(f+".id", "%q is also the id of placement_policies[%d]; ids are unique", p.ID, j)
@@ -312,7 +314,7 @@ func (c *templateCheck) placement() {
 		if _, ok := c.res[id]; !ok {
 			c.ps.add("placement."+id, "unknown resource %q; place the template's resources", id)
 		}
-		if err := CheckID(c.t.Placement[id]); err != nil {
+		if err := check.ID("", c.t.Placement[id]); err != nil {
 			c.ps.add("placement."+id, "leaf id %v", err)
 		}
 	}

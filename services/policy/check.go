@@ -149,13 +149,6 @@ func CheckID(id string) error {
 	return nil
 }
 
-// CheckChars is check.Chars, the one rule of the characters of a name
-// that becomes a Kafka key or Consul key segment.
-//
-// Deprecated: call check.Chars; this stays until the North API's own
-// id check goes.
-func CheckChars(s string) error { return check.Chars(s) }
-
 func alnum(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }

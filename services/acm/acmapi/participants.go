@@ -10,6 +10,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -115,7 +116,7 @@ func (s *API) ListParticipants(w http.ResponseWriter, _ *http.Request) *web.Erro
 // participantOr404 returns the participant, or 404 when acm.sync holds
 // nothing of it.
 func (s *API) participantOr404(id string) (Participant, *web.Error) {
-	if err := acm.CheckID("participant_id", id); err != nil {
+	if err := check.ID("participant_id", id); err != nil {
 		return Participant{}, web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if e := s.Views.Need(topology.ACMSync); e != nil {
@@ -242,11 +243,11 @@ func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	default:
 		return web.Errorf(http.StatusBadRequest, "kind %q: want PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE; e.g. %s", req.Kind, operationExample)
 	}
-	if err := acm.CheckID("compositionId", req.CompositionID); err != nil {
+	if err := check.ID("compositionId", req.CompositionID); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	if instanceOp {
-		if err := acm.CheckID("instanceId", req.InstanceID); err != nil {
+		if err := check.ID("instanceId", req.InstanceID); err != nil {
 			return web.Errorf(http.StatusBadRequest, "%v (a %s is about an instance)", err, req.Kind)
 		}
 	} else if req.InstanceID != "" {
@@ -275,7 +276,7 @@ func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	}
 	seen := map[string]bool{}
 	for i, el := range req.Elements {
-		if err := acm.CheckID(fmt.Sprintf("elements[%d].id", i), el.ID); err != nil {
+		if err := check.ID(fmt.Sprintf("elements[%d].id", i), el.ID); err != nil {
 			return web.Errorf(http.StatusBadRequest, "%v", err)
 		}
 		if seen[el.ID] {

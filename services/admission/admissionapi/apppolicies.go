@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
@@ -128,7 +129,7 @@ func (s *API) GetAppPolicy(w http.ResponseWriter, r *http.Request) *web.Error {
 // appPolicyOf is the policy the path names: 404 when there is none.
 func (s *API) appPolicyOf(r *http.Request) (*appPolicy, *web.Error) {
 	id := r.PathValue("policy_id")
-	if err := admit.CheckID("policy_id", id); err != nil {
+	if err := check.ID("policy_id", id); err != nil {
 		return nil, web.Errorf(http.StatusBadRequest, "%v: the segment after /policies/ names the policy", err)
 	}
 	if e := s.Views.Need(topology.AppPolicies); e != nil {
@@ -240,7 +241,7 @@ func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *web.Error) {
 		// Checked here, before sorting, so that an error names the
 		// index the caller gave.
 		for i, id := range ids {
-			if err := admit.CheckID("tenant id", id); err != nil {
+			if err := check.ID("tenant id", id); err != nil {
 				return nil, web.Errorf(http.StatusBadRequest, "tenantIds[%d]: %v", i, err)
 			}
 		}

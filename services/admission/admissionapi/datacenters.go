@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/topology"
@@ -80,7 +81,7 @@ func (s *API) ListDatacenters(w http.ResponseWriter, r *http.Request) *web.Error
 // datacenterID is the id in the path, checked.
 func datacenterID(r *http.Request) (string, *web.Error) {
 	id := r.PathValue("datacenter_id")
-	if err := placement.CheckID(id); err != nil {
+	if err := check.ID("", id); err != nil {
 		return "", web.Errorf(http.StatusBadRequest, "datacenter_id %v: the segment after /v1/datacenters/ names the datacenter", err)
 	}
 	return id, nil

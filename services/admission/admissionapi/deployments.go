@@ -11,6 +11,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
@@ -168,7 +169,7 @@ func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Requ
 
 func (s *API) GetDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("deployment_id")
-	if err := admit.CheckID("deployment_id", id); err != nil {
+	if err := check.ID("deployment_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
 	}
 	if e := s.Views.Need(topology.AdmissionVerdicts); e != nil {

@@ -103,13 +103,6 @@ type NotifySpec struct {
 // identifiers.
 var classRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
-// CheckID is check.ID, the one rule of ids that become Kafka keys and
-// Consul key segments.
-//
-// Deprecated: call check.ID; this stays until the North API's
-// deployment and application-policy routes do.
-func CheckID(what, id string) error { return check.ID(what, id) }
-
 // RequestError is a request that breaks the contract, naming the field.
 type RequestError struct {
 	Field string

@@ -58,8 +58,8 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 	applied("c-old", "6", 1)
 	applied("c-running", "7", 4)
 	applied("c-t2", "7", 1)
-	putKV(t, s.consul, consulkv.ClaimKey(scn("c-ok")), `{"update_id":"u-c-ok","generation":2,"exit_code":0,"stderr":"","at":"2026-01-01T00:00:00Z"}`)
-	putKV(t, s.consul, consulkv.ClaimKey(scn("c-fail")), `{"update_id":"u-c-fail","generation":3,"exit_code":3,"stderr":"boom","at":"2026-01-01T00:00:01Z"}`)
+	putKV(t, s.consul, consulkv.ClaimKey(scn("c-ok")), `{"update_id":"u-c-ok","generation":2,"exit_code":0,"outcome":"ok","stderr":"","at":"2026-01-01T00:00:00Z"}`)
+	putKV(t, s.consul, consulkv.ClaimKey(scn("c-fail")), `{"update_id":"u-c-fail","generation":3,"exit_code":3,"outcome":"failed","stderr":"boom","at":"2026-01-01T00:00:01Z"}`)
 	putKV(t, s.consul, consulkv.ClaimKey(scn("c-running")), `{"update_id":"u-c-running","generation":4,"exit_code":null,"stderr":"","at":"2026-01-01T00:00:02Z"}`)
 
 	var r policyapi.Rollout

@@ -50,9 +50,9 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 		if i == 2 {
 			continue // no claim: nothing notifies it
 		}
-		claim := `{"update_id":"u-` + id + `","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:0` + fmt.Sprint(i) + `Z","http_status":200}`
+		claim := `{"update_id":"u-` + id + `","generation":1,"exit_code":0,"outcome":"ok","stderr":"","at":"2024-05-01T10:00:0` + fmt.Sprint(i) + `Z","http_status":200}`
 		if i == 1 {
-			claim = `{"update_id":"u-` + id + `","generation":1,"exit_code":1,"stderr":"POST http://u:hunter2@h/p?token=s3cret: 500 Internal Server Error","at":"2024-05-01T10:00:01Z","http_status":500}`
+			claim = `{"update_id":"u-` + id + `","generation":1,"exit_code":1,"outcome":"failed","stderr":"POST http://u:hunter2@h/p?token=s3cret: 500 Internal Server Error","at":"2024-05-01T10:00:01Z","http_status":500}`
 		}
 		putKV(t, s.consul, "scn-"+id+":policies/notified", claim)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy"
@@ -54,28 +55,10 @@ const MaxNotifyTimeout = 10 * time.Minute
 // MaxPolicyIDs bounds the policy_ids of one component.
 const MaxPolicyIDs = 1000
 
-// maxIDLen bounds component ids, deployment ids and service component
-// names: they become Kafka keys and Consul key prefixes.
-const maxIDLen = 255
-
 // CheckID says what is wrong with an id used as a Kafka key, a Consul key
 // segment or in a URL path (component_id, deployment_id,
-// service_component_name): it must be 1 to 255 bytes of ASCII letters,
-// digits, '.', '_', '-' and ':' (so UTF-8, with no '/', whitespace or
-// control character) without "..", the rule of policy names
-// (policy.CheckChars).
-func CheckID(what, id string) error {
-	switch {
-	case id == "":
-		return fmt.Errorf("%s is missing", what)
-	case len(id) > maxIDLen:
-		return fmt.Errorf("%s is %d bytes long; the limit is %d", what, len(id), maxIDLen)
-	}
-	if err := policy.CheckChars(id); err != nil {
-		return fmt.Errorf("%s %q: %w", what, id, err)
-	}
-	return nil
-}
+// service_component_name): the one rule of ids, check.ID.
+func CheckID(what, id string) error { return check.ID(what, id) }
 
 // BuildComponent checks a component registration against the shape of
 // the request and the operator's rules, and turns it into the
@@ -151,7 +134,7 @@ func BuildComponent(componentID string, req ComponentRequest, generation int64, 
 	c.Notify = notify
 
 	if cfg := bytes.TrimSpace(req.Config); len(cfg) > 0 && !bytes.Equal(cfg, []byte("null")) {
-		if cfg[0] != '{' {
+		if !check.Object(cfg) {
 			return nil, fmt.Errorf("config must be a JSON object (the component's application config), got %s", policy.RawKind(cfg))
 		}
 		var buf bytes.Buffer

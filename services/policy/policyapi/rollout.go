@@ -153,12 +153,16 @@ func (s *API) PolicyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 	}
 	for k, t := range told {
 		cl := claims[k]
+		var finished, ok bool
+		if cl != nil {
+			finished, ok = cl.Finished()
+		}
 		switch {
 		case cl == nil || cl.Generation < t.gen:
 			out.pending(limit, t.c.ComponentID, "not notified yet")
-		case cl.ExitCode == nil:
+		case !finished:
 			out.pending(limit, t.c.ComponentID, "notification running")
-		case *cl.ExitCode == 0:
+		case ok:
 			out.Notified++
 		default:
 			out.Failed++

@@ -213,10 +213,14 @@ func (s *API) rollouts(comps []*events.Component, claims map[string]*consulkv.Cl
 				continue
 			}
 			cl := claims[c.ComponentID]
-			if cl == nil || cl.ExitCode == nil || (cl.UpdateID != p.UpdateID && cl.Generation < p.Generation) {
+			if cl == nil || (cl.UpdateID != p.UpdateID && cl.Generation < p.Generation) {
 				continue
 			}
-			if *cl.ExitCode == 0 {
+			finished, ok := cl.Finished()
+			if !finished {
+				continue
+			}
+			if ok {
 				ro.Notified++
 			} else {
 				ro.Failed++
@@ -233,7 +237,10 @@ func failures(comps []*events.Component, claims map[string]*consulkv.Claim) []Fa
 	out := []FailedNotification{}
 	for _, c := range comps {
 		cl := claims[c.ComponentID]
-		if cl == nil || cl.ExitCode == nil || *cl.ExitCode == 0 {
+		if cl == nil {
+			continue
+		}
+		if finished, ok := cl.Finished(); !finished || ok {
 			continue
 		}
 		reason := notifytarget.MaskText(strings.TrimSpace(cl.Stderr))
@@ -395,7 +402,7 @@ func stagesOf(detail map[string]runtime.StageHealth, fams map[string]*dto.Metric
 		}
 		return total
 	}
-	notDLQ := func(m *dto.Metric) bool { return !strings.HasPrefix(label(m, "topic"), "dlq.") }
+	notDLQ := func(m *dto.Metric) bool { return !strings.HasPrefix(label(m, "topic"), topology.DLQ("")) }
 	out := []StageStatus{}
 	for name, d := range detail {
 		if d.Mode == "" && !d.Expected {
