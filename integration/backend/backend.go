@@ -23,6 +23,7 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -45,6 +46,10 @@ type Backend struct {
 	Kind       string   // KindEmbedded or KindContainers
 	Brokers    []string // seed brokers, host:port, reachable from the test process
 	ConsulAddr string   // Consul HTTP address, host:port
+	// Cluster is the in-process kfake cluster of the embedded backend,
+	// for tests that move leaders or coordinators or inject errors; nil
+	// on the other backends.
+	Cluster *kfake.Cluster
 
 	stop func(ctx context.Context) error
 }

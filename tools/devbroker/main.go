@@ -1,6 +1,7 @@
-// Command devbroker runs policyflow's embedded Kafka-protocol broker (kfake)
-// as a standalone process, for containers and for anyone who wants the
-// broker without the rest of the dev stack. It prints
+// Command devbroker runs policyflow's embedded Kafka-protocol cluster
+// (kfake, three brokers by default) as a standalone process, for
+// containers and for anyone who wants the broker without the rest of the
+// dev stack. It prints
 // `devbroker listening on <addr>` once it accepts connections.
 package main
 
@@ -74,11 +75,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("devbroker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: devbroker [flags]\n\nRuns a single-node Kafka-protocol broker (kfake) with optional on-disk state.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: devbroker [flags]\n\nRuns a Kafka-protocol cluster (kfake, three brokers by default, on consecutive ports) with optional on-disk state.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	listen := fs.String("listen", runtime.EnvOr("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port to accept Kafka connections on; port 0 picks a free one (env PF_BROKER_LISTEN)")
-	advertise := fs.String("advertise", runtime.EnvOr("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to; default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
+	listen := fs.String("listen", runtime.EnvOr("PF_BROKER_LISTEN", "127.0.0.1:9092"), "host:port of the first broker; the next ones take the next ports (9092, 9093, 9094); port 0 picks free ones (env PF_BROKER_LISTEN)")
+	advertise := fs.String("advertise", runtime.EnvOr("PF_BROKER_ADVERTISE", ""), "host or host:port clients are told to connect to (the first broker's; the next ones the next ports); default the listen address, with 127.0.0.1 for 0.0.0.0 (env PF_BROKER_ADVERTISE)")
+	defCount, err := strconv.Atoi(runtime.EnvOr("PF_BROKER_COUNT", strconv.Itoa(devstack.DefaultBrokers)))
+	if err != nil {
+		return fmt.Errorf("PF_BROKER_COUNT=%q: want a number of brokers", os.Getenv("PF_BROKER_COUNT"))
+	}
+	count := fs.Int("broker-count", defCount, fmt.Sprintf("number of brokers, 1 to %d (env PF_BROKER_COUNT)", devstack.MaxBrokers))
 	dataDir := fs.String("data-dir", runtime.EnvOr("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
 	defParts, err := strconv.Atoi(runtime.EnvOr("PF_BROKER_PARTITIONS", "10"))
 	if err != nil {
@@ -98,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (every setting is a flag; see -h)", fs.Args())
 	}
+	if *count < 1 || *count > devstack.MaxBrokers {
+		return fmt.Errorf("--broker-count %d: want a number of brokers between 1 and %d", *count, devstack.MaxBrokers)
+	}
 	if *partitions < 1 || *partitions > 1<<20 {
 		return fmt.Errorf("--partitions %d: want a number between 1 and %d", *partitions, 1<<20)
 	}
@@ -108,6 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log := zerolog.New(stderr).Level(level).With().Timestamp().Str("component", "devbroker").Logger()
 
 	b, err := devstack.StartBroker(devstack.BrokerOptions{
+		Brokers:       *count,
 		Listen:        *listen,
 		Advertise:     *advertise,
 		DataDir:       *dataDir,

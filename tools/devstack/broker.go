@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -42,17 +43,34 @@ const (
 	// that want members to expire quickly and for slow debugging sessions.
 	groupMinSessionTimeout = 100 * time.Millisecond
 	groupMaxSessionTimeout = 30 * time.Minute
+
+	// DefaultBrokers is the number of brokers of the embedded cluster:
+	// three, as the smallest production cluster, so that partition
+	// leaders, the group and the transaction coordinators are spread
+	// over brokers and every client routes by leader. Topics created with
+	// the broker's default replication factor get three replicas.
+	DefaultBrokers = 3
+	// MaxBrokers bounds BrokerOptions.Brokers.
+	MaxBrokers = 16
 )
 
 // BrokerOptions configures StartBroker.
 type BrokerOptions struct {
-	// Listen is the host:port to accept Kafka connections on;
-	// "127.0.0.1:0" (also the default when empty) picks a free port.
+	// Brokers is the number of brokers of the cluster; 0 means
+	// DefaultBrokers.
+	Brokers int
+	// Listen is where to accept Kafka connections: host:port, the first
+	// broker on port and each next one on the next port (9092, 9093,
+	// 9094), or a comma-separated host:port per broker (as Broker.Addrs
+	// lists them, to start a cluster again on the same ports). Port 0
+	// picks a free port for each broker; "127.0.0.1:0" is the default.
 	Listen string
-	// Advertise is the host or host:port the broker tells clients to
+	// Advertise is the host or host:port the brokers tell clients to
 	// connect to (metadata and coordinator responses). Empty advertises
 	// the listening address, with 127.0.0.1 in place of an unspecified
-	// host such as 0.0.0.0. A host without a port keeps the listening port.
+	// host such as 0.0.0.0. A host without a port keeps each broker's
+	// listening port; a port is the first broker's, the next ones
+	// advertise the next ports.
 	Advertise string
 	// DataDir keeps topics, records, groups, committed offsets and
 	// transactions across restarts; "" keeps everything in memory only.
@@ -92,30 +110,123 @@ type User struct {
 	ACLs []kfake.ACL
 }
 
-// Broker is a running in-process Kafka-protocol broker.
+// Broker is a running in-process Kafka-protocol cluster of one or more
+// brokers.
 type Broker struct {
 	// Cluster is the kfake cluster, for tests that inject faults or
 	// inspect groups.
 	Cluster *kfake.Cluster
-	// Addrs are the addresses clients use as seed brokers.
+	// Addrs are the addresses clients use as seed brokers, one per
+	// broker, in node id order.
 	Addrs []string
 }
 
-// StartBroker starts a single-node broker. With a DataDir it reloads what a
-// previous broker on the same directory persisted; close the broker with
+// BrokersFromEnv is the number of brokers PF_BROKER_COUNT asks for,
+// DefaultBrokers when it is unset.
+func BrokersFromEnv() (int, error) {
+	v := os.Getenv("PF_BROKER_COUNT")
+	if v == "" {
+		return DefaultBrokers, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > MaxBrokers {
+		return 0, fmt.Errorf("PF_BROKER_COUNT=%q: want a number of brokers between 1 and %d", v, MaxBrokers)
+	}
+	return n, nil
+}
+
+// listenPlan is where each broker of a cluster listens.
+type listenPlan struct {
+	host  string
+	ports []int // one per broker; 0 picks a free one
+}
+
+// planListen resolves BrokerOptions.Listen and Brokers.
+func planListen(listen string, brokers int) (listenPlan, error) {
+	if brokers < 0 || brokers > MaxBrokers {
+		return listenPlan{}, fmt.Errorf("%d brokers: want between 1 and %d", brokers, MaxBrokers)
+	}
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	var p listenPlan
+	if strings.Contains(listen, ",") {
+		for _, a := range strings.Split(listen, ",") {
+			host, port, err := splitHostPort(strings.TrimSpace(a))
+			if err != nil {
+				return listenPlan{}, err
+			}
+			if len(p.ports) > 0 && host != p.host {
+				return listenPlan{}, fmt.Errorf("listen addresses %q: every broker must listen on the same host (%s, not %s)", listen, p.host, host)
+			}
+			p.host = host
+			p.ports = append(p.ports, port)
+		}
+		if brokers != 0 && brokers != len(p.ports) {
+			return listenPlan{}, fmt.Errorf("listen addresses %q name %d brokers, but %d were asked for", listen, len(p.ports), brokers)
+		}
+		return p, nil
+	}
+	if brokers == 0 {
+		brokers = DefaultBrokers
+	}
+	host, port, err := splitHostPort(listen)
+	if err != nil {
+		return listenPlan{}, err
+	}
+	if port != 0 && port+brokers-1 > 65535 {
+		return listenPlan{}, fmt.Errorf("listen address %q: %d brokers need ports %d to %d, beyond 65535", listen, brokers, port, port+brokers-1)
+	}
+	p.host = host
+	for i := 0; i < brokers; i++ {
+		if port == 0 {
+			p.ports = append(p.ports, 0)
+		} else {
+			p.ports = append(p.ports, port+i)
+		}
+	}
+	return p, nil
+}
+
+// StartBroker starts a cluster of o.Brokers brokers (three by default) in
+// this process. With a DataDir it reloads what a previous cluster on the
+// same directory persisted (whatever its number of brokers); close it with
 // Close so that the last writes and committed offsets reach the disk.
 func StartBroker(o BrokerOptions) (*Broker, error) {
+	plan, err := planListen(o.Listen, o.Brokers)
+	if err != nil {
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
 	listen := o.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	host, port, err := splitHostPort(listen)
-	if err != nil {
-		return nil, fmt.Errorf("start broker: %w", err)
-	}
+	host := plan.host
 	advHost, advPort, err := advertised(o.Advertise, host)
 	if err != nil {
 		return nil, fmt.Errorf("start broker on %s: %w", listen, err)
+	}
+	// A broker's advertised port: with an advertised port, the first
+	// broker advertises it and the next ones the next ports, matched by
+	// the listening port's place in the plan (also for a broker added
+	// back later on its old port), else by the order kfake creates the
+	// listeners in (node 0 first). 0 advertises the listening port.
+	var created int
+	advPortOf := func(listenPort int) int {
+		n := created
+		created++
+		if advPort == 0 {
+			return 0
+		}
+		for i, p := range plan.ports {
+			if p == listenPort && p != 0 {
+				return advPort + i
+			}
+		}
+		if n < len(plan.ports) {
+			return advPort + n
+		}
+		return 0
 	}
 
 	cfgs := map[string]string{
@@ -127,9 +238,9 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	}
 
 	opts := []kfake.Opt{
-		// One port means one broker; ListenFn binds it on the host we
-		// were asked for (kfake itself always binds 127.0.0.1).
-		kfake.Ports(port),
+		// One port per broker; ListenFn binds each on the host we were
+		// asked for (kfake itself always binds 127.0.0.1).
+		kfake.Ports(plan.ports...),
 		kfake.ListenFn(func(network, addr string) (net.Listener, error) {
 			_, p, err := net.SplitHostPort(addr)
 			if err != nil {
@@ -139,7 +250,8 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			return advertisingListener{Listener: ln, host: advHost, port: advPort}, nil
+			port, _ := strconv.Atoi(p)
+			return advertisingListener{Listener: ln, host: advHost, port: advPortOf(port)}, nil
 		}),
 		kfake.WithLogger(kfakeLogger{o.Logger}),
 		kfake.ClusterID("policyflow"),

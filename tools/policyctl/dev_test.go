@@ -374,3 +374,18 @@ func TestDevWebhooksNeverReachTheStack(t *testing.T) {
 		t.Errorf("a webhook to another local port: %v", err)
 	}
 }
+
+// --broker-count outside 1 to devstack.MaxBrokers, or a PF_BROKER_COUNT
+// that is no number, is refused before anything starts.
+func TestDevRefusesABadBrokerCount(t *testing.T) {
+	for _, args := range [][]string{{"--broker-count", "0"}, {"--broker-count", "17"}} {
+		r := policyctl(t, append([]string{"dev", "--ephemeral"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.errOut, "--broker-count") {
+			t.Errorf("policyctl dev %v: exit %d, stderr %s; want a usage error naming --broker-count", args, r.code, r.errOut)
+		}
+	}
+	t.Setenv("PF_BROKER_COUNT", "three")
+	if r := policyctl(t, "dev", "--ephemeral"); r.code != 2 || !strings.Contains(r.errOut, "PF_BROKER_COUNT") {
+		t.Errorf("PF_BROKER_COUNT=three: exit %d, stderr %s; want a usage error naming it", r.code, r.errOut)
+	}
+}
