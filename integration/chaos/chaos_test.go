@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,15 @@ func TestFaultMatrixDynamicMembers(t *testing.T) {
 	runMatrix(t, true, shippedSessionTimeout(t), []string{chaos.Kill("consul-writer"), chaos.Kill("agent-notifier")})
 }
 
+// TestFaultMatrixCluster runs the faults of a Kafka cluster on the
+// broker's three brokers: partition leaders re-elected mid-stream, the
+// group and transaction coordinators moved as transactions end, a rolling
+// restart of every broker, a burst of retriable errors on produce, fetch,
+// offset commits and EndTxn.
+func TestFaultMatrixCluster(t *testing.T) {
+	runMatrix(t, false, shippedSessionTimeout(t), chaos.ClusterFaults())
+}
+
 // shippedSessionTimeout is the session timeout of the Kubernetes
 // manifests of this checkout.
 func shippedSessionTimeout(t *testing.T) time.Duration {
@@ -77,17 +87,31 @@ func shippedSessionTimeout(t *testing.T) time.Duration {
 }
 
 func runMatrix(t *testing.T, dynamic bool, sessionTimeout time.Duration, faults []string) {
-	if kind := runtime.EnvOr("PF_BACKEND", "embedded"); kind != "embedded" {
-		t.Skipf("the fault matrix brings its own broker and Consul agent; it runs with PF_BACKEND=embedded, not %s", kind)
-	}
-	if _, err := devstack.ConsulBinary(); err != nil {
-		t.Fatal(err)
+	var ext *chaos.External
+	switch kind := runtime.EnvOr("PF_BACKEND", "embedded"); kind {
+	case "embedded":
+		if _, err := devstack.ConsulBinary(); err != nil {
+			t.Fatal(err)
+		}
+	case "external":
+		// The faults that stop neither the broker nor Consul, against
+		// the cluster the environment names.
+		var err error
+		if ext, err = chaos.ExternalFromEnv(); err != nil {
+			t.Fatal(err)
+		}
+		faults = slices.DeleteFunc(slices.Clone(faults), func(f string) bool { return !slices.Contains(chaos.ExternalFaults(), f) })
+		if len(faults) == 0 {
+			t.Skip("none of these faults can run against an external cluster: each stops the broker or Consul or needs the in-process broker")
+		}
+	default:
+		t.Skipf("the fault matrix brings its own broker and Consul agent, or uses an external one; it runs with PF_BACKEND=embedded or external, not %s", kind)
 	}
 	bin := t.TempDir()
 	build(t, bin)
 	o := chaos.Defaults()
 	o.BinDir, o.Dir = bin, t.TempDir()
-	o.Faults, o.Dynamic, o.SessionTimeout = faults, dynamic, sessionTimeout
+	o.Faults, o.Dynamic, o.SessionTimeout, o.External = faults, dynamic, sessionTimeout, ext
 	// Consul stays down long enough for the consul-writer's committed lag
 	// to be read while updates wait (chaos.LagVisibleAfter).
 	o.Components, o.Updates, o.ConsulDown, o.StormRounds, o.FailFor = 20, 10, chaos.LagVisibleAfter+time.Second, 2, 3*time.Second

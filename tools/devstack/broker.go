@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -119,6 +120,36 @@ type Broker struct {
 	// Addrs are the addresses clients use as seed brokers, one per
 	// broker, in node id order.
 	Addrs []string
+
+	ports []int // the listening port of each broker, by node id
+}
+
+// Restart takes broker node out of the cluster, as a broker stopped in a
+// rolling restart: it stops listening, its connections are closed and its
+// partitions get new leaders among the others (kfake's RemoveNode). After
+// down it comes back under the same node id on the same port (AddNode),
+// and partitions are spread over every broker again.
+func (b *Broker) Restart(ctx context.Context, node int32, down time.Duration) error {
+	if node < 0 || int(node) >= len(b.ports) {
+		return fmt.Errorf("restart broker %d: the cluster has brokers 0 to %d", node, len(b.ports)-1)
+	}
+	if err := b.Cluster.RemoveNode(node); err != nil {
+		return fmt.Errorf("stop broker %d: %w", node, err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(down):
+	}
+	// The port was just released; another process may hold it for a
+	// moment (a connection in TIME_WAIT does not stop a listener).
+	var err error
+	for try := 0; try < 50; try++ {
+		if _, _, err = b.Cluster.AddNode(node, b.ports[node]); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("start broker %d again on port %d: %w", node, b.ports[node], err)
 }
 
 // BrokersFromEnv is the number of brokers PF_BROKER_COUNT asks for,
@@ -212,9 +243,13 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	// back later on its old port), else by the order kfake creates the
 	// listeners in (node 0 first). 0 advertises the listening port.
 	var created int
+	var bound []int // the listening port of each broker started first, by node id
 	advPortOf := func(listenPort int) int {
 		n := created
 		created++
+		if n < len(plan.ports) {
+			bound = append(bound, listenPort)
+		}
 		if advPort == 0 {
 			return 0
 		}
@@ -225,6 +260,11 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 		}
 		if n < len(plan.ports) {
 			return advPort + n
+		}
+		for i, p := range bound {
+			if p == listenPort {
+				return advPort + i // a broker back on its port
+			}
 		}
 		return 0
 	}
@@ -250,8 +290,8 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			port, _ := strconv.Atoi(p)
-			return advertisingListener{Listener: ln, host: advHost, port: advPortOf(port)}, nil
+			port := ln.Addr().(*net.TCPAddr).Port
+			return &advertisingListener{Listener: ln, host: advHost, port: advPortOf(port), conns: map[net.Conn]struct{}{}}, nil
 		}),
 		kfake.WithLogger(kfakeLogger{o.Logger}),
 		kfake.ClusterID("policyflow"),
@@ -281,7 +321,7 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 		}
 		return nil, fmt.Errorf("start broker on %s: %w", listen, err)
 	}
-	b := &Broker{Cluster: c, Addrs: c.ListenAddrs()}
+	b := &Broker{Cluster: c, Addrs: c.ListenAddrs(), ports: bound}
 
 	if o.DataDir != "" {
 		if err := b.restartCompaction(o.adminOpts(), cfgs["log.cleaner.backoff.ms"]); err != nil {
@@ -445,14 +485,50 @@ func advertised(adv, listenHost string) (string, int, error) {
 }
 
 // advertisingListener reports the advertised address as its own; kfake puts
-// the listener's address in the metadata it returns to clients.
+// the listener's address in the metadata it returns to clients. Closing it
+// also closes the connections it accepted, as a broker that stops does:
+// kfake's RemoveNode closes only the listener, and a removed broker whose
+// clients stayed connected would be no rolling restart.
 type advertisingListener struct {
 	net.Listener
 	host string
 	port int
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
 }
 
-func (l advertisingListener) Addr() net.Addr {
+func (l *advertisingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &trackedConn{Conn: c, l: l}
+	l.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+func (l *advertisingListener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	conns := l.conns
+	l.conns = map[net.Conn]struct{}{}
+	l.mu.Unlock()
+	for c := range conns {
+		_ = c.(*trackedConn).Conn.Close()
+	}
+	return err
+}
+
+func (l *advertisingListener) Addr() net.Addr {
 	port := l.port
 	if port == 0 {
 		if ta, ok := l.Listener.Addr().(*net.TCPAddr); ok {
@@ -460,6 +536,19 @@ func (l advertisingListener) Addr() net.Addr {
 		}
 	}
 	return hostPortAddr(net.JoinHostPort(l.host, strconv.Itoa(port)))
+}
+
+// trackedConn leaves its listener's set when it closes.
+type trackedConn struct {
+	net.Conn
+	l *advertisingListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 type hostPortAddr string

@@ -2,8 +2,10 @@ package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -376,5 +378,48 @@ func TestBrokerRejectsBadCounts(t *testing.T) {
 			b.Close()
 			t.Errorf("StartBroker(Brokers %d, Listen %q) started, want an error", o.Brokers, o.Listen)
 		}
+	}
+}
+
+// A broker restarted in a rolling restart drops its connections, and
+// comes back under its node id on its port; clients keep producing and
+// reading through it.
+func TestBrokerRestartIsARollingRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := startBroker(t, BrokerOptions{})
+	defer b.Close()
+	createTopic(ctx, t, b, "rolling", 3, nil)
+	cl := testClient(t, b)
+	defer cl.Close()
+	produce(ctx, t, cl, "rolling", "before", "1")
+
+	// A connection to broker 1 is closed when it stops.
+	conn, err := net.Dial("tcp", b.Addrs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Restart(ctx, 1, 300*time.Millisecond) }()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection to the stopped broker read %v, want it closed", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	brokers, err := kadm.NewClient(cl).ListBrokers(ctx)
+	if err != nil || len(brokers) != 3 {
+		t.Fatalf("after the restart the metadata lists %v (%v), want 3 brokers", brokers, err)
+	}
+	for _, br := range brokers {
+		if br.NodeID == 1 && fmt.Sprintf("%s:%d", br.Host, br.Port) != b.Addrs[1] {
+			t.Fatalf("broker 1 came back at %s:%d, want %s", br.Host, br.Port, b.Addrs[1])
+		}
+	}
+	produce(ctx, t, cl, "rolling", "after", "2")
+	if err := b.Restart(ctx, 3, 0); err == nil {
+		t.Fatal("restarting broker 3 of a cluster of 3 worked, want an error")
 	}
 }

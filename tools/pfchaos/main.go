@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed b
 	fs.StringVar(&o.StageImages, "stage-images", o.StageImages, "stage images of the containers faults, %s standing for the stage (deploy/build-images.sh consul-writer builds the one they run; PF_IMAGE_TAG sets its tag)")
 	fs.DurationVar(&o.Disconnected, "disconnected", o.Disconnected, "how long network-disconnect keeps the stage's container off the network")
 	fs.StringVar(&o.ConsulImage, "consul-image", o.ConsulImage, "image of the Consul servers of consul-leader-loss (deploy/build-images.sh consul builds it)")
+	external := fs.Bool("external", false, "run against the Kafka cluster and Consul the environment names (PF_BROKERS, PF_SASL_*, PF_TLS*, PF_CONSUL_ADDR, PF_CONSUL_TOKEN) instead of an in-process broker and a local agent; only the faults that stop neither run, under a prefix of the run's own removed at its end")
 	fs.StringVar(&logLevel, "log-level", "warn", "level of this command's own log (the broker's and Consul's lifecycle)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -75,6 +76,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (failed b
 	}
 	if fs.NArg() > 0 {
 		return false, fmt.Errorf("pfchaos takes no arguments, got %q; see --help", fs.Args())
+	}
+	if *external {
+		ext, err := chaos.ExternalFromEnv()
+		if err != nil {
+			return false, fmt.Errorf("--external: %w", err)
+		}
+		o.External = ext
+		faultsSet := false
+		fs.Visit(func(f *flag.Flag) { faultsSet = faultsSet || f.Name == "faults" })
+		if !faultsSet {
+			faults = strings.Join(chaos.ExternalFaults(), ",")
+		}
 	}
 	o.Faults = nil
 	for _, f := range strings.Split(faults, ",") {
