@@ -174,7 +174,7 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	}
 
 	// Every topic of the topology is on the broker the banner names.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(d.broker), kgo.MetadataMinAge(100*time.Millisecond))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(d.broker, ",")...), kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	if code, body := httpDo(t, http.MethodGet, "http://"+d.consul+"/v1/kv/dev-test/marker?raw", ""); code != 200 || body != "kept" {
 		t.Errorf("restart: consul key dev-test/marker = %d %q, want 200 \"kept\"", code, body)
 	}
-	cl, err = kgo.NewClient(kgo.SeedBrokers(d.broker), kgo.ConsumeTopics(marker),
+	cl, err = kgo.NewClient(kgo.SeedBrokers(strings.Split(d.broker, ",")...), kgo.ConsumeTopics(marker),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
