@@ -2,7 +2,8 @@
 // test, so that `make test` keeps it working: the stages and the North API
 // built from this checkout and run as processes in the configuration the
 // manifests ship, some of them killed or replaced mid-run, the broker
-// restarted, Consul stopped a few seconds, a short rebalance storm,
+// restarted, leaders and coordinators moved, a rolling restart of its
+// brokers, retriable errors, Consul stopped a few seconds, a short rebalance storm,
 // scripts failing and Consul edited by hand, each checked against the
 // ledger of every notification run: nothing owed lost, no finished run
 // repeated, no two runs of a component at once, nothing backwards, and
@@ -47,12 +48,18 @@ func build(t *testing.T, dir string) {
 // TestFaultMatrix runs the matrix in the configuration the manifests
 // ship (static members under their pod's name, the ConfigMap's session
 // timeout), with a fault for each promise: a notifier killed mid-run, a
-// stage replaced by a new identity, Consul away, a rebalance storm,
-// scripts failing, Consul edited by hand.
+// stage replaced by a new identity, the broker restarted, the faults of
+// its three brokers (partition leaders re-elected mid-stream, the group
+// and transaction coordinators moved as transactions end, a rolling
+// restart, a burst of retriable errors on produce, fetch, offset commits
+// and EndTxn), Consul away, a rebalance storm, scripts failing, Consul
+// edited by hand.
 func TestFaultMatrix(t *testing.T) {
-	runMatrix(t, false, shippedSessionTimeout(t), []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
-		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
-		chaos.FaultScriptFails, chaos.FaultConsulEdit})
+	faults := []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
+		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart}
+	faults = append(faults, chaos.ClusterFaults()...)
+	runMatrix(t, false, shippedSessionTimeout(t), append(faults, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
+		chaos.FaultScriptFails, chaos.FaultConsulEdit))
 }
 
 // TestFaultMatrixDynamicMembers runs the stage kills with dynamic group
@@ -60,15 +67,6 @@ func TestFaultMatrix(t *testing.T) {
 // the replacement's 20 s.
 func TestFaultMatrixDynamicMembers(t *testing.T) {
 	runMatrix(t, true, shippedSessionTimeout(t), []string{chaos.Kill("consul-writer"), chaos.Kill("agent-notifier")})
-}
-
-// TestFaultMatrixCluster runs the faults of a Kafka cluster on the
-// broker's three brokers: partition leaders re-elected mid-stream, the
-// group and transaction coordinators moved as transactions end, a rolling
-// restart of every broker, a burst of retriable errors on produce, fetch,
-// offset commits and EndTxn.
-func TestFaultMatrixCluster(t *testing.T) {
-	runMatrix(t, false, shippedSessionTimeout(t), chaos.ClusterFaults())
 }
 
 // shippedSessionTimeout is the session timeout of the Kubernetes

@@ -172,6 +172,8 @@ type Row struct {
 	// Err is a fault that could not be run; Details what was counted.
 	Err     string
 	Details []string
+	// Took is the row's whole time: the stream, the fault, the settling.
+	Took time.Duration
 	// Note says what the fault did, when it says more than its name
 	// (the cluster faults: moves made, errors injected).
 	Note string
@@ -193,15 +195,15 @@ func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 // details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\tstall/bound\trecovery\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\tstall/bound\trecovery\ttook\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
 			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden,
-			r.Stall.Seconds(), r.Bound.Seconds(), rec)
+			r.Stall.Seconds(), r.Bound.Seconds(), rec, r.Took.Seconds())
 	}
 	_ = tw.Flush()
 	for _, r := range m {
@@ -295,9 +297,11 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 	var m Matrix
 	for _, f := range faults {
 		progress("%s: %d updates, the fault after %d", f, o.Updates, o.Updates/2)
+		began := time.Now()
 		r := s.runFault(ctx, f)
-		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs %s",
-			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Err)
+		r.Took = time.Since(began)
+		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs, took %.1fs %s",
+			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Took.Seconds(), r.Err)
 		m = append(m, r)
 		if ctx.Err() != nil {
 			break
