@@ -11,12 +11,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -92,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	partitions := fs.Int("partitions", defParts, "partitions of topics created without a count (env PF_BROKER_PARTITIONS)")
 	logLevel := fs.String("log-level", runtime.EnvOr("PF_LOG_LEVEL", "warn"), "log level: none, error, warn, info, debug (env PF_LOG_LEVEL)")
+	adminAddr := fs.String("admin-addr", "", "loopback host:port of the fault endpoint (POST /v1/faults/{leader-move,coordinator-move,broker-restart,retriable-errors}); empty, the default, serves none")
+	adminTokenFile := fs.String("admin-token-file", "", "bearer token file of the fault endpoint, created with a random token (mode 0600) when missing; required with --admin-addr")
 	cfgs := configFlag{}
 	fs.Var(cfgs, "broker-config", "broker config key=value, repeatable, e.g. log.cleaner.backoff.ms=1000 or message.max.bytes=2097152")
 
@@ -109,6 +114,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *partitions < 1 || *partitions > 1<<20 {
 		return fmt.Errorf("--partitions %d: want a number between 1 and %d", *partitions, 1<<20)
+	}
+	var token string
+	if *adminAddr != "" {
+		if err := checkLoopback(*adminAddr); err != nil {
+			return err
+		}
+		if *adminTokenFile == "" {
+			return errors.New("--admin-addr needs --admin-token-file: the fault endpoint answers only requests with its bearer token")
+		}
+		if token, err = adminToken(*adminTokenFile); err != nil {
+			return err
+		}
 	}
 	level, err := devstack.ParseLogLevel(*logLevel)
 	if err != nil {
@@ -128,11 +145,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var srv *http.Server
+	if *adminAddr != "" {
+		ln, err := net.Listen("tcp", *adminAddr)
+		if err != nil {
+			b.Close()
+			return fmt.Errorf("--admin-addr %s: %w", *adminAddr, err)
+		}
+		srv = &http.Server{Handler: adminHandler(b, token), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		fmt.Fprintf(stderr, "devbroker: fault endpoint on http://%s/v1/faults/ (bearer token in %s)\n", ln.Addr(), *adminTokenFile)
+	}
 	// Containers wait for this exact line; keep its shape.
 	fmt.Fprintf(stdout, "devbroker listening on %s\n", strings.Join(b.Addrs, ","))
 
 	<-ctx.Done()
 	fmt.Fprintln(stderr, "devbroker: shutting down (interrupt again to force)")
+	if srv != nil {
+		// No fault may reach the cluster while it closes.
+		_ = srv.Close()
+	}
 	b.Close()
 	return nil
 }
