@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul browser promtool compose build run test bench bench-go fuzz lint images clean
+.PHONY: help consul browser promtool compose build run test test-external bench bench-go fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -139,6 +139,24 @@ test: consul browser promtool ## unit tests of every module, every fuzz target f
 		echo 'integration backends run: embedded only (docker info failed, so the containers backend was skipped)'; \
 	fi
 
+# `make test-external` runs every integration suite, and the chaos faults
+# that stop neither the broker nor Consul, against a Kafka cluster and a
+# Consul already running, named by the variables the stages read:
+# PF_BROKERS, PF_SASL_MECHANISM/USER/PASSWORD, PF_TLS, PF_TLS_CA,
+# PF_CONSUL_ADDR, PF_CONSUL_TOKEN. Each test keeps to its own topic prefix
+# and group names and removes them afterwards (PF_EXTERNAL_KEEP=1 keeps
+# them). deploy/QUALIFICATION.md says how to point it at Apache Kafka,
+# Redpanda or a managed Kafka and what each suite proves. EXTERNAL_ARGS=
+# passes go test flags, e.g. EXTERNAL_ARGS="-run TestSmoke ./smoke/".
+EXTERNAL_ARGS ?= ./...
+
+test-external: ## run the integration suites and the chaos faults that stop neither broker nor Consul against the cluster PF_BROKERS, PF_SASL_*, PF_TLS*, PF_CONSUL_ADDR and PF_CONSUL_TOKEN name (deploy/QUALIFICATION.md)
+	@if [ -z "$${PF_BROKERS:-}" ] || [ -z "$${PF_CONSUL_ADDR:-$${CONSUL_HTTP_ADDR:-}}" ]; then \
+		echo 'test-external: set PF_BROKERS (the seed brokers) and PF_CONSUL_ADDR (a Consul agent); see deploy/QUALIFICATION.md' >&2; exit 2; \
+	fi
+	@echo "==> integration: PF_BACKEND=external against $${PF_BROKERS} and Consul $${PF_CONSUL_ADDR:-$${CONSUL_HTTP_ADDR:-}}"
+	@cd integration && PF_BACKEND=external $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(EXTERNAL_ARGS)
+
 # `make bench` measures the stages against ceilings measured in the same run
 # (bin/pfbench: table on stdout, JSON report in .bench/); BENCH_ARGS="..."
 # passes flags (bin/pfbench --help). `make bench-go` runs the Go benchmarks
@@ -156,7 +174,9 @@ bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching 
 
 # `make chaos` runs the fault matrix (bin/pfchaos): every stage and the
 # North API as processes, killed one by one mid-stream, the broker
-# restarted, Consul stopped for a while, a rebalance storm; it prints
+# restarted, the faults of a three-broker cluster (leaders re-elected,
+# coordinators moved mid-transaction, a rolling restart, a burst of
+# retriable errors), Consul stopped for a while, a rebalance storm; it prints
 # lost / duplicated / backwards / recovery time per fault and fails when a
 # count is not 0. CHAOS_ARGS="..." passes flags (bin/pfchaos --help), e.g.
 # CHAOS_ARGS="--faults consul-down --consul-down 10s".

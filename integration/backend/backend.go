@@ -1,7 +1,8 @@
 // Package backend starts the Kafka and Consul that policyflow's integration
 // suites run against, once per test binary: in-process (PF_BACKEND=embedded,
-// the default) or in containers (PF_BACKEND=containers), and gives every
-// test its own topic prefix and ready clients.
+// the default), in containers (PF_BACKEND=containers), or connects to a
+// running cluster the environment names (PF_BACKEND=external), and gives
+// every test its own topic prefix and ready clients.
 package backend
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -30,6 +32,10 @@ import (
 const (
 	KindEmbedded   = "embedded"
 	KindContainers = "containers"
+	// KindExternal is a Kafka cluster and a Consul already running,
+	// named by the environment (startExternal): Apache Kafka, Redpanda,
+	// a managed Kafka, or a devbroker started apart.
+	KindExternal = "external"
 )
 
 // Client settings every test client gets, so that group rebalances and
@@ -45,8 +51,17 @@ type Backend struct {
 	Kind       string   // KindEmbedded or KindContainers
 	Brokers    []string // seed brokers, host:port, reachable from the test process
 	ConsulAddr string   // Consul HTTP address, host:port
+	// Cluster is the in-process kfake cluster of the embedded backend,
+	// for tests that move leaders or coordinators or inject errors; nil
+	// on the other backends.
+	Cluster *kfake.Cluster
 
 	stop func(ctx context.Context) error
+	// kafka and consul, when set, are the connection settings of an
+	// external backend (SASL, TLS, the Consul token), copied into every
+	// Kafka and Consul configuration the backend hands out.
+	kafka  *runtime.Kafka
+	consul *consulkv.Config
 }
 
 var (
@@ -158,8 +173,10 @@ func start() (*Backend, error) {
 		b, err = startEmbedded(ctx)
 	case KindContainers:
 		b, err = startContainers(ctx)
+	case KindExternal:
+		b, err = startExternal(ctx)
 	default:
-		return nil, fmt.Errorf("PF_BACKEND=%q: want %q or %q", kind, KindEmbedded, KindContainers)
+		return nil, fmt.Errorf("PF_BACKEND=%q: want %q, %q or %q", kind, KindEmbedded, KindContainers, KindExternal)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("start %s backend: %w", kind, err)
@@ -199,7 +216,11 @@ func stopShared() error {
 // serves a KV read, so that the first test does not race a backend that is
 // still electing its leader.
 func (b *Backend) waitReady(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Brokers...))
+	opts, err := b.Kafka("").ClientOpts()
+	if err != nil {
+		return fmt.Errorf("Kafka client options for %v: %w", b.Brokers, err)
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("create Kafka client for %v: %w", b.Brokers, err)
 	}
@@ -215,7 +236,7 @@ func (b *Backend) waitReady(ctx context.Context) error {
 		return fmt.Errorf("wait for Kafka at %v: %w", b.Brokers, err)
 	}
 
-	cc, err := api.NewClient(&api.Config{Address: b.ConsulAddr})
+	cc, err := b.Consul().Client()
 	if err != nil {
 		return fmt.Errorf("create Consul client for %s: %w", b.ConsulAddr, err)
 	}
@@ -256,7 +277,11 @@ func (b *Backend) Prefix(t testing.TB) string {
 	if _, err := rand.Read(r[:]); err != nil {
 		t.Fatalf("backend: make a topic prefix for %s: %v", t.Name(), err)
 	}
-	return "t-" + sanitize(t.Name(), 40) + "-" + hex.EncodeToString(r[:]) + "."
+	p := "t-" + sanitize(t.Name(), 40) + "-" + hex.EncodeToString(r[:]) + "."
+	if b.Kind == KindExternal {
+		b.cleanupExternal(t, p)
+	}
+	return p
 }
 
 // sanitize turns a test name into characters Kafka accepts in a topic name
@@ -286,16 +311,21 @@ func sanitize(name string, max int) string {
 // Kafka returns the connection settings of the backend's brokers under the
 // topic prefix, with the short fetch wait and metadata age tests need.
 func (b *Backend) Kafka(prefix string) runtime.Kafka {
-	return runtime.Kafka{
-		Brokers:        append([]string(nil), b.Brokers...),
-		Prefix:         prefix,
-		FetchMaxWait:   FetchMaxWait,
-		MetadataMinAge: MetadataMinAge,
+	var k runtime.Kafka
+	if b.kafka != nil {
+		k = *b.kafka
 	}
+	k.Brokers = append([]string(nil), b.Brokers...)
+	k.Prefix, k.FetchMaxWait, k.MetadataMinAge = prefix, FetchMaxWait, MetadataMinAge
+	return k
 }
 
-// Consul returns the connection settings of the backend's Consul agent.
+// Consul returns the connection settings of the backend's Consul agent
+// (with the external backend's ACL token).
 func (b *Backend) Consul() consulkv.Config {
+	if b.consul != nil {
+		return *b.consul
+	}
 	return consulkv.Config{Addr: b.ConsulAddr}
 }
 

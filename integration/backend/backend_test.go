@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,3 +114,39 @@ func TestPortTaken(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// PF_BACKEND=external says which variable is missing, and carries the
+// SASL and TLS settings and the Consul token into every configuration.
+func TestExternalNeedsItsEnvironmentAndCarriesIt(t *testing.T) {
+	for _, v := range []string{"PF_BROKERS", "PF_CONSUL_ADDR", "CONSUL_HTTP_ADDR", "PF_SASL_MECHANISM", "PF_SASL_USER", "PF_SASL_PASSWORD", "PF_TLS", "PF_TLS_CA", "PF_CONSUL_TOKEN", "CONSUL_HTTP_TOKEN"} {
+		t.Setenv(v, "")
+	}
+	_, err := startExternal(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "PF_BROKERS") || !strings.Contains(err.Error(), "PF_CONSUL_ADDR") {
+		t.Fatalf("without PF_BROKERS and PF_CONSUL_ADDR: %v, want an error naming both", err)
+	}
+	t.Setenv("PF_BROKERS", "k1:9092,k2:9092")
+	t.Setenv("PF_CONSUL_ADDR", "consul:8500")
+	t.Setenv("PF_SASL_MECHANISM", "SCRAM-SHA-512")
+	if _, err := startExternal(context.Background()); err == nil || !strings.Contains(err.Error(), "PF_SASL_USER") {
+		t.Fatalf("SASL without a user: %v, want an error naming PF_SASL_USER", err)
+	}
+	t.Setenv("PF_SASL_USER", "qual")
+	t.Setenv("PF_SASL_PASSWORD", "secret")
+	t.Setenv("PF_TLS", "true")
+	t.Setenv("PF_CONSUL_TOKEN", "tok")
+	b, err := startExternal(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := b.Kafka("t-x.")
+	if b.Kind != KindExternal || len(k.Brokers) != 2 || k.SASLUser != "qual" || k.SASLPassword != "secret" || !k.TLS || k.Prefix != "t-x." {
+		t.Fatalf("external Kafka settings %+v, want both brokers, SASL qual/secret, TLS and the prefix", k)
+	}
+	if c := b.Consul(); c.Addr != "consul:8500" || c.Token != "tok" {
+		t.Fatalf("external Consul settings %+v, want consul:8500 with token tok", c)
+	}
+	if Stem("t-x-1a2b3c.") != "t-x-1a2b3c" {
+		t.Fatalf("Stem keeps the dot")
+	}
+}

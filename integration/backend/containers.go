@@ -348,25 +348,34 @@ func hasLeader(body io.Reader) bool {
 }
 
 // kafkaRequest returns the options of a broker container whose clients
-// connect to advertised (host:port, port being hostPort) and the container
-// port that Docker publishes on hostPort.
-type kafkaRequest func(hostPort int, advertised string) (opts []testcontainers.ContainerCustomizer, containerPort string)
+// connect to advertised (host:port per broker, port being the matching
+// hostPorts' entry) and the container ports that Docker publishes on
+// hostPorts, one each.
+type kafkaRequest struct {
+	brokers int // how many host ports the container needs
+	opts    func(hostPorts []int, advertised []string) (opts []testcontainers.ContainerCustomizer, containerPorts []string)
+}
 
-// devbrokerRequest runs policyflow's devbroker: kfake listening on every
-// interface of the container and advertising the published host port, so
-// that the test process's clients, which connect through the published
-// port, are sent back to it. The broker listens on the same port number
-// inside the container, so the advertised address also reaches it from
-// within (the broker dials itself). Records stay in memory. Ready when
-// devbroker logs that it listens.
-func devbrokerRequest(hostPort int, advertised string) ([]testcontainers.ContainerCustomizer, string) {
-	port := strconv.Itoa(hostPort)
+// devbrokerRequest runs policyflow's devbroker: kfake's brokers (its
+// default of three) listening on every interface of the container and
+// advertising the published host ports, so that the test process's
+// clients, which connect through the published ports, are sent back to
+// them. Each broker listens on the same port number inside the container,
+// so the advertised addresses also reach them from within (the broker
+// dials itself). Records stay in memory. Ready when devbroker logs that
+// it listens.
+var devbrokerRequest = kafkaRequest{brokers: 3, opts: func(hostPorts []int, advertised []string) ([]testcontainers.ContainerCustomizer, []string) {
+	var ports []string
+	for _, p := range hostPorts {
+		ports = append(ports, strconv.Itoa(p)+"/tcp")
+	}
 	return []testcontainers.ContainerCustomizer{
-		testcontainers.WithCmd("--listen", "0.0.0.0:"+port, "--advertise", advertised),
+		testcontainers.WithCmd("--listen", "0.0.0.0:"+strconv.Itoa(hostPorts[0]), "--advertise", advertised[0],
+			"--broker-count", strconv.Itoa(len(hostPorts))),
 		testcontainers.WithWaitStrategyAndDeadline(containerStartTimeout,
 			wait.ForLog("devbroker listening on").WithStartupTimeout(containerStartTimeout)),
-	}, port + "/tcp"
-}
+	}, ports
+}}
 
 // apacheKafkaRequest runs the apache/kafka image as one KRaft node that is
 // both broker and controller. Clients use the PLAINTEXT listener on
@@ -375,7 +384,8 @@ func devbrokerRequest(hostPort int, advertised string) ([]testcontainers.Contain
 // CONTROLLER, both inside the container. Replication factors are 1 so that
 // transactions and groups work on one node. Ready when the server logs that
 // it started.
-func apacheKafkaRequest(_ int, advertised string) ([]testcontainers.ContainerCustomizer, string) {
+var apacheKafkaRequest = kafkaRequest{brokers: 1, opts: func(_ []int, adv []string) ([]testcontainers.ContainerCustomizer, []string) {
+	advertised := adv[0]
 	return []testcontainers.ContainerCustomizer{
 		testcontainers.WithEnv(map[string]string{
 			"CLUSTER_ID":                                     "cG9saWN5Zmxvdy1pdGVzdA", // base64url of the 16 bytes "policyflow-itest"
@@ -399,8 +409,8 @@ func apacheKafkaRequest(_ int, advertised string) ([]testcontainers.ContainerCus
 		}),
 		testcontainers.WithWaitStrategyAndDeadline(containerStartTimeout,
 			wait.ForLog("Kafka Server started").WithStartupTimeout(containerStartTimeout)),
-	}, "9092/tcp"
-}
+	}, []string{"9092/tcp"}
+}}
 
 // startKafkaContainer starts a broker container published on a host port
 // chosen beforehand, because the broker must know the address it advertises
@@ -410,30 +420,36 @@ func startKafkaContainer(ctx context.Context, image, dockerHost string, req kafk
 	const attempts = 3
 	var lastErr error
 	for attempt := 1; attempt <= attempts; attempt++ {
-		hostPort, err := freeHostPort()
+		hostPorts, err := freeHostPorts(req.brokers)
 		if err != nil {
 			return nil, nil, err
 		}
-		advertised := net.JoinHostPort(dockerHost, strconv.Itoa(hostPort))
-		opts, containerPort := req(hostPort, advertised)
-		port := network.MustParsePort(containerPort)
+		var advertised []string
+		for _, p := range hostPorts {
+			advertised = append(advertised, net.JoinHostPort(dockerHost, strconv.Itoa(p)))
+		}
+		opts, containerPorts := req.opts(hostPorts, advertised)
+		bindings := network.PortMap{}
+		for i, cp := range containerPorts {
+			bindings[network.MustParsePort(cp)] = []network.PortBinding{{HostIP: bindIP(dockerHost), HostPort: strconv.Itoa(hostPorts[i])}}
+		}
 		opts = append(opts,
-			testcontainers.WithExposedPorts(containerPort),
+			testcontainers.WithExposedPorts(containerPorts...),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-				hc.PortBindings = network.PortMap{port: {{HostIP: bindIP(dockerHost), HostPort: strconv.Itoa(hostPort)}}}
+				hc.PortBindings = bindings
 			}),
 			testcontainers.WithLabels(ownerLabels()),
 		)
 		c, err := testcontainers.Run(ctx, image, opts...)
 		if err == nil {
-			log.Info().Str("image", image).Str("addr", advertised).Str("container", short(c.GetContainerID())).Msg("Kafka container ready")
-			return c, []string{advertised}, nil
+			log.Info().Str("image", image).Strs("addrs", advertised).Str("container", short(c.GetContainerID())).Msg("Kafka container ready")
+			return c, advertised, nil
 		}
 		lastErr = startFailed(c, image, err)
 		if !portTaken(err) || ctx.Err() != nil {
 			break
 		}
-		log.Debug().Err(err).Int("port", hostPort).Int("attempt", attempt).Msg("host port taken; trying another")
+		log.Debug().Err(err).Ints("ports", hostPorts).Int("attempt", attempt).Msg("host port taken; trying another")
 	}
 	return nil, nil, lastErr
 }
@@ -449,6 +465,33 @@ func freeHostPort() (int, error) {
 		return 0, fmt.Errorf("release free host port %d: %w", port, err)
 	}
 	return port, nil
+}
+
+// freeHostPorts returns n consecutive TCP ports that are free on the
+// loopback interface (the brokers of one devbroker container listen on
+// consecutive ports).
+func freeHostPorts(n int) ([]int, error) {
+	var last error
+	for try := 0; try < 50; try++ {
+		first, err := freeHostPort()
+		if err != nil {
+			return nil, err
+		}
+		ports := []int{first}
+		for p := first + 1; p < first+n && p <= 65535; p++ {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				last = err
+				break
+			}
+			_ = ln.Close()
+			ports = append(ports, p)
+		}
+		if len(ports) == n {
+			return ports, nil
+		}
+	}
+	return nil, fmt.Errorf("find %d consecutive free host ports for the brokers: %v", n, last)
 }
 
 // portTaken reports whether Docker refused to publish a port because it is

@@ -9,11 +9,16 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// startEmbedded starts the in-process broker of the dev stack and a dev
-// Consul agent from the local Consul binary, both on free loopback ports.
+// startEmbedded starts the in-process broker of the dev stack (three
+// brokers, or PF_BROKER_COUNT) and a dev Consul agent from the local
+// Consul binary, both on free loopback ports.
 func startEmbedded(ctx context.Context) (*Backend, error) {
 	quiet := log.Level(zerolog.WarnLevel)
-	br, err := devstack.StartBroker(devstack.BrokerOptions{Listen: "127.0.0.1:0", Logger: quiet})
+	n, err := devstack.BrokersFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	br, err := devstack.StartBroker(devstack.BrokerOptions{Brokers: n, Listen: "127.0.0.1:0", Logger: quiet})
 	if err != nil {
 		return nil, fmt.Errorf("start in-process broker: %w", err)
 	}
@@ -31,6 +36,7 @@ func startEmbedded(ctx context.Context) (*Backend, error) {
 		Kind:       KindEmbedded,
 		Brokers:    br.Addrs,
 		ConsulAddr: agent.Addr,
+		Cluster:    br.Cluster,
 		stop: func(context.Context) error {
 			var errs []error
 			if err := agent.Stop(); err != nil {

@@ -2,7 +2,8 @@
 // test, so that `make test` keeps it working: the stages and the North API
 // built from this checkout and run as processes in the configuration the
 // manifests ship, some of them killed or replaced mid-run, the broker
-// restarted, Consul stopped a few seconds, a short rebalance storm,
+// restarted, leaders and coordinators moved, a rolling restart of its
+// brokers, retriable errors, Consul stopped a few seconds, a short rebalance storm,
 // scripts failing and Consul edited by hand, each checked against the
 // ledger of every notification run: nothing owed lost, no finished run
 // repeated, no two runs of a component at once, nothing backwards, and
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -46,12 +48,18 @@ func build(t *testing.T, dir string) {
 // TestFaultMatrix runs the matrix in the configuration the manifests
 // ship (static members under their pod's name, the ConfigMap's session
 // timeout), with a fault for each promise: a notifier killed mid-run, a
-// stage replaced by a new identity, Consul away, a rebalance storm,
-// scripts failing, Consul edited by hand.
+// stage replaced by a new identity, the broker restarted, the faults of
+// its three brokers (partition leaders re-elected mid-stream, the group
+// and transaction coordinators moved as transactions end, a rolling
+// restart, a burst of retriable errors on produce, fetch, offset commits
+// and EndTxn), Consul away, a rebalance storm, scripts failing, Consul
+// edited by hand.
 func TestFaultMatrix(t *testing.T) {
-	runMatrix(t, false, shippedSessionTimeout(t), []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
-		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
-		chaos.FaultScriptFails, chaos.FaultConsulEdit})
+	faults := []string{chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
+		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart}
+	faults = append(faults, chaos.ClusterFaults()...)
+	runMatrix(t, false, shippedSessionTimeout(t), append(faults, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
+		chaos.FaultScriptFails, chaos.FaultConsulEdit))
 }
 
 // TestFaultMatrixDynamicMembers runs the stage kills with dynamic group
@@ -77,17 +85,31 @@ func shippedSessionTimeout(t *testing.T) time.Duration {
 }
 
 func runMatrix(t *testing.T, dynamic bool, sessionTimeout time.Duration, faults []string) {
-	if kind := runtime.EnvOr("PF_BACKEND", "embedded"); kind != "embedded" {
-		t.Skipf("the fault matrix brings its own broker and Consul agent; it runs with PF_BACKEND=embedded, not %s", kind)
-	}
-	if _, err := devstack.ConsulBinary(); err != nil {
-		t.Fatal(err)
+	var ext *chaos.External
+	switch kind := runtime.EnvOr("PF_BACKEND", "embedded"); kind {
+	case "embedded":
+		if _, err := devstack.ConsulBinary(); err != nil {
+			t.Fatal(err)
+		}
+	case "external":
+		// The faults that stop neither the broker nor Consul, against
+		// the cluster the environment names.
+		var err error
+		if ext, err = chaos.ExternalFromEnv(); err != nil {
+			t.Fatal(err)
+		}
+		faults = slices.DeleteFunc(slices.Clone(faults), func(f string) bool { return !slices.Contains(chaos.ExternalFaults(), f) })
+		if len(faults) == 0 {
+			t.Skip("none of these faults can run against an external cluster: each stops the broker or Consul or needs the in-process broker")
+		}
+	default:
+		t.Skipf("the fault matrix brings its own broker and Consul agent, or uses an external one; it runs with PF_BACKEND=embedded or external, not %s", kind)
 	}
 	bin := t.TempDir()
 	build(t, bin)
 	o := chaos.Defaults()
 	o.BinDir, o.Dir = bin, t.TempDir()
-	o.Faults, o.Dynamic, o.SessionTimeout = faults, dynamic, sessionTimeout
+	o.Faults, o.Dynamic, o.SessionTimeout, o.External = faults, dynamic, sessionTimeout, ext
 	// Consul stays down long enough for the consul-writer's committed lag
 	// to be read while updates wait (chaos.LagVisibleAfter).
 	o.Components, o.Updates, o.ConsulDown, o.StormRounds, o.FailFor = 20, 10, chaos.LagVisibleAfter+time.Second, 2, 3*time.Second

@@ -103,7 +103,7 @@ func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka, opts ...func(*pi
 	sim := pdp.NewServer()
 	srv := httptest.NewServer(sim.Handler())
 	t.Cleanup(srv.Close)
-	c, err := consulapi.NewClient(&consulapi.Config{Address: b.ConsulAddr})
+	c, err := b.Consul().Client() // with the external backend's ACL token
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func setup(t *testing.T, n, poisonAt int) (*backend.Backend, runtime.Kafka) {
 	k := b.Kafka(prefix)
 	adm := b.Admin(t)
 	for _, tp := range []string{"in", "out", topology.DLQ("echo")} {
-		resp, err := adm.CreateTopic(context.Background(), inPartitions, 1, nil, k.Topic(tp))
+		resp, err := adm.CreateTopic(context.Background(), inPartitions, -1, nil, k.Topic(tp))
 		if err != nil || resp.Err != nil {
 			t.Fatalf("create %s: %v %v", k.Topic(tp), err, resp.Err)
 		}

@@ -157,7 +157,7 @@ func TestTopologyAppliedUnderPrefix(t *testing.T) {
 // bytes back.
 func TestConsulKeyValueRoundTrip(t *testing.T) {
 	b := backend.Get(t)
-	cc, err := api.NewClient(&api.Config{Address: b.Consul().Addr})
+	cc, err := b.Consul().Client() // with the external backend's ACL token
 	if err != nil {
 		t.Fatalf("create Consul client for %s: %v", b.ConsulAddr, err)
 	}

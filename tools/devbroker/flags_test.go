@@ -21,7 +21,12 @@ func TestEveryFlagIsHonoured(t *testing.T) {
 			}
 			return fs
 		},
-		Parse:  func(args []string) (any, error) { return parse(args, io.Discard) },
-		Values: map[string]string{"log-level": "debug", "broker-config": "log.cleaner.backoff.ms=1000"},
+		Parse: func(args []string) (any, error) { return parse(args, io.Discard) },
+		Values: map[string]string{"log-level": "debug", "broker-config": "log.cleaner.backoff.ms=1000", "broker-count": "2",
+			"admin-addr": "127.0.0.1:7070", "admin-token-file": "/nonexistent/devbroker-token"},
+		With: map[string][]string{
+			"admin-addr":       {"--admin-token-file=/nonexistent/devbroker-token"},
+			"admin-token-file": {"--admin-addr=127.0.0.1:7070"},
+		},
 	})
 }

@@ -63,7 +63,11 @@ func TestDevbrokerServesAndKeepsRecordsInItsDataDir(t *testing.T) {
 	args := []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--partitions", "2", "--broker-config", "message.max.bytes=2097152", "--log-level", "none"}
 
 	addr, stop := startDevbroker(t, args...)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("orders"), kgo.ProducerBatchMaxBytes(4<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	// Three brokers by default, each listed on the ready line.
+	if n := len(strings.Split(addr, ",")); n != 3 {
+		t.Fatalf("ready line lists %q, want three brokers", addr)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(addr, ",")...), kgo.DefaultProduceTopic("orders"), kgo.ProducerBatchMaxBytes(4<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +94,7 @@ func TestDevbrokerServesAndKeepsRecordsInItsDataDir(t *testing.T) {
 
 	addr, stop = startDevbroker(t, args...)
 	defer stop()
-	cl, err = kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("orders"),
+	cl, err = kgo.NewClient(kgo.SeedBrokers(strings.Split(addr, ",")...), kgo.ConsumeTopics("orders"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -110,11 +114,34 @@ func TestDevbrokerServesAndKeepsRecordsInItsDataDir(t *testing.T) {
 	}
 }
 
+// --broker-count sets the number of brokers, PF_BROKER_COUNT its default.
+func TestDevbrokerBrokerCount(t *testing.T) {
+	addr, stop := startDevbroker(t, "--listen", "127.0.0.1:0", "--broker-count", "1", "--log-level", "none")
+	if strings.Contains(addr, ",") {
+		t.Errorf("--broker-count 1 listens on %q, want one address", addr)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PF_BROKER_COUNT", "2")
+	addr, stop = startDevbroker(t, "--listen", "127.0.0.1:0", "--log-level", "none")
+	defer stop()
+	if n := len(strings.Split(addr, ",")); n != 2 {
+		t.Errorf("PF_BROKER_COUNT=2 listens on %q, want two addresses", addr)
+	}
+	t.Setenv("PF_BROKER_COUNT", "three")
+	if err := run(context.Background(), nil, &syncBuffer{}, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), "PF_BROKER_COUNT") {
+		t.Errorf("PF_BROKER_COUNT=three: %v, want an error naming it", err)
+	}
+}
+
 func TestDevbrokerRefusesBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--broker-config", "no-equals-sign"},
 		{"--log-level", "loud"},
 		{"--partitions", "0"},
+		{"--broker-count", "0"},
+		{"--broker-count", "17"},
 		{"--listen", "nowhere"},
 		{"extra-argument"},
 	} {

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -42,17 +44,34 @@ const (
 	// that want members to expire quickly and for slow debugging sessions.
 	groupMinSessionTimeout = 100 * time.Millisecond
 	groupMaxSessionTimeout = 30 * time.Minute
+
+	// DefaultBrokers is the number of brokers of the embedded cluster:
+	// three, as the smallest production cluster, so that partition
+	// leaders, the group and the transaction coordinators are spread
+	// over brokers and every client routes by leader. Topics created with
+	// the broker's default replication factor get three replicas.
+	DefaultBrokers = 3
+	// MaxBrokers bounds BrokerOptions.Brokers.
+	MaxBrokers = 16
 )
 
 // BrokerOptions configures StartBroker.
 type BrokerOptions struct {
-	// Listen is the host:port to accept Kafka connections on;
-	// "127.0.0.1:0" (also the default when empty) picks a free port.
+	// Brokers is the number of brokers of the cluster; 0 means
+	// DefaultBrokers.
+	Brokers int
+	// Listen is where to accept Kafka connections: host:port, the first
+	// broker on port and each next one on the next port (9092, 9093,
+	// 9094), or a comma-separated host:port per broker (as Broker.Addrs
+	// lists them, to start a cluster again on the same ports). Port 0
+	// picks a free port for each broker; "127.0.0.1:0" is the default.
 	Listen string
-	// Advertise is the host or host:port the broker tells clients to
+	// Advertise is the host or host:port the brokers tell clients to
 	// connect to (metadata and coordinator responses). Empty advertises
 	// the listening address, with 127.0.0.1 in place of an unspecified
-	// host such as 0.0.0.0. A host without a port keeps the listening port.
+	// host such as 0.0.0.0. A host without a port keeps each broker's
+	// listening port; a port is the first broker's, the next ones
+	// advertise the next ports.
 	Advertise string
 	// DataDir keeps topics, records, groups, committed offsets and
 	// transactions across restarts; "" keeps everything in memory only.
@@ -92,30 +111,162 @@ type User struct {
 	ACLs []kfake.ACL
 }
 
-// Broker is a running in-process Kafka-protocol broker.
+// Broker is a running in-process Kafka-protocol cluster of one or more
+// brokers.
 type Broker struct {
 	// Cluster is the kfake cluster, for tests that inject faults or
 	// inspect groups.
 	Cluster *kfake.Cluster
-	// Addrs are the addresses clients use as seed brokers.
+	// Addrs are the addresses clients use as seed brokers, one per
+	// broker, in node id order.
 	Addrs []string
+
+	ports []int // the listening port of each broker, by node id
 }
 
-// StartBroker starts a single-node broker. With a DataDir it reloads what a
-// previous broker on the same directory persisted; close the broker with
+// Restart takes broker node out of the cluster, as a broker stopped in a
+// rolling restart: it stops listening, its connections are closed and its
+// partitions get new leaders among the others (kfake's RemoveNode). After
+// down it comes back under the same node id on the same port (AddNode),
+// and partitions are spread over every broker again.
+func (b *Broker) Restart(ctx context.Context, node int32, down time.Duration) error {
+	if node < 0 || int(node) >= len(b.ports) {
+		return fmt.Errorf("restart broker %d: the cluster has brokers 0 to %d", node, len(b.ports)-1)
+	}
+	if err := b.Cluster.RemoveNode(node); err != nil {
+		return fmt.Errorf("stop broker %d: %w", node, err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(down):
+	}
+	// The port was just released; another process may hold it for a
+	// moment (a connection in TIME_WAIT does not stop a listener).
+	var err error
+	for try := 0; try < 50; try++ {
+		if _, _, err = b.Cluster.AddNode(node, b.ports[node]); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("start broker %d again on port %d: %w", node, b.ports[node], err)
+}
+
+// BrokersFromEnv is the number of brokers PF_BROKER_COUNT asks for,
+// DefaultBrokers when it is unset.
+func BrokersFromEnv() (int, error) {
+	v := os.Getenv("PF_BROKER_COUNT")
+	if v == "" {
+		return DefaultBrokers, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > MaxBrokers {
+		return 0, fmt.Errorf("PF_BROKER_COUNT=%q: want a number of brokers between 1 and %d", v, MaxBrokers)
+	}
+	return n, nil
+}
+
+// listenPlan is where each broker of a cluster listens.
+type listenPlan struct {
+	host  string
+	ports []int // one per broker; 0 picks a free one
+}
+
+// planListen resolves BrokerOptions.Listen and Brokers.
+func planListen(listen string, brokers int) (listenPlan, error) {
+	if brokers < 0 || brokers > MaxBrokers {
+		return listenPlan{}, fmt.Errorf("%d brokers: want between 1 and %d", brokers, MaxBrokers)
+	}
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	var p listenPlan
+	if strings.Contains(listen, ",") {
+		for _, a := range strings.Split(listen, ",") {
+			host, port, err := splitHostPort(strings.TrimSpace(a))
+			if err != nil {
+				return listenPlan{}, err
+			}
+			if len(p.ports) > 0 && host != p.host {
+				return listenPlan{}, fmt.Errorf("listen addresses %q: every broker must listen on the same host (%s, not %s)", listen, p.host, host)
+			}
+			p.host = host
+			p.ports = append(p.ports, port)
+		}
+		if brokers != 0 && brokers != len(p.ports) {
+			return listenPlan{}, fmt.Errorf("listen addresses %q name %d brokers, but %d were asked for", listen, len(p.ports), brokers)
+		}
+		return p, nil
+	}
+	if brokers == 0 {
+		brokers = DefaultBrokers
+	}
+	host, port, err := splitHostPort(listen)
+	if err != nil {
+		return listenPlan{}, err
+	}
+	if port != 0 && port+brokers-1 > 65535 {
+		return listenPlan{}, fmt.Errorf("listen address %q: %d brokers need ports %d to %d, beyond 65535", listen, brokers, port, port+brokers-1)
+	}
+	p.host = host
+	for i := 0; i < brokers; i++ {
+		if port == 0 {
+			p.ports = append(p.ports, 0)
+		} else {
+			p.ports = append(p.ports, port+i)
+		}
+	}
+	return p, nil
+}
+
+// StartBroker starts a cluster of o.Brokers brokers (three by default) in
+// this process. With a DataDir it reloads what a previous cluster on the
+// same directory persisted (whatever its number of brokers); close it with
 // Close so that the last writes and committed offsets reach the disk.
 func StartBroker(o BrokerOptions) (*Broker, error) {
+	plan, err := planListen(o.Listen, o.Brokers)
+	if err != nil {
+		return nil, fmt.Errorf("start broker: %w", err)
+	}
 	listen := o.Listen
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	host, port, err := splitHostPort(listen)
-	if err != nil {
-		return nil, fmt.Errorf("start broker: %w", err)
-	}
+	host := plan.host
 	advHost, advPort, err := advertised(o.Advertise, host)
 	if err != nil {
 		return nil, fmt.Errorf("start broker on %s: %w", listen, err)
+	}
+	// A broker's advertised port: with an advertised port, the first
+	// broker advertises it and the next ones the next ports, matched by
+	// the listening port's place in the plan (also for a broker added
+	// back later on its old port), else by the order kfake creates the
+	// listeners in (node 0 first). 0 advertises the listening port.
+	var created int
+	var bound []int // the listening port of each broker started first, by node id
+	advPortOf := func(listenPort int) int {
+		n := created
+		created++
+		if n < len(plan.ports) {
+			bound = append(bound, listenPort)
+		}
+		if advPort == 0 {
+			return 0
+		}
+		for i, p := range plan.ports {
+			if p == listenPort && p != 0 {
+				return advPort + i
+			}
+		}
+		if n < len(plan.ports) {
+			return advPort + n
+		}
+		for i, p := range bound {
+			if p == listenPort {
+				return advPort + i // a broker back on its port
+			}
+		}
+		return 0
 	}
 
 	cfgs := map[string]string{
@@ -127,9 +278,9 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	}
 
 	opts := []kfake.Opt{
-		// One port means one broker; ListenFn binds it on the host we
-		// were asked for (kfake itself always binds 127.0.0.1).
-		kfake.Ports(port),
+		// One port per broker; ListenFn binds each on the host we were
+		// asked for (kfake itself always binds 127.0.0.1).
+		kfake.Ports(plan.ports...),
 		kfake.ListenFn(func(network, addr string) (net.Listener, error) {
 			_, p, err := net.SplitHostPort(addr)
 			if err != nil {
@@ -139,7 +290,8 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 			if err != nil {
 				return nil, err
 			}
-			return advertisingListener{Listener: ln, host: advHost, port: advPort}, nil
+			port := ln.Addr().(*net.TCPAddr).Port
+			return &advertisingListener{Listener: ln, host: advHost, port: advPortOf(port), conns: map[net.Conn]struct{}{}}, nil
 		}),
 		kfake.WithLogger(kfakeLogger{o.Logger}),
 		kfake.ClusterID("policyflow"),
@@ -169,7 +321,7 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 		}
 		return nil, fmt.Errorf("start broker on %s: %w", listen, err)
 	}
-	b := &Broker{Cluster: c, Addrs: c.ListenAddrs()}
+	b := &Broker{Cluster: c, Addrs: c.ListenAddrs(), ports: bound}
 
 	if o.DataDir != "" {
 		if err := b.restartCompaction(o.adminOpts(), cfgs["log.cleaner.backoff.ms"]); err != nil {
@@ -333,14 +485,50 @@ func advertised(adv, listenHost string) (string, int, error) {
 }
 
 // advertisingListener reports the advertised address as its own; kfake puts
-// the listener's address in the metadata it returns to clients.
+// the listener's address in the metadata it returns to clients. Closing it
+// also closes the connections it accepted, as a broker that stops does:
+// kfake's RemoveNode closes only the listener, and a removed broker whose
+// clients stayed connected would be no rolling restart.
 type advertisingListener struct {
 	net.Listener
 	host string
 	port int
+
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
 }
 
-func (l advertisingListener) Addr() net.Addr {
+func (l *advertisingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = c.Close()
+		return nil, net.ErrClosed
+	}
+	tc := &trackedConn{Conn: c, l: l}
+	l.conns[tc] = struct{}{}
+	return tc, nil
+}
+
+func (l *advertisingListener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	conns := l.conns
+	l.conns = map[net.Conn]struct{}{}
+	l.mu.Unlock()
+	for c := range conns {
+		_ = c.(*trackedConn).Conn.Close()
+	}
+	return err
+}
+
+func (l *advertisingListener) Addr() net.Addr {
 	port := l.port
 	if port == 0 {
 		if ta, ok := l.Listener.Addr().(*net.TCPAddr); ok {
@@ -348,6 +536,19 @@ func (l advertisingListener) Addr() net.Addr {
 		}
 	}
 	return hostPortAddr(net.JoinHostPort(l.host, strconv.Itoa(port)))
+}
+
+// trackedConn leaves its listener's set when it closes.
+type trackedConn struct {
+	net.Conn
+	l *advertisingListener
+}
+
+func (c *trackedConn) Close() error {
+	c.l.mu.Lock()
+	delete(c.l.conns, c)
+	c.l.mu.Unlock()
+	return c.Conn.Close()
 }
 
 type hostPortAddr string

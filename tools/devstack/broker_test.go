@@ -2,9 +2,12 @@ package devstack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,7 +221,7 @@ func TestBrokerListensAndAdvertisesWhereAsked(t *testing.T) {
 	}
 	_, port, _ := net.SplitHostPort(addr)
 
-	b := startBroker(t, BrokerOptions{Listen: addr, Advertise: "localhost"})
+	b := startBroker(t, BrokerOptions{Brokers: 1, Listen: addr, Advertise: "localhost"})
 	defer b.Close()
 	want := "localhost:" + port
 	if len(b.Addrs) != 1 || b.Addrs[0] != want {
@@ -244,5 +247,179 @@ func TestBrokerListensAndAdvertisesWhereAsked(t *testing.T) {
 	}
 	if len(brokers) != 1 || fmt.Sprintf("%s:%d", brokers[0].Host, brokers[0].Port) != want {
 		t.Fatalf("metadata lists brokers %v, want one at %s", brokers, want)
+	}
+}
+
+// freeRun finds n consecutive free loopback ports and returns the first.
+func freeRun(t *testing.T, n int) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		first, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first+n-1 > 65535 {
+			continue
+		}
+		ok := true
+		for p := first; p < first+n && ok; p++ {
+			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				ok = false
+				continue
+			}
+			ln.Close()
+		}
+		if ok {
+			return first
+		}
+	}
+	t.Skipf("found no %d consecutive free ports", n)
+	return 0
+}
+
+// The default cluster has three brokers on consecutive ports, each
+// advertised on its own port, and a topic created with the broker's
+// default replication factor gets three replicas spread over them.
+func TestBrokerDefaultIsThreeBrokersWithThreeReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := freeRun(t, 3)
+	b := startBroker(t, BrokerOptions{Listen: "127.0.0.1:" + strconv.Itoa(first), Advertise: "localhost:" + strconv.Itoa(first)})
+	defer b.Close()
+	var want []string
+	for i := 0; i < DefaultBrokers; i++ {
+		want = append(want, "localhost:"+strconv.Itoa(first+i))
+	}
+	if fmt.Sprint(b.Addrs) != fmt.Sprint(want) {
+		t.Fatalf("broker addrs %v, want %v", b.Addrs, want)
+	}
+	cl := testClient(t, b)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	brokers, err := adm.ListBrokers(ctx)
+	if err != nil {
+		t.Fatalf("list brokers: %v", err)
+	}
+	if len(brokers) != DefaultBrokers {
+		t.Fatalf("metadata lists %d brokers (%v), want %d", len(brokers), brokers, DefaultBrokers)
+	}
+	createTopic(ctx, t, b, "replicated", 6, nil)
+	tds, err := adm.ListTopics(ctx, "replicated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tds["replicated"].Partitions {
+		if len(p.Replicas) != 3 {
+			t.Errorf("partition %d has replicas %v, want 3", p.Partition, p.Replicas)
+		}
+	}
+	// Moving every leader to node 2 shows that clients follow leaders:
+	// a record produced after the move is read back.
+	for p := int32(0); p < 6; p++ {
+		if err := b.Cluster.MoveTopicPartition("replicated", p, 2); err != nil {
+			t.Fatal(err)
+		}
+		if l := b.Cluster.LeaderFor("replicated", p); l != 2 {
+			t.Fatalf("partition %d led by node %d after the move, want 2", p, l)
+		}
+	}
+	produce(ctx, t, cl, "replicated", "k", "v")
+}
+
+// A cluster can be started again on the ports Addrs lists, and a data dir
+// written by a single broker loads into three and back.
+func TestBrokerRestartsOnItsAddrsAndAnyBrokerCount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	b := startBroker(t, BrokerOptions{Brokers: 1, DataDir: dir})
+	createTopic(ctx, t, b, "kept", 3, nil)
+	cl := testClient(t, b)
+	produce(ctx, t, cl, "kept", "k1", "v1")
+	cl.Close()
+	b.Close()
+
+	b = startBroker(t, BrokerOptions{DataDir: dir})
+	addrs := b.Addrs
+	if len(addrs) != 3 {
+		t.Fatalf("started %d brokers on the data dir, want 3", len(addrs))
+	}
+	cl = testClient(t, b)
+	produce(ctx, t, cl, "kept", "k2", "v2")
+	cl.Close()
+	b.Close()
+
+	b = startBroker(t, BrokerOptions{DataDir: dir, Listen: strings.Join(addrs, ",")})
+	defer b.Close()
+	if fmt.Sprint(b.Addrs) != fmt.Sprint(addrs) {
+		t.Fatalf("restarted on %v, want the same addresses %v", b.Addrs, addrs)
+	}
+	r := testClient(t, b, kgo.ConsumeTopics("kept"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer r.Close()
+	got := map[string]string{}
+	for _, rec := range consumeN(ctx, t, r, 2) {
+		got[string(rec.Key)] = string(rec.Value)
+	}
+	if got["k1"] != "v1" || got["k2"] != "v2" {
+		t.Fatalf("after restarts read %v, want k1=v1 and k2=v2", got)
+	}
+}
+
+func TestBrokerRejectsBadCounts(t *testing.T) {
+	for _, o := range []BrokerOptions{
+		{Brokers: -1},
+		{Brokers: MaxBrokers + 1},
+		{Brokers: 2, Listen: "127.0.0.1:0,127.0.0.1:0,127.0.0.1:0"},
+		{Listen: "127.0.0.1:0,localhost:0"},
+		{Brokers: 3, Listen: "127.0.0.1:65534"},
+	} {
+		if b, err := StartBroker(o); err == nil {
+			b.Close()
+			t.Errorf("StartBroker(Brokers %d, Listen %q) started, want an error", o.Brokers, o.Listen)
+		}
+	}
+}
+
+// A broker restarted in a rolling restart drops its connections, and
+// comes back under its node id on its port; clients keep producing and
+// reading through it.
+func TestBrokerRestartIsARollingRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := startBroker(t, BrokerOptions{})
+	defer b.Close()
+	createTopic(ctx, t, b, "rolling", 3, nil)
+	cl := testClient(t, b)
+	defer cl.Close()
+	produce(ctx, t, cl, "rolling", "before", "1")
+
+	// A connection to broker 1 is closed when it stops.
+	conn, err := net.Dial("tcp", b.Addrs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Restart(ctx, 1, 300*time.Millisecond) }()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection to the stopped broker read %v, want it closed", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	brokers, err := kadm.NewClient(cl).ListBrokers(ctx)
+	if err != nil || len(brokers) != 3 {
+		t.Fatalf("after the restart the metadata lists %v (%v), want 3 brokers", brokers, err)
+	}
+	for _, br := range brokers {
+		if br.NodeID == 1 && fmt.Sprintf("%s:%d", br.Host, br.Port) != b.Addrs[1] {
+			t.Fatalf("broker 1 came back at %s:%d, want %s", br.Host, br.Port, b.Addrs[1])
+		}
+	}
+	produce(ctx, t, cl, "rolling", "after", "2")
+	if err := b.Restart(ctx, 3, 0); err == nil {
+		t.Fatal("restarting broker 3 of a cluster of 3 worked, want an error")
 	}
 }

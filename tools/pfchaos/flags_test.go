@@ -10,6 +10,9 @@ import (
 
 // Every flag pfchaos accepts reaches what it injects faults with.
 func TestEveryFlagIsHonoured(t *testing.T) {
+	// --external reads the cluster from the environment.
+	t.Setenv("PF_BROKERS", "127.0.0.1:9092")
+	t.Setenv("PF_CONSUL_ADDR", "127.0.0.1:8500")
 	flagtest.Check(t, flagtest.Binary{
 		Name: "pfchaos",
 		Flags: func() *flag.FlagSet {

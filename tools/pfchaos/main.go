@@ -46,6 +46,8 @@ type settings struct {
 	outDir   string
 	logLevel string
 	level    zerolog.Level
+	// external runs against the cluster the environment names.
+	external bool
 }
 
 // newFlags is pfchaos's command line, filled into st (and faults, its
@@ -75,6 +77,7 @@ func newFlags(st *settings, faults *string, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.StageImages, "stage-images", o.StageImages, "stage images of the containers faults, %s standing for the stage (deploy/build-images.sh consul-writer builds the one they run; PF_IMAGE_TAG sets its tag)")
 	fs.DurationVar(&o.Disconnected, "disconnected", o.Disconnected, "how long network-disconnect keeps the stage's container off the network")
 	fs.StringVar(&o.ConsulImage, "consul-image", o.ConsulImage, "image of the Consul servers of consul-leader-loss (deploy/build-images.sh consul builds it)")
+	fs.BoolVar(&st.external, "external", false, "run against the Kafka cluster and Consul the environment names (PF_BROKERS, PF_SASL_*, PF_TLS*, PF_CONSUL_ADDR, PF_CONSUL_TOKEN) instead of an in-process broker and a local agent; only the faults that stop neither run, under a prefix of the run's own removed at its end")
 	fs.StringVar(&st.logLevel, "log-level", "warn", "level of this command's own log (the broker's and Consul's lifecycle)")
 	return fs
 }
@@ -92,6 +95,18 @@ func parse(args []string, stderr io.Writer) (*settings, error) {
 		return nil, fmt.Errorf("pfchaos takes no arguments, got %q; see --help", fs.Args())
 	}
 	o := &st.o
+	if st.external {
+		ext, err := chaos.ExternalFromEnv()
+		if err != nil {
+			return nil, fmt.Errorf("--external: %w", err)
+		}
+		o.External = ext
+		faultsSet := false
+		fs.Visit(func(f *flag.Flag) { faultsSet = faultsSet || f.Name == "faults" })
+		if !faultsSet {
+			faults = strings.Join(chaos.ExternalFaults(), ",")
+		}
+	}
 	o.Faults = nil
 	for _, f := range strings.Split(faults, ",") {
 		if f = strings.TrimSpace(f); f != "" {

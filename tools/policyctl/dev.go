@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,6 +129,7 @@ type devFlags struct {
 	dataDir        string
 	ephemeral      bool
 	brokerAddr     string
+	brokerCount    int
 	consulAddr     string
 	httpAddr       string
 	prefix         string
@@ -147,7 +149,8 @@ type devFlags struct {
 func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", runtime.EnvOr("PF_DEV_DATA_DIR", ""), "directory for the stack's state: broker in <dir>/kafka, Consul in <dir>/consul (default .data in the repository root; env PF_DEV_DATA_DIR)")
 	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and `consul agent -dev`; --data-dir is ignored")
-	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port the embedded Kafka broker listens on; port 0 picks a free one (env PF_DEV_BROKER_ADDR)")
+	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port of the embedded Kafka cluster's first broker; the next ones take the next ports (9092, 9093, 9094); port 0 picks free ones (env PF_DEV_BROKER_ADDR)")
+	fs.IntVar(&f.brokerCount, "broker-count", envInt("PF_BROKER_COUNT", devstack.DefaultBrokers), fmt.Sprintf("brokers of the embedded Kafka cluster, 1 to %d; partition leaders and coordinators are spread over them (env PF_BROKER_COUNT)", devstack.MaxBrokers))
 	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
 	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages and the North API (env PF_HTTP_ADDR)")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve the Go profiles under /debug/pprof/ on --http-addr")
@@ -226,6 +229,9 @@ func runDev(ctx context.Context, args []string) error {
 	if f.partitions < 0 || f.partitions > 1<<16 {
 		return usageErrorf("--partitions %d: want 0 (the topology's counts) or a positive count", f.partitions)
 	}
+	if f.brokerCount < 1 || f.brokerCount > devstack.MaxBrokers {
+		return usageErrorf("--broker-count %d (or PF_BROKER_COUNT): want a number of brokers between 1 and %d", f.brokerCount, devstack.MaxBrokers)
+	}
 	brokerLevel, err := devstack.ParseLogLevel(f.brokerLogLevel)
 	if err != nil {
 		return usageErrorf("--broker-log-level: %v", err)
@@ -276,13 +282,14 @@ func runDev(ctx context.Context, args []string) error {
 
 	// Broker.
 	broker, err := devstack.StartBroker(devstack.BrokerOptions{
+		Brokers:    f.brokerCount,
 		Listen:     f.brokerAddr,
 		DataDir:    kafkaDir,
 		Partitions: int32(f.partitions),
 		Logger:     log.Level(max(brokerLevel, log.GetLevel())).With().Str("component", "broker").Logger(),
 	})
 	if err != nil {
-		return fmt.Errorf("%w (is another broker or `policyctl dev` using %s? pick another with --broker-addr)", err, f.brokerAddr)
+		return fmt.Errorf("%w (is another broker or `policyctl dev` using %s or the %d ports from it? pick another with --broker-addr)", err, f.brokerAddr, f.brokerCount)
 	}
 	defer func() {
 		broker.Close()
@@ -499,4 +506,18 @@ func listOr(l []string, empty string) string {
 		return empty
 	}
 	return strings.Join(l, ", ")
+}
+
+// envInt is the integer in environment variable name, or def when it is
+// unset or not a number (a flag's default; a bad value shows as the
+// default in --help and is refused by the flag's own check when given).
+func envInt(name string, def int) int {
+	v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name)))
+	if err != nil {
+		if os.Getenv(name) != "" {
+			return -1 // refused with the flag's reason
+		}
+		return def
+	}
+	return v
 }

@@ -176,7 +176,7 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	}
 
 	// Every topic of the topology is on the broker the banner names.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(d.broker), kgo.MetadataMinAge(100*time.Millisecond))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(d.broker, ",")...), kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 	if code, body := httpDo(t, http.MethodGet, "http://"+d.consul+"/v1/kv/dev-test/marker?raw", ""); code != 200 || body != "kept" {
 		t.Errorf("restart: consul key dev-test/marker = %d %q, want 200 \"kept\"", code, body)
 	}
-	cl, err = kgo.NewClient(kgo.SeedBrokers(d.broker), kgo.ConsumeTopics(marker),
+	cl, err = kgo.NewClient(kgo.SeedBrokers(strings.Split(d.broker, ",")...), kgo.ConsumeTopics(marker),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -377,5 +377,20 @@ func TestDevWebhooksNeverReachTheStack(t *testing.T) {
 	}
 	if _, err := r.CheckWebhook("http://127.0.0.1:9999/hook"); err != nil {
 		t.Errorf("a webhook to another local port: %v", err)
+	}
+}
+
+// --broker-count outside 1 to devstack.MaxBrokers, or a PF_BROKER_COUNT
+// that is no number, is refused before anything starts.
+func TestDevRefusesABadBrokerCount(t *testing.T) {
+	for _, args := range [][]string{{"--broker-count", "0"}, {"--broker-count", "17"}} {
+		r := policyctl(t, append([]string{"dev", "--ephemeral"}, args...)...)
+		if r.code != 2 || !strings.Contains(r.errOut, "--broker-count") {
+			t.Errorf("policyctl dev %v: exit %d, stderr %s; want a usage error naming --broker-count", args, r.code, r.errOut)
+		}
+	}
+	t.Setenv("PF_BROKER_COUNT", "three")
+	if r := policyctl(t, "dev", "--ephemeral"); r.code != 2 || !strings.Contains(r.errOut, "PF_BROKER_COUNT") {
+		t.Errorf("PF_BROKER_COUNT=three: exit %d, stderr %s; want a usage error naming it", r.code, r.errOut)
 	}
 }

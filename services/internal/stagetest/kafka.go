@@ -2,6 +2,7 @@ package stagetest
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -23,12 +24,34 @@ const prefix = "t."
 // they waited for, so that records beyond it (duplicates) show too.
 const Linger = 500 * time.Millisecond
 
-// Cluster is a single-broker kfake cluster running in the test process,
+// Brokers is the number of brokers of every test cluster: PF_BROKER_COUNT,
+// three by default, so that partition leaders and the group and
+// transaction coordinators are spread over brokers as on a real cluster.
+func Brokers(t testing.TB) int {
+	t.Helper()
+	v := os.Getenv("PF_BROKER_COUNT")
+	if v == "" {
+		return DefaultBrokers
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 16 {
+		t.Fatalf("PF_BROKER_COUNT=%q: want a number of brokers between 1 and 16", v)
+	}
+	return n
+}
+
+// DefaultBrokers is the number of brokers without PF_BROKER_COUNT.
+const DefaultBrokers = 3
+
+// Cluster is a kfake cluster of Brokers brokers running in the test process,
 // with an admin client and a producer that places keyed records the way
 // the stages do (the key's murmur2 hash, as Kafka's default partitioner).
 type Cluster struct {
 	Kafka runtime.Kafka
 	Admin *kadm.Client
+	// Fake is the kfake cluster, for tests that move leaders or
+	// coordinators or inject errors.
+	Fake *kfake.Cluster
 
 	cl         *kgo.Client // produces; Admin talks through it too
 	partitions int32       // of every topic the cluster creates
@@ -36,10 +59,11 @@ type Cluster struct {
 
 // NewCluster starts an in-process Kafka, closed when the test ends, and
 // creates the topics (base names, without the prefix "t.") with the given
-// number of partitions and the broker's default configs.
+// number of partitions, the broker's default replication (as many
+// replicas as brokers, up to three) and the broker's default configs.
 func NewCluster(t testing.TB, partitions int32, topics ...string) *Cluster {
 	t.Helper()
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	kc, err := kfake.NewCluster(kfake.NumBrokers(Brokers(t)), kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatalf("start an in-process Kafka: %v", err)
 	}
@@ -50,7 +74,7 @@ func NewCluster(t testing.TB, partitions int32, topics ...string) *Cluster {
 		t.Fatalf("create a client of %v: %v", k.Brokers, err)
 	}
 	t.Cleanup(cl.Close)
-	c := &Cluster{Kafka: k, Admin: kadm.NewClient(cl), cl: cl, partitions: partitions}
+	c := &Cluster{Kafka: k, Admin: kadm.NewClient(cl), Fake: kc, cl: cl, partitions: partitions}
 	c.CreateTopics(t, nil, topics...)
 	return c
 }
@@ -78,7 +102,7 @@ func (c *Cluster) CreateTopics(t testing.TB, configs map[string]string, topics .
 		}
 	}
 	for _, base := range topics {
-		resp, err := c.Admin.CreateTopic(context.Background(), c.partitions, 1, cfg, c.Kafka.Topic(base))
+		resp, err := c.Admin.CreateTopic(context.Background(), c.partitions, -1, cfg, c.Kafka.Topic(base))
 		if err == nil {
 			err = resp.Err
 		}

@@ -31,6 +31,9 @@ import (
 // its data directory and port; "consul-down" stops the Consul agent for
 // Options.ConsulDown and starts it again on its data; "rebalance-storm"
 // makes members of every consumer stage join and leave again and again;
+// the cluster faults (ClusterFaults: leader-move, coordinator-move,
+// broker-rolling-restart, retriable-errors) act on the broker's three
+// brokers without stopping the cluster;
 // "script-fails" makes every component script fail (exit 3) for
 // Options.FailFor, then asks for a catch-up, which must notify them
 // again; "consul-edit" edits every component's item in Consul by hand
@@ -76,7 +79,9 @@ func AllFaults() []string {
 	for _, s := range Stages {
 		out = append(out, Replace(s))
 	}
-	return append(out, FaultBrokerRestart, FaultConsulDown, FaultRebalanceStorm, FaultScriptFails, FaultConsulEdit,
+	out = append(out, FaultBrokerRestart)
+	out = append(out, ClusterFaults()...)
+	return append(out, FaultConsulDown, FaultRebalanceStorm, FaultScriptFails, FaultConsulEdit,
 		FaultConsulLeaderLoss, FaultNetworkDisconnected)
 }
 
@@ -128,6 +133,10 @@ type Options struct {
 	// container off the network.
 	Disconnected time.Duration
 	Log          zerolog.Logger
+	// External, when set, runs the faults against a Kafka cluster and a
+	// Consul already running instead of an in-process broker and a local
+	// agent; only ExternalFaults may then run.
+	External *External
 	// Progress, when set, is told what the run is doing.
 	Progress func(format string, a ...any)
 }
@@ -163,6 +172,11 @@ type Row struct {
 	// Err is a fault that could not be run; Details what was counted.
 	Err     string
 	Details []string
+	// Took is the row's whole time: the stream, the fault, the settling.
+	Took time.Duration
+	// Note says what the fault did, when it says more than its name
+	// (the cluster faults: moves made, errors injected).
+	Note string
 }
 
 // Failed reports a row with something counted or an error.
@@ -181,17 +195,22 @@ func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 // details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\tstall/bound\trecovery\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\tstall/bound\trecovery\ttook\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
 			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden,
-			r.Stall.Seconds(), r.Bound.Seconds(), rec)
+			r.Stall.Seconds(), r.Bound.Seconds(), rec, r.Took.Seconds())
 	}
 	_ = tw.Flush()
+	for _, r := range m {
+		if r.Note != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Fault, r.Note)
+		}
+	}
 	for _, r := range m {
 		if !r.Failed() && r.Redelivered == 0 {
 			continue
@@ -219,6 +238,9 @@ func Run(ctx context.Context, o Options) (Matrix, error) {
 		if !slices.Contains(AllFaults(), f) {
 			return nil, fmt.Errorf("unknown fault %q; the faults are %s", f, strings.Join(AllFaults(), ", "))
 		}
+	}
+	if err := checkExternal(o); err != nil {
+		return nil, err
 	}
 	var embedded, containers []string
 	for _, f := range o.Faults {
@@ -275,9 +297,11 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 	var m Matrix
 	for _, f := range faults {
 		progress("%s: %d updates, the fault after %d", f, o.Updates, o.Updates/2)
+		began := time.Now()
 		r := s.runFault(ctx, f)
-		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs %s",
-			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Err)
+		r.Took = time.Since(began)
+		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs, took %.1fs %s",
+			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Took.Seconds(), r.Err)
 		m = append(m, r)
 		if ctx.Err() != nil {
 			break
@@ -325,6 +349,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 		return row
 	}
 	ended := s.obs.faultEnds()
+	row.Note = s.takeNote()
 	pause(s.o.Hold)
 	for i := s.o.Updates / 2; i < s.o.Updates; i++ {
 		if err := s.publish(ctx, policyID(i%s.o.Policies)); err != nil {
@@ -399,6 +424,10 @@ func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 		s.broker.Close()
 		started()
 		return s.startBroker(s.brokerAddr)
+	case clusterFault(fault):
+		note, err := s.clusterFault(ctx, fault, started)
+		s.setNote(note)
+		return err
 	case fault == FaultConsulDown:
 		s.consulMu.Lock()
 		a := s.consul

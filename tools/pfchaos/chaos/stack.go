@@ -73,6 +73,28 @@ type stack struct {
 	policy  map[string]string // component -> policy id
 	latest  map[string]int    // policy id -> newest version accepted by the North API
 	stopObs context.CancelFunc
+
+	// compBase starts every component id: "chaos-", or on an external
+	// cluster "chaos-<random>-", the run's own.
+	compBase string
+
+	noteMu sync.Mutex
+	note   string // what the running fault did (Row.Note)
+}
+
+func (s *stack) setNote(n string) {
+	s.noteMu.Lock()
+	s.note = n
+	s.noteMu.Unlock()
+}
+
+// takeNote returns the running fault's note and clears it.
+func (s *stack) takeNote() string {
+	s.noteMu.Lock()
+	defer s.noteMu.Unlock()
+	n := s.note
+	s.note = ""
+	return n
 }
 
 // policyID is the i-th policy of the run.
@@ -92,9 +114,14 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return s, err
 	}
+	s.compBase = "chaos-"
 	s.brokerDir, s.consulDir = filepath.Join(o.Dir, "broker"), filepath.Join(o.Dir, "consul")
 	listen := "127.0.0.1:0"
-	if withCluster {
+	if o.External != nil {
+		if err := s.useExternal(); err != nil {
+			return s, err
+		}
+	} else if withCluster {
 		if s.cluster, err = startCluster(ctx, o.ConsulImage); err != nil {
 			return s, err
 		}
@@ -106,18 +133,25 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 		}
 		listen = net.JoinHostPort(gw, "0")
 	}
-	if err := s.startBroker(listen); err != nil {
-		return s, err
+	if o.External == nil {
+		if err := s.startBroker(listen); err != nil {
+			return s, err
+		}
+		// The addresses of every broker: broker-restart starts the
+		// cluster again on the same ports.
+		s.brokerAddr = strings.Join(s.broker.Addrs, ",")
+		s.kafka = runtime.Kafka{Brokers: s.broker.Addrs, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 250 * time.Millisecond}
 	}
-	s.brokerAddr = s.broker.Addrs[0]
-	s.kafka = runtime.Kafka{Brokers: s.broker.Addrs, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 250 * time.Millisecond}
-	if !withCluster {
+	if !withCluster && o.External == nil {
 		if err := s.startConsul(ctx, "127.0.0.1:0"); err != nil {
 			return s, err
 		}
 		s.consulAddr = s.consul.Addr
 	}
 	kvc := consulkv.Config{Addr: s.consulAddr}
+	if o.External != nil {
+		kvc = o.External.Consul
+	}
 	if s.kv, err = kvc.Client(); err != nil {
 		return s, err
 	}
@@ -131,7 +165,7 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 		return s, err
 	}
 	defer cl.Close()
-	if _, err := topology.Apply(ctx, kadm.NewClient(cl), topology.Default(), topology.Options{Partitions: int32(o.Partitions)}); err != nil {
+	if _, err := topology.Apply(ctx, kadm.NewClient(cl), topology.Default(), topology.Options{Prefix: s.kafka.Prefix, Partitions: int32(o.Partitions)}); err != nil {
 		return s, fmt.Errorf("apply topology: %w", err)
 	}
 
@@ -146,7 +180,7 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 		}
 	}
 	for i := 0; i < o.Components; i++ {
-		c := fmt.Sprintf("chaos-c%02d", i)
+		c := fmt.Sprintf("%sc%02d", s.compBase, i)
 		s.comps = append(s.comps, c)
 		s.policy[c] = policyID(i % o.Policies)
 		if i%2 == 0 {
@@ -180,7 +214,7 @@ func startStack(ctx context.Context, o Options, withCluster bool) (s *stack, err
 		if i%2 == 0 {
 			notify = events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: filepath.Join(s.hooks, c+".sh"), TimeoutMs: 30000}
 		}
-		v, err := codec.Encode(&events.Component{ComponentID: c, DeploymentID: fmt.Sprintf("chaos-d%02d", i/2), ServiceComponentName: c,
+		v, err := codec.Encode(&events.Component{ComponentID: c, DeploymentID: fmt.Sprintf("%sd%02d", s.compBase, i/2), ServiceComponentName: c,
 			Tenant: "chaos", PolicyIDs: []string{s.policy[c]}, Config: "{}", Generation: 1, UpdatedAt: now, Notify: notify})
 		if err != nil {
 			return s, err
@@ -376,7 +410,7 @@ func (s *stack) publish(ctx context.Context, pid string) error {
 // behind lists the components whose Consul item or latest notification
 // is not at the newest version of their policy.
 func (s *stack) behind(ctx context.Context) ([]string, error) {
-	pairs, _, err := s.kv.KV().List("chaos-", (&consulapi.QueryOptions{}).WithContext(ctx))
+	pairs, _, err := s.kv.KV().List(s.compBase, (&consulapi.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -447,6 +481,9 @@ func (s *stack) close() {
 	}
 	if s.broker != nil {
 		s.broker.Close()
+	}
+	if s.o.External != nil && s.kafka.Prefix != "" {
+		s.removeExternal()
 	}
 }
 
