@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -127,17 +128,26 @@ func runAgentPackageNew(ctx context.Context, args []string) error {
 func runAgentPackageList(ctx context.Context, args []string) error {
 	fset := newFlagSet(ctx, "agentpackage list", agentPackageListSummary, "")
 	api := registerAPIFlags(fset)
-	asJSON := fset.Bool("json", false, "print the API's JSON answer")
+	out := registerOutputFlag(fset, outputTable).withJSONFlag(fset)
 	if err := parseFlags(fset, args); err != nil {
 		return err
+	}
+	format, err := out.check()
+	if err != nil {
+		return err
+	}
+	if fset.NArg() != 0 {
+		return usageErrorf("agentpackage list takes no arguments, got %q", fset.Args())
 	}
 	data, err := api.do(ctx, http.MethodGet, "/v1/agentpackages", nil)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printAnswer(ctx, data)
-	}
+	return printOutput(stdout(ctx), format, data, agentPackageTable)
+}
+
+// agentPackageTable draws the answer of GET /v1/agentpackages.
+func agentPackageTable(w io.Writer, data []byte) error {
 	var ans struct {
 		Packages []struct {
 			Version, SHA256, UploadedBy, UploadedAt string
@@ -147,7 +157,7 @@ func runAgentPackageList(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return fmt.Errorf("the North API's answer is not the list expected: %w", err)
 	}
-	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tSIZE\tSHA256\tUPLOADED BY\tUPLOADED AT")
 	for _, p := range ans.Packages {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.Version, p.Size, p.SHA256, p.UploadedBy, p.UploadedAt)

@@ -320,7 +320,12 @@ func runIDCommand(ctx context.Context, args []string, name, summary string, call
 func runOneIDCommand(ctx context.Context, args []string, name, summary, idName string, call func(*apiClient, string) ([]byte, error)) error {
 	fs := newFlagSet(ctx, name, summary, idName)
 	api := registerAPIFlags(fs)
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
@@ -330,7 +335,7 @@ func runOneIDCommand(ctx context.Context, args []string, name, summary, idName s
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }
 
 // runListCommand runs a command that takes no argument and prints the
@@ -338,7 +343,12 @@ func runOneIDCommand(ctx context.Context, args []string, name, summary, idName s
 func runListCommand(ctx context.Context, args []string, name, summary, path string) error {
 	fs := newFlagSet(ctx, name, summary, "")
 	api := registerAPIFlags(fs)
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -348,7 +358,7 @@ func runListCommand(ctx context.Context, args []string, name, summary, path stri
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }
 
 func runComponentDelete(ctx context.Context, args []string) error {
