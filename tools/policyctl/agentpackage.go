@@ -26,7 +26,7 @@ import (
 const (
 	agentPackageNewSummary     = "make the directory of a new agent package: package.json and empty packages/, ssl/ and config/"
 	agentPackageListSummary    = "list the agent packages on the hub with their SHA-256"
-	agentPackagePublishSummary = "sign an agent package (a directory made by `agentpackage new`, or a .tar.gz) and upload it to the hub"
+	agentPackagePublishSummary = "sign an agent package (a directory made by 'agentpackage new', or a .tar.gz) and upload it to the hub"
 	agentPackageKeygenSummary  = "make an ed25519 key pair to sign agent packages with: FILE (private, mode 0600) and FILE.pub (for the agents' --trusted-key)"
 )
 
@@ -39,7 +39,7 @@ func init() {
 
 func runAgentPackageKeygen(ctx context.Context, args []string) error {
 	fset := newFlagSet(ctx, "agentpackage keygen", agentPackageKeygenSummary+
-		"\n\nKeep FILE where only the publisher can read it and give `agentpackage publish --key FILE`; install FILE.pub"+
+		"\n\nKeep FILE where only the publisher can read it and give 'agentpackage publish --key FILE'; install FILE.pub"+
 		"\non every node and give it to the edge agent as --trusted-key.", "FILE")
 	if err := parseFlags(fset, args); err != nil {
 		return err
@@ -223,7 +223,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 		"\nagain by the hub, which stores it with its SHA-256; a version already on the hub cannot change.", "DIR|FILE.tar.gz")
 	api := registerAPIFlags(fset)
 	maxUnpacked := fset.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of the package; the hub has its own limit (--max-unpacked-package-bytes)")
-	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY; default: package-signing.key of `policyctl dev`'s data dir, when it exists)")
+	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY; default: package-signing.key of 'policyctl dev''s data dir, when it exists)")
 	if err := parseFlags(fset, args); err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func registerAPIFlags(fs *flag.FlagSet) *apiClient {
 	fs.StringVar(&c.base, "api", runtime.EnvOr("PF_API", defaultAPI), "URL of the North API (env PF_API)")
 	fs.StringVar(&c.token, "token", runtime.EnvOr("PF_TOKEN", ""), "bearer token of the North API; PF_TOKEN keeps it out of the process list (env PF_TOKEN)")
 	fs.StringVar(&c.tokenFile, "token-file", runtime.EnvOr("PF_TOKEN_FILE", ""),
-		"file holding the bearer token, when no --token (env PF_TOKEN_FILE; default: policyctl.token of `policyctl dev`'s data dir, .data/ or PF_DEV_DATA_DIR, when it exists)")
+		"file holding the bearer token, when no --token (env PF_TOKEN_FILE; default: policyctl.token of 'policyctl dev''s data dir, .data/ or PF_DEV_DATA_DIR, when it exists)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up when the North API has not answered within this time")
 	return c
 }

@@ -146,7 +146,7 @@ type devFlags struct {
 
 func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", runtime.EnvOr("PF_DEV_DATA_DIR", ""), "directory for the stack's state: broker in <dir>/kafka, Consul in <dir>/consul (default .data in the repository root; env PF_DEV_DATA_DIR)")
-	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and `consul agent -dev`; --data-dir is ignored")
+	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and 'consul agent -dev'; --data-dir is ignored")
 	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port the embedded Kafka broker listens on; port 0 picks a free one (env PF_DEV_BROKER_ADDR)")
 	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
 	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages and the North API (env PF_HTTP_ADDR)")
@@ -256,7 +256,7 @@ func runDev(ctx context.Context, args []string) error {
 		kafkaDir, consulDir = filepath.Join(f.dataDir, "kafka"), filepath.Join(f.dataDir, "consul")
 		unlock, err := devstack.LockDir(f.dataDir)
 		if err != nil {
-			return fmt.Errorf("%w; is another `policyctl dev` running on it? stop it, or use --data-dir or --ephemeral", err)
+			return fmt.Errorf("%w; is another 'policyctl dev' running on it? stop it, or use --data-dir or --ephemeral", err)
 		}
 		defer unlock()
 	}
@@ -282,7 +282,7 @@ func runDev(ctx context.Context, args []string) error {
 		Logger:     log.Level(max(brokerLevel, log.GetLevel())).With().Str("component", "broker").Logger(),
 	})
 	if err != nil {
-		return fmt.Errorf("%w (is another broker or `policyctl dev` using %s? pick another with --broker-addr)", err, f.brokerAddr)
+		return fmt.Errorf("%w (is another broker or 'policyctl dev' using %s? pick another with --broker-addr)", err, f.brokerAddr)
 	}
 	defer func() {
 		broker.Close()
@@ -463,7 +463,7 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 	}
 	state := "in memory only (--ephemeral): everything is gone when this stops"
 	if !f.ephemeral {
-		state = f.dataDir + " (kafka/, consul/, the API token); delete it or run `make clean` to start over"
+		state = f.dataDir + " (kafka/, consul/, the API token); delete it or run 'make clean' to start over"
 	}
 	prefix := ""
 	if s.Kafka.Prefix != "" {

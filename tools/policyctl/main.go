@@ -200,7 +200,8 @@ func printCommands(w io.Writer, prefix string) {
 	}
 	_ = tw.Flush()
 	if prefix == "" {
-		fmt.Fprintln(w, "\nRun 'policyctl <command> -h' for the flags of a command.")
+		fmt.Fprintln(w, "\nRun 'policyctl <command> -h' for the flags of a command; flags may come before or after its arguments.")
+		fmt.Fprintln(w, "Read commands print -o json, yaml or table; 'policyctl --version' prints the version; 'policyctl completion bash|zsh|fish' the shell completion.")
 		fmt.Fprintln(w, "Flags fall back to PF_* environment variables, e.g. PF_BROKERS, PF_TOPIC_PREFIX.")
 	}
 }
@@ -304,9 +305,15 @@ func run(ctx context.Context, args []string) int {
 		printCommands(stderr(ctx), "")
 		return exitUsage
 	}
-	if a := args[0]; a == "-h" || a == "-help" || a == "--help" {
+	switch args[0] {
+	case "-h", "-help", "--help":
 		printCommands(stdout(ctx), "")
 		return exitOK
+	case "-version", "--version":
+		fmt.Fprintln(stdout(ctx), versionString())
+		return exitOK
+	case completeCommand:
+		return runComplete(ctx, args[1:])
 	}
 	c, rest, ok := lookup(args)
 	var err error

@@ -19,7 +19,7 @@ import (
 
 const (
 	nmpListSummary     = "list the node management policies (NMPs) of an org"
-	nmpNewSummary      = "print an NMP template to fill in, as `hzn exchange nm new` does; nmp publish takes it with its comments"
+	nmpNewSummary      = "print an NMP template to fill in, as 'hzn exchange nm new' does; nmp publish takes it with its comments"
 	nmpPublishSummary  = "create or replace an NMP from a JSON file (- for stdin); --dry-run shows the nodes it applies to and the conflicts"
 	nmpRemoveSummary   = "remove an NMP"
 	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
@@ -121,7 +121,7 @@ func needOrg(org string) error {
 }
 
 func runNMPNew(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nFill it in and remove the fields you do not need; `nmp publish` drops the /* */ comments.", "")
+	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nFill it in and remove the fields you do not need; 'nmp publish' drops the /* */ comments.", "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -239,7 +239,7 @@ func confirmHint(err error) error {
 func runNMPPublish(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "nmp publish", nmpPublishSummary+
 		"\n\nAn enabled NMP with no constraints, or with the pattern \"*\", reaches every node of its kind and is refused"+
-		"\nunless --yes-all-nodes confirms it. `policyctl nmp new` prints a template.", "NAME FILE|-")
+		"\nunless --yes-all-nodes confirms it. 'policyctl nmp new' prints a template.", "NAME FILE|-")
 	api := registerAPIFlags(fs)
 	org := registerOrgFlag(fs)
 	yes := fs.Bool("yes-all-nodes", false, "confirm an enabled NMP that applies to every node of its kind")
