@@ -14,7 +14,10 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -172,6 +175,35 @@ func TestOpenAPIPathOfPatterns(t *testing.T) {
 	} {
 		if got := openAPIPath(in); got != want {
 			t.Errorf("openAPIPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestOpenAPIDocumentsWhatCatchupAnswers pins the document to the scope
+// POST /v1/catchup really answers (the events' ALL and DEPLOYMENT), through
+// the same check every test's calls go through (apicheck, in
+// apicheck_test.go): an answer the document does not allow fails it.
+func TestOpenAPIDocumentsWhatCatchupAnswers(t *testing.T) {
+	for scope, fits := range map[string]bool{events.ScopeAll: true, events.ScopeDeployment: true, "all": false, "everything": false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: "r-1", Scope: scope, Partitions: 3})
+		}))
+		spec, err := apicheck.Load(openAPIDocument)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &apicheck.Recorder{}
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/catchup", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		auth.SetBearer(req, adminToken)
+		resp, err := (&http.Client{Transport: spec.Transport(nil, rec)}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srv.Close()
+		if got := len(rec.Failures()) == 0; got != fits {
+			t.Errorf("POST /v1/catchup answering scope %q: fits the document %v, want %v (%q)", scope, got, fits, rec.Failures())
 		}
 	}
 }
