@@ -31,6 +31,7 @@ import (
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/nmp-hub/nmphub"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -51,6 +52,10 @@ type hub struct {
 	containers bool // agents run as containers of agentImage
 	agents     map[string]*agentProc
 	mu         sync.Mutex
+	// client sends the test's requests to the API; every exchange is
+	// checked against the API's OpenAPI document, and the test fails for
+	// each one that differs from it.
+	client *http.Client
 }
 
 var (
@@ -134,7 +139,8 @@ func start(t *testing.T) *hub {
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
-	h := &hub{t: t, control: t.TempDir(), packageDir: t.TempDir(), agents: map[string]*agentProc{}}
+	h := &hub{t: t, control: t.TempDir(), packageDir: t.TempDir(), agents: map[string]*agentProc{},
+		client: apicheck.Client(t, northapi.OpenAPI())}
 	// On the containers backend the agents are containers too (host
 	// network, so they reach the North API this process serves).
 	if b.Kind == backend.KindContainers {
@@ -218,7 +224,7 @@ func start(t *testing.T) *hub {
 		// The North API's own word last: its views (agent packages, nodes,
 		// NMPs) may join the stages' health only once its reader reached
 		// the brokers.
-		resp2, err := http.Get(h.api + "/healthcheck")
+		resp2, err := h.client.Get(h.api + "/healthcheck")
 		if err != nil {
 			return err
 		}
@@ -259,7 +265,7 @@ func (h *hub) do(method, path string, body any) (int, []byte) {
 	req, _ := http.NewRequest(method, h.api+path, r)
 	req.Header.Set("Content-Type", "application/json")
 	auth.SetBearer(req, h.admin)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -300,7 +306,7 @@ func (h *hub) publishSigned(version string, key ed25519.PrivateKey) string {
 	sig, keyID := nmp.SignPackage(key, version, hex.EncodeToString(sum[:]))
 	req.Header.Set(northapi.SignatureHeader, sig)
 	req.Header.Set(northapi.SigningKeyHeader, keyID)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -44,6 +44,11 @@ import (
 // tests exercise, to compare with those the document describes.
 const CoverageEnv = "PF_APICHECK_COVERAGE"
 
+func init() {
+	// Agent packages are uploaded as tar.gz: checked as bytes.
+	openapi3filter.RegisterBodyDecoder("application/gzip", openapi3filter.FileBodyDecoder)
+}
+
 // Spec is a loaded OpenAPI document ready to check exchanges against.
 type Spec struct {
 	doc    *openapi3.T
@@ -253,6 +258,7 @@ func (s *Spec) check(sent *http.Request, reqBody []byte, resp *http.Response, re
 		return s.checkError(resp, respBody)
 	}
 	coverage(req.Method, route.Path, resp.StatusCode)
+	defaultContentType(req, route)
 	in := &openapi3filter.RequestValidationInput{
 		Request:    req,
 		PathParams: params,
@@ -277,6 +283,23 @@ func (s *Spec) check(sent *http.Request, reqBody []byte, resp *http.Response, re
 		return oneLine(err)
 	}
 	return ""
+}
+
+// defaultContentType gives a request with a body and no Content-Type the
+// one media type its operation documents: the server reads a body as what
+// the route takes, whatever the client called it, so a client that did not
+// say is checked as if it had said so.
+func defaultContentType(req *http.Request, route *routers.Route) {
+	if req.ContentLength == 0 || req.Header.Get("Content-Type") != "" || route.Operation == nil || route.Operation.RequestBody == nil {
+		return
+	}
+	rb := route.Operation.RequestBody.Value
+	if rb == nil || len(rb.Content) != 1 {
+		return
+	}
+	for mt := range rb.Content {
+		req.Header.Set("Content-Type", mt)
+	}
 }
 
 // checkError checks an answer to a route the document does not describe:

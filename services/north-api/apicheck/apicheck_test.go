@@ -65,12 +65,14 @@ func exchange(t *testing.T, a answer, method, path, token, body string) []string
 	}
 	rec := &Recorder{}
 	client := &http.Client{Transport: spec.Transport(nil, rec)}
+	// A body "untyped:..." is sent without a Content-Type.
+	untyped, isUntyped := strings.CutPrefix(body, "untyped:")
 	var rd io.Reader
 	if body != "" {
-		rd = strings.NewReader(body)
+		rd = strings.NewReader(untyped)
 	}
 	req, _ := http.NewRequest(method, srv.URL+path, rd)
-	if body != "" {
+	if body != "" && !isUntyped {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {
@@ -111,6 +113,9 @@ func TestExchangesAgainstTheDocument(t *testing.T) {
 		{"an undocumented refusal without a token", answer{403, js, `{"error":"no"}`}, "GET", "/v1/things/a", "", "", "status is not supported"},
 		{"a bad body refused", answer{400, js, `{"error":"scope"}`}, "PUT", "/v1/things/a", "tok", `{"scope":"some"}`, ""},
 		{"a bad body accepted", answer{200, js, `{"scope":"all"}`}, "PUT", "/v1/things/a", "tok", `{"scope":"some"}`, "refuses"},
+		// A body without a Content-Type is checked as the one the route takes.
+		{"a good body without a content type", answer{200, js, `{"scope":"all"}`}, "PUT", "/v1/things/a", "tok", `untyped:{"scope":"all"}`, ""},
+		{"a bad body without a content type", answer{200, js, `{"scope":"all"}`}, "PUT", "/v1/things/a", "tok", `untyped:{"scope":"any"}`, "refuses"},
 		{"a too long parameter accepted", answer{200, js, `{"scope":"all"}`}, "GET", "/v1/things/abcdefghij", "tok", "", "refuses"},
 		{"an undocumented route refused", answer{404, js, `{"error":"no route"}`}, "GET", "/v1/other", "tok", "", ""},
 		{"an undocumented route refused without a reason", answer{404, "text/plain", `404 page not found`}, "GET", "/v1/other", "tok", "", "application/json"},
