@@ -45,8 +45,10 @@ import (
 const CoverageEnv = "PF_APICHECK_COVERAGE"
 
 func init() {
-	// Agent packages are uploaded as tar.gz: checked as bytes.
+	// Agent packages are uploaded as tar.gz: checked as bytes; the status
+	// page is HTML: checked as text.
 	openapi3filter.RegisterBodyDecoder("application/gzip", openapi3filter.FileBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 }
 
 // Spec is a loaded OpenAPI document ready to check exchanges against.

@@ -144,7 +144,7 @@ func TestOpenAPIServed(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := checkedClient(t).Do(req) // checked against openapi.json
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,6 +162,16 @@ func TestOpenAPIServed(t *testing.T) {
 	var v map[string]any
 	if err := json.Unmarshal(body, &v); err != nil || v["openapi"] == nil {
 		t.Fatalf("GET /openapi.json is not the document: %v %s", err, fmt.Sprint(v["openapi"]))
+	}
+	// The status page, public, through the same checked client.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ui/", nil)
+	resp, err := checkedClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("GET /ui/: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }
 
