@@ -324,7 +324,7 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	for time.Now().Before(deadline) {
 		if b, err := os.ReadFile(log); err == nil && bytes.Contains(b, []byte(fmt.Sprintf("DCAE.Config_VM_MEMORY.%d.xml", second))) {
 			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			fmt.Fprintf(s.Out, "demo: the component's script was run as '%s policies <json>'; its last call:\n  %s\n", script, lines[len(lines)-1])
+			fmt.Fprintf(s.Out, "demo: the component's script was run as `%s policies <json>`; its last call:\n  %s\n", script, lines[len(lines)-1])
 			fmt.Fprintf(s.Out, "demo: try  policyctl component status --api %s demo-vm-memory  and  curl -s -H \"Authorization: Bearer $(cat %s)\" %s/service_component_all/demo-vm-memory\n",
 				base, devAPIToken.TokenFile, base)
 			return nil

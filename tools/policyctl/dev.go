@@ -256,7 +256,7 @@ func runDev(ctx context.Context, args []string) error {
 		kafkaDir, consulDir = filepath.Join(f.dataDir, "kafka"), filepath.Join(f.dataDir, "consul")
 		unlock, err := devstack.LockDir(f.dataDir)
 		if err != nil {
-			return fmt.Errorf("%w; is another 'policyctl dev' running on it? stop it, or use --data-dir or --ephemeral", err)
+			return fmt.Errorf("%w; is another `policyctl dev` running on it? stop it, or use --data-dir or --ephemeral", err)
 		}
 		defer unlock()
 	}
@@ -282,7 +282,7 @@ func runDev(ctx context.Context, args []string) error {
 		Logger:     log.Level(max(brokerLevel, log.GetLevel())).With().Str("component", "broker").Logger(),
 	})
 	if err != nil {
-		return fmt.Errorf("%w (is another broker or 'policyctl dev' using %s? pick another with --broker-addr)", err, f.brokerAddr)
+		return fmt.Errorf("%w (is another broker or `policyctl dev` using %s? pick another with --broker-addr)", err, f.brokerAddr)
 	}
 	defer func() {
 		broker.Close()
@@ -463,7 +463,7 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 	}
 	state := "in memory only (--ephemeral): everything is gone when this stops"
 	if !f.ephemeral {
-		state = f.dataDir + " (kafka/, consul/, the API token); delete it or run 'make clean' to start over"
+		state = f.dataDir + " (kafka/, consul/, the API token); delete it or run `make clean` to start over"
 	}
 	prefix := ""
 	if s.Kafka.Prefix != "" {

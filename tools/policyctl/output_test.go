@@ -67,6 +67,32 @@ var readCommands = [][]string{
 	{"rollout", "DCAE.Config_a"},
 }
 
+// TestTopologyDescribeOutputs: the one read command that needs no API.
+func TestTopologyDescribeOutputs(t *testing.T) {
+	hermeticEnv(t)
+	js := policyctl(t, "topology", "describe", "schemas", "-o", "json", "--topic-prefix", "x.")
+	var facts struct {
+		Topics []struct {
+			Topic      string `json:"topic"`
+			Partitions int    `json:"partitions"`
+		} `json:"topics"`
+	}
+	if js.code != 0 || json.Unmarshal([]byte(js.out), &facts) != nil || len(facts.Topics) != 1 || facts.Topics[0].Topic != "x.schemas" || facts.Topics[0].Partitions < 1 {
+		t.Fatalf("topology describe -o json: exit %d, stdout %q, stderr %q", js.code, js.out, js.errOut)
+	}
+	ym := policyctl(t, "topology", "describe", "schemas", "-o", "yaml", "--topic-prefix", "x.")
+	if ym.code != 0 || !sameValue(t, js.out, ym.out) {
+		t.Errorf("topology describe -o yaml: exit %d, stdout %q; want the data of -o json", ym.code, ym.out)
+	}
+	tb := policyctl(t, "topology", "describe", "schemas", "--topic-prefix", "x.")
+	if tb.code != 0 || !strings.HasPrefix(tb.out, "TOPIC") || tb.out != policyctl(t, "topology", "describe", "schemas", "-o", "table", "--topic-prefix", "x.").out {
+		t.Errorf("topology describe: exit %d, stdout %q; want the table, the same as -o table", tb.code, tb.out)
+	}
+	if bad := policyctl(t, "topology", "describe", "-o", "csv"); bad.code != exitUsage || !strings.Contains(bad.errOut, "not an output format") {
+		t.Errorf("topology describe -o csv: exit %d, stderr %q", bad.code, bad.errOut)
+	}
+}
+
 // sameValue decodes JSON and YAML output and compares them as data.
 func sameValue(t *testing.T, jsonOut, yamlOut string) bool {
 	t.Helper()

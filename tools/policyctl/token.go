@@ -75,9 +75,9 @@ func tokenAdvice(from string) string {
 		if dev == "" {
 			dev = ".data/" + devstack.TokenFileName
 		}
-		return fmt.Sprintf("policyctl sent no token: give one with --token, PF_TOKEN or --token-file (PF_TOKEN_FILE); 'policyctl dev' writes its admin token to %s, where policyctl finds it.", dev)
+		return fmt.Sprintf("policyctl sent no token: give one with --token, PF_TOKEN or --token-file (PF_TOKEN_FILE); `policyctl dev` writes its admin token to %s, where policyctl finds it.", dev)
 	}
-	return fmt.Sprintf("The token from %s is not one the North API knows: check it, or ask an administrator for one ('policyctl token add' makes them).", from)
+	return fmt.Sprintf("The token from %s is not one the North API knows: check it, or ask an administrator for one (`policyctl token add` makes them).", from)
 }
 
 func runTokenAdd(ctx context.Context, args []string) error {
