@@ -19,6 +19,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +58,9 @@ type hub struct {
 	// checked against the API's OpenAPI document, and the test fails for
 	// each one that differs from it.
 	client *http.Client
+	// agentAPI is where the edge agents find the hub: a proxy to api that
+	// checks their exchanges against the OpenAPI document too.
+	agentAPI string
 }
 
 var (
@@ -185,6 +190,15 @@ func start(t *testing.T) *hub {
 		t.Fatal(err)
 	}
 	h.api = "http://" + ln.Addr().String()
+	target, err := url.Parse(h.api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = apicheck.Wrap(t, northapi.OpenAPI(), nil)
+	agentProxy := httptest.NewServer(proxy)
+	t.Cleanup(agentProxy.Close) // after the agents stop (below)
+	h.agentAPI = agentProxy.URL
 	ops := httptest.NewServer(env.Handler(nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
@@ -358,7 +372,7 @@ func (h *hub) startAgent(node, version, arch string, dir string) *agentProc {
 	if h.containers {
 		return h.startContainer(node, version, arch, dir)
 	}
-	cmd := exec.Command(agentBin, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
+	cmd := exec.Command(agentBin, "--hub", h.agentAPI, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", dir, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
 		"--install-cmd", h.installCmd, "--poll-wait", "5s", "--log-level", "info",
 		"--insecure", "--trusted-key", filepath.Join(h.control, "signing.pub"))
@@ -388,7 +402,7 @@ func (h *hub) startContainer(node, version, arch, dir string) *agentProc {
 		h.t.Fatalf("state dir %s is not under the control dir", dir)
 	}
 	out, err := exec.Command("docker", "run", "-d", "--network", "host", "-v", h.control+":/control", "-e", "PF_TOKEN="+h.agent,
-		agentImage, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
+		agentImage, "--hub", h.agentAPI, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", "/control/"+rel, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
 		"--install-cmd", "/installer", "--poll-wait", "5s", "--log-level", "info",
 		"--insecure", "--trusted-key", "/control/signing.pub").CombinedOutput()
