@@ -19,6 +19,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +33,7 @@ import (
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/nmp-hub/nmphub"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -52,6 +55,13 @@ type hub struct {
 	containers bool // agents run as containers of agentImage
 	agents     map[string]*agentProc
 	mu         sync.Mutex
+	// client sends the test's requests to the API; every exchange is
+	// checked against the API's OpenAPI document, and the test fails for
+	// each one that differs from it.
+	client *http.Client
+	// agentAPI is where the edge agents find the hub: a proxy to api that
+	// checks their exchanges against the OpenAPI document too.
+	agentAPI string
 }
 
 var (
@@ -135,7 +145,8 @@ func start(t *testing.T) *hub {
 	env.Retry = runtime.Backoff{Initial: 20 * time.Millisecond, Max: 500 * time.Millisecond}
 	env.SessionTimeout = 6 * time.Second
 	env.TransactionTimeout = 10 * time.Second
-	h := &hub{t: t, control: t.TempDir(), packageDir: t.TempDir(), agents: map[string]*agentProc{}}
+	h := &hub{t: t, control: t.TempDir(), packageDir: t.TempDir(), agents: map[string]*agentProc{},
+		client: apicheck.Client(t, northapi.OpenAPI())}
 	// On the containers backend the agents are containers too (host
 	// network, so they reach the North API this process serves).
 	if b.Kind == backend.KindContainers {
@@ -180,6 +191,15 @@ func start(t *testing.T) *hub {
 		t.Fatal(err)
 	}
 	h.api = "http://" + ln.Addr().String()
+	target, err := url.Parse(h.api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = apicheck.Wrap(t, northapi.OpenAPI(), nil)
+	agentProxy := httptest.NewServer(proxy)
+	t.Cleanup(agentProxy.Close) // after the agents stop (below)
+	h.agentAPI = agentProxy.URL
 	ops := httptest.NewServer(env.Handler(nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 2)
@@ -219,7 +239,7 @@ func start(t *testing.T) *hub {
 		// The North API's own word last: its views (agent packages, nodes,
 		// NMPs) may join the stages' health only once its reader reached
 		// the brokers.
-		resp2, err := http.Get(h.api + "/healthcheck")
+		resp2, err := h.client.Get(h.api + "/healthcheck")
 		if err != nil {
 			return err
 		}
@@ -245,7 +265,7 @@ func (h *hub) do(method, path string, body any) (int, []byte) {
 	req, _ := http.NewRequest(method, h.api+path, r)
 	req.Header.Set("Content-Type", "application/json")
 	auth.SetBearer(req, h.admin)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -286,7 +306,7 @@ func (h *hub) publishSigned(version string, key ed25519.PrivateKey) string {
 	sig, keyID := nmp.SignPackage(key, version, hex.EncodeToString(sum[:]))
 	req.Header.Set(northapi.SignatureHeader, sig)
 	req.Header.Set(northapi.SigningKeyHeader, keyID)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -338,7 +358,7 @@ func (h *hub) startAgent(node, version, arch string, dir string) *agentProc {
 	if h.containers {
 		return h.startContainer(node, version, arch, dir)
 	}
-	cmd := exec.Command(agentBin, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
+	cmd := exec.Command(agentBin, "--hub", h.agentAPI, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", dir, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
 		"--install-cmd", h.installCmd, "--poll-wait", "5s", "--log-level", "info",
 		"--insecure", "--trusted-key", filepath.Join(h.control, "signing.pub"))
@@ -368,7 +388,7 @@ func (h *hub) startContainer(node, version, arch, dir string) *agentProc {
 		h.t.Fatalf("state dir %s is not under the control dir", dir)
 	}
 	out, err := exec.Command("docker", "run", "-d", "--network", "host", "-v", h.control+":/control", "-e", "PF_TOKEN="+h.agent,
-		agentImage, "--hub", h.api, "--org", "acme", "--node", node, "--version", version,
+		agentImage, "--hub", h.agentAPI, "--org", "acme", "--node", node, "--version", version,
 		"--state-dir", "/control/"+rel, "--properties", fmt.Sprintf(`[{"name":"arch","value":%q}]`, arch),
 		"--install-cmd", "/installer", "--poll-wait", "5s", "--log-level", "info",
 		"--insecure", "--trusted-key", "/control/signing.pub").CombinedOutput()

@@ -21,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/services/agent-notifier/agentnotifier"
 	"github.com/policyflow/policyflow/services/consul-writer/consulwriter"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
@@ -327,10 +328,11 @@ func TestNorthAPIWithConsulACL(t *testing.T) {
 		})
 		return "http://" + ln.Addr().String()
 	}
+	client := apicheck.Client(t, northapi.OpenAPI())
 	get := func(api, path string) (int, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, api+path, nil)
 		auth.SetBearer(req, caller)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/policyflow/policyflow/integration/backend"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
@@ -61,6 +62,10 @@ type pipeline struct {
 	// tenantTokens, when set before the pipeline runs, are tenant tokens
 	// of the API, by tenant.
 	tenantTokens map[string]string
+	// client sends the test's requests to the API; every exchange is
+	// checked against the API's OpenAPI document, and the test fails for
+	// each one that differs from it.
+	client *http.Client
 }
 
 // segmentBytes bounds the segmenter's pieces in these suites, far below
@@ -108,7 +113,7 @@ func startOn(t *testing.T, b *backend.Backend, k runtime.Kafka, opts ...func(*pi
 		t.Fatal(err)
 	}
 	scripts := t.TempDir()
-	p := &pipeline{t: t, b: b, kafka: k, consul: c, pdp: sim, pdpURL: srv.URL,
+	p := &pipeline{t: t, b: b, kafka: k, consul: c, pdp: sim, pdpURL: srv.URL, client: apicheck.Client(t, northapi.OpenAPI()),
 		scripts: scripts, targets: notifytarget.Config{ScriptDirs: []string{scripts}, WebhookAllow: []string{"127.0.0.1"}}}
 	for _, o := range opts {
 		o(p)
@@ -176,7 +181,7 @@ func (p *pipeline) run() {
 		}
 		// The North API's views may register with the health only once
 		// its reader reached the brokers: its own word is the last one.
-		resp, err = http.Get(p.api + "/healthcheck")
+		resp, err = p.client.Get(p.api + "/healthcheck")
 		if err != nil {
 			return err
 		}
@@ -205,13 +210,18 @@ func (p *pipeline) doAs(token, method, path string, body any) (int, string) {
 	req, _ := http.NewRequest(method, p.api+path, r)
 	req.Header.Set("Content-Type", "application/json")
 	auth.SetBearer(req, token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		p.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(out)
+}
+
+// tokenClient is the pipeline's checked client sending the admin token.
+func (p *pipeline) tokenClient() *http.Client {
+	return &http.Client{Transport: &auth.Transport{Token: p.token, Base: p.client.Transport}}
 }
 
 func (p *pipeline) must(method, path string, body any) string {
@@ -233,7 +243,7 @@ func (p *pipeline) publish(name, version, config string, matching map[string]any
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	if err := pdp.Notify(context.Background(), auth.Client(p.token), p.api+"/v1/pdp/notifications", policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
+	if err := pdp.Notify(context.Background(), p.tokenClient(), p.api+"/v1/pdp/notifications", policy.Notification{LoadedPolicies: []policy.LoadedPolicy{lp}}); err != nil {
 		p.t.Fatal(err)
 	}
 }
@@ -242,7 +252,7 @@ func (p *pipeline) publish(name, version, config string, matching map[string]any
 func (p *pipeline) unpublish(policyName string) {
 	p.t.Helper()
 	removed := p.pdp.Remove(policyName)
-	if err := pdp.Notify(context.Background(), auth.Client(p.token), p.api+"/v1/pdp/notifications", policy.Notification{RemovedPolicies: removed}); err != nil {
+	if err := pdp.Notify(context.Background(), p.tokenClient(), p.api+"/v1/pdp/notifications", policy.Notification{RemovedPolicies: removed}); err != nil {
 		p.t.Fatal(err)
 	}
 }

@@ -35,7 +35,7 @@ func TestTraceRunsFromTheRequestToTheNotification(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, p.api+"/v1/policies", strings.NewReader(
 		`{"policyName": "DCAE.Config_Traced.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"k": 1}}`))
 	auth.SetBearer(req, p.token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil || resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("push: %v %v", err, resp)
 	}

@@ -42,7 +42,12 @@ func init() {
 func runParticipantsList(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "participants list", participantsListSummary, "")
 	api := registerAPIFlags(fs)
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -52,13 +57,18 @@ func runParticipantsList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }
 
 func runParticipantsShow(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "participants show", participantsShowSummary, "PARTICIPANT_ID")
 	api := registerAPIFlags(fs)
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
@@ -68,7 +78,7 @@ func runParticipantsShow(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }
 
 func runParticipantsSync(ctx context.Context, args []string) error {
@@ -176,7 +186,12 @@ func runACMStatus(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "acm status", acmStatusSummary, "PARTICIPANT_ID INSTANCE_ID | --composition COMPOSITION_ID PARTICIPANT_ID")
 	api := registerAPIFlags(fs)
 	composition := fs.String("composition", "", "show this composition definition instead of an instance")
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	var path string
@@ -192,5 +207,5 @@ func runACMStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }

@@ -100,7 +100,9 @@ func TestACMCommands(t *testing.T) {
 		{[]string{"acm", "deploy", "--api", url, "--composition", "c1", "--elements", writeFile(t, "other.json", `[{"id":"e1","type":"x"}]`), "p1", "i1"}, exitFailure, "which no replica of participant p1 supports"},
 		{[]string{"acm", "status", "--api", url, "p1"}, exitUsage, "acm status takes"},
 		{[]string{"participants", "show", "--api", url, "p9"}, exitFailure, "participant p9 is unknown"},
-		{[]string{"acm", "deploy", "p1", "i1", "--composition", "c1"}, exitUsage, "comes after an argument"},
+		// A flag after the arguments is honoured: --composition is seen,
+		// so what is missing is --elements.
+		{[]string{"acm", "deploy", "p1", "i1", "--composition", "c1", "--api", url}, exitUsage, "needs --elements"},
 	} {
 		r := policyctl(t, tc.args...)
 		if r.code != tc.code || !strings.Contains(r.errOut, tc.frag) {

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -25,7 +26,7 @@ import (
 const (
 	agentPackageNewSummary     = "make the directory of a new agent package: package.json and empty packages/, ssl/ and config/"
 	agentPackageListSummary    = "list the agent packages on the hub with their SHA-256"
-	agentPackagePublishSummary = "sign an agent package (a directory made by `agentpackage new`, or a .tar.gz) and upload it to the hub"
+	agentPackagePublishSummary = "sign an agent package (a directory made by 'agentpackage new', or a .tar.gz) and upload it to the hub"
 	agentPackageKeygenSummary  = "make an ed25519 key pair to sign agent packages with: FILE (private, mode 0600) and FILE.pub (for the agents' --trusted-key)"
 )
 
@@ -38,7 +39,7 @@ func init() {
 
 func runAgentPackageKeygen(ctx context.Context, args []string) error {
 	fset := newFlagSet(ctx, "agentpackage keygen", agentPackageKeygenSummary+
-		"\n\nKeep FILE where only the publisher can read it and give `agentpackage publish --key FILE`; install FILE.pub"+
+		"\n\nKeep FILE where only the publisher can read it and give 'agentpackage publish --key FILE'; install FILE.pub"+
 		"\non every node and give it to the edge agent as --trusted-key.", "FILE")
 	if err := parseFlags(fset, args); err != nil {
 		return err
@@ -127,17 +128,26 @@ func runAgentPackageNew(ctx context.Context, args []string) error {
 func runAgentPackageList(ctx context.Context, args []string) error {
 	fset := newFlagSet(ctx, "agentpackage list", agentPackageListSummary, "")
 	api := registerAPIFlags(fset)
-	asJSON := fset.Bool("json", false, "print the API's JSON answer")
+	out := registerOutputFlag(fset, outputTable).withJSONFlag(fset)
 	if err := parseFlags(fset, args); err != nil {
 		return err
+	}
+	format, err := out.check()
+	if err != nil {
+		return err
+	}
+	if fset.NArg() != 0 {
+		return usageErrorf("agentpackage list takes no arguments, got %q", fset.Args())
 	}
 	data, err := api.do(ctx, http.MethodGet, "/v1/agentpackages", nil)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printAnswer(ctx, data)
-	}
+	return printOutput(stdout(ctx), format, data, agentPackageTable)
+}
+
+// agentPackageTable draws the answer of GET /v1/agentpackages.
+func agentPackageTable(w io.Writer, data []byte) error {
 	var ans struct {
 		Packages []struct {
 			Version, SHA256, UploadedBy, UploadedAt string
@@ -147,7 +157,7 @@ func runAgentPackageList(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return fmt.Errorf("the North API's answer is not the list expected: %w", err)
 	}
-	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tSIZE\tSHA256\tUPLOADED BY\tUPLOADED AT")
 	for _, p := range ans.Packages {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.Version, p.Size, p.SHA256, p.UploadedBy, p.UploadedAt)
@@ -213,7 +223,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 		"\nagain by the hub, which stores it with its SHA-256; a version already on the hub cannot change.", "DIR|FILE.tar.gz")
 	api := registerAPIFlags(fset)
 	maxUnpacked := fset.Int64("max-unpacked-bytes", nmp.DefaultMaxUnpackedBytes, "largest decompressed size of the package; the hub has its own limit (--max-unpacked-package-bytes)")
-	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY; default: package-signing.key of `policyctl dev`'s data dir, when it exists)")
+	keyFile := fset.String("key", runtime.EnvOr("PF_PACKAGE_KEY", ""), "ed25519 private key (PEM, from agentpackage keygen) the package is signed with (env PF_PACKAGE_KEY; default: package-signing.key of 'policyctl dev''s data dir, when it exists)")
 	if err := parseFlags(fset, args); err != nil {
 		return err
 	}

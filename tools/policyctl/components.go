@@ -134,7 +134,7 @@ func registerAPIFlags(fs *flag.FlagSet) *apiClient {
 	fs.StringVar(&c.base, "api", runtime.EnvOr("PF_API", defaultAPI), "URL of the North API (env PF_API)")
 	fs.StringVar(&c.token, "token", runtime.EnvOr("PF_TOKEN", ""), "bearer token of the North API; PF_TOKEN keeps it out of the process list (env PF_TOKEN)")
 	fs.StringVar(&c.tokenFile, "token-file", runtime.EnvOr("PF_TOKEN_FILE", ""),
-		"file holding the bearer token, when no --token (env PF_TOKEN_FILE; default: policyctl.token of `policyctl dev`'s data dir, .data/ or PF_DEV_DATA_DIR, when it exists)")
+		"file holding the bearer token, when no --token (env PF_TOKEN_FILE; default: policyctl.token of 'policyctl dev''s data dir, .data/ or PF_DEV_DATA_DIR, when it exists)")
 	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up when the North API has not answered within this time")
 	return c
 }
@@ -320,7 +320,12 @@ func runIDCommand(ctx context.Context, args []string, name, summary string, call
 func runOneIDCommand(ctx context.Context, args []string, name, summary, idName string, call func(*apiClient, string) ([]byte, error)) error {
 	fs := newFlagSet(ctx, name, summary, idName)
 	api := registerAPIFlags(fs)
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
@@ -330,7 +335,7 @@ func runOneIDCommand(ctx context.Context, args []string, name, summary, idName s
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }
 
 // runListCommand runs a command that takes no argument and prints the
@@ -338,7 +343,12 @@ func runOneIDCommand(ctx context.Context, args []string, name, summary, idName s
 func runListCommand(ctx context.Context, args []string, name, summary, path string) error {
 	fs := newFlagSet(ctx, name, summary, "")
 	api := registerAPIFlags(fs)
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -348,7 +358,7 @@ func runListCommand(ctx context.Context, args []string, name, summary, path stri
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }
 
 func runComponentDelete(ctx context.Context, args []string) error {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/notifytarget"
@@ -71,7 +74,18 @@ func northAPI(t *testing.T) (string, runtime.Kafka) {
 		srv.Close()
 	})
 	testkit.Eventually(t, 60*time.Second, testkit.Holds("the North API ready", srv.Ready))
-	return ts.URL, k
+	// policyctl talks to the API through a proxy that checks every
+	// exchange against the API's OpenAPI document: the test fails for
+	// each one that differs.
+	target, err := url.Parse(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = apicheck.Wrap(t, northapi.OpenAPI(), nil)
+	checked := httptest.NewServer(proxy)
+	t.Cleanup(checked.Close)
+	return checked.URL, k
 }
 
 // readTopic reads want records of a topic from the start (generous

@@ -148,7 +148,7 @@ type devFlags struct {
 
 func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", runtime.EnvOr("PF_DEV_DATA_DIR", ""), "directory for the stack's state: broker in <dir>/kafka, Consul in <dir>/consul (default .data in the repository root; env PF_DEV_DATA_DIR)")
-	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and `consul agent -dev`; --data-dir is ignored")
+	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and 'consul agent -dev'; --data-dir is ignored")
 	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port of the embedded Kafka cluster's first broker; the next ones take the next ports (9092, 9093, 9094); port 0 picks free ones (env PF_DEV_BROKER_ADDR)")
 	fs.IntVar(&f.brokerCount, "broker-count", envInt("PF_BROKER_COUNT", devstack.DefaultBrokers), fmt.Sprintf("brokers of the embedded Kafka cluster, 1 to %d; partition leaders and coordinators are spread over them (env PF_BROKER_COUNT)", devstack.MaxBrokers))
 	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")

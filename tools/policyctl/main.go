@@ -130,19 +130,32 @@ var errHelp = &exitError{code: exitOK}
 
 // parseFlags parses args into fs. A bad flag has already been reported by
 // the flag package and becomes a silent usage error; -h becomes errHelp.
-// Flags after the first positional argument are refused rather than
-// silently taken as arguments.
+// Flags may come before, between or after the positional arguments
+// (policyctl nmp status web --org acme); after "--" everything is an
+// argument, and "-" alone is an argument (standard input).
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return errHelp
+			}
+			return &exitError{code: exitUsage}
 		}
-		return &exitError{code: exitUsage}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	for _, a := range fs.Args() {
-		if strings.HasPrefix(a, "-") && a != "-" {
-			return usageErrorf("flag %s comes after an argument; put flags first: policyctl %s [flags] ...", a, strings.TrimPrefix(fs.Name(), "policyctl "))
-		}
+	// Leave the arguments in fs.Args(), flags parsed already.
+	if err := fs.Parse(append([]string{"--"}, positional...)); err != nil {
+		return &exitError{code: exitUsage}
 	}
 	return nil
 }
@@ -187,7 +200,8 @@ func printCommands(w io.Writer, prefix string) {
 	}
 	_ = tw.Flush()
 	if prefix == "" {
-		fmt.Fprintln(w, "\nRun 'policyctl <command> -h' for the flags of a command.")
+		fmt.Fprintln(w, "\nRun 'policyctl <command> -h' for the flags of a command; flags may come before or after its arguments.")
+		fmt.Fprintln(w, "Read commands print -o json, yaml or table; 'policyctl --version' prints the version; 'policyctl completion bash|zsh|fish' the shell completion.")
 		fmt.Fprintln(w, "Flags fall back to PF_* environment variables, e.g. PF_BROKERS, PF_TOPIC_PREFIX.")
 	}
 }
@@ -291,9 +305,15 @@ func run(ctx context.Context, args []string) int {
 		printCommands(stderr(ctx), "")
 		return exitUsage
 	}
-	if a := args[0]; a == "-h" || a == "-help" || a == "--help" {
+	switch args[0] {
+	case "-h", "-help", "--help":
 		printCommands(stdout(ctx), "")
 		return exitOK
+	case "-version", "--version":
+		fmt.Fprintln(stdout(ctx), versionString())
+		return exitOK
+	case completeCommand:
+		return runComplete(ctx, args[1:])
 	}
 	c, rest, ok := lookup(args)
 	var err error

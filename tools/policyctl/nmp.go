@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -18,7 +19,7 @@ import (
 
 const (
 	nmpListSummary     = "list the node management policies (NMPs) of an org"
-	nmpNewSummary      = "print an NMP template to fill in, as `hzn exchange nm new` does; nmp publish takes it with its comments"
+	nmpNewSummary      = "print an NMP template to fill in, as 'hzn exchange nm new' does; nmp publish takes it with its comments"
 	nmpPublishSummary  = "create or replace an NMP from a JSON file (- for stdin); --dry-run shows the nodes it applies to and the conflicts"
 	nmpRemoveSummary   = "remove an NMP"
 	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
@@ -120,7 +121,7 @@ func needOrg(org string) error {
 }
 
 func runNMPNew(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nFill it in and remove the fields you do not need; `nmp publish` drops the /* */ comments.", "")
+	fs := newFlagSet(ctx, "nmp new", nmpNewSummary+"\n\nFill it in and remove the fields you do not need; 'nmp publish' drops the /* */ comments.", "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -146,27 +147,36 @@ func runNMPList(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "nmp list", nmpListSummary, "")
 	api := registerAPIFlags(fs)
 	org := registerOrgFlag(fs)
-	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	out := registerOutputFlag(fs, outputTable).withJSONFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if err := needOrg(*org); err != nil {
 		return err
 	}
+	if fs.NArg() != 0 {
+		return usageErrorf("nmp list takes no arguments, got %q", fs.Args())
+	}
 	data, err := api.do(ctx, http.MethodGet, "/v1/orgs/"+url.PathEscape(*org)+"/nmps", nil)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printAnswer(ctx, data)
-	}
+	return printOutput(stdout(ctx), format, data, nmpListTable)
+}
+
+// nmpListTable draws the answer of GET /v1/orgs/{org}/nmps.
+func nmpListTable(w io.Writer, data []byte) error {
 	var ans struct {
 		NMPs []nmpItem `json:"nmps"`
 	}
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return fmt.Errorf("the North API's answer is not the list expected: %w", err)
 	}
-	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tENABLED\tVERSION\tSTART\tDURATION\tLAST UPDATED\tLABEL")
 	for _, p := range ans.NMPs {
 		v, s, d := "-", "-", "-"
@@ -229,7 +239,7 @@ func confirmHint(err error) error {
 func runNMPPublish(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "nmp publish", nmpPublishSummary+
 		"\n\nAn enabled NMP with no constraints, or with the pattern \"*\", reaches every node of its kind and is refused"+
-		"\nunless --yes-all-nodes confirms it. `policyctl nmp new` prints a template.", "NAME FILE|-")
+		"\nunless --yes-all-nodes confirms it. 'policyctl nmp new' prints a template.", "NAME FILE|-")
 	api := registerAPIFlags(fs)
 	org := registerOrgFlag(fs)
 	yes := fs.Bool("yes-all-nodes", false, "confirm an enabled NMP that applies to every node of its kind")
@@ -319,19 +329,31 @@ func parseNMPCommand(ctx context.Context, verb, summary string, args []string, m
 
 func runNMPNodes(ctx context.Context, args []string) error {
 	var versions *bool
+	var out *outputFlag
 	api, org, name, err := parseNMPCommand(ctx, "nodes", nmpNodesSummary, args, func(fs *flag.FlagSet) {
-		versions = fs.Bool("versions", false, "print each node with the agent version it runs")
+		versions = fs.Bool("versions", false, "print each node with the agent version it runs (the same as -o table)")
+		out = registerOutputFlag(fs, outputJSON)
 	})
 	if err != nil {
 		return err
+	}
+	format, err := out.check()
+	if err != nil {
+		return err
+	}
+	if *versions {
+		format = outputTable
 	}
 	ans, err := api.do(ctx, http.MethodGet, nmpPath(org, name)+"/nodes", nil)
 	if err != nil {
 		return err
 	}
-	if !*versions {
-		return printAnswer(ctx, ans)
-	}
+	return printOutput(stdout(ctx), format, ans, func(w io.Writer, ans []byte) error { return nmpNodesTable(w, org, ans) })
+}
+
+// nmpNodesTable draws the answer of GET .../nmps/{name}/nodes: each node
+// with its agent version and why it is ignored, if it is.
+func nmpNodesTable(w io.Writer, org string, ans []byte) error {
 	var nn struct {
 		Nodes     []string          `json:"nodes"`
 		Versions  map[string]string `json:"versions"`
@@ -340,7 +362,7 @@ func runNMPNodes(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(ans, &nn); err != nil {
 		return fmt.Errorf("the North API's answer is not the node list expected: %w", err)
 	}
-	tw := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tVERSION\tIGNORED FOR")
 	for _, n := range nn.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", n, nn.Versions[n], nn.Conflicts[org+"/"+n])
@@ -371,8 +393,12 @@ func runNMPStatus(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "nmp status", nmpStatusSummary, "NAME")
 	api := registerAPIFlags(fs)
 	org := registerOrgFlag(fs)
-	asJSON := fs.Bool("json", false, "print the API's JSON answer")
+	out := registerOutputFlag(fs, outputTable).withJSONFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if err := needOrg(*org); err != nil {
@@ -385,9 +411,12 @@ func runNMPStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printAnswer(ctx, data)
-	}
+	name := *org + "/" + fs.Arg(0)
+	return printOutput(stdout(ctx), format, data, func(w io.Writer, data []byte) error { return nmpStatusTable(w, name, data) })
+}
+
+// nmpStatusTable draws the answer of GET .../nmps/{name}/status.
+func nmpStatusTable(w io.Writer, name string, data []byte) error {
 	type nodeState struct{ Node, Status, Version, FailedVersion, Error string }
 	var st struct {
 		Enabled        bool           `json:"enabled"`
@@ -405,8 +434,7 @@ func runNMPStatus(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("the North API's answer is not the status expected: %w", err)
 	}
-	w := stdout(ctx)
-	fmt.Fprintf(w, "NMP %s/%s: enabled %v, %d node(s)\n", *org, fs.Arg(0), st.Enabled, st.Nodes)
+	fmt.Fprintf(w, "NMP %s: enabled %v, %d node(s)\n", name, st.Enabled, st.Nodes)
 	if st.Rollout.Paused {
 		fmt.Fprintf(w, "PAUSED: %s\n", st.Rollout.Reason)
 	}

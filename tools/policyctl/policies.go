@@ -226,7 +226,12 @@ func runRollout(ctx context.Context, args []string) error {
 		"\nmatches its latest body; the lists of failed and pending components hold at most --limit ids.", "POLICY_ID")
 	api := registerAPIFlags(fs)
 	limit := fs.Int("limit", 100, "most component ids listed as failed and as pending (0 to 10000)")
+	out := registerOutputFlag(fs, outputJSON)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
@@ -239,5 +244,5 @@ func runRollout(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printAnswer(ctx, answer)
+	return printOutput(stdout(ctx), format, answer, nil)
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,7 +21,7 @@ import (
 const (
 	topologyApplySummary    = "create missing topics, set their configs and grow delete topics to the specification"
 	topologyVerifySummary   = "compare the cluster with the topic specification; exit 1 on any difference"
-	topologyDescribeSummary = "print the topic specification as a table; needs no broker"
+	topologyDescribeSummary = "print the topic specification (a table, or -o json|yaml); needs no broker"
 	topologyArgs            = "[topic...]  (base names, e.g. policy.catalog; default: all)"
 )
 
@@ -203,7 +205,12 @@ func runTopologyDescribe(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "topology describe", topologyDescribeSummary, topologyArgs)
 	fs.StringVar(&f.kafka.Prefix, "topic-prefix", runtime.EnvOr("PF_TOPIC_PREFIX", ""), "prefix for every topic name, e.g. \"staging.\" (env PF_TOPIC_PREFIX)")
 	f.registerPartitions(fs)
+	out := registerOutputFlag(fs, outputTable)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
 		return err
 	}
 	topics, err := selectTopics(fs.Args())
@@ -215,10 +222,45 @@ func runTopologyDescribe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := topology.Describe(stdout(ctx), topics, o); err != nil {
+	var table bytes.Buffer
+	if err := topology.Describe(&table, topics, o); err != nil {
 		return fmt.Errorf("describe topics with prefix %q: %w", o.Prefix, err)
 	}
-	return nil
+	if format == outputTable {
+		_, err := stdout(ctx).Write(table.Bytes())
+		return err
+	}
+	// The same facts as data: {"topics": [...]}, retention in ms (-1:
+	// unlimited) and no schema as "".
+	type topicFacts struct {
+		Topic       string   `json:"topic"`
+		Partitions  int32    `json:"partitions"`
+		Key         string   `json:"key"`
+		ValueSchema string   `json:"value_schema"`
+		Cleanup     string   `json:"cleanup"`
+		RetentionMs int64    `json:"retention_ms"`
+		Writers     []string `json:"writers"`
+		Readers     []string `json:"readers"`
+	}
+	facts := struct {
+		Topics []topicFacts `json:"topics"`
+	}{Topics: []topicFacts{}}
+	for _, t := range topics {
+		facts.Topics = append(facts.Topics, topicFacts{Topic: o.Name(t), Partitions: o.PartitionsOf(t), Key: t.Key, ValueSchema: t.ValueSchema,
+			Cleanup: t.Cleanup, RetentionMs: t.RetentionMs(), Writers: nonNil(t.Writers), Readers: nonNil(t.Readers)})
+	}
+	data, err := json.Marshal(facts)
+	if err != nil {
+		return err
+	}
+	return printOutput(stdout(ctx), format, data, nil)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 func pluralWord(n int, one, many string) string {

@@ -186,6 +186,11 @@ func TestTopologyDescribeNeedsNoBroker(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "x.schemas") || strings.Contains(r.out, "policy.catalog") {
 		t.Errorf("describe of one topic: exit %d, output %q", r.code, r.out)
 	}
+	// Flags after the argument are honoured as those before it.
+	after := policyctl(t, "topology", "describe", "schemas", "--topic-prefix", "x.")
+	if after.code != 0 || after.out != r.out {
+		t.Errorf("describe with the flag after the topic: exit %d, output %q (stderr %q); want the output of the flag before it, %q", after.code, after.out, after.errOut, r.out)
+	}
 }
 
 func TestTopologyUsageErrors(t *testing.T) {
@@ -197,7 +202,6 @@ func TestTopologyUsageErrors(t *testing.T) {
 		{[]string{"topology", "describe", "no.such.topic"}, `no topic "no.such.topic"`},
 		{[]string{"topology", "describe", "--partitions", "-3"}, "--partitions -3"},
 		{[]string{"topology", "describe", "--no-such-flag"}, "flag provided but not defined"},
-		{[]string{"topology", "describe", "schemas", "--partitions", "2"}, "put flags first"},
 		{[]string{"topology", "apply", "--replication-factor", "0"}, "--replication-factor 0"},
 		{[]string{"topology", "apply", "--brokers", "127.0.0.1:1", "--sasl-mechanism", "GSSAPI"}, "unknown SASL mechanism"},
 	} {

@@ -223,7 +223,7 @@ func (s *stack) callAs(t *testing.T, token, method, path string, body any) (int,
 	if token != "" {
 		auth.SetBearer(req, token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := checkedClient(t).Do(req) // checked against openapi.json
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}

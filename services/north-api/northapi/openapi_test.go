@@ -14,7 +14,11 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/internal/web"
+	"github.com/policyflow/policyflow/services/north-api/apicheck"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -141,7 +145,7 @@ func TestOpenAPIServed(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := checkedClient(t).Do(req) // checked against openapi.json
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,6 +164,16 @@ func TestOpenAPIServed(t *testing.T) {
 	if err := json.Unmarshal(body, &v); err != nil || v["openapi"] == nil {
 		t.Fatalf("GET /openapi.json is not the document: %v %s", err, fmt.Sprint(v["openapi"]))
 	}
+	// The status page, public, through the same checked client.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ui/", nil)
+	resp, err := checkedClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Errorf("GET /ui/: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
 }
 
 func TestOpenAPIPathOfPatterns(t *testing.T) {
@@ -172,6 +186,35 @@ func TestOpenAPIPathOfPatterns(t *testing.T) {
 	} {
 		if got := openAPIPath(in); got != want {
 			t.Errorf("openAPIPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestOpenAPIDocumentsWhatCatchupAnswers pins the document to the scope
+// POST /v1/catchup really answers (the events' ALL and DEPLOYMENT), through
+// the same check every test's calls go through (apicheck, in
+// apicheck_test.go): an answer the document does not allow fails it.
+func TestOpenAPIDocumentsWhatCatchupAnswers(t *testing.T) {
+	for scope, fits := range map[string]bool{events.ScopeAll: true, events.ScopeDeployment: true, "all": false, "everything": false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			web.WriteJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: "r-1", Scope: scope, Partitions: 3})
+		}))
+		spec, err := apicheck.Load(openAPIDocument)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &apicheck.Recorder{}
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/catchup", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		auth.SetBearer(req, adminToken)
+		resp, err := (&http.Client{Transport: spec.Transport(nil, rec)}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srv.Close()
+		if got := len(rec.Failures()) == 0; got != fits {
+			t.Errorf("POST /v1/catchup answering scope %q: fits the document %v, want %v (%q)", scope, got, fits, rec.Failures())
 		}
 	}
 }
