@@ -178,15 +178,16 @@ func elementIs(inst, elem, state string) func(State) bool {
 // messages reads acm.runtime until done holds of the messages read.
 func (h *harness) messages(t *testing.T, done func([]*events.ParticipantMessage) bool) []*events.ParticipantMessage {
 	t.Helper()
-	var ms []*events.ParticipantMessage
-	h.c.ReadUntil(t, topology.ACMRuntime, wait, func(recs []*kgo.Record) bool {
-		ms = ms[:0]
+	decode := func(recs []*kgo.Record) []*events.ParticipantMessage {
+		ms := make([]*events.ParticipantMessage, 0, len(recs))
 		for _, r := range recs {
 			ms = append(ms, stagetest.Decode[*events.ParticipantMessage](t, r))
 		}
-		return done(ms)
-	})
-	return ms
+		return ms
+	}
+	// Every record read, the ones of the last linger included: with
+	// several brokers one fetch may bring some partitions only.
+	return decode(h.c.ReadUntil(t, topology.ACMRuntime, wait, func(recs []*kgo.Record) bool { return done(decode(recs)) }))
 }
 
 func answered(ms []*events.ParticipantMessage, opID, outcome string) *events.ParticipantMessage {

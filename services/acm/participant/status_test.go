@@ -105,7 +105,9 @@ func TestStatusRequestReachesEveryReplica(t *testing.T) {
 	h.statusRequest(t, "status-pb", "pb")
 	ms := h.messages(t, func(ms []*events.ParticipantMessage) bool { return len(answers(ms, "status-pb")) == 1 })
 	time.Sleep(300 * time.Millisecond)
-	ms = h.messages(t, func(got []*events.ParticipantMessage) bool { return len(got) >= len(ms) })
+	ms = h.messages(t, func(got []*events.ParticipantMessage) bool {
+		return len(got) >= len(ms) && len(answers(got, "status-all")) == len(want) && len(answers(got, "status-pb")) == 1
+	})
 	if got := answers(ms, "status-all"); len(got) != len(want) || got["pa/a1"] != 1 || got["pa/a2"] != 1 || got["pb/b1"] != 1 {
 		t.Errorf("answers to the request of every participant: %v, want %v", got, want)
 	}
