@@ -20,8 +20,9 @@ import (
 // prefix is the topic prefix of every test cluster.
 const prefix = "t."
 
-// Linger is how long Read and ReadUntil keep reading after they have what
-// they waited for, so that records beyond it (duplicates) show too.
+// Linger is how long a poll of Read and ReadUntil must bring nothing
+// before they stop, once they have what they waited for, so that records
+// beyond it (duplicates) show too.
 const Linger = 500 * time.Millisecond
 
 // Brokers is the number of brokers of every test cluster: PF_BROKER_COUNT,
@@ -235,7 +236,10 @@ func (c *Cluster) ReadUntil(t testing.TB, topic string, wait time.Duration, done
 	r := c.newReader(t, topic)
 	defer r.cl.Close()
 	r.until(done, wait)
-	r.Poll(Linger)
+	// Linger until a poll brings nothing: with several brokers one fetch
+	// may bring the records of some partitions only.
+	for deadline := time.Now().Add(wait); len(r.Poll(Linger)) > 0 && time.Now().Before(deadline); {
+	}
 	return r.got
 }
 
