@@ -3,10 +3,8 @@ package nmp
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -17,98 +15,96 @@ import (
 // agent.nodes, agent.packages and agent.status.
 var WorldTopics = []string{topology.NMPPolicies, topology.AgentNodes, topology.AgentPackages, topology.AgentStatus}
 
-// Fold applies one record of one of WorldTopics (base name) to w: v is
-// its value, nil for a tombstone. It is the one set of rules by which
-// the nmp-hub and the North API read node management. An error says why
-// the record is refused; the world then keeps what it had: an NMP must be
-// under its org/name key and compile, a node under org/node and compile,
-// a package under its version, which is semantic, with a SHA-256 of 64
-// hex digits, and a status under org/node in one of States.
-func (w *World) Fold(topic string, partition int32, key string, v events.Event) error {
-	switch topic {
-	case topology.NMPPolicies:
-		if v == nil {
-			w.SetPolicy(key, nil)
-			return nil
-		}
-		ev, ok := v.(*events.NodeManagementPolicy)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaNodeManagementPolicy, v.SchemaName())
-		}
-		if k := Key(ev.Org, ev.Name); k != key {
-			return fmt.Errorf("NMP %s under key %q: the key must be org/name", k, key)
-		}
-		p, err := Compile(ev)
-		if err != nil {
-			return err
-		}
-		w.SetPolicy(key, p)
-	case topology.AgentNodes:
-		if v == nil {
-			w.SetNode(key, nil)
-			return nil
-		}
-		ev, ok := v.(*events.AgentNode)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaAgentNode, v.SchemaName())
-		}
-		if k := Key(ev.Org, ev.Node); k != key {
-			return fmt.Errorf("node %s under key %q: the key must be org/node", k, key)
-		}
-		if ev.Deleted {
-			w.SetNode(key, nil)
-			return nil
-		}
-		n, err := CompileNode(ev)
-		if err != nil {
-			return err
-		}
-		n.Partition = partition
-		w.SetNode(key, n)
-	case topology.AgentPackages:
-		if v == nil {
-			w.SetPackage(key, nil)
-			return nil
-		}
-		ev, ok := v.(*events.AgentPackage)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaAgentPackage, v.SchemaName())
-		}
-		if ev.Version != key {
-			return fmt.Errorf("package %s under key %q: the key must be its version", ev.Version, key)
-		}
-		if _, err := ParseSemver(ev.Version); err != nil {
-			return err
-		}
-		if len(ev.SHA256) != 64 {
-			return fmt.Errorf("package %s: sha256 %q is not 64 hex digits", ev.Version, ev.SHA256)
-		}
-		w.SetPackage(key, ev)
-	case topology.AgentStatus:
-		if v == nil {
-			w.SetStatus(key, nil)
-			return nil
-		}
-		ev, ok := v.(*events.AgentStatus)
-		if !ok {
-			return fmt.Errorf("want a %s, got %s", events.SchemaAgentStatus, v.SchemaName())
-		}
-		if k := Key(ev.Org, ev.Node); k != key {
-			return fmt.Errorf("status of %s under key %q: the key must be org/node", k, key)
-		}
-		if ev.Status != "" && !ValidState(ev.Status) {
-			return fmt.Errorf("status %q of %s is not one of %v", ev.Status, key, States)
-		}
-		w.SetStatus(key, ev)
-	default:
-		return fmt.Errorf("no handler for topic %s", topic)
+// The folds apply one record of one of WorldTopics to w: FoldPolicy a
+// record of nmp.policies, FoldNode of agent.nodes, FoldPackage of
+// agent.packages and FoldStatus of agent.status, each given the record's
+// key and its value, nil for a tombstone. They are the one set of rules
+// by which the nmp-hub and the North API read node management; the
+// runtime checks that a record holds the topic's event before it is
+// folded (runtime.Apply, runtime.Typed). An error says why the record is
+// refused; the world then keeps what it had: an NMP must be under its
+// org/name key and compile, a node under org/node and compile, a package
+// under its version, which is semantic, with a SHA-256 of 64 hex digits,
+// and a status under org/node in one of States.
+
+// FoldPolicy folds a record of nmp.policies.
+func (w *World) FoldPolicy(key string, ev *events.NodeManagementPolicy) error {
+	if ev == nil {
+		w.SetPolicy(key, nil)
+		return nil
 	}
+	if k := Key(ev.Org, ev.Name); k != key {
+		return fmt.Errorf("NMP %s under key %q: the key must be org/name", k, key)
+	}
+	p, err := Compile(ev)
+	if err != nil {
+		return err
+	}
+	w.SetPolicy(key, p)
+	return nil
+}
+
+// FoldNode folds a record of agent.nodes, read from partition.
+func (w *World) FoldNode(key string, partition int32, ev *events.AgentNode) error {
+	if ev == nil {
+		w.SetNode(key, nil)
+		return nil
+	}
+	if k := Key(ev.Org, ev.Node); k != key {
+		return fmt.Errorf("node %s under key %q: the key must be org/node", k, key)
+	}
+	if ev.Deleted {
+		w.SetNode(key, nil)
+		return nil
+	}
+	n, err := CompileNode(ev)
+	if err != nil {
+		return err
+	}
+	n.Partition = partition
+	w.SetNode(key, n)
+	return nil
+}
+
+// FoldPackage folds a record of agent.packages.
+func (w *World) FoldPackage(key string, ev *events.AgentPackage) error {
+	if ev == nil {
+		w.SetPackage(key, nil)
+		return nil
+	}
+	if ev.Version != key {
+		return fmt.Errorf("package %s under key %q: the key must be its version", ev.Version, key)
+	}
+	if _, err := ParseSemver(ev.Version); err != nil {
+		return err
+	}
+	if len(ev.SHA256) != 64 {
+		return fmt.Errorf("package %s: sha256 %q is not 64 hex digits", ev.Version, ev.SHA256)
+	}
+	w.SetPackage(key, ev)
+	return nil
+}
+
+// FoldStatus folds a record of agent.status.
+func (w *World) FoldStatus(key string, ev *events.AgentStatus) error {
+	if ev == nil {
+		w.SetStatus(key, nil)
+		return nil
+	}
+	if k := Key(ev.Org, ev.Node); k != key {
+		return fmt.Errorf("status of %s under key %q: the key must be org/node", k, key)
+	}
+	if ev.Status != "" && !ValidState(ev.Status) {
+		return fmt.Errorf("status %q of %s is not one of %v", ev.Status, key, States)
+	}
+	w.SetStatus(key, ev)
 	return nil
 }
 
 // FollowedWorld is a World kept current from WorldTopics by a
-// runtime.Follower, each record folded by World.Fold (a refused record is
-// logged and left out). The nmp-hub and the North API each keep one.
+// runtime.Follower, each record checked by the runtime to hold its topic's
+// event and folded by the topic's fold (a refused record is logged and
+// left out). The nmp-hub and the North API each keep one.
 type FollowedWorld struct {
 	*World
 	f *runtime.Follower
@@ -118,24 +114,19 @@ type FollowedWorld struct {
 // Close it when done.
 func FollowWorld(env runtime.Env, log zerolog.Logger) (*FollowedWorld, error) {
 	w := &FollowedWorld{World: NewWorld()}
-	fold := func(ctx context.Context, rec *kgo.Record) error {
-		topic := strings.TrimPrefix(rec.Topic, env.Kafka.Prefix)
-		var v events.Event
-		if rec.Value != nil {
-			var err error
-			if v, err = env.Codec.Decode(ctx, rec.Value); err != nil {
-				log.Warn().Err(err).Str("topic", rec.Topic).Int64("offset", rec.Offset).Msg("record left out of the node-management world")
-				return nil
-			}
-		}
-		if err := w.Fold(topic, rec.Partition, string(rec.Key), v); err != nil {
-			log.Warn().Err(err).Str("topic", rec.Topic).Int64("offset", rec.Offset).Msg("record left out of the node-management world")
-		}
-		return nil
-	}
-	apply := map[string]runtime.ApplyFunc{}
-	for _, t := range WorldTopics {
-		apply[t] = fold
+	apply := map[string]runtime.ApplyFunc{
+		topology.NMPPolicies: foldInto(env, log, func(m runtime.Msg[*events.NodeManagementPolicy]) error {
+			return w.FoldPolicy(string(m.Key), m.Value)
+		}),
+		topology.AgentNodes: foldInto(env, log, func(m runtime.Msg[*events.AgentNode]) error {
+			return w.FoldNode(string(m.Key), m.Partition, m.Value)
+		}),
+		topology.AgentPackages: foldInto(env, log, func(m runtime.Msg[*events.AgentPackage]) error {
+			return w.FoldPackage(string(m.Key), m.Value)
+		}),
+		topology.AgentStatus: foldInto(env, log, func(m runtime.Msg[*events.AgentStatus]) error {
+			return w.FoldStatus(string(m.Key), m.Value)
+		}),
 	}
 	f, err := runtime.Follow(env.Kafka, log, apply)
 	if err != nil {
@@ -143,6 +134,22 @@ func FollowWorld(env runtime.Env, log zerolog.Logger) (*FollowedWorld, error) {
 	}
 	w.f = f
 	return w, nil
+}
+
+// foldInto adapts a fold to the follower: the runtime decodes each record
+// once and checks that it holds a V (a tombstone is handed on as a nil
+// V); a record it refuses, or the fold refuses, is logged and left out.
+func foldInto[V events.Event](env runtime.Env, log zerolog.Logger, fold func(runtime.Msg[V]) error) runtime.ApplyFunc {
+	left := func(in runtime.Input, err error) {
+		log.Warn().Err(err).Str("topic", in.Topic).Int32("partition", in.Partition).Int64("offset", in.Offset).
+			Msg("record left out of the node-management world")
+	}
+	return runtime.Apply(env, runtime.PassTombstones, func(_ context.Context, m runtime.Msg[V]) error {
+		if err := fold(m); err != nil {
+			left(m.Input, err)
+		}
+		return nil
+	}, func(_ context.Context, in runtime.Input, err error) { left(in, err) })
 }
 
 // WaitFor waits until the record at offset of partition of topic (base

@@ -4,7 +4,8 @@
 // (version to reach, start time within the NMP's window, conflicts
 // between NMPs), and the safe-rollout threshold that pauses a rollout.
 // Its rules do no I/O. The world of node management is folded one way,
-// World.Fold, with one set of checks; FollowWorld keeps a World current
+// one fold per topic (World.FoldPolicy, FoldNode, FoldPackage,
+// FoldStatus) with one set of checks; FollowWorld keeps a World current
 // from the topics, and the nmp-hub stage and the North API (nmpapi) each
 // keep one.
 package nmp

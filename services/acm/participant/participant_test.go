@@ -22,6 +22,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -163,12 +164,10 @@ func deploy(inst string, rev int64, props string, elems ...string) *events.Parti
 // waitState waits until cond holds of p's state.
 func waitState(t *testing.T, p *Participant, what string, cond func(State) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := p.WaitState(ctx, cond); err != nil {
-		_, r := p.ID()
-		t.Fatalf("replica %s: %s: %v; state %+v", r, what, err, p.Dump())
-	}
+	_, r := p.ID()
+	testkit.Eventually(t, wait, testkit.Holds("replica "+r+": "+what,
+		func() bool { return cond(p.Dump()) },
+		func() string { return fmt.Sprintf("state %+v", p.Dump()) }))
 }
 
 func elementIs(inst, elem, state string) func(State) bool {
@@ -204,11 +203,13 @@ func TestReplicasSpreadOperationsAndEndIdentical(t *testing.T) {
 	rs := []*Participant{h.replica(t, "r1"), h.replica(t, "r2"), h.replica(t, "r3")}
 	// The group has settled when each of the three holds one of the three
 	// partitions.
-	for deadline := time.Now().Add(wait); len(rs[0].Partitions()) != 1 || len(rs[1].Partitions()) != 1 || len(rs[2].Partitions()) != 1; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("partitions: r1 %v, r2 %v, r3 %v", rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions())
-		}
-	}
+	testkit.Eventually(t, wait, testkit.Holds("one partition each",
+		func() bool {
+			return len(rs[0].Partitions()) == 1 && len(rs[1].Partitions()) == 1 && len(rs[2].Partitions()) == 1
+		},
+		func() string {
+			return fmt.Sprintf("partitions: r1 %v, r2 %v, r3 %v", rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions())
+		}))
 	h.op(t, &events.ParticipantOperation{Kind: acm.OpPrime, CompositionID: sp("c1"), Revision: 1,
 		Elements: []events.OperationElement{{ElementID: "def1", ElementType: stubType, Properties: `{"image":"x"}`}}})
 	const instances = 12
@@ -229,15 +230,13 @@ func TestReplicasSpreadOperationsAndEndIdentical(t *testing.T) {
 	}
 	// All three converge on the same versions of the same records.
 	var d State
-	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+	testkit.Eventually(t, wait, func() error {
 		d = rs[0].Dump()
-		if reflect.DeepEqual(d, rs[1].Dump()) && reflect.DeepEqual(d, rs[2].Dump()) {
-			break
+		if d1, d2 := rs[1].Dump(), rs[2].Dump(); !reflect.DeepEqual(d, d1) || !reflect.DeepEqual(d, d2) {
+			return fmt.Errorf("the replicas' dumps differ:\nr1 %v\nr2 %v\nr3 %v", d, d1, d2)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replicas' dumps differ:\nr1 %v\nr2 %v\nr3 %v", d, rs[1].Dump(), rs[2].Dump())
-		}
-	}
+		return nil
+	})
 	if e := d[acm.ElementKey(pid, "i00", "e1")]; e.Properties != `{"out":"e1","v":1}` || e.ElementType != stubType || e.Revision != 2 {
 		t.Errorf("element i00/e1: %+v", e)
 	}
@@ -259,13 +258,9 @@ func TestReplicasSpreadOperationsAndEndIdentical(t *testing.T) {
 
 func waitRegistry(t *testing.T, p *Participant, cond func(map[string]events.ReplicaState) bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond(p.Replicas()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("registry: %+v", p.Replicas())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, wait, testkit.Holds("the registry",
+		func() bool { return cond(p.Replicas()) },
+		func() string { return fmt.Sprintf("%+v", p.Replicas()) }))
 }
 
 func TestStuckOperationCancelledByTheNext(t *testing.T) {
@@ -425,11 +420,14 @@ func TestKilledReplica(t *testing.T) {
 	}
 	until := func(what string, cond func(map[string][]string) bool) {
 		t.Helper()
-		for deadline := time.Now().Add(wait); !cond(states()); syncRecs.Poll(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: acm.sync holds %v", what, states())
+		// The check fetches what acm.sync got since, between its looks.
+		testkit.Eventually(t, wait, func() error {
+			if cond(states()) {
+				return nil
 			}
-		}
+			syncRecs.Poll(100 * time.Millisecond)
+			return fmt.Errorf("%s: acm.sync holds %v", what, states())
+		})
 	}
 	ek, rk := acm.ElementKey(pid, "i1", "e1"), acm.ReplicaKey(pid, "victim")
 	until("DEPLOYING on the victim", func(m map[string][]string) bool { return contains(m[ek], "DEPLOYING@victim") })

@@ -2,6 +2,7 @@ package participant
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -90,11 +92,12 @@ func TestStatusRequestReachesEveryReplica(t *testing.T) {
 	h := newHarness(t)
 	rs := []*Participant{h.quietReplica(t, "pa", "a1"), h.quietReplica(t, "pa", "a2"), h.quietReplica(t, "pb", "b1")}
 	// Wait until each participant's group has handed out its partitions.
-	for deadline := time.Now().Add(wait); len(rs[0].Partitions()) == 0 || len(rs[1].Partitions()) == 0 || len(rs[0].Partitions())+len(rs[1].Partitions()) != 3 || len(rs[2].Partitions()) != 3; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the groups did not settle: %v %v %v", rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions())
-		}
-	}
+	testkit.Eventually(t, wait, testkit.Holds("the groups settle",
+		func() bool {
+			a1, a2, b1 := len(rs[0].Partitions()), len(rs[1].Partitions()), len(rs[2].Partitions())
+			return a1 != 0 && a2 != 0 && a1+a2 == 3 && b1 == 3
+		},
+		func() string { return fmt.Sprint(rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions()) }))
 	want := map[string]int{"pa/a1": 1, "pa/a2": 1, "pb/b1": 1}
 	// A request older than the heartbeat interval (an hour here) is not
 	// answered: a heartbeat since told what it asked.

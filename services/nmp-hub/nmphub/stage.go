@@ -50,7 +50,7 @@ func Stage() runtime.Stage {
 type hub struct {
 	env    runtime.Env
 	log    zerolog.Logger
-	world  *nmp.FollowedWorld // folded by nmp.World.Fold, as the North API's
+	world  *nmp.FollowedWorld // folded by nmp.FollowWorld, as the North API's
 	fanout atomic.Int32       // partitions of nmp.recompute
 
 	// mu guards sent and paused. sent is what this member wrote for
@@ -81,7 +81,7 @@ func (h *hub) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func
 	}
 	h.log.Info().Dur("took", time.Since(start)).Int32("recompute_partitions", h.fanout.Load()).
 		Msg("read nmp.policies, agent.nodes, agent.packages and agent.status")
-	return h.handle, h.world.Close, nil
+	return h.handler(), h.world.Close, nil
 }
 
 // readFanout reads the partition count of nmp.recompute.
@@ -103,60 +103,88 @@ func (h *hub) readFanout(ctx context.Context) error {
 	return nil
 }
 
-// handle decides what a record changes. The world is folded by its
-// follower (nmp.FollowWorld, the fold the North API reads by too); the
-// handler waits until the follower has read the record (or, for a
-// recomputation, the record that caused it), so the world holds it and
-// everything before it.
-func (h *hub) handle(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
-	if in.Topic == topology.NMPRecompute {
-		return h.recompute(ctx, in)
-	}
-	if err := h.world.WaitFor(ctx, in.Topic, in.Partition, in.Offset); err != nil {
-		return nil, fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", in.Topic, in.Partition, in.Offset, err)
-	}
-	// The checks the fold makes, on a world of its own (this record only).
-	if err := nmp.NewWorld().Fold(in.Topic, in.Partition, string(in.Key), in.Value); err != nil {
-		return nil, runtime.Permanent(fmt.Errorf("nmp-hub: %s record %q: %w", in.Topic, in.Key, err))
-	}
-	key := string(in.Key)
-	switch in.Topic {
-	case topology.NMPPolicies:
-		org, _, _ := strings.Cut(key, "/")
-		return h.fanOut(in, org, "nmp")
-	case topology.AgentPackages:
-		return h.fanOut(in, "", "package")
-	case topology.AgentNodes:
-		if n, _ := in.Value.(*events.AgentNode); in.Tombstone() || (n != nil && n.Deleted) {
-			h.mu.Lock()
-			h.sent[key] = nil
-			h.mu.Unlock()
-			return []runtime.Output{{Topic: topology.AgentDirectives, Key: in.Key}}, nil
-		}
-		return h.directives([]string{key}), nil
-	case topology.AgentStatus:
-		outs := h.directives([]string{key})
-		st, _ := in.Value.(*events.AgentStatus)
-		if st == nil || st.Policy == "" {
-			return outs, nil
-		}
-		// A report that moved its NMP across the failure threshold
-		// concerns every node of the org.
-		paused := h.world.Rollout(st.Policy).Paused
-		h.mu.Lock()
-		was := h.paused[st.Policy]
-		h.paused[st.Policy] = paused
-		h.mu.Unlock()
-		if paused != was {
-			more, err := h.fanOut(in, st.Org, "threshold")
-			if err != nil {
+// handler decides what a record changes: the runtime decodes each record
+// and checks that it holds its topic's event (a record of another schema
+// is dead-lettered saying what it holds). The world is folded by its
+// follower (nmp.FollowWorld, the fold the North API reads by too); each
+// handler of a world topic waits until the follower has read the record,
+// so the world holds it and everything before it, and a recomputation
+// waits for the record that caused it.
+func (h *hub) handler() runtime.Handler {
+	return runtime.Route(map[string]runtime.Handler{
+		topology.NMPPolicies: runtime.Typed(runtime.PassTombstones, func(ctx context.Context, m runtime.Msg[*events.NodeManagementPolicy]) ([]runtime.Output, error) {
+			if err := h.folded(ctx, m.Input, func(w *nmp.World) error { return w.FoldPolicy(string(m.Key), m.Value) }); err != nil {
 				return nil, err
 			}
-			outs = append(outs, more...)
-		}
+			org, _, _ := strings.Cut(string(m.Key), "/")
+			return h.fanOut(m.Input, org, "nmp")
+		}),
+		topology.AgentPackages: runtime.Typed(runtime.PassTombstones, func(ctx context.Context, m runtime.Msg[*events.AgentPackage]) ([]runtime.Output, error) {
+			if err := h.folded(ctx, m.Input, func(w *nmp.World) error { return w.FoldPackage(string(m.Key), m.Value) }); err != nil {
+				return nil, err
+			}
+			return h.fanOut(m.Input, "", "package")
+		}),
+		topology.AgentNodes:   runtime.Typed(runtime.PassTombstones, h.node),
+		topology.AgentStatus:  runtime.Typed(runtime.PassTombstones, h.status),
+		topology.NMPRecompute: runtime.Typed(runtime.RefuseTombstones, h.recompute),
+	})
+}
+
+// folded waits until the world's follower has read the record in, then
+// makes the checks the fold makes, on a world of its own (this record
+// only): a record the fold refuses fails permanently.
+func (h *hub) folded(ctx context.Context, in runtime.Input, fold func(*nmp.World) error) error {
+	if err := h.world.WaitFor(ctx, in.Topic, in.Partition, in.Offset); err != nil {
+		return fmt.Errorf("nmp-hub: wait for %s[%d]@%d in the state: %w", in.Topic, in.Partition, in.Offset, err)
+	}
+	if err := fold(nmp.NewWorld()); err != nil {
+		return runtime.Permanent(fmt.Errorf("nmp-hub: %s record %q: %w", in.Topic, in.Key, err))
+	}
+	return nil
+}
+
+// node recomputes the directive of a node; a deleted node's directive is
+// deleted.
+func (h *hub) node(ctx context.Context, m runtime.Msg[*events.AgentNode]) ([]runtime.Output, error) {
+	if err := h.folded(ctx, m.Input, func(w *nmp.World) error { return w.FoldNode(string(m.Key), m.Partition, m.Value) }); err != nil {
+		return nil, err
+	}
+	key := string(m.Key)
+	if m.Value == nil || m.Value.Deleted {
+		h.mu.Lock()
+		h.sent[key] = nil
+		h.mu.Unlock()
+		return []runtime.Output{{Topic: topology.AgentDirectives, Key: m.Key}}, nil
+	}
+	return h.directives([]string{key}), nil
+}
+
+// status recomputes the directive of the reporting node; a report that
+// moved its NMP across the failure threshold concerns every node of the
+// org.
+func (h *hub) status(ctx context.Context, m runtime.Msg[*events.AgentStatus]) ([]runtime.Output, error) {
+	if err := h.folded(ctx, m.Input, func(w *nmp.World) error { return w.FoldStatus(string(m.Key), m.Value) }); err != nil {
+		return nil, err
+	}
+	outs := h.directives([]string{string(m.Key)})
+	st := m.Value
+	if st == nil || st.Policy == "" {
 		return outs, nil
 	}
-	return nil, runtime.Permanentf("nmp-hub: record at %s[%d]@%d: no handler for topic %s", in.Topic, in.Partition, in.Offset, in.Topic)
+	paused := h.world.Rollout(st.Policy).Paused
+	h.mu.Lock()
+	was := h.paused[st.Policy]
+	h.paused[st.Policy] = paused
+	h.mu.Unlock()
+	if paused != was {
+		more, err := h.fanOut(m.Input, st.Org, "threshold")
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, more...)
+	}
+	return outs, nil
 }
 
 // fanOut copies a change to every partition of nmp.recompute.
@@ -177,11 +205,8 @@ func (h *hub) fanOut(in runtime.Input, org, cause string) ([]runtime.Output, err
 // recompute recomputes the directives of this partition's nodes of an
 // org, once the world holds the record that caused it and every node and
 // status committed before.
-func (h *hub) recompute(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
-	r, ok := in.Value.(*events.NodeRecompute)
-	if !ok {
-		return nil, runtime.Permanentf("nmp-hub: record at %s[%d]@%d is %s, want %s", in.Topic, in.Partition, in.Offset, schemaOf(in.Value), events.SchemaNodeRecompute)
-	}
+func (h *hub) recompute(ctx context.Context, m runtime.Msg[*events.NodeRecompute]) ([]runtime.Output, error) {
+	in, r := m.Input, m.Value
 	switch r.SourceTopic {
 	case topology.NMPPolicies, topology.AgentPackages, topology.AgentStatus:
 	default:
@@ -241,11 +266,4 @@ func (h *hub) forget() {
 	h.sent = map[string]*events.AgentDirective{}
 	h.paused = map[string]bool{}
 	h.mu.Unlock()
-}
-
-func schemaOf(e events.Event) string {
-	if e == nil {
-		return "a record that is not an event"
-	}
-	return e.SchemaName()
 }

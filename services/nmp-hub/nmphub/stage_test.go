@@ -186,8 +186,12 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 	c.Produce(t, topology.NMPPolicies, "acme/bad", bad)
 	c.Produce(t, topology.AgentNodes, "acme/wrongkey", nodeRec("n1", "amd64", "1.0.0"))
 	c.Produce(t, topology.AgentStatus, "acme/n1", &events.AgentStatus{Org: "acme", Node: "n1", Status: "exploded", ReportedAt: t0})
-	dlq := c.Read(t, topology.DLQ(topology.StageNMPHub), 3, 20*time.Second)
-	want := map[string]string{"acme/bad": "at position 7", "acme/wrongkey": "the key must be org/node", "acme/n1": "is not one of"}
+	// A record of another schema: the runtime refuses it, saying what it
+	// holds and what the topic carries.
+	c.Produce(t, topology.AgentNodes, "acme/n2", &events.AgentStatus{Org: "acme", Node: "n2", Status: nmp.StateSuccessful, ReportedAt: t0})
+	dlq := c.Read(t, topology.DLQ(topology.StageNMPHub), 4, 20*time.Second)
+	want := map[string]string{"acme/bad": "at position 7", "acme/wrongkey": "the key must be org/node", "acme/n1": "is not one of",
+		"acme/n2": "is " + events.SchemaAgentStatus + ", want " + events.SchemaAgentNode}
 	for _, r := range dlq {
 		if why := stagetest.Header(r, runtime.HeaderError); !strings.Contains(why, want[string(r.Key)]) {
 			t.Errorf("dead letter %s: %q, want %q", r.Key, why, want[string(r.Key)])

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 func TestNewTokensAreRandomAndHashedAsTheFileSays(t *testing.T) {
@@ -123,19 +126,16 @@ func TestStoreReloadsTheFileWhenItChanges(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	write(Entry{Name: "new", Role: RoleReadOnly, SHA256: Hash("new-token")})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if p, ok := s.Lookup("new-token"); ok {
-			if p.Name != "new" || p.Role != RoleReadOnly {
-				t.Errorf("new token names %+v", p)
-			}
-			break
+	testkit.Eventually(t, 10*time.Second, func() error {
+		p, ok := s.Lookup("new-token")
+		if !ok {
+			return errors.New("the rewritten tokens file is not reloaded: new-token is unknown")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rewritten tokens file was not reloaded within 10s")
+		if p.Name != "new" || p.Role != RoleReadOnly {
+			t.Errorf("new token names %+v", p)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, ok := s.Lookup("old-token"); ok {
 		t.Error("the token removed from the file is still accepted after the reload")
 	}

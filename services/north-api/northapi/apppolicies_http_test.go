@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -240,14 +241,12 @@ func TestDeploymentsAPI(t *testing.T) {
 		Request:    `{"deployment_id":"d9","tenant":"t1","environment":"","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":"m1.xlarge"}]}`,
 		Components: []string{"d9.web"}, DecidedAt: time.Now(),
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, out, raw = s.callAs2(t, tenantToken, http.MethodGet, "/v1/deployments/d9", nil)
-		if code == http.StatusOK || time.Now().After(deadline) {
-			break
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if code, out, raw = s.callAs2(t, tenantToken, http.MethodGet, "/v1/deployments/d9", nil); code != http.StatusOK {
+			return fmt.Errorf("verdict: %d %s", code, raw)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if code != http.StatusOK || out["admitted"] != true || out["request_id"] != "r9" {
 		t.Fatalf("verdict: %d %s", code, raw)
 	}

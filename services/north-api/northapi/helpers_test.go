@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -170,18 +172,17 @@ func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ..
 
 func (s *stack) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.Eventually(t, 60*time.Second, testkit.Named("the North API ready", func() error {
 		resp, err := http.Get(s.ops + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("the North API did not become ready within 60s")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz answers %d", resp.StatusCode)
+		}
+		return nil
+	}))
 }
 
 // records reads a topic from the start until want records arrived (or a

@@ -2,6 +2,7 @@ package northapi
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -41,17 +43,12 @@ func TestNodeTokensActForTheirOwnNodeOnly(t *testing.T) {
 	d := &events.AgentDirective{Org: "acme", Node: "nB", DirectiveID: "dB", Policy: "acme/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0",
 		StartAt: time.Unix(100, 0), IssuedAt: time.Unix(100, 0), Conflicts: []string{}}
 	s.Produce(t, topology.AgentDirectives, "acme/nB", d)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, _, raw, _ := s.callAs(t, tokB, http.MethodGet, "/v1/orgs/acme/nodes/nB/directive", nil)
-		if code == http.StatusOK {
-			break
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if code, _, raw, _ := s.callAs(t, tokB, http.MethodGet, "/v1/orgs/acme/nodes/nB/directive", nil); code != http.StatusOK {
+			return fmt.Errorf("node B reading its own directive: %d %s", code, raw)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node B reading its own directive: %d %s", code, raw)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	report := map[string]any{"policy": "acme/p", "status": "failed", "agentVersion": map[string]any{"failed": "1.1.0"}}
 	if code, _, raw, _ := s.callAs(t, tokB, http.MethodPut, "/v1/orgs/acme/nodes/nB/status", map[string]any{"policy": "acme/p", "status": "successful"}); code != http.StatusOK {
 		t.Fatalf("node B reporting its own status: %d %s", code, raw)
@@ -140,17 +137,12 @@ func TestNodeTokensActForTheirOwnNodeOnly(t *testing.T) {
 	if code, _, raw, _ := s.callAs(t, newA, http.MethodDelete, "/v1/orgs/acme/nodes/nA", nil); code != http.StatusOK {
 		t.Fatalf("A deletes itself: %d %s", code, raw)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		code, _, _, _ := s.callAs(t, newA, http.MethodGet, "/v1/orgs/acme/nodes/nA/directive", nil)
-		if code == http.StatusUnauthorized {
-			break
+	testkit.Eventually(t, 10*time.Second, func() error {
+		if code, _, _, _ := s.callAs(t, newA, http.MethodGet, "/v1/orgs/acme/nodes/nA/directive", nil); code != http.StatusUnauthorized {
+			return fmt.Errorf("A's token after its node was deleted: %d, want 401", code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A's token after its node was deleted: %d, want 401", code)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if !strings.HasPrefix(tokA, "pfn_") {
 		t.Errorf("node token %q lacks the pfn_ prefix", tokA)
 	}

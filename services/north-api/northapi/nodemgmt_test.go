@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -158,16 +160,14 @@ func TestDirectiveLongPoll(t *testing.T) {
 	s.Produce(t, topology.AgentDirectives, "acme/n1", d)
 	var first map[string]any
 	var etag string
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		code, b, _, h := s.callAs(t, agentToken, http.MethodGet, "/v1/orgs/acme/nodes/n1/directive", nil)
-		if code == 200 {
-			first = b
-			etag = h.Get("ETag")
-			break
+	testkit.Eventually(t, 10*time.Second, func() error {
+		code, b, raw, h := s.callAs(t, agentToken, http.MethodGet, "/v1/orgs/acme/nodes/n1/directive", nil)
+		if code != http.StatusOK {
+			return fmt.Errorf("directive: %d %s", code, raw)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		first, etag = b, h.Get("ETag")
+		return nil
+	})
 	if first["directiveId"] != "d1" || first["targetVersion"] != "1.1.0" || etag == "" {
 		t.Fatalf("directive %v etag %q", first, etag)
 	}

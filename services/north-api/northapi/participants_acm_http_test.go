@@ -3,6 +3,7 @@ package northapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -98,17 +100,16 @@ func (a *acmAPI) do(t *testing.T, method, path string, hdr map[string]string) (i
 // list reads GET .../participants until ok holds of it.
 func (a *acmAPI) list(t *testing.T, what string, ok func([]acm.ParticipantInformation) bool) []acm.ParticipantInformation {
 	t.Helper()
-	var last []byte
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	var ps []acm.ParticipantInformation
+	testkit.Eventually(t, 60*time.Second, testkit.Named(what, func() error {
 		code, b, _ := a.do(t, http.MethodGet, acmapi.RuntimeBase+"/participants", nil)
-		last = b
-		var ps []acm.ParticipantInformation
+		ps = nil
 		if code == http.StatusOK && json.Unmarshal(b, &ps) == nil && ok(ps) {
-			return ps
+			return nil
 		}
-	}
-	t.Fatalf("%s: last answer %s", what, last)
-	return nil
+		return fmt.Errorf("last answer %d %s", code, b)
+	}))
+	return ps
 }
 
 // The ACM runtime's routes answer in its shapes, and its status report
@@ -118,11 +119,11 @@ func (a *acmAPI) list(t *testing.T, what string, ok func([]acm.ParticipantInform
 func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 	a := newACMAPI(t)
 	rs := []*participant.Participant{a.replica(t, "pa", "a1"), a.replica(t, "pa", "a2"), a.replica(t, "pb", "b1")}
-	for deadline := time.Now().Add(60 * time.Second); len(rs[0].Partitions()) == 0 || len(rs[1].Partitions()) == 0 || len(rs[2].Partitions()) != testPartitions; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the groups did not settle: %v %v %v", rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions())
-		}
-	}
+	testkit.Eventually(t, 60*time.Second, testkit.Holds("the groups settle",
+		func() bool {
+			return len(rs[0].Partitions()) != 0 && len(rs[1].Partitions()) != 0 && len(rs[2].Partitions()) == testPartitions
+		},
+		func() string { return fmt.Sprint(rs[0].Partitions(), rs[1].Partitions(), rs[2].Partitions()) }))
 	replicas := func(ps []acm.ParticipantInformation) map[string]acm.ReplicaInfo {
 		out := map[string]acm.ReplicaInfo{}
 		for _, p := range ps {

@@ -3,6 +3,7 @@ package northapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/replica-sync/replicasync"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -46,17 +48,16 @@ func withParticipant(t *testing.T, s *stack) {
 // eventually calls the API until ok holds of the answer.
 func eventually(t *testing.T, s *stack, path string, ok func(code int, body map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		code, body, raw := s.call(t, http.MethodGet, path, nil)
-		if ok(code, body) {
-			return body
+	var body map[string]any
+	testkit.Eventually(t, 60*time.Second, func() error {
+		code, b, raw := s.call(t, http.MethodGet, path, nil)
+		if !ok(code, b) {
+			return fmt.Errorf("GET %s: %d %s", path, code, raw)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %s", path, code, raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		body = b
+		return nil
+	})
+	return body
 }
 
 func TestParticipantsAPI(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/notifytarget"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -120,21 +121,19 @@ func TestStatusShowsAFailedNotificationAsNotNotified(t *testing.T) {
 	})
 	status := func() policyapi.ComponentStatus {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		var st policyapi.ComponentStatus
+		testkit.Eventually(t, 30*time.Second, func() error {
 			code, _, raw := s.call(t, http.MethodGet, "/v1/components/c-failed/status", nil)
-			var st policyapi.ComponentStatus
+			st = policyapi.ComponentStatus{}
 			if err := json.Unmarshal(raw, &st); err != nil || code != http.StatusOK {
 				t.Fatalf("status: %d %s", code, raw)
 			}
-			if st.Applied != nil {
-				return st
+			if st.Applied == nil {
+				return fmt.Errorf("status does not show the applied update: %s", raw)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("status never showed the applied update: %s", raw)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return st
 	}
 	for _, tc := range []struct {
 		claim    string

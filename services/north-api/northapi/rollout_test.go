@@ -10,6 +10,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -63,8 +64,7 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 	putKV(t, s.consul, consulkv.ClaimKey(scn("c-running")), `{"update_id":"u-c-running","generation":4,"exit_code":null,"stderr":"","at":"2026-01-01T00:00:02Z"}`)
 
 	var r policyapi.Rollout
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		code, _, raw := s.call(t, http.MethodGet, "/v1/policies/"+id+"/rollout", nil)
 		if code != http.StatusOK {
 			t.Fatalf("rollout: %d %s", code, raw)
@@ -74,13 +74,10 @@ func TestPolicyRolloutCountsWhoHasTheVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r.Components == 6 && r.InConsul == 4 { // every record read by the views
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rollout never counted every component: %s", raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("rollout does not count every component: %s", raw)
+	})
 	if r.Version != "7" || r.Notified != 1 || r.Failed != 1 || r.Pending != 4 || r.OtherVersions["6"] != 1 || r.Truncated {
 		t.Fatalf("rollout %+v", r)
 	}

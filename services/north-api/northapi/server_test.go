@@ -14,6 +14,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -380,11 +381,12 @@ func TestRenotifyIsACatchupNamingTheComponent(t *testing.T) {
 	var code int
 	var body map[string]any
 	var raw []byte
-	deadline := time.Now().Add(30 * time.Second)
-	for code, body, raw = s.call(t, http.MethodPost, "/v1/components/c-renotify/renotify", ""); code == http.StatusNotFound && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond) // the component view catches up
-		code, body, raw = s.call(t, http.MethodPost, "/v1/components/c-renotify/renotify", "")
-	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if code, body, raw = s.call(t, http.MethodPost, "/v1/components/c-renotify/renotify", ""); code == http.StatusNotFound {
+			return fmt.Errorf("renotify answers 404 until the component view catches up: %s", raw)
+		}
+		return nil
+	})
 	if code != http.StatusAccepted || body["component_id"] != "c-renotify" || body["deployment_id"] != "dep-1" || body["partitions"] != float64(testPartitions) {
 		t.Fatalf("renotify: %d %s", code, raw)
 	}
@@ -605,8 +607,7 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 	putKV(t, s.consul, consulkv.ClaimKey(scn), `{"update_id":"u-1","generation":1,"exit_code":0,"stderr":"","at":"2024-05-01T10:00:00Z"}`)
 
 	var st policyapi.ComponentStatus
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		code, _, raw = s.call(t, http.MethodGet, "/v1/components/c-st/status", nil)
 		if code != http.StatusOK {
 			t.Fatalf("status: %d %s", code, raw)
@@ -616,13 +617,10 @@ func TestComponentStatusJoinsAppliedAndNotified(t *testing.T) {
 			t.Fatal(err)
 		}
 		if st.Applied != nil && st.Applied.UpdateID == "u-2" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never showed update u-2: %s", raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("status does not show update u-2: %s", raw)
+	})
 	if st.ServiceComponentName != scn || st.DeploymentID != "dep-1" || st.Applied.ConsulIndex != 200 || st.Applied.Generation != 2 || st.Notified {
 		t.Errorf("status %s", raw)
 	}
@@ -681,36 +679,32 @@ func TestNotReadyUntilEveryViewTopicExists(t *testing.T) {
 	s := newStack(t, nil, topology.ComponentApplied)
 	applied := s.Kafka.Topic(topology.ComponentApplied)
 	var body map[string]any
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		var code int
 		code, body, _ = s.opsGet(t, "/readyz")
 		stages, _ := body["stages"].(map[string]any)
 		why, _ := stages["north-api view component.applied"].(string)
 		if code == http.StatusServiceUnavailable && strings.Contains(why, applied+" does not exist") {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("readyz: %d %v; want 503 saying %s does not exist", code, body, applied)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("readyz: %d %v; want 503 saying %s does not exist", code, body, applied)
+	})
 	code, body, raw := s.call(t, http.MethodGet, "/healthcheck", nil)
 	if code != http.StatusOK || body["status"] != "starting" {
 		t.Errorf("healthcheck while starting: %d %s", code, raw)
 	}
 	// Components can be registered; their status needs the missing view.
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		code, _, raw = s.call(t, http.MethodPut, "/v1/components/early", componentBody())
-		if code == http.StatusAccepted {
-			break
+		switch code {
+		case http.StatusAccepted:
+			return nil
+		case http.StatusServiceUnavailable:
+			return fmt.Errorf("PUT while component.applied is missing: %d %s", code, raw)
 		}
-		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			t.Fatalf("PUT while component.applied is missing: %d %s", code, raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		t.Fatalf("PUT while component.applied is missing: %d %s", code, raw)
+		return nil
+	})
 	code, body, _ = s.call(t, http.MethodGet, "/v1/components/early/status", nil)
 	wantError(t, "status while not ready", code, body, http.StatusServiceUnavailable, "still reading "+applied, "retry")
 
@@ -753,21 +747,18 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 	status := func(want func(CatchupStatus) bool) CatchupStatus {
 		t.Helper()
 		var st CatchupStatus
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testkit.Eventually(t, 30*time.Second, func() error {
 			code, _, raw := s.call(t, http.MethodGet, "/v1/catchup/0123456789abcdef0123456789abcdef", nil)
 			st = CatchupStatus{}
 			if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil {
 				t.Fatalf("status: %d %s", code, raw)
 			}
 			if want(st) {
-				return st
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("status never got there: %s", raw)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return fmt.Errorf("status not there yet: %s", raw)
+		})
+		return st
 	}
 	if st := status(func(CatchupStatus) bool { return true }); st.Done || st.Partitions != testPartitions || st.Matcher.PartitionsDone != 0 {
 		t.Fatalf("before any report: %+v", st)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -59,8 +60,7 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 
 	var st policyapi.PipelineStatus
 	var raw []byte
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, 30*time.Second, func() error {
 		var code int
 		code, _, raw, _ = s.callAs(t, readOnlyToken, http.MethodGet, "/v1/status", nil)
 		if code != http.StatusOK {
@@ -71,13 +71,10 @@ func TestPipelineStatusShowsARollout(t *testing.T) {
 			t.Fatalf("GET /v1/status: %v %s", err, raw)
 		}
 		if len(st.Changes) > 0 && st.Changes[0].PolicyID == pid && st.Changes[0].Written == 3 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /v1/status never showed %s written to the three components: %s", pid, raw)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("GET /v1/status does not show %s written to the three components: %s", pid, raw)
+	})
 	got := st.Changes[0]
 	if got.Version != "3" || got.ShouldHave != 3 || got.Written != 3 || got.Notified != 2 || got.Failed != 1 {
 		t.Errorf("rollout of %s: %+v; want version 3, should have 3, written 3, notified 2 (one by none), failed 1", pid, got)
