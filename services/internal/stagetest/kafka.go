@@ -21,8 +21,8 @@ import (
 const prefix = "t."
 
 // Linger is how long a poll of Read and ReadUntil must bring nothing
-// before they stop, once they have what they waited for, so that records
-// beyond it (duplicates) show too.
+// before they stop (after a poll per broker at most), once they have what
+// they waited for, so that records beyond it (duplicates) show too.
 const Linger = 500 * time.Millisecond
 
 // Brokers is the number of brokers of every test cluster: PF_BROKER_COUNT,
@@ -237,8 +237,13 @@ func (c *Cluster) ReadUntil(t testing.TB, topic string, wait time.Duration, done
 	defer r.cl.Close()
 	r.until(done, wait)
 	// Linger until a poll brings nothing: with several brokers one fetch
-	// may bring the records of some partitions only.
-	for deadline := time.Now().Add(wait); len(r.Poll(Linger)) > 0 && time.Now().Before(deadline); {
+	// may bring the records of some partitions only. A poll per broker
+	// at most, so that a topic written all the time (heartbeats) does not
+	// keep the read going.
+	for range len(c.Kafka.Brokers) + 1 {
+		if len(r.Poll(Linger)) == 0 {
+			break
+		}
 	}
 	return r.got
 }
