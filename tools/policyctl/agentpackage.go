@@ -17,8 +17,8 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
-	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
 )
@@ -255,7 +255,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 	sum := sha256.Sum256(pkg)
 	hexSum := hex.EncodeToString(sum[:])
 	sig, keyID := nmp.SignPackage(key, man.Version, hexSum)
-	api.header = http.Header{northapi.SignatureHeader: {sig}, northapi.SigningKeyHeader: {keyID}}
+	api.header = http.Header{wire.SignatureHeader: {sig}, wire.SigningKeyHeader: {keyID}}
 	if _, err := api.doType(ctx, http.MethodPost, "/v1/agentpackages?sha256="+hexSum, pkg, "application/gzip"); err != nil {
 		return err
 	}
