@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
@@ -183,23 +184,8 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	return nil
 }
 
-// CatchupBody is the body of POST /v1/catchup.
-type CatchupBody struct {
-	// DeploymentID limits the catch-up to one deployment; "" means all.
-	DeploymentID string `json:"deployment_id,omitempty"`
-	Reason       string `json:"reason,omitempty"`
-}
-
-// CatchupAccepted is the answer of POST /v1/catchup.
-type CatchupAccepted struct {
-	RequestID    string `json:"request_id"`
-	Scope        string `json:"scope"`
-	DeploymentID string `json:"deployment_id,omitempty"`
-	Partitions   int    `json:"partitions"`
-}
-
 func (s *API) Catchup(w http.ResponseWriter, r *http.Request) *web.Error {
-	var body CatchupBody
+	var body api.CatchupBody
 	if e := web.DecodeOptionalJSON(w, r, web.MaxRequestBytes, &body, catchupExample); e != nil {
 		return e
 	}
@@ -234,7 +220,7 @@ func (s *API) Catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 		return e
 	}
 	s.Log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
-	web.WriteJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
+	web.WriteJSON(w, http.StatusAccepted, api.CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
 	return nil
 }
 
