@@ -58,3 +58,15 @@ type PackageAnswer struct {
 type PackageList struct {
 	Packages []PackageAnswer `json:"packages"`
 }
+
+// NMPNodes is the answer of GET /v1/orgs/{org}/nmps/{name}/nodes: the
+// nodes the NMP applies to, the agent version each registered, and, by
+// org/node, the NMP in force on a node instead of this one.
+type NMPNodes struct {
+	Org       string            `json:"org"`
+	Name      string            `json:"name"`
+	Enabled   bool              `json:"enabled"`
+	Nodes     []string          `json:"nodes"`
+	Versions  map[string]string `json:"versions"`
+	Conflicts map[string]string `json:"conflicts"`
+}

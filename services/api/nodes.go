@@ -84,3 +84,14 @@ type NodeStatusAccepted struct {
 	Node   string `json:"node"`
 	Status string `json:"status"`
 }
+
+// NodeTokenChanged is the answer of POST /v1/orgs/{org}/nodes/{node}/token
+// (Rotated, with the new Token, answered once) and of DELETE on it
+// (Revoked).
+type NodeTokenChanged struct {
+	Org     string `json:"org"`
+	Node    string `json:"node"`
+	Token   string `json:"token,omitempty"`
+	Rotated bool   `json:"rotated,omitempty"`
+	Revoked bool   `json:"revoked,omitempty"`
+}

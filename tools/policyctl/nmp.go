@@ -355,11 +355,7 @@ func runNMPNodes(ctx context.Context, args []string) error {
 // nmpNodesTable draws the answer of GET .../nmps/{name}/nodes: each node
 // with its agent version and why it is ignored, if it is.
 func nmpNodesTable(w io.Writer, org string, ans []byte) error {
-	var nn struct {
-		Nodes     []string          `json:"nodes"`
-		Versions  map[string]string `json:"versions"`
-		Conflicts map[string]string `json:"conflicts"`
-	}
+	var nn wire.NMPNodes
 	if err := json.Unmarshal(ans, &nn); err != nil {
 		return fmt.Errorf("the North API's answer is not the node list expected: %w", err)
 	}

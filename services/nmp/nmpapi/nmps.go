@@ -198,8 +198,8 @@ func (s *API) NmpNodes(w http.ResponseWriter, r *http.Request) *web.Error {
 			versions[n] = node.Ev.SoftwareVersion
 		}
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "versions": versions,
-		"conflicts": s.nm.world.Conflicts(p)})
+	web.WriteJSON(w, http.StatusOK, api.NMPNodes{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: nodes, Versions: versions,
+		Conflicts: s.nm.world.Conflicts(p)})
 	return nil
 }
 
