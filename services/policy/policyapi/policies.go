@@ -292,17 +292,6 @@ func (s *API) olderThanLoaded(i int, c policy.Checked) *web.Error {
 		i, c.Version, c.PolicyID, e.PolicyVersion, e.PolicyVersion)
 }
 
-// LatestPolicy is one policy in the ONAP policy-handler shape.
-type LatestPolicy struct {
-	PolicyID   string          `json:"policy_id"`
-	PolicyBody json.RawMessage `json:"policy_body"`
-	// Status is ERRORED, with the Error, when the PDP's latest version of
-	// the policy is invalid and PolicyBody is the last valid one, still
-	// in force; absent otherwise.
-	Status string `json:"status,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
-
 func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("policy_id")
 	if id == "" {
@@ -320,7 +309,7 @@ func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 		}
 		return web.Errorf(http.StatusNotFound, "no policy %s in the policy catalog: %s", id, hint)
 	}
-	lp := LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
+	lp := api.LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	if e.Status == events.StatusErrored {
 		// The PDP's latest version is invalid: the last valid one stays
 		// in force, and the answer says so.
@@ -404,9 +393,9 @@ func (s *API) PoliciesLatest(w http.ResponseWriter, r *http.Request) *web.Error 
 	if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 		return e
 	}
-	out := map[string]LatestPolicy{}
+	out := map[string]api.LatestPolicy{}
 	for _, e := range s.catalog.matching(cf, web.PrincipalOf(r.Context())) {
-		out[e.PolicyID] = LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
+		out[e.PolicyID] = api.LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
