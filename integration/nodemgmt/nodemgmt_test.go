@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/integration/backend"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/nmp-hub/nmphub"
 	"github.com/policyflow/policyflow/services/north-api/apicheck"
@@ -304,8 +305,8 @@ func (h *hub) publishSigned(version string, key ed25519.PrivateKey) string {
 	req, _ := http.NewRequest(http.MethodPost, h.api+"/v1/agentpackages?sha256="+hex.EncodeToString(sum[:]), bytes.NewReader(pkg))
 	auth.SetBearer(req, h.admin)
 	sig, keyID := nmp.SignPackage(key, version, hex.EncodeToString(sum[:]))
-	req.Header.Set(northapi.SignatureHeader, sig)
-	req.Header.Set(northapi.SigningKeyHeader, keyID)
+	req.Header.Set(api.SignatureHeader, sig)
+	req.Header.Set(api.SigningKeyHeader, keyID)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		h.t.Fatal(err)
@@ -494,18 +495,18 @@ func manifestVersion(t *testing.T, raw json.RawMessage) string {
 	return m.Version
 }
 
-func (h *hub) nmpStatus(name string) northapi.NMPStatus {
+func (h *hub) nmpStatus(name string) api.NMPStatus {
 	h.t.Helper()
-	var st northapi.NMPStatus
+	var st api.NMPStatus
 	if err := json.Unmarshal(h.must(http.MethodGet, "/v1/orgs/acme/nmps/"+name+"/status", nil), &st); err != nil {
 		h.t.Fatal(err)
 	}
 	return st
 }
 
-func (h *hub) directive(node string) northapi.DirectiveAnswer {
+func (h *hub) directive(node string) api.DirectiveAnswer {
 	h.t.Helper()
-	var d northapi.DirectiveAnswer
+	var d api.DirectiveAnswer
 	if err := json.Unmarshal(h.must(http.MethodGet, "/v1/orgs/acme/nodes/"+node+"/directive", nil), &d); err != nil {
 		h.t.Fatal(err)
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/services/testkit"
@@ -48,7 +48,7 @@ func (p *pipeline) lastCallHas(rec *recorder, what string, want ...string) int {
 
 // catchup asks for a catch-up and waits until both stages reported from
 // every partition.
-func (p *pipeline) catchup(method, path string, body any) northapi.CatchupStatus {
+func (p *pipeline) catchup(method, path string, body any) api.CatchupStatus {
 	p.t.Helper()
 	var accepted struct {
 		RequestID string `json:"request_id"`
@@ -56,10 +56,10 @@ func (p *pipeline) catchup(method, path string, body any) northapi.CatchupStatus
 	if err := json.Unmarshal([]byte(p.must(method, path, body)), &accepted); err != nil || accepted.RequestID == "" {
 		p.t.Fatalf("catch-up answer without request_id: %v", err)
 	}
-	var st northapi.CatchupStatus
+	var st api.CatchupStatus
 	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("catch-up "+accepted.RequestID+" done", func() error {
 		code, out := p.do(http.MethodGet, "/v1/catchup/"+accepted.RequestID, nil)
-		st = northapi.CatchupStatus{}
+		st = api.CatchupStatus{}
 		if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil {
 			return fmt.Errorf("%d %s", code, out)
 		}
@@ -340,9 +340,9 @@ func TestPolicyctlCatchupRestoresAKeyDeletedByHand(t *testing.T) {
 // GET /v1/catchup/{request_id} says of it. pdp-ingest's catch-ups are
 // found on catchup.progress; their ids (pdp-ingest-<unix nanoseconds>)
 // sort by time.
-func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgress) error) northapi.CatchupStatus {
+func (p *pipeline) pdpCatchup(what, after string, ok func(api.CatalogProgress) error) api.CatchupStatus {
 	p.t.Helper()
-	var st northapi.CatchupStatus
+	var st api.CatchupStatus
 	parts := make([]int32, pipelinePartitions)
 	for i := range parts {
 		parts[i] = int32(i)
@@ -351,14 +351,14 @@ func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgre
 	testkit.Eventually(p.t, 2*time.Minute, testkit.Named(what, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		found := map[string]northapi.CatalogProgress{}
+		found := map[string]api.CatalogProgress{}
 		err := runtime.ReadPartitions(ctx, p.kafka, topology.CatchupProgress, parts, func(rec *kgo.Record) error {
 			var pr events.CatchupProgress
 			if err := codec.DecodeInto(ctx, rec.Value, &pr); err != nil {
 				return err
 			}
 			if pr.Stage == events.ProgressPDPIngest && pr.RequestID > after {
-				c := northapi.CatalogProgress{Listed: pr.Compared, Differed: pr.Differed, Removed: pr.Removed}
+				c := api.CatalogProgress{Listed: pr.Compared, Differed: pr.Differed, Removed: pr.Removed}
 				if pr.RemovalWithheld != nil {
 					c.RemovalWithheld = *pr.RemovalWithheld
 				}
@@ -381,7 +381,7 @@ func (p *pipeline) pdpCatchup(what, after string, ok func(northapi.CatalogProgre
 			}
 			// The newest that did: what the API says of it, once done.
 			code, out := p.do(http.MethodGet, "/v1/catchup/"+id, nil)
-			st = northapi.CatchupStatus{}
+			st = api.CatchupStatus{}
 			if err := json.Unmarshal([]byte(out), &st); code != http.StatusOK || err != nil {
 				return fmt.Errorf("GET /v1/catchup/%s: %d %s", id, code, out)
 			}
@@ -427,7 +427,7 @@ func TestCatchupRemovesAPolicyWhoseRemovalWasMissed(t *testing.T) {
 	if code, out := p.do(http.MethodGet, "/policy_latest/DCAE.Config_MR_GONE", nil); code != http.StatusNotFound {
 		t.Fatalf("GET /policy_latest of the removed policy: %d %s, want 404", code, out)
 	}
-	st := p.pdpCatchup("a catch-up reports the removal", "", func(c northapi.CatalogProgress) error {
+	st := p.pdpCatchup("a catch-up reports the removal", "", func(c api.CatalogProgress) error {
 		if c.Removed != 1 || c.RemovalWithheld != "" {
 			return fmt.Errorf("pdp_ingest %+v, want one removal", c)
 		}
@@ -437,7 +437,7 @@ func TestCatchupRemovesAPolicyWhoseRemovalWasMissed(t *testing.T) {
 		t.Fatalf("pdp_ingest %+v, want the PDP's 2 policies listed", *st.PDPIngest)
 	}
 	// Later catch-ups leave the pushed policy where it is.
-	p.pdpCatchup("a later catch-up finds nothing to remove", st.RequestID, func(c northapi.CatalogProgress) error {
+	p.pdpCatchup("a later catch-up finds nothing to remove", st.RequestID, func(c api.CatalogProgress) error {
 		if c.Removed != 0 || c.Differed != 0 || c.RemovalWithheld != "" {
 			return fmt.Errorf("pdp_ingest %+v, want nothing different", c)
 		}
@@ -467,7 +467,7 @@ func TestCatchupWithAnEmptyPDPAnswerRemovesNothing(t *testing.T) {
 
 	p.pdp.Remove("DCAE.Config_EP_A")
 	p.pdp.Remove("DCAE.Config_EP_B")
-	st := p.pdpCatchup("a catch-up withholds the removals", "", func(c northapi.CatalogProgress) error {
+	st := p.pdpCatchup("a catch-up withholds the removals", "", func(c api.CatalogProgress) error {
 		if c.Removed != 0 || !strings.Contains(c.RemovalWithheld, "the PDP listed no policy") {
 			return fmt.Errorf("pdp_ingest %+v, want the removals withheld because the listing is empty", c)
 		}

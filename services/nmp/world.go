@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 )
 
 // World is what the hub knows: every NMP, node, package and last status,
@@ -243,18 +244,9 @@ func (w *World) Status(key string) *events.AgentStatus {
 	return w.status[key]
 }
 
-// NodeState is one node's state in an NMP's status.
-type NodeState struct {
-	Node string `json:"node"`
-	// Status is the node's last reported state about the NMP, waiting
-	// when it reported none, or StateIgnored when another NMP with a
-	// different intent is in force on it.
-	Status string `json:"status"`
-	// Version is the agent version the node runs, by its report.
-	Version       string `json:"version,omitempty"`
-	FailedVersion string `json:"failedVersion,omitempty"`
-	Error         string `json:"error,omitempty"`
-}
+// NodeState is one node's state in an NMP's status, as the API answers
+// it.
+type NodeState = api.NodeState
 
 // NodeStates is the state of every node the NMP applies to, sorted by
 // node: its last report about this NMP (whatever it reported about

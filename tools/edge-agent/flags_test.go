@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/policyflow/policyflow/services/nmp"
@@ -32,4 +33,25 @@ func TestEveryFlagIsHonoured(t *testing.T) {
 		Values: map[string]string{"trusted-key": key + ".pub", "token-file": tokenFile, "log-level": "debug",
 			"properties": `[{"name":"arch","value":"amd64"}]`, "constraint": `arch == "amd64"`},
 	})
+}
+
+// --properties is decoded into the registration's properties at start,
+// and a list the hub would refuse is refused with what to write instead.
+func TestPropertiesAreCheckedAtStart(t *testing.T) {
+	flagdoc.CleanEnv(t)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "org.token")
+	if err := os.WriteFile(tokenFile, []byte("org-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--org=o", "--node=n", "--version=1.0.0", "--install-cmd=/bin/true", "--token-file=" + tokenFile}
+	st, err := parse(append(base, `--properties=[{"name":"arch","value":"amd64"}]`))
+	if err != nil || len(st.properties) != 1 || st.properties[0].Name != "arch" || st.properties[0].Value != "amd64" {
+		t.Fatalf("parse: %+v, %v", st, err)
+	}
+	for _, bad := range []string{`{"arch":"amd64"}`, `[{"nmae":"arch"}]`, `[{`} {
+		if _, err := parse(append(base, "--properties="+bad)); err == nil || !strings.Contains(err.Error(), `want a JSON list such as [{"name":"arch","value":"amd64"}]`) {
+			t.Errorf("--properties=%s: %v, want the list expected", bad, err)
+		}
+	}
 }

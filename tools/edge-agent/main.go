@@ -19,7 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
+	"github.com/policyflow/policyflow/services/nmp/constraint"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/edge-agent/edgeagent"
 )
@@ -55,6 +57,8 @@ type settings struct {
 	downloads                                                                  int
 	// keys are the public keys of the --trusted-key files.
 	keys []ed25519.PublicKey
+	// properties are --properties, decoded.
+	properties []constraint.Property
 }
 
 // newFlags is edge-agent's command line, filled into st on Parse.
@@ -119,8 +123,12 @@ func parse(args []string) (*settings, error) {
 		}
 		st.keys = append(st.keys, k...)
 	}
-	if st.props != "" && !json.Valid([]byte(st.props)) {
-		return nil, errors.New("--properties is not JSON")
+	if st.props != "" {
+		dec := json.NewDecoder(strings.NewReader(st.props))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&st.properties); err != nil {
+			return nil, fmt.Errorf(`--properties: want a JSON list such as [{"name":"arch","value":"amd64"}]: %v`, err)
+		}
 	}
 	return st, nil
 }
@@ -141,10 +149,7 @@ func main() {
 	if err != nil {
 		fail("%v", err)
 	}
-	reg := edgeagent.Registration{Pattern: st.pattern, Constraints: st.cons}
-	if st.props != "" {
-		reg.Properties = json.RawMessage(st.props)
-	}
+	reg := api.NodeRequest{Pattern: st.pattern, Properties: st.properties, Constraints: st.cons}
 	cfg := edgeagent.Config{
 		Client: &edgeagent.Client{Hub: st.hub, Token: st.token, Org: st.org, Node: st.node,
 			HTTP: &http.Client{Timeout: st.pollWait + 30*time.Second, Transport: transport}},

@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/consulkv"
-	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/pdpsim/pdp"
@@ -67,10 +67,10 @@ type CatchupRun struct {
 // pipeline went quiet: Consul writes (the KV index; the notifier's claims
 // are Consul writes too) and notifications received.
 type CatchupPass struct {
-	Seconds       float64                `json:"seconds"`
-	Status        northapi.CatchupStatus `json:"status"`
-	ConsulChanged bool                   `json:"consul_kv_index_moved"`
-	Notifications int                    `json:"notifications"`
+	Seconds       float64            `json:"seconds"`
+	Status        wire.CatchupStatus `json:"status"`
+	ConsulChanged bool               `json:"consul_kv_index_moved"`
+	Notifications int                `json:"notifications"`
 	// Restored is how many of the edited items hold their policy again.
 	Restored int `json:"restored,omitempty"`
 }
@@ -335,8 +335,8 @@ func kvIndex(ctx context.Context, kv *consulapi.KV) (uint64, error) {
 
 // runCatchup asks the North API for a catch-up of every deployment and
 // waits until it says done.
-func runCatchup(ctx context.Context, api *northAPI, timeout time.Duration) (northapi.CatchupStatus, error) {
-	var st northapi.CatchupStatus
+func runCatchup(ctx context.Context, api *northAPI, timeout time.Duration) (wire.CatchupStatus, error) {
+	var st wire.CatchupStatus
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, api.url+"/v1/catchup", strings.NewReader(`{"reason":"pfbench"}`))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := api.client.Do(req)
@@ -345,7 +345,7 @@ func runCatchup(ctx context.Context, api *northAPI, timeout time.Duration) (nort
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var acc northapi.CatchupAccepted
+	var acc wire.CatchupAccepted
 	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(body, &acc) != nil {
 		return st, fmt.Errorf("POST /v1/catchup: %d %s", resp.StatusCode, body)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	wire "github.com/policyflow/policyflow/services/api"
 )
 
 const (
@@ -101,22 +103,15 @@ func runParticipantsSync(ctx context.Context, args []string) error {
 	return printAnswer(ctx, answer)
 }
 
-// acmElement is one element of --elements.
-type acmElement struct {
-	ID         string         `json:"id"`
-	Type       string         `json:"type"`
-	Properties map[string]any `json:"properties,omitempty"`
-}
-
 const elementsExample = `[{"id": "e1", "type": "org.policyflow.ConsulKV", "properties": {"key": "value"}}]`
 
 // readElements reads --elements: a JSON array of elements.
-func readElements(ctx context.Context, arg string) ([]acmElement, error) {
+func readElements(ctx context.Context, arg string) ([]wire.OperationElement, error) {
 	data, err := readJSONArg(ctx, arg)
 	if err != nil {
 		return nil, err
 	}
-	var els []acmElement
+	var els []wire.OperationElement
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&els); err != nil {
@@ -149,17 +144,14 @@ func runACMOperation(ctx context.Context, args []string, kind, name, summary str
 	if fs.NArg() != 2 || fs.Arg(0) == "" || fs.Arg(1) == "" {
 		return usageErrorf("%s takes %s, got %d arguments", name, usage, fs.NArg())
 	}
-	req := map[string]any{"kind": kind}
-	if *timeoutMs != 0 {
-		req["timeoutMs"] = *timeoutMs
-	}
+	req := wire.OperationRequest{Kind: kind, TimeoutMs: *timeoutMs}
 	if kind == "PRIME" {
-		req["compositionId"] = fs.Arg(1)
+		req.CompositionID = fs.Arg(1)
 	} else {
 		if *composition == "" {
 			return usageErrorf("%s needs --composition: the composition definition instance %s is of", name, fs.Arg(1))
 		}
-		req["compositionId"], req["instanceId"] = *composition, fs.Arg(1)
+		req.CompositionID, req.InstanceID = *composition, fs.Arg(1)
 	}
 	switch {
 	case *elements != "":
@@ -167,7 +159,7 @@ func runACMOperation(ctx context.Context, args []string, kind, name, summary str
 		if err != nil {
 			return err
 		}
-		req["elements"] = els
+		req.Elements = els
 	case kind != "UNDEPLOY":
 		return usageErrorf("%s needs --elements FILE|-, a JSON array such as %s", name, elementsExample)
 	}

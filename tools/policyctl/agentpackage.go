@@ -16,9 +16,10 @@ import (
 	"os"
 	"path/filepath"
 	"text/tabwriter"
+	"time"
 
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
-	"github.com/policyflow/policyflow/services/north-api/northapi"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/tools/devstack"
 )
@@ -148,19 +149,14 @@ func runAgentPackageList(ctx context.Context, args []string) error {
 
 // agentPackageTable draws the answer of GET /v1/agentpackages.
 func agentPackageTable(w io.Writer, data []byte) error {
-	var ans struct {
-		Packages []struct {
-			Version, SHA256, UploadedBy, UploadedAt string
-			Size                                    int64
-		} `json:"packages"`
-	}
+	var ans wire.PackageList
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return fmt.Errorf("the North API's answer is not the list expected: %w", err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tSIZE\tSHA256\tUPLOADED BY\tUPLOADED AT")
 	for _, p := range ans.Packages {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.Version, p.Size, p.SHA256, p.UploadedBy, p.UploadedAt)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", p.Version, p.Size, p.SHA256, p.UploadedBy, p.UploadedAt.Format(time.RFC3339Nano))
 	}
 	return tw.Flush()
 }
@@ -255,7 +251,7 @@ func runAgentPackagePublish(ctx context.Context, args []string) error {
 	sum := sha256.Sum256(pkg)
 	hexSum := hex.EncodeToString(sum[:])
 	sig, keyID := nmp.SignPackage(key, man.Version, hexSum)
-	api.header = http.Header{northapi.SignatureHeader: {sig}, northapi.SigningKeyHeader: {keyID}}
+	api.header = http.Header{wire.SignatureHeader: {sig}, wire.SigningKeyHeader: {keyID}}
 	if _, err := api.doType(ctx, http.MethodPost, "/v1/agentpackages?sha256="+hexSum, pkg, "application/gzip"); err != nil {
 		return err
 	}

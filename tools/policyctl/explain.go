@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"sort"
 
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/policy"
 )
 
@@ -186,11 +187,8 @@ func runExplainMatch(ctx context.Context, args []string) error {
 // /policy_latest answer, and in_force_version, the policyVersion of the
 // body in force.
 type policyInForce struct {
-	PolicyID       string          `json:"policy_id"`
-	InForceVersion string          `json:"in_force_version"`
-	Status         string          `json:"status,omitempty"`
-	Error          string          `json:"error,omitempty"`
-	PolicyBody     json.RawMessage `json:"policy_body"`
+	wire.LatestPolicy
+	InForceVersion string `json:"in_force_version"`
 }
 
 func runExplainPolicy(ctx context.Context, args []string) error {

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -354,11 +355,7 @@ func runNMPNodes(ctx context.Context, args []string) error {
 // nmpNodesTable draws the answer of GET .../nmps/{name}/nodes: each node
 // with its agent version and why it is ignored, if it is.
 func nmpNodesTable(w io.Writer, org string, ans []byte) error {
-	var nn struct {
-		Nodes     []string          `json:"nodes"`
-		Versions  map[string]string `json:"versions"`
-		Conflicts map[string]string `json:"conflicts"`
-	}
+	var nn wire.NMPNodes
 	if err := json.Unmarshal(ans, &nn); err != nil {
 		return fmt.Errorf("the North API's answer is not the node list expected: %w", err)
 	}
@@ -417,20 +414,7 @@ func runNMPStatus(ctx context.Context, args []string) error {
 
 // nmpStatusTable draws the answer of GET .../nmps/{name}/status.
 func nmpStatusTable(w io.Writer, name string, data []byte) error {
-	type nodeState struct{ Node, Status, Version, FailedVersion, Error string }
-	var st struct {
-		Enabled        bool           `json:"enabled"`
-		Nodes          int            `json:"nodes"`
-		States         map[string]int `json:"states"`
-		Failing        []nodeState    `json:"failing"`
-		PrecheckFailed []nodeState    `json:"precheckFailed"`
-		RolledBack     []nodeState    `json:"rolledBack"`
-		Rollout        struct {
-			Started, Failed, PrecheckFailed int64
-			Paused                          bool
-			Reason                          string
-		} `json:"rollout"`
-	}
+	var st wire.NMPStatus
 	if err := json.Unmarshal(data, &st); err != nil {
 		return fmt.Errorf("the North API's answer is not the status expected: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 )
@@ -61,9 +62,7 @@ func runNodeTokenRotate(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var ans struct {
-		Token string `json:"token"`
-	}
+	var ans wire.NodeTokenChanged
 	if err := json.Unmarshal(data, &ans); err != nil || !auth.IsNodeToken(ans.Token) {
 		return fmt.Errorf("the North API's answer holds no node token: %s", data)
 	}

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	wire "github.com/policyflow/policyflow/services/api"
 )
 
 const (
@@ -105,13 +107,7 @@ func runCatchup(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("catch-up takes no arguments, got %q; use --deployment ID for one deployment", fs.Args())
 	}
-	req := map[string]string{}
-	if *deployment != "" {
-		req["deployment_id"] = *deployment
-	}
-	if *reason != "" {
-		req["reason"] = *reason
-	}
+	req := wire.CatchupBody{DeploymentID: *deployment, Reason: *reason}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("encode catch-up request: %w", err)
@@ -123,42 +119,11 @@ func runCatchup(ctx context.Context, args []string) error {
 	if !*wait {
 		return printAnswer(ctx, answer)
 	}
-	var accepted struct {
-		RequestID string `json:"request_id"`
-	}
+	var accepted wire.CatchupAccepted
 	if err := json.Unmarshal(answer, &accepted); err != nil || accepted.RequestID == "" {
 		return fmt.Errorf("the North API accepted the catch-up but named no request_id (%s); follow it with GET /v1/catchup/{request_id}", answer)
 	}
 	return waitCatchup(ctx, api, accepted.RequestID, *timeout)
-}
-
-// catchupProgress is the part of GET /v1/catchup/{request_id} shown while
-// waiting.
-type catchupProgress struct {
-	Partitions int `json:"partitions"`
-	Matcher    struct {
-		PartitionsDone int   `json:"partitions_done"`
-		Compared       int64 `json:"compared"`
-		Differed       int64 `json:"differed"`
-	} `json:"matcher"`
-	ConsulWriter struct {
-		PartitionsDone int   `json:"partitions_done"`
-		Compared       int64 `json:"compared"`
-		Differed       int64 `json:"differed"`
-		KeysWritten    int64 `json:"keys_written"`
-	} `json:"consul_writer"`
-	// PDPIngest is there for pdp-ingest's own catch-ups only.
-	PDPIngest *struct {
-		Listed          int64  `json:"listed"`
-		Differed        int64  `json:"differed"`
-		Removed         int64  `json:"removed"`
-		RemovalWithheld string `json:"removal_withheld"`
-	} `json:"pdp_ingest"`
-	AgentNotifier struct {
-		PartitionsDone int   `json:"partitions_done"`
-		Differed       int64 `json:"differed"`
-	} `json:"agent_notifier"`
-	Done bool `json:"done"`
 }
 
 // waitCatchup polls the catch-up's status, writing a progress line to
@@ -173,7 +138,7 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 		if err != nil && ctx.Err() == nil {
 			return err
 		}
-		var p catchupProgress
+		var p wire.CatchupStatus
 		if err == nil {
 			if err := json.Unmarshal(answer, &p); err != nil {
 				return fmt.Errorf("catch-up %s: the status answer is not JSON: %w", id, err)

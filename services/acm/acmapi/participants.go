@@ -10,6 +10,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/acm"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/topology"
@@ -192,33 +193,6 @@ func (s *API) SyncParticipants(w http.ResponseWriter, r *http.Request) *web.Erro
 	return nil
 }
 
-// OperationElement is one element of an operation request.
-type OperationElement struct {
-	ID         string         `json:"id"`
-	Type       string         `json:"type"`
-	Properties map[string]any `json:"properties,omitempty"`
-}
-
-// OperationRequest is the body of POST /v2/participants/{id}/operations.
-type OperationRequest struct {
-	// Kind is PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE.
-	Kind          string `json:"kind"`
-	CompositionID string `json:"compositionId"`
-	// InstanceID is required for every kind but PRIME and DEPRIME.
-	InstanceID string `json:"instanceId,omitempty"`
-	// Elements are the element definitions (PRIME) or instance elements
-	// (DEPLOY, UPDATE); for DEPRIME, UNDEPLOY and DELETE they default to
-	// those the replicas hold.
-	Elements  []OperationElement `json:"elements,omitempty"`
-	TimeoutMs int64              `json:"timeoutMs,omitempty"`
-}
-
-// OperationAnswer is the answer of POST /v2/participants/{id}/operations.
-type OperationAnswer struct {
-	OperationID string `json:"operationId"`
-	Revision    int64  `json:"revision"`
-}
-
 const operationExample = `{"kind": "DEPLOY", "compositionId": "c1", "instanceId": "i1", "elements": [{"id": "e1", "type": "org.policyflow.ConsulKV", "properties": {"key": "value"}}], "timeoutMs": 30000}`
 
 // maxTimeoutMs bounds an operation's timeout (one day).
@@ -226,7 +200,7 @@ const maxTimeoutMs = int64(24 * time.Hour / time.Millisecond)
 
 func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	pid := r.PathValue("participant_id")
-	var req OperationRequest
+	var req api.OperationRequest
 	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, operationExample); e != nil {
 		return e
 	}
@@ -303,23 +277,23 @@ func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := s.ProduceEvent(r.Context(), topology.ACMParticipant, acm.OperationKey(pid, req.CompositionID, req.InstanceID), op); e != nil {
 		return e
 	}
-	web.WriteJSON(w, http.StatusAccepted, OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
+	web.WriteJSON(w, http.StatusAccepted, api.OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
 	return nil
 }
 
 // heldState is what the replicas hold of an operation's subject: its
 // elements and the highest revision.
 type heldState struct {
-	elements []OperationElement
+	elements []api.OperationElement
 	revision int64
 }
 
-func (s *API) held(pid string, req OperationRequest) heldState {
+func (s *API) held(pid string, req api.OperationRequest) heldState {
 	var h heldState
 	for _, st := range s.of(pid) {
 		switch {
 		case req.InstanceID != "" && st.Kind == acm.KindElement && st.InstanceID == req.InstanceID:
-			h.elements = append(h.elements, OperationElement{ID: st.ElementID, Type: st.ElementType})
+			h.elements = append(h.elements, api.OperationElement{ID: st.ElementID, Type: st.ElementType})
 		case req.InstanceID == "" && st.Kind == acm.KindComposition && st.CompositionID == req.CompositionID:
 			if defs, err := definitionElements(st.Properties); err == nil {
 				h.elements = defs
@@ -406,7 +380,7 @@ func decodeObject(s string, v *map[string]any) error {
 
 // definitionElements reads the element definitions of a primed
 // composition's properties: {"elements": {id: {"type": ..., "properties": ...}}}.
-func definitionElements(props string) ([]OperationElement, error) {
+func definitionElements(props string) ([]api.OperationElement, error) {
 	var def struct {
 		Elements map[string]struct {
 			Type string `json:"type"`
@@ -415,9 +389,9 @@ func definitionElements(props string) ([]OperationElement, error) {
 	if err := json.Unmarshal([]byte(props), &def); err != nil {
 		return nil, err
 	}
-	out := make([]OperationElement, 0, len(def.Elements))
+	out := make([]api.OperationElement, 0, len(def.Elements))
 	for id, e := range def.Elements {
-		out = append(out, OperationElement{ID: id, Type: e.Type})
+		out = append(out, api.OperationElement{ID: id, Type: e.Type})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil

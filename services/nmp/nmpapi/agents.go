@@ -10,9 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
-	"github.com/policyflow/policyflow/services/nmp/constraint"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -24,16 +24,6 @@ const MaxDirectiveWait = 5 * time.Minute
 // maxWait is the longest wait this server grants.
 func (s *API) maxWait() time.Duration {
 	return max(min(MaxDirectiveWait, s.opts.WriteTimeout-10*time.Second), time.Second)
-}
-
-// NodeRequest is what an agent registers for its node.
-type NodeRequest struct {
-	Pattern         string                `json:"pattern,omitempty"`
-	Properties      []constraint.Property `json:"properties,omitempty"`
-	Constraints     []string              `json:"constraints,omitempty"`
-	SoftwareVersion string                `json:"softwareVersion"`
-	ConfigVersion   string                `json:"configVersion,omitempty"`
-	CertVersion     string                `json:"certVersion,omitempty"`
 }
 
 const nodeExample = `{"properties": [{"name": "arch", "value": "amd64"}], "constraints": [], "softwareVersion": "1.0.0"}`
@@ -70,7 +60,7 @@ func (s *API) PutNode(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e != nil {
 		return e
 	}
-	var req NodeRequest
+	var req api.NodeRequest
 	if e := web.DecodeJSON(w, r, nmp.MaxBodyBytes, &req, true, nodeExample); e != nil {
 		return e
 	}
@@ -93,7 +83,7 @@ func (s *API) PutNode(w http.ResponseWriter, r *http.Request) *web.Error {
 		return e
 	}
 	defer s.Lock("node " + keyOf(org, node))()
-	answer := map[string]any{"org": org, "node": node, "registered": true}
+	answer := api.NodeRegistered{Org: org, Node: node, Registered: true}
 	p := web.PrincipalOf(r.Context())
 	if old := s.nm.creds.node(keyOf(org, node)); old != nil && old.TokenSHA256 != "" {
 		if p.Role == auth.RoleAgent && p.Node == "" {
@@ -107,7 +97,7 @@ func (s *API) PutNode(w http.ResponseWriter, r *http.Request) *web.Error {
 		if e != nil {
 			return e
 		}
-		ev.TokenSHA256, answer["token"] = sum, token
+		ev.TokenSHA256, answer.Token = sum, token
 	}
 	ev.UpdatedAt = ev.UpdatedAt.Truncate(time.Millisecond)
 	if e := s.writeNode(r, ev); e != nil {
@@ -148,20 +138,6 @@ func (s *API) produceRecord(r *http.Request, topic, key string, ev events.Event)
 		return nil, web.Errorf(http.StatusServiceUnavailable, "write %s to %s: %v; nothing was written, retry", key, topic, err)
 	}
 	return rec, nil
-}
-
-// DirectiveAnswer is a node's directive as agents read it.
-type DirectiveAnswer struct {
-	Index          uint64    `json:"index"`
-	DirectiveID    string    `json:"directiveId"`
-	Policy         string    `json:"policy,omitempty"`
-	Action         string    `json:"action"`
-	TargetVersion  string    `json:"targetVersion,omitempty"`
-	PackageSHA256  string    `json:"packageSha256,omitempty"`
-	AllowDowngrade bool      `json:"allowDowngrade,omitempty"`
-	StartAt        time.Time `json:"startAt"`
-	Reason         string    `json:"reason,omitempty"`
-	Conflicts      []string  `json:"conflicts,omitempty"`
 }
 
 // getDirective answers a node's directive. With ?index=N (or
@@ -211,28 +187,9 @@ func (s *API) GetDirective(w http.ResponseWriter, r *http.Request) *web.Error {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}
-	web.WriteJSON(w, http.StatusOK, DirectiveAnswer{Index: index, DirectiveID: d.DirectiveID, Policy: d.Policy, Action: d.Action, TargetVersion: d.TargetVersion,
+	web.WriteJSON(w, http.StatusOK, api.DirectiveAnswer{Index: index, DirectiveID: d.DirectiveID, Policy: d.Policy, Action: d.Action, TargetVersion: d.TargetVersion,
 		PackageSHA256: d.PackageSHA256, AllowDowngrade: d.AllowDowngrade, StartAt: d.StartAt.UTC(), Reason: d.Reason, Conflicts: d.Conflicts})
 	return nil
-}
-
-// StatusRequest is an agent's report, in Open Horizon's shape.
-type StatusRequest struct {
-	DirectiveID     string       `json:"directiveId,omitempty"`
-	Policy          string       `json:"policy,omitempty"`
-	Status          string       `json:"status"`
-	SoftwareVersion string       `json:"softwareVersion,omitempty"`
-	PreviousVersion string       `json:"previousVersion,omitempty"`
-	Error           string       `json:"error,omitempty"`
-	AgentVersion    AgentVersion `json:"agentVersion"`
-}
-
-// AgentVersion is Open Horizon's agentVersion status.
-type AgentVersion struct {
-	Package      json.RawMessage `json:"package,omitempty"`
-	Failed       string          `json:"failed,omitempty"`
-	UpgradeStart *time.Time      `json:"upgradeStart,omitempty"`
-	UpgradeEnd   *time.Time      `json:"upgradeEnd,omitempty"`
 }
 
 const statusExample = `{"directiveId": "…", "policy": "org/nmp", "status": "successful", "softwareVersion": "1.1.0", "agentVersion": {"package": {"version": "1.1.0"}, "failed": "", "upgradeStart": "2026-01-02T15:04:05Z"}}`
@@ -242,7 +199,7 @@ func (s *API) PutNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e != nil {
 		return e
 	}
-	var req StatusRequest
+	var req api.StatusRequest
 	if e := web.DecodeJSON(w, r, nmp.MaxBodyBytes, &req, true, statusExample); e != nil {
 		return e
 	}
@@ -260,20 +217,7 @@ func (s *API) PutNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 		SoftwareVersion: req.SoftwareVersion, FailedVersion: req.AgentVersion.Failed, UpgradeStart: req.AgentVersion.UpgradeStart,
 		UpgradeEnd: req.AgentVersion.UpgradeEnd, ErrorMessage: req.Error, ReportedAt: time.Now().UTC(), Package: string(req.AgentVersion.Package),
 		PreviousVersion: req.PreviousVersion}
-	return s.produceAndAnswer(w, r, topology.AgentStatus, keyOf(org, node), ev, map[string]any{"org": org, "node": node, "status": req.Status})
-}
-
-// NodeStatusAnswer is a node's last report.
-type NodeStatusAnswer struct {
-	Org             string       `json:"org"`
-	Node            string       `json:"node"`
-	Policy          string       `json:"policy,omitempty"`
-	Status          string       `json:"status"`
-	SoftwareVersion string       `json:"softwareVersion,omitempty"`
-	PreviousVersion string       `json:"previousVersion,omitempty"`
-	Error           string       `json:"error,omitempty"`
-	AgentVersion    AgentVersion `json:"agentVersion"`
-	ReportedAt      time.Time    `json:"reportedAt"`
+	return s.produceAndAnswer(w, r, topology.AgentStatus, keyOf(org, node), ev, api.NodeStatusAccepted{Org: org, Node: node, Status: req.Status})
 }
 
 func (s *API) GetNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
@@ -288,9 +232,9 @@ func (s *API) GetNodeStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	if st == nil {
 		return web.Errorf(http.StatusNotFound, "node %s/%s has reported no status", org, node)
 	}
-	a := NodeStatusAnswer{Org: org, Node: node, Policy: st.Policy, Status: st.Status, SoftwareVersion: st.SoftwareVersion, PreviousVersion: st.PreviousVersion,
+	a := api.NodeStatusAnswer{Org: org, Node: node, Policy: st.Policy, Status: st.Status, SoftwareVersion: st.SoftwareVersion, PreviousVersion: st.PreviousVersion,
 		Error: st.ErrorMessage, ReportedAt: st.ReportedAt,
-		AgentVersion: AgentVersion{Failed: st.FailedVersion, UpgradeStart: st.UpgradeStart, UpgradeEnd: st.UpgradeEnd}}
+		AgentVersion: api.AgentVersion{Failed: st.FailedVersion, UpgradeStart: st.UpgradeStart, UpgradeEnd: st.UpgradeEnd}}
 	if st.Package != "" && json.Valid([]byte(st.Package)) {
 		a.AgentVersion.Package = json.RawMessage(st.Package)
 	}

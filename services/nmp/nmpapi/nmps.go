@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
@@ -49,22 +50,13 @@ type NMPAnswer struct {
 	// Conflicts are the nodes where another NMP with a different
 	// intent is already enacted, so this one is ignored there: node ->
 	// that NMP.
-	Conflicts map[string]string `json:"conflicts,omitempty"`
-	DryRun    bool              `json:"dryRun,omitempty"`
-	Rollout   *RolloutAnswer    `json:"rollout,omitempty"`
+	Conflicts map[string]string  `json:"conflicts,omitempty"`
+	DryRun    bool               `json:"dryRun,omitempty"`
+	Rollout   *api.RolloutAnswer `json:"rollout,omitempty"`
 }
 
-// RolloutAnswer is an NMP's safe-rollout state.
-type RolloutAnswer struct {
-	Started        int64  `json:"started"`
-	Failed         int64  `json:"failed"`
-	PrecheckFailed int64  `json:"precheckFailed"`
-	Paused         bool   `json:"paused"`
-	Reason         string `json:"reason,omitempty"`
-}
-
-func rolloutAnswer(ro nmp.Rollout) RolloutAnswer {
-	return RolloutAnswer{Started: ro.Started, Failed: ro.Failed, PrecheckFailed: ro.PrecheckFailed, Paused: ro.Paused, Reason: ro.Reason}
+func rolloutAnswer(ro nmp.Rollout) api.RolloutAnswer {
+	return api.RolloutAnswer{Started: ro.Started, Failed: ro.Failed, PrecheckFailed: ro.PrecheckFailed, Paused: ro.Paused, Reason: ro.Reason}
 }
 
 func (s *API) ListNMPs(w http.ResponseWriter, r *http.Request) *web.Error {
@@ -206,24 +198,9 @@ func (s *API) NmpNodes(w http.ResponseWriter, r *http.Request) *web.Error {
 			versions[n] = node.Ev.SoftwareVersion
 		}
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"org": p.Ev.Org, "name": p.Ev.Name, "enabled": p.Ev.Enabled, "nodes": nodes, "versions": versions,
-		"conflicts": s.nm.world.Conflicts(p)})
+	web.WriteJSON(w, http.StatusOK, api.NMPNodes{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: nodes, Versions: versions,
+		Conflicts: s.nm.world.Conflicts(p)})
 	return nil
-}
-
-// NMPStatus is an NMP's rollout: nodes per state (each node's last report
-// about this NMP), the failing nodes, those whose precheck failed and
-// those the NMP rolled back.
-type NMPStatus struct {
-	Org            string          `json:"org"`
-	Name           string          `json:"name"`
-	Enabled        bool            `json:"enabled"`
-	Nodes          int             `json:"nodes"`
-	States         map[string]int  `json:"states"`
-	Failing        []nmp.NodeState `json:"failing"`
-	PrecheckFailed []nmp.NodeState `json:"precheckFailed"`
-	RolledBack     []nmp.NodeState `json:"rolledBack"`
-	Rollout        RolloutAnswer   `json:"rollout"`
 }
 
 func (s *API) NmpStatus(w http.ResponseWriter, r *http.Request) *web.Error {
@@ -236,7 +213,7 @@ func (s *API) NmpStatus(w http.ResponseWriter, r *http.Request) *web.Error {
 	for _, c := range counts {
 		n += c
 	}
-	web.WriteJSON(w, http.StatusOK, NMPStatus{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: n, States: counts, Failing: failing,
+	web.WriteJSON(w, http.StatusOK, api.NMPStatus{Org: p.Ev.Org, Name: p.Ev.Name, Enabled: p.Ev.Enabled, Nodes: n, States: counts, Failing: failing,
 		PrecheckFailed: precheck, RolledBack: rolledBack, Rollout: rolloutAnswer(s.nm.world.Rollout(p.Key))})
 	return nil
 }

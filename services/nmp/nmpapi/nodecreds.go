@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/topology"
@@ -115,16 +116,16 @@ func (s *API) NodeTokenChange(rotate bool) web.HandlerFunc {
 		if e != nil {
 			return e
 		}
-		answer := map[string]any{"org": org, "node": node}
+		answer := api.NodeTokenChanged{Org: org, Node: node}
 		n.TokenSHA256 = ""
 		if rotate {
 			token, sum, e := newNodeToken()
 			if e != nil {
 				return e
 			}
-			n.TokenSHA256, answer["token"], answer["rotated"] = sum, token, true
+			n.TokenSHA256, answer.Token, answer.Rotated = sum, token, true
 		} else {
-			answer["revoked"] = true
+			answer.Revoked = true
 		}
 		if e := s.writeNode(r, n); e != nil {
 			return e

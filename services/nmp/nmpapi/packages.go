@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/topology"
@@ -20,22 +21,8 @@ import (
 // DefaultMaxPackageBytes bounds an uploaded agent package.
 const DefaultMaxPackageBytes = 512 << 20
 
-// PackageAnswer is an agent package's metadata.
-type PackageAnswer struct {
-	Version         string    `json:"version"`
-	PackagesVersion string    `json:"packagesVersion,omitempty"`
-	SSLVersion      string    `json:"sslVersion,omitempty"`
-	ConfigVersion   string    `json:"configVersion,omitempty"`
-	SHA256          string    `json:"sha256"`
-	Size            int64     `json:"size"`
-	Signature       string    `json:"signature,omitempty"`
-	SigningKey      string    `json:"signingKey,omitempty"`
-	UploadedBy      string    `json:"uploadedBy,omitempty"`
-	UploadedAt      time.Time `json:"uploadedAt"`
-}
-
-func packageAnswer(p *events.AgentPackage) PackageAnswer {
-	return PackageAnswer{Version: p.Version, PackagesVersion: p.PackagesVersion, SSLVersion: p.SSLVersion, ConfigVersion: p.ConfigVersion,
+func packageAnswer(p *events.AgentPackage) api.PackageAnswer {
+	return api.PackageAnswer{Version: p.Version, PackagesVersion: p.PackagesVersion, SSLVersion: p.SSLVersion, ConfigVersion: p.ConfigVersion,
 		SHA256: p.SHA256, Size: p.Size, Signature: p.Signature, SigningKey: p.SigningKey, UploadedBy: p.UploadedBy, UploadedAt: p.UploadedAt.UTC()}
 }
 
@@ -50,7 +37,7 @@ func (s *API) ListPackages(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := s.Views.Need(topology.AgentPackages); e != nil {
 		return e
 	}
-	out := []PackageAnswer{}
+	out := []api.PackageAnswer{}
 	for _, p := range s.nm.world.PackageList() {
 		out = append(out, packageAnswer(p))
 	}
@@ -115,26 +102,19 @@ func (s *API) DownloadPackage(w http.ResponseWriter, r *http.Request) *web.Error
 		return web.Errorf(http.StatusServiceUnavailable, "reread agent package %s: %v", p.Version, err)
 	}
 	w.Header().Set("Content-Type", "application/gzip")
-	w.Header().Set("X-Checksum-Sha256", p.SHA256)
+	w.Header().Set(api.ChecksumHeader, p.SHA256)
 	if p.Signature != "" {
-		w.Header().Set(SignatureHeader, p.Signature)
-		w.Header().Set(SigningKeyHeader, p.SigningKey)
+		w.Header().Set(api.SignatureHeader, p.Signature)
+		w.Header().Set(api.SigningKeyHeader, p.SigningKey)
 	}
 	w.Header().Set("ETag", `"`+p.SHA256+`"`)
 	http.ServeContent(w, r, p.Version+".tar.gz", p.UploadedAt, f)
 	return nil
 }
 
-// The headers that carry a package's signature (nmp.SignPackage) and its
-// key's id, on upload and download.
-const (
-	SignatureHeader  = "X-Package-Signature"
-	SigningKeyHeader = "X-Package-Signing-Key"
-)
-
 // uploadPackage takes a tar.gz as the body. ?sha256= (or the header
 // X-Checksum-Sha256), when given, must be the body's SHA-256. The
-// publisher's signature (SignatureHeader, SigningKeyHeader) travels with
+// publisher's signature (api.SignatureHeader, api.SigningKeyHeader) travels with
 // the record; agents check it, the hub keeps it as given (the same file
 // uploaded again with another signature replaces it). The package
 // is checked (nmp.ReadPackage), stored as <dir>/<sha256>.tar.gz and
@@ -150,7 +130,7 @@ func (s *API) UploadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 	}
 	want := strings.ToLower(r.URL.Query().Get("sha256"))
 	if want == "" {
-		want = strings.ToLower(r.Header.Get("X-Checksum-Sha256"))
+		want = strings.ToLower(r.Header.Get(api.ChecksumHeader))
 	}
 	tmp, err := os.CreateTemp(dir, ".upload-*")
 	if err != nil {
@@ -190,7 +170,7 @@ func (s *API) UploadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 		switch {
 		case old.SHA256 != sum:
 			return web.Errorf(http.StatusConflict, "the hub already has agent package %s with SHA-256 %s; publish a new version instead of changing one", man.Version, old.SHA256)
-		case old.Signature == r.Header.Get(SignatureHeader):
+		case old.Signature == r.Header.Get(api.SignatureHeader):
 			web.WriteJSON(w, http.StatusOK, packageAnswer(old))
 			return nil
 		}
@@ -203,7 +183,7 @@ func (s *API) UploadPackage(w http.ResponseWriter, r *http.Request) *web.Error {
 		return web.Errorf(http.StatusServiceUnavailable, "store the package: %v", err)
 	}
 	ev := &events.AgentPackage{Version: man.Version, PackagesVersion: man.PackagesVersion, SSLVersion: man.SSLVersion, ConfigVersion: man.ConfigVersion,
-		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(SignatureHeader), SigningKey: r.Header.Get(SigningKeyHeader), UploadedBy: web.PrincipalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
+		Manifest: string(raw), SHA256: sum, Size: n, Signature: r.Header.Get(api.SignatureHeader), SigningKey: r.Header.Get(api.SigningKeyHeader), UploadedBy: web.PrincipalOf(r.Context()).Name, UploadedAt: time.Now().UTC().Truncate(time.Millisecond)}
 	rec, e := s.ProduceRecord(r.Context(), topology.AgentPackages, man.Version, ev)
 	if e != nil {
 		return e

@@ -1,23 +1,7 @@
 package northapi
 
 import (
-	"github.com/policyflow/policyflow/services/nmp/nmpapi"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
-)
-
-// The answer types and headers clients of the API read, from the
-// subsystem packages that define them.
-type (
-	// NMPStatus is the answer of GET /v1/orgs/{org}/nmps/{name}/status.
-	NMPStatus = nmpapi.NMPStatus
-	// DirectiveAnswer is a node's directive as agents read it.
-	DirectiveAnswer = nmpapi.DirectiveAnswer
-)
-
-// The headers of GET /v1/agentpackages/{version}/file.
-const (
-	SignatureHeader  = nmpapi.SignatureHeader
-	SigningKeyHeader = nmpapi.SigningKeyHeader
 )
 
 // Registration is what a component registration may ask for
@@ -26,13 +10,3 @@ type Registration = policyapi.Registration
 
 // RegistrationFromEnv is the Registration the environment gives.
 func RegistrationFromEnv() Registration { return policyapi.RegistrationFromEnv() }
-
-// The answers of the catch-up routes.
-type (
-	// CatchupAccepted is the answer of POST /v1/catchup.
-	CatchupAccepted = policyapi.CatchupAccepted
-	// CatchupStatus is the answer of GET /v1/catchup/{request_id}.
-	CatchupStatus = policyapi.CatchupStatus
-	// CatalogProgress is what pdp-ingest's catch-up found.
-	CatalogProgress = policyapi.CatalogProgress
-)

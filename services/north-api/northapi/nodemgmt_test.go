@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
@@ -267,8 +268,8 @@ func TestAgentPackagesUploadAndDownload(t *testing.T) {
 	// sent with the file.
 	req, _ = http.NewRequest(http.MethodPost, s.url+"/v1/agentpackages", bytes.NewReader(pkg))
 	auth.SetBearer(req, adminToken)
-	req.Header.Set(SignatureHeader, "c2lnbmF0dXJl")
-	req.Header.Set(SigningKeyHeader, "0011223344556677")
+	req.Header.Set(api.SignatureHeader, "c2lnbmF0dXJl")
+	req.Header.Set(api.SigningKeyHeader, "0011223344556677")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +286,7 @@ func TestAgentPackagesUploadAndDownload(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if got := resp.Header.Get(SignatureHeader); got != "c2lnbmF0dXJl" {
+	if got := resp.Header.Get(api.SignatureHeader); got != "c2lnbmF0dXJl" {
 		t.Fatalf("download's signature header %q", got)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/apicheck"
@@ -197,7 +198,7 @@ func TestOpenAPIPathOfPatterns(t *testing.T) {
 func TestOpenAPIDocumentsWhatCatchupAnswers(t *testing.T) {
 	for scope, fits := range map[string]bool{events.ScopeAll: true, events.ScopeDeployment: true, "all": false, "everything": false} {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			web.WriteJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: "r-1", Scope: scope, Partitions: 3})
+			web.WriteJSON(w, http.StatusAccepted, api.CatchupAccepted{RequestID: "r-1", Scope: scope, Partitions: 3})
 		}))
 		spec, err := apicheck.Load(openAPIDocument)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
@@ -744,12 +745,12 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 		s.Produce(t, topology.CatchupProgress, "0123456789abcdef0123456789abcdef", &events.CatchupProgress{RequestID: "0123456789abcdef0123456789abcdef", Stage: stage, Partition: p,
 			Compared: compared, Differed: differed, KeysWritten: keys, DoneAt: time.Now().UTC()})
 	}
-	status := func(want func(CatchupStatus) bool) CatchupStatus {
+	status := func(want func(api.CatchupStatus) bool) api.CatchupStatus {
 		t.Helper()
-		var st CatchupStatus
+		var st api.CatchupStatus
 		testkit.Eventually(t, 30*time.Second, func() error {
 			code, _, raw := s.call(t, http.MethodGet, "/v1/catchup/0123456789abcdef0123456789abcdef", nil)
-			st = CatchupStatus{}
+			st = api.CatchupStatus{}
 			if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil {
 				t.Fatalf("status: %d %s", code, raw)
 			}
@@ -760,14 +761,14 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 		})
 		return st
 	}
-	if st := status(func(CatchupStatus) bool { return true }); st.Done || st.Partitions != testPartitions || st.Matcher.PartitionsDone != 0 {
+	if st := status(func(api.CatchupStatus) bool { return true }); st.Done || st.Partitions != testPartitions || st.Matcher.PartitionsDone != 0 {
 		t.Fatalf("before any report: %+v", st)
 	}
 	for p := int32(0); p < testPartitions; p++ {
 		report(events.ProgressMatcher, p, 10, 1, 0)
 	}
 	report(events.ProgressConsulWriter, 0, 10, 2, 5)
-	st := status(func(st CatchupStatus) bool {
+	st := status(func(st api.CatchupStatus) bool {
 		return st.Matcher.PartitionsDone == testPartitions && st.ConsulWriter.PartitionsDone == 1
 	})
 	if st.Done || st.Matcher.Compared != 10*testPartitions || st.Matcher.Differed != testPartitions || st.ConsulWriter.KeysWritten != 5 {
@@ -776,7 +777,7 @@ func TestCatchupStatusSumsTheStagesReports(t *testing.T) {
 	for p := int32(1); p < testPartitions; p++ {
 		report(events.ProgressConsulWriter, p, 10, 0, 0)
 	}
-	if st := status(func(st CatchupStatus) bool { return st.Done }); st.ConsulWriter.Compared != 10*testPartitions || st.ConsulWriter.Differed != 2 {
+	if st := status(func(st api.CatchupStatus) bool { return st.Done }); st.ConsulWriter.Compared != 10*testPartitions || st.ConsulWriter.Differed != 2 {
 		t.Fatalf("done: %+v", st)
 	}
 	code, body, _, _ := s.callAs(t, readOnlyToken, http.MethodGet, "/v1/catchup/0123456789abcdef0123456789abcdef", nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
@@ -183,23 +184,8 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	return nil
 }
 
-// CatchupBody is the body of POST /v1/catchup.
-type CatchupBody struct {
-	// DeploymentID limits the catch-up to one deployment; "" means all.
-	DeploymentID string `json:"deployment_id,omitempty"`
-	Reason       string `json:"reason,omitempty"`
-}
-
-// CatchupAccepted is the answer of POST /v1/catchup.
-type CatchupAccepted struct {
-	RequestID    string `json:"request_id"`
-	Scope        string `json:"scope"`
-	DeploymentID string `json:"deployment_id,omitempty"`
-	Partitions   int    `json:"partitions"`
-}
-
 func (s *API) Catchup(w http.ResponseWriter, r *http.Request) *web.Error {
-	var body CatchupBody
+	var body api.CatchupBody
 	if e := web.DecodeOptionalJSON(w, r, web.MaxRequestBytes, &body, catchupExample); e != nil {
 		return e
 	}
@@ -234,7 +220,7 @@ func (s *API) Catchup(w http.ResponseWriter, r *http.Request) *web.Error {
 		return e
 	}
 	s.Log.Info().Str("request_id", req.RequestID).Str("scope", req.Scope).Str("deployment_id", body.DeploymentID).Msg("catch-up requested")
-	web.WriteJSON(w, http.StatusAccepted, CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
+	web.WriteJSON(w, http.StatusAccepted, api.CatchupAccepted{RequestID: req.RequestID, Scope: req.Scope, DeploymentID: body.DeploymentID, Partitions: n})
 	return nil
 }
 
@@ -306,17 +292,6 @@ func (s *API) olderThanLoaded(i int, c policy.Checked) *web.Error {
 		i, c.Version, c.PolicyID, e.PolicyVersion, e.PolicyVersion)
 }
 
-// LatestPolicy is one policy in the ONAP policy-handler shape.
-type LatestPolicy struct {
-	PolicyID   string          `json:"policy_id"`
-	PolicyBody json.RawMessage `json:"policy_body"`
-	// Status is ERRORED, with the Error, when the PDP's latest version of
-	// the policy is invalid and PolicyBody is the last valid one, still
-	// in force; absent otherwise.
-	Status string `json:"status,omitempty"`
-	Error  string `json:"error,omitempty"`
-}
-
 func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("policy_id")
 	if id == "" {
@@ -334,7 +309,7 @@ func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 		}
 		return web.Errorf(http.StatusNotFound, "no policy %s in the policy catalog: %s", id, hint)
 	}
-	lp := LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
+	lp := api.LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	if e.Status == events.StatusErrored {
 		// The PDP's latest version is invalid: the last valid one stays
 		// in force, and the answer says so.
@@ -418,9 +393,9 @@ func (s *API) PoliciesLatest(w http.ResponseWriter, r *http.Request) *web.Error 
 	if e := s.Views.Need(topology.PolicyCatalog); e != nil {
 		return e
 	}
-	out := map[string]LatestPolicy{}
+	out := map[string]api.LatestPolicy{}
 	for _, e := range s.catalog.matching(cf, web.PrincipalOf(r.Context())) {
-		out[e.PolicyID] = LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
+		out[e.PolicyID] = api.LatestPolicy{PolicyID: e.PolicyID, PolicyBody: e.Body}
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil

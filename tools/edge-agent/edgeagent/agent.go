@@ -31,6 +31,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 )
@@ -41,7 +42,7 @@ type Config struct {
 	StateDir string
 	// InitialVersion is the agent's version when the state is new.
 	InitialVersion string
-	Registration   Registration
+	Registration   api.NodeRequest
 	// InstallCmd is run, without a shell, once per package directory:
 	// InstallCmd... <dir name> <dir path> <version>.
 	InstallCmd []string
@@ -181,9 +182,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.st.LastStatus != nil {
 		_ = a.retry(ctx, "report", func() error { return a.cfg.Client.Report(ctx, *a.st.LastStatus) })
 	}
-	dirs := make(chan *Directive)
+	dirs := make(chan *api.DirectiveAnswer)
 	go a.poll(ctx, dirs)
-	var pending *Directive
+	var pending *api.DirectiveAnswer
 	var timer <-chan time.Time
 	for {
 		select {
@@ -209,7 +210,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // poll long-polls the directive and hands every new one over.
-func (a *Agent) poll(ctx context.Context, out chan<- *Directive) {
+func (a *Agent) poll(ctx context.Context, out chan<- *api.DirectiveAnswer) {
 	var index uint64
 	backoff := 200 * time.Millisecond
 	for ctx.Err() == nil {
@@ -241,7 +242,7 @@ func (a *Agent) poll(ctx context.Context, out chan<- *Directive) {
 
 // consider decides what to do with a new directive: nothing, or act at
 // its start (the timer).
-func (a *Agent) consider(ctx context.Context, d *Directive) (*Directive, <-chan time.Time) {
+func (a *Agent) consider(ctx context.Context, d *api.DirectiveAnswer) (*api.DirectiveAnswer, <-chan time.Time) {
 	a.log.Info().Str("directive", d.DirectiveID).Str("action", d.Action).Str("target", d.TargetVersion).Time("start", d.StartAt).Msg("directive")
 	for _, c := range d.Conflicts {
 		a.log.Warn().Str("conflict", c).Msg("policy conflict")
@@ -287,7 +288,7 @@ func (a *Agent) consider(ctx context.Context, d *Directive) (*Directive, <-chan 
 }
 
 // act runs the upgrade (or the rollback order) of a directive.
-func (a *Agent) act(ctx context.Context, d *Directive) {
+func (a *Agent) act(ctx context.Context, d *api.DirectiveAnswer) {
 	if d.Action == nmp.ActionUpgrade {
 		if err := a.precheck(ctx, d); err != nil {
 			a.log.Warn().Err(err).Str("version", d.TargetVersion).Msg("precheck failed; not starting")
@@ -370,7 +371,7 @@ func (a *Agent) upgrade(ctx context.Context) {
 // node back to its version and never tries the version again. A failed
 // download (nothing installed) leaves the directive unhandled: it is
 // tried again after a backoff, and after a restart.
-func (a *Agent) fail(ctx context.Context, d *Directive, state string, cause error, installed bool) {
+func (a *Agent) fail(ctx context.Context, d *api.DirectiveAnswer, state string, cause error, installed bool) {
 	a.log.Error().Err(cause).Str("version", a.st.Target).Str("state", state).Msg("upgrade failed")
 	if !a.st.Rollback && installed {
 		a.st.Failed = a.st.Target
@@ -393,7 +394,7 @@ func (a *Agent) fail(ctx context.Context, d *Directive, state string, cause erro
 }
 
 // rollback reinstalls the version the node had before the upgrade.
-func (a *Agent) rollback(ctx context.Context, d *Directive, cause error) {
+func (a *Agent) rollback(ctx context.Context, d *api.DirectiveAnswer, cause error) {
 	a.st.Phase = PhaseRollingBack
 	_ = a.save()
 	a.report(ctx, d, nmp.StateRollbackStarted, cause.Error())
@@ -444,15 +445,15 @@ func (a *Agent) recover(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) directiveOfState() *Directive {
-	return &Directive{DirectiveID: a.st.DirectiveID, Policy: a.st.Policy, TargetVersion: a.st.Target}
+func (a *Agent) directiveOfState() *api.DirectiveAnswer {
+	return &api.DirectiveAnswer{DirectiveID: a.st.DirectiveID, Policy: a.st.Policy, TargetVersion: a.st.Target}
 }
 
 // report sends a status report (and keeps it, to send again after a
 // restart if the hub cannot be reached).
-func (a *Agent) report(ctx context.Context, d *Directive, state, msg string) {
-	r := Report{DirectiveID: d.DirectiveID, Policy: d.Policy, Status: state, SoftwareVersion: a.st.Version, PreviousVersion: a.st.PreviousVersion, Error: msg,
-		AgentVersion: AgentVersion{Package: a.st.Package, Failed: a.st.Failed, UpgradeStart: a.st.UpgradeStart, UpgradeEnd: a.st.UpgradeEnd}}
+func (a *Agent) report(ctx context.Context, d *api.DirectiveAnswer, state, msg string) {
+	r := api.StatusRequest{DirectiveID: d.DirectiveID, Policy: d.Policy, Status: state, SoftwareVersion: a.st.Version, PreviousVersion: a.st.PreviousVersion, Error: msg,
+		AgentVersion: api.AgentVersion{Package: a.st.Package, Failed: a.st.Failed, UpgradeStart: a.st.UpgradeStart, UpgradeEnd: a.st.UpgradeEnd}}
 	a.st.LastStatus = &r
 	_ = a.save()
 	a.log.Info().Str("status", state).Str("version", a.st.Version).Str("error", msg).Msg("report")
@@ -599,7 +600,7 @@ func (a *Agent) download(ctx context.Context, v, sha, dest string) (Downloaded, 
 // have room for the package twice (the archive and its unpacked files).
 // What cannot be known (the package's size, the free space) is not
 // checked.
-func (a *Agent) precheck(ctx context.Context, d *Directive) error {
+func (a *Agent) precheck(ctx context.Context, d *api.DirectiveAnswer) error {
 	if _, err := os.Stat(filepath.Join(a.versionDir(d.TargetVersion), ".complete")); err == nil {
 		return nil // already here: nothing to download
 	}

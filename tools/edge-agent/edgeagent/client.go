@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
@@ -26,47 +27,6 @@ type Client struct {
 	Org   string
 	Node  string
 	HTTP  *http.Client
-}
-
-// Directive is what the hub asks of the node.
-type Directive struct {
-	Index          uint64    `json:"index"`
-	DirectiveID    string    `json:"directiveId"`
-	Policy         string    `json:"policy"`
-	Action         string    `json:"action"`
-	TargetVersion  string    `json:"targetVersion"`
-	PackageSHA256  string    `json:"packageSha256"`
-	AllowDowngrade bool      `json:"allowDowngrade"`
-	StartAt        time.Time `json:"startAt"`
-	Reason         string    `json:"reason"`
-	Conflicts      []string  `json:"conflicts"`
-}
-
-// Registration is the node's registration.
-type Registration struct {
-	Pattern         string          `json:"pattern,omitempty"`
-	Properties      json.RawMessage `json:"properties,omitempty"`
-	Constraints     []string        `json:"constraints,omitempty"`
-	SoftwareVersion string          `json:"softwareVersion"`
-}
-
-// Report is a status report.
-type Report struct {
-	DirectiveID     string       `json:"directiveId,omitempty"`
-	Policy          string       `json:"policy,omitempty"`
-	Status          string       `json:"status"`
-	SoftwareVersion string       `json:"softwareVersion,omitempty"`
-	PreviousVersion string       `json:"previousVersion,omitempty"`
-	Error           string       `json:"error,omitempty"`
-	AgentVersion    AgentVersion `json:"agentVersion"`
-}
-
-// AgentVersion is Open Horizon's agentVersion status.
-type AgentVersion struct {
-	Package      json.RawMessage `json:"package,omitempty"`
-	Failed       string          `json:"failed,omitempty"`
-	UpgradeStart *time.Time      `json:"upgradeStart,omitempty"`
-	UpgradeEnd   *time.Time      `json:"upgradeEnd,omitempty"`
 }
 
 // HTTPError is an answer other than the one wanted.
@@ -127,10 +87,8 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any)
 
 // Register registers (or updates) the node. It returns the node's own
 // token when the hub issued one (the node had none).
-func (c *Client) Register(ctx context.Context, r Registration) (string, error) {
-	var ans struct {
-		Token string `json:"token"`
-	}
+func (c *Client) Register(ctx context.Context, r api.NodeRequest) (string, error) {
+	var ans api.NodeRegistered
 	_, err := c.do(ctx, http.MethodPut, c.nodePath(), r, &ans)
 	if err != nil {
 		return "", fmt.Errorf("register node %s/%s: %w", c.Org, c.Node, err)
@@ -139,7 +97,7 @@ func (c *Client) Register(ctx context.Context, r Registration) (string, error) {
 }
 
 // Report sends a status report.
-func (c *Client) Report(ctx context.Context, r Report) error {
+func (c *Client) Report(ctx context.Context, r api.StatusRequest) error {
 	_, err := c.do(ctx, http.MethodPut, c.nodePath()+"/status", r, nil)
 	if err != nil {
 		return fmt.Errorf("report %q for node %s/%s: %w", r.Status, c.Org, c.Node, err)
@@ -149,12 +107,12 @@ func (c *Client) Report(ctx context.Context, r Report) error {
 
 // Poll long-polls the directive: it answers when the directive's index is
 // not index (nil when nothing changed within wait, or the node has none).
-func (c *Client) Poll(ctx context.Context, index uint64, wait time.Duration) (*Directive, error) {
+func (c *Client) Poll(ctx context.Context, index uint64, wait time.Duration) (*api.DirectiveAnswer, error) {
 	path := c.nodePath() + "/directive"
 	if index > 0 {
 		path += "?index=" + strconv.FormatUint(index, 10) + "&wait=" + wait.String()
 	}
-	var d Directive
+	var d api.DirectiveAnswer
 	resp, err := c.do(ctx, http.MethodGet, path, nil, &d)
 	if err != nil {
 		var he *HTTPError
@@ -250,13 +208,13 @@ func (c *Client) Download(ctx context.Context, version, want, dest string) (Down
 		return Downloaded{}, fmt.Errorf("download package %s: %w", version, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
-	if hdr := resp.Header.Get("X-Checksum-Sha256"); want == "" {
+	if hdr := resp.Header.Get(api.ChecksumHeader); want == "" {
 		want = hdr
 	}
 	if want == "" || got != want {
 		return Downloaded{}, &HashError{Version: version, Got: got, Want: want}
 	}
-	return Downloaded{SHA256: got, Signature: resp.Header.Get("X-Package-Signature")}, nil
+	return Downloaded{SHA256: got, Signature: resp.Header.Get(api.SignatureHeader)}, nil
 }
 
 // HashError is a downloaded package whose SHA-256 is not the one expected.
@@ -268,9 +226,7 @@ func (e *HashError) Error() string {
 
 // PackageSize is the size in bytes of a package version on the hub.
 func (c *Client) PackageSize(ctx context.Context, version string) (int64, error) {
-	var p struct {
-		Size int64 `json:"size"`
-	}
+	var p api.PackageAnswer
 	_, err := c.do(ctx, http.MethodGet, "/v1/agentpackages/"+url.PathEscape(version), nil, &p)
 	return p.Size, err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/testkit"
 )
@@ -31,7 +32,7 @@ type testHub struct {
 
 	mu        sync.Mutex
 	downloads int
-	reports   []Report
+	reports   []api.StatusRequest
 	auths     []string // Authorization of each request
 }
 
@@ -51,11 +52,11 @@ func serve(t *testing.T, h *testHub) string {
 			w.WriteHeader(http.StatusNotModified)
 			return
 		}
-		json.NewEncoder(w).Encode(Directive{Index: 1, DirectiveID: "d1", Policy: "o/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0",
+		json.NewEncoder(w).Encode(api.DirectiveAnswer{Index: 1, DirectiveID: "d1", Policy: "o/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0",
 			PackageSHA256: sum, StartAt: time.Now().Add(-time.Second)})
 	})
 	mux.HandleFunc("PUT /v1/orgs/{org}/nodes/{node}/status", func(w http.ResponseWriter, r *http.Request) {
-		var rep Report
+		var rep api.StatusRequest
 		json.NewDecoder(r.Body).Decode(&rep)
 		h.mu.Lock()
 		h.reports = append(h.reports, rep)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/policyflow/policyflow/services/api"
 )
 
 // Phases of an upgrade, kept on disk so that a restart knows where the
@@ -41,7 +43,7 @@ type State struct {
 	// Handled is the directive last acted on (or found to need nothing).
 	Handled string `json:"handled,omitempty"`
 	// LastStatus is the last report, sent again after a restart.
-	LastStatus *Report `json:"lastStatus,omitempty"`
+	LastStatus *api.StatusRequest `json:"lastStatus,omitempty"`
 }
 
 func statePath(dir string) string { return filepath.Join(dir, "state.json") }
