@@ -305,8 +305,7 @@ type ComponentApplied struct {
 	CatchUp              bool   `avro:"catch_up"`
 	ConsulIndex          int64  `avro:"consul_index"`
 	PoliciesCount        int32  `avro:"policies_count"`
-	// PoliciesBytes is the size of the collection's bodies; 0 in records
-	// written before it was added.
+	// PoliciesBytes is the size of the collection's bodies.
 	PoliciesBytes   int64        `avro:"policies_bytes"`
 	KeysWritten     int32        `avro:"keys_written"`
 	Generation      int64        `avro:"generation"`
@@ -316,42 +315,6 @@ type ComponentApplied struct {
 	Notify          NotifyTarget `avro:"notify"`
 	Uninstalled     bool         `avro:"uninstalled"`
 	AppliedAt       time.Time    `avro:"applied_at"`
-	// LegacyPolicies and LegacyUpdatedPolicies are read from records
-	// written before policy_refs and updated_refs were, which carried the
-	// bodies; they are no longer written. Collection and Updated read
-	// either form.
-	LegacyPolicies        []Policy `avro:"policies"`
-	LegacyUpdatedPolicies []Policy `avro:"updated_policies"`
-}
-
-// Collection is the component's collection after the write, by reference.
-func (a *ComponentApplied) Collection() []PolicyRef {
-	if len(a.PolicyRefs) == 0 && len(a.LegacyPolicies) > 0 {
-		return Refs(a.LegacyPolicies)
-	}
-	return a.PolicyRefs
-}
-
-// CollectionBytes is the size of the collection's bodies: policies_bytes,
-// or for a record written before it was, the size of the bodies it
-// carried.
-func (a *ComponentApplied) CollectionBytes() int64 {
-	if a.PoliciesBytes > 0 {
-		return a.PoliciesBytes
-	}
-	var n int64
-	for _, p := range a.LegacyPolicies {
-		n += int64(len(p.Body))
-	}
-	return n
-}
-
-// Updated are the policies the update added or changed, by reference.
-func (a *ComponentApplied) Updated() []PolicyRef {
-	if len(a.UpdatedRefs) == 0 && len(a.LegacyUpdatedPolicies) > 0 {
-		return Refs(a.LegacyUpdatedPolicies)
-	}
-	return a.UpdatedRefs
 }
 
 // ParticipantOperation is an operation from the runtime to a participant.
