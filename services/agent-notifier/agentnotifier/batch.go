@@ -417,8 +417,7 @@ func groups(jobs []*job) [][]*job {
 func txnSize(j *job) int { return len(j.key) + len(j.claim.JSON()) }
 
 // laterInConsul reports the generation of the component's event key when
-// it is later than gen (an event written before events carried their
-// generation counts as none).
+// it is later than gen (an event that does not parse counts as none).
 func laterInConsul(event *api.KVPair, gen int64) (int64, bool) {
 	if event == nil || event.ModifyIndex == 0 {
 		return 0, false
