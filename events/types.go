@@ -152,19 +152,16 @@ func NextRevision(prev int64, now time.Time) int64 {
 // PolicyChange says what changed for one policy_id; an update carries the
 // new latest version's header (policy.Header), not its body.
 type PolicyChange struct {
-	ChangeID           string  `avro:"change_id"`
-	PolicyID           string  `avro:"policy_id"`
-	Action             string  `avro:"action"`
-	OldVersion         *string `avro:"old_version"`
-	NewVersion         *string `avro:"new_version"`
-	PolicyName         string  `avro:"policy_name"`
-	MatchingConditions string  `avro:"matching_conditions"`
-	BodyHash           string  `avro:"body_hash"`
-	// Body is read from records written before the header fields were;
-	// it is no longer written.
-	Body      *string   `avro:"body"`
-	Error     *string   `avro:"error"`
-	ChangedAt time.Time `avro:"changed_at"`
+	ChangeID           string    `avro:"change_id"`
+	PolicyID           string    `avro:"policy_id"`
+	Action             string    `avro:"action"`
+	OldVersion         *string   `avro:"old_version"`
+	NewVersion         *string   `avro:"new_version"`
+	PolicyName         string    `avro:"policy_name"`
+	MatchingConditions string    `avro:"matching_conditions"`
+	BodyHash           string    `avro:"body_hash"`
+	Error              *string   `avro:"error"`
+	ChangedAt          time.Time `avro:"changed_at"`
 	// Revision is the catalog revision the change makes the policy_id's:
 	// the new version's for UPDATED, the removal's for REMOVED. 0 in
 	// records written before it was added.

@@ -660,8 +660,8 @@ func TestMatcherScenarios(t *testing.T) {
 					PolicyName: memID + ".1.xml", MatchingConditions: "{}", BodyHash: "ab"}), wantErr: "names no new version"},
 				{name: "conditions that are no object", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
 					NewVersion: strp("1"), PolicyName: memID + ".1.xml", MatchingConditions: "[1]", BodyHash: "ab"}), wantErr: "not an object"},
-				{name: "update with a body but no header", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
-					NewVersion: strp("1"), Body: strp(policyBody(memID, "1", nil, nil))}), wantErr: "no body_hash"},
+				{name: "update with a version but no header", do: onChange(&events.PolicyChange{ChangeID: "x", PolicyID: memID, Action: events.ActionUpdated,
+					NewVersion: strp("1")}), wantErr: "no body_hash"},
 				{name: "component without deployment", do: onComponent(comp("c1", "", nil)), wantErr: "no deployment_id"},
 				{name: "component keyed by another id", do: func(m *Matcher) ([]events.PolicyMatch, error) {
 					return m.OnComponent(0, "c2", comp("c1", "d1", nil))
