@@ -42,8 +42,8 @@ type Policy struct {
 	PolicyName    string `avro:"policy_name" json:"policy_name"`
 	PolicyVersion string `avro:"policy_version" json:"policy_version"`
 	Body          string `avro:"body" json:"body"`
-	// BodyHash is policy.BodyHash of Body; empty in records written
-	// before it was added.
+	// BodyHash is policy.BodyHash of Body; every policy on
+	// policy.matches and policy.segments carries it.
 	BodyHash string `avro:"body_hash" json:"body_hash,omitempty"`
 	// Revision is the catalog revision of this version of the policy
 	// (PolicyCatalogEntry.Revision): fencing compares it, not
