@@ -194,7 +194,6 @@ var benchSized = map[string]func() Event{
 			ComponentID: "dcae-tca-analytics-7c9f", ServiceComponentName: "dcae-tca-analytics", UpdateID: "upd-5e1b",
 			Action: "updated", ConsulIndex: 48_213, PoliciesCount: 10, PoliciesBytes: 10 << 10, KeysWritten: 2, Generation: 13,
 			PolicyRefs: Refs(ps), UpdatedRefs: Refs(ps[:1]), RemovedPolicies: []Policy{},
-			LegacyPolicies: []Policy{}, LegacyUpdatedPolicies: []Policy{},
 			Notify:    NotifyTarget{Kind: NotifyWebhook, WebhookURL: "http://dcae-tca-analytics:9091/policies/changed", TimeoutMs: 5_000},
 			AppliedAt: benchAt(7),
 		}

@@ -42,8 +42,8 @@ type Policy struct {
 	PolicyName    string `avro:"policy_name" json:"policy_name"`
 	PolicyVersion string `avro:"policy_version" json:"policy_version"`
 	Body          string `avro:"body" json:"body"`
-	// BodyHash is policy.BodyHash of Body; empty in records written
-	// before it was added.
+	// BodyHash is policy.BodyHash of Body; every policy on
+	// policy.matches and policy.segments carries it.
 	BodyHash string `avro:"body_hash" json:"body_hash,omitempty"`
 	// Revision is the catalog revision of this version of the policy
 	// (PolicyCatalogEntry.Revision): fencing compares it, not
@@ -152,19 +152,16 @@ func NextRevision(prev int64, now time.Time) int64 {
 // PolicyChange says what changed for one policy_id; an update carries the
 // new latest version's header (policy.Header), not its body.
 type PolicyChange struct {
-	ChangeID           string  `avro:"change_id"`
-	PolicyID           string  `avro:"policy_id"`
-	Action             string  `avro:"action"`
-	OldVersion         *string `avro:"old_version"`
-	NewVersion         *string `avro:"new_version"`
-	PolicyName         string  `avro:"policy_name"`
-	MatchingConditions string  `avro:"matching_conditions"`
-	BodyHash           string  `avro:"body_hash"`
-	// Body is read from records written before the header fields were;
-	// it is no longer written.
-	Body      *string   `avro:"body"`
-	Error     *string   `avro:"error"`
-	ChangedAt time.Time `avro:"changed_at"`
+	ChangeID           string    `avro:"change_id"`
+	PolicyID           string    `avro:"policy_id"`
+	Action             string    `avro:"action"`
+	OldVersion         *string   `avro:"old_version"`
+	NewVersion         *string   `avro:"new_version"`
+	PolicyName         string    `avro:"policy_name"`
+	MatchingConditions string    `avro:"matching_conditions"`
+	BodyHash           string    `avro:"body_hash"`
+	Error              *string   `avro:"error"`
+	ChangedAt          time.Time `avro:"changed_at"`
 	// Revision is the catalog revision the change makes the policy_id's:
 	// the new version's for UPDATED, the removal's for REMOVED. 0 in
 	// records written before it was added.
@@ -305,8 +302,7 @@ type ComponentApplied struct {
 	CatchUp              bool   `avro:"catch_up"`
 	ConsulIndex          int64  `avro:"consul_index"`
 	PoliciesCount        int32  `avro:"policies_count"`
-	// PoliciesBytes is the size of the collection's bodies; 0 in records
-	// written before it was added.
+	// PoliciesBytes is the size of the collection's bodies.
 	PoliciesBytes   int64        `avro:"policies_bytes"`
 	KeysWritten     int32        `avro:"keys_written"`
 	Generation      int64        `avro:"generation"`
@@ -316,42 +312,6 @@ type ComponentApplied struct {
 	Notify          NotifyTarget `avro:"notify"`
 	Uninstalled     bool         `avro:"uninstalled"`
 	AppliedAt       time.Time    `avro:"applied_at"`
-	// LegacyPolicies and LegacyUpdatedPolicies are read from records
-	// written before policy_refs and updated_refs were, which carried the
-	// bodies; they are no longer written. Collection and Updated read
-	// either form.
-	LegacyPolicies        []Policy `avro:"policies"`
-	LegacyUpdatedPolicies []Policy `avro:"updated_policies"`
-}
-
-// Collection is the component's collection after the write, by reference.
-func (a *ComponentApplied) Collection() []PolicyRef {
-	if len(a.PolicyRefs) == 0 && len(a.LegacyPolicies) > 0 {
-		return Refs(a.LegacyPolicies)
-	}
-	return a.PolicyRefs
-}
-
-// CollectionBytes is the size of the collection's bodies: policies_bytes,
-// or for a record written before it was, the size of the bodies it
-// carried.
-func (a *ComponentApplied) CollectionBytes() int64 {
-	if a.PoliciesBytes > 0 {
-		return a.PoliciesBytes
-	}
-	var n int64
-	for _, p := range a.LegacyPolicies {
-		n += int64(len(p.Body))
-	}
-	return n
-}
-
-// Updated are the policies the update added or changed, by reference.
-func (a *ComponentApplied) Updated() []PolicyRef {
-	if len(a.UpdatedRefs) == 0 && len(a.LegacyUpdatedPolicies) > 0 {
-		return Refs(a.LegacyUpdatedPolicies)
-	}
-	return a.UpdatedRefs
 }
 
 // ParticipantOperation is an operation from the runtime to a participant.

@@ -48,8 +48,7 @@ func (c Checked) Header() Header {
 // HeaderOf derives the header of a body Check accepted, from its canonical
 // JSON as the catalog holds it: the same header Checked.Header gives. It
 // decodes the whole body, so a stage calls it only where no header came
-// with the body (reading the catalog back, records written before headers
-// travelled). It fails when the body is not a JSON object, has no
+// with the body (reading the catalog back). It fails when the body is not a JSON object, has no
 // policyName a policy_id can be derived from, or has matchingConditions
 // that are not an object.
 func HeaderOf(body string) (Header, error) {

@@ -462,7 +462,7 @@ func (r *e2eRun) fleetUpdate(ctx context.Context, fleet int, res *EndToEnd) erro
 			if err := b.codec.DecodeInto(ctx, rec.Value, &a); err != nil {
 				return fmt.Errorf("component.applied of %s: %w", rec.Key, err)
 			}
-			if !slices.ContainsFunc(a.Updated(), func(p events.PolicyRef) bool {
+			if !slices.ContainsFunc(a.UpdatedRefs, func(p events.PolicyRef) bool {
 				return p.PolicyID == "E2E.Config_fleet" && p.PolicyVersion == "2"
 			}) {
 				return nil

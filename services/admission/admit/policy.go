@@ -104,8 +104,9 @@ func (c *Compiled) AppliesTo(tenant string) bool {
 // estimates a ValidatingAdmissionPolicy's, is over CostLimit: a
 // *ParamError naming the expression and stating the estimate and the
 // limit. The North API calls it when a policy is created or replaced;
-// the stage does not, so that a policy written before the check keeps
-// deciding (within the request's budget).
+// the stage does not: there the request's budget bounds what an
+// evaluation costs (an overrun counts as a violation), and leaving a
+// validating policy out would admit what it refuses.
 func (c *Compiled) CheckCost() error {
 	for _, e := range c.rules.cel {
 		if e.worst > CostLimit {

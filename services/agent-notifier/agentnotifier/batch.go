@@ -89,7 +89,7 @@ func (n *notifier) decide(j *job, f folderRead, bad func(*job, error)) bool {
 	if !ok {
 		return false
 	}
-	if !j.a.Uninstalled && len(j.a.Collection()) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
+	if !j.a.Uninstalled && len(j.a.PolicyRefs) > 0 && len(f.items) == 0 && (f.event == nil || f.event.ModifyIndex == 0) {
 		// Consul answers a read the token may not make with nothing
 		// rather than an error: an empty notification would be sent
 		// for a component that holds policies.
@@ -183,7 +183,7 @@ func readGroups(jobs []*job) [][]*job {
 	var out [][]*job
 	start, keys, bodies := 0, 0, int64(0)
 	for k, j := range jobs {
-		kb, b := len(j.key)+len(consulkv.ItemsPrefix(j.a.ServiceComponentName)), j.a.CollectionBytes()
+		kb, b := len(j.key)+len(consulkv.ItemsPrefix(j.a.ServiceComponentName)), j.a.PoliciesBytes
 		if k > start && ((k-start+1)*readOps > maxTxnOps || keys+kb > maxTxnBytes || bodies+b > consulkv.ReadTxnBytes) {
 			out = append(out, jobs[start:k])
 			start, keys, bodies = k, 0, 0
@@ -417,8 +417,7 @@ func groups(jobs []*job) [][]*job {
 func txnSize(j *job) int { return len(j.key) + len(j.claim.JSON()) }
 
 // laterInConsul reports the generation of the component's event key when
-// it is later than gen (an event written before events carried their
-// generation counts as none).
+// it is later than gen (an event that does not parse counts as none).
 func laterInConsul(event *api.KVPair, gen int64) (int64, bool) {
 	if event == nil || event.ModifyIndex == 0 {
 		return 0, false

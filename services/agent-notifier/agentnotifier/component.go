@@ -220,7 +220,7 @@ func PayloadSince(a *events.ComponentApplied, items api.KVPairs, told map[string
 	}
 	p.RemovedPolicies = make([]json.RawMessage, 0, len(a.RemovedPolicies))
 	if told == nil {
-		for _, u := range a.Updated() {
+		for _, u := range a.UpdatedRefs {
 			if b, ok := held[u.PolicyID]; ok {
 				p.UpdatedPolicies = append(p.UpdatedPolicies, b)
 			}

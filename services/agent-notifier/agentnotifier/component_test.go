@@ -84,15 +84,6 @@ func TestPayload(t *testing.T) {
 				`"removed_policies":[]}`,
 		},
 		{
-			// component.applied carried the bodies before it carried
-			// references: what was updated is read from them.
-			name:  "a record written before references",
-			a:     &events.ComponentApplied{ServiceComponentName: "vm", LegacyPolicies: []events.Policy{vmMemory(), other()}, LegacyUpdatedPolicies: []events.Policy{other()}},
-			items: items("vm", vmMemory(), other()),
-			want: `{"policies":[{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}},{"policyName":"X.3.xml","config":{"x":[1,2]}}],` +
-				`"updated_policies":[{"policyName":"X.3.xml","config":{"x":[1,2]}}],"removed_policies":[]}`,
-		},
-		{
 			name: "keys of the folder that are not policies",
 			a:    &events.ComponentApplied{ServiceComponentName: "vm"},
 			items: append(items("vm", other()),

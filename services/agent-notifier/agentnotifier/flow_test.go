@@ -16,6 +16,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/executor/executor"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -79,7 +80,9 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 	stopWriter := stagetest.Run(t, writer, env)
 	stopNotifier := stagetest.Run(t, notifier, env)
 
+	// As the segmenter sends them: bodies with their body_hash.
 	vm := vmMemory()
+	vm.BodyHash = policy.BodyHash(vm.Body)
 	c.Produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u1", DeploymentID: "dep-1", Index: 1, Count: 1,
 		Components: []events.ComponentDelta{{ComponentID: "vm-1", UpdatedPolicies: []events.Policy{vm}}}, CreatedAt: time.UnixMilli(2).UTC()})
 	claim, _ := waitClaim(t, consul, "dcae-vm", "u1")
@@ -118,8 +121,8 @@ func TestPolicyFlowToConsulAndScript(t *testing.T) {
 		var ps []events.Policy
 		for j := 0; j < perPiece; j++ {
 			id := fmt.Sprintf("DCAE.Config_BIG_%02d_%02d", i, j)
-			ps = append(ps, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1",
-				Body: fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"blob":"%s"}}`, id, strings.Repeat("z", 100_000))})
+			body := fmt.Sprintf(`{"policyName":"%s.1.xml","policyVersion":"1","config":{"blob":"%s"}}`, id, strings.Repeat("z", 100_000))
+			ps = append(ps, events.Policy{PolicyID: id, PolicyName: id + ".1.xml", PolicyVersion: "1", Body: body, BodyHash: policy.BodyHash(body)})
 		}
 		c.Produce(t, topology.PolicySegments, "dep-1", &events.PolicySegment{UpdateID: "u-big", DeploymentID: "dep-1", Index: i, Count: pieces,
 			Components: []events.ComponentDelta{{ComponentID: "vm-1", AddedPolicies: []events.FilterMatch{{FilterID: "big", Policies: ps}}}},

@@ -77,17 +77,11 @@ func Apply(current []events.Policy, delta events.ComponentDelta) (collection, up
 }
 
 // same reports whether two policies are the same version with the same
-// body: bodies compare by body_hash, or as bytes when one of them was
-// written before policies carried their hash. The collection keeps the
-// incoming policy either way, so the next one written carries the hash.
+// body: bodies compare by body_hash, which every policy a delta carries
+// has (checkDelta).
 func same(a, b events.Policy) bool {
-	if a.PolicyID != b.PolicyID || a.PolicyName != b.PolicyName || a.PolicyVersion != b.PolicyVersion {
-		return false
-	}
-	if a.BodyHash != "" && b.BodyHash != "" {
-		return a.BodyHash == b.BodyHash
-	}
-	return a.Body == b.Body
+	return a.PolicyID == b.PolicyID && a.PolicyName == b.PolicyName && a.PolicyVersion == b.PolicyVersion &&
+		a.BodyHash == b.BodyHash
 }
 
 // fenced reports whether incoming must not replace have: by catalog
@@ -119,6 +113,9 @@ func checkDelta(d events.ComponentDelta) error {
 		}
 		if p.Body == "" {
 			return fmt.Errorf("%s policy %s has an empty body", where, p.PolicyID)
+		}
+		if p.BodyHash == "" {
+			return fmt.Errorf("%s policy %s has no body_hash", where, p.PolicyID)
 		}
 		return nil
 	}

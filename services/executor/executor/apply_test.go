@@ -25,6 +25,7 @@ func at(p events.Policy, rev int64) events.Policy {
 func TestApply(t *testing.T) {
 	changed := pol("A", "2")
 	changed.Body = `{"policyName":"A.2.xml","policyVersion":"2","config":{"v":"other"}}`
+	changed = hashed(changed)
 	cases := []struct {
 		name                      string
 		current                   []events.Policy
@@ -75,38 +76,14 @@ func TestApply(t *testing.T) {
 			collection: []string{}, upd: []string{}, removedW: []string{"A@5"},
 		},
 		{
-			name:       "same version and body is no change",
-			current:    []events.Policy{pol("A", "2")},
-			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{pol("A", "2")}},
-			collection: []string{"A@2"}, upd: []string{}, removedW: []string{},
-		},
-		{
-			name:       "same version with another body is taken (catch-up correction)",
-			current:    []events.Policy{pol("A", "2")},
-			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{changed}},
-			collection: []string{"A@2"}, upd: []string{"A@2"}, removedW: []string{},
-		},
-		{
 			name:       "same version and body_hash is no change",
 			current:    []events.Policy{hashed(pol("A", "2"))},
 			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(pol("A", "2"))}},
 			collection: []string{"A@2"}, upd: []string{}, removedW: []string{},
 		},
 		{
-			name:       "same version with another body_hash is taken",
+			name:       "same version with another body_hash is taken (catch-up correction)",
 			current:    []events.Policy{hashed(pol("A", "2"))},
-			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(changed)}},
-			collection: []string{"A@2"}, upd: []string{"A@2"}, removedW: []string{},
-		},
-		{
-			name:       "a collection written before hashes: the same body with its hash is no change",
-			current:    []events.Policy{pol("A", "2")},
-			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(pol("A", "2"))}},
-			collection: []string{"A@2"}, upd: []string{}, removedW: []string{},
-		},
-		{
-			name:       "a collection written before hashes: another body with a hash is taken",
-			current:    []events.Policy{pol("A", "2")},
 			delta:      events.ComponentDelta{UpdatedPolicies: []events.Policy{hashed(changed)}},
 			collection: []string{"A@2"}, upd: []string{"A@2"}, removedW: []string{},
 		},
@@ -193,6 +170,8 @@ func TestCheckDelta(t *testing.T) {
 		{UpdatedPolicies: []events.Policy{{PolicyID: "x"}}},
 		{AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{{Body: "{}"}}}}},
 		{RemovedPolicies: []events.RemovedPolicy{{}}},
+		{UpdatedPolicies: []events.Policy{{PolicyID: "x", Body: "{}"}}},
+		{AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{{PolicyID: "x", Body: "{}"}}}}},
 	}
 	for i, d := range bad {
 		if err := checkDelta(d); err == nil {

@@ -8,13 +8,15 @@ import (
 	"github.com/policyflow/policyflow/events"
 )
 
+// pol is policy id at version as the segmenter sends it: with its body
+// and body_hash.
 func pol(id, version string) events.Policy {
-	return events.Policy{
+	return hashed(events.Policy{
 		PolicyID:      id,
 		PolicyName:    id + "." + version + ".xml",
 		PolicyVersion: version,
 		Body:          `{"policyName":"` + id + "." + version + `.xml","policyVersion":"` + version + `","config":{"v":"` + version + `"}}`,
-	}
+	})
 }
 
 func seg(update string, index, count int32, comps ...events.ComponentDelta) *events.PolicySegment {

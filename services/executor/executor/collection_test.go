@@ -18,6 +18,7 @@ func TestNext(t *testing.T) {
 	moved.DeploymentID, moved.Notify = "dep-2", hook
 	otherBody := pol("A", "2")
 	otherBody.Body = `{"policyName":"A.2.xml","policyVersion":"2","config":{"v":"other"}}`
+	otherBody = hashed(otherBody)
 
 	// installed is c1's collection as an earlier update left it.
 	installed := func(gen int64, ps ...events.Policy) *events.ComponentPolicies {

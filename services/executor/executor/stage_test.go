@@ -48,10 +48,10 @@ func component(id, scn string) *events.Component {
 }
 
 func vmMemory() events.Policy {
-	return events.Policy{
+	return hashed(events.Policy{
 		PolicyID: "DCAE.Config_VM_MEMORY", PolicyName: "DCAE.Config_VM_MEMORY.222.xml", PolicyVersion: "222",
 		Body: `{"policyName":"DCAE.Config_VM_MEMORY.222.xml","policyVersion":"222","config":{"min_memory":"8GB"}}`,
-	}
+	})
 }
 
 func piece(update string, index, count int32, comps ...events.ComponentDelta) *events.PolicySegment {

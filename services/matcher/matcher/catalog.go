@@ -230,23 +230,14 @@ func (c *Catalog) change(ch *events.PolicyChange) (bool, error) {
 	return false, badInput("change %s of policy %s has unknown action %q", ch.ChangeID, id, ch.Action)
 }
 
-// changeHeader is the header of the new version an UPDATED change carries;
-// a change written before headers travelled carries the body instead, and
-// the header is derived from it.
+// changeHeader is the header of the new version an UPDATED change carries.
 func changeHeader(ch *events.PolicyChange) (policy.Header, error) {
-	if ch.BodyHash != "" {
-		if ch.NewVersion == nil {
-			return policy.Header{}, badInput("change %s of policy %s is UPDATED but names no new version", ch.ChangeID, ch.PolicyID)
-		}
-		return policy.Header{PolicyID: ch.PolicyID, PolicyName: ch.PolicyName, PolicyVersion: *ch.NewVersion,
-			MatchingConditions: ch.MatchingConditions, BodyHash: ch.BodyHash}, nil
-	}
-	if ch.Body == nil || *ch.Body == "" {
+	if ch.BodyHash == "" {
 		return policy.Header{}, badInput("change %s of policy %s is UPDATED but carries no body_hash", ch.ChangeID, ch.PolicyID)
 	}
-	h, err := policy.HeaderOf(*ch.Body)
-	if err != nil {
-		return policy.Header{}, badInput("change %s of policy %s: %v", ch.ChangeID, ch.PolicyID, err)
+	if ch.NewVersion == nil {
+		return policy.Header{}, badInput("change %s of policy %s is UPDATED but names no new version", ch.ChangeID, ch.PolicyID)
 	}
-	return h, nil
+	return policy.Header{PolicyID: ch.PolicyID, PolicyName: ch.PolicyName, PolicyVersion: *ch.NewVersion,
+		MatchingConditions: ch.MatchingConditions, BodyHash: ch.BodyHash}, nil
 }

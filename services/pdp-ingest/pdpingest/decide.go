@@ -58,7 +58,9 @@ type Decision struct {
 // the PDP answers is global. A tenant's policy is changed only by pushes
 // of that tenant: any other notification for it is refused (permanent),
 // so no one takes over another tenant's policy. A global entry may become
-// a tenant's (entries written before owners were recorded are global).
+// a tenant's: the only tenant writer is the admission stage, writing the
+// settings policy admission.<component_id> of a component it admitted,
+// and a global body published under that id must not block it.
 //
 // The decision carries the catalog write and one change (UPDATED, REMOVED
 // or ERRORED) when the entry changed, nothing otherwise; replaying a

@@ -205,12 +205,9 @@ func TestBuildComponentRefusesWithAReason(t *testing.T) {
 
 func TestFoldAppliedKeepsTheUpdateThatBroughtEachVersion(t *testing.T) {
 	pol := func(id, v string) events.PolicyRef { return events.PolicyRef{PolicyID: id, PolicyVersion: v} }
-	// The first record was written before component.applied carried
-	// references: its policies are read from the bodies it carried.
 	first := &events.ComponentApplied{
 		ComponentID: "c", UpdateID: "u1", ConsulIndex: 10, Generation: 1,
-		LegacyPolicies:        []events.Policy{{PolicyID: "a", PolicyVersion: "1", Body: "{}"}, {PolicyID: "b", PolicyVersion: "1", Body: "{}"}},
-		LegacyUpdatedPolicies: []events.Policy{{PolicyID: "a", PolicyVersion: "1", Body: "{}"}, {PolicyID: "b", PolicyVersion: "1", Body: "{}"}},
+		PolicyRefs: []events.PolicyRef{pol("a", "1"), pol("b", "1")}, UpdatedRefs: []events.PolicyRef{pol("a", "1"), pol("b", "1")},
 	}
 	second := &events.ComponentApplied{
 		ComponentID: "c", UpdateID: "u2", ConsulIndex: 20, Generation: 2,

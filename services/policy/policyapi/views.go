@@ -230,10 +230,10 @@ func (v *appliedView) get(id string) (*appliedState, bool) { return v.Value(id) 
 // version unless the new record updated it.
 func foldApplied(prev *appliedState, a *events.ComponentApplied) *appliedState {
 	updated := map[string]bool{}
-	for _, p := range a.Updated() {
+	for _, p := range a.UpdatedRefs {
 		updated[p.PolicyID] = true
 	}
-	collection := a.Collection()
+	collection := a.PolicyRefs
 	st := &appliedState{
 		ComponentID:          a.ComponentID,
 		ServiceComponentName: a.ServiceComponentName,

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/policyflow/policyflow/events"
-	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // Catalog is where Fill finds policy bodies: policy.catalog as a table
@@ -41,30 +41,32 @@ type Filled struct {
 // yet), Fill waits once for the catalog to catch up and then takes what
 // it holds, the latest version (a newer version than the reference comes
 // with a match of its own). A policy the catalog no longer holds is
-// dropped from the delta: its removal follows. Policies that carry their
-// body (records written before references) are left as they are. An error
-// means the catalog could not be caught up with; retrying may succeed.
+// dropped from the delta: its removal follows. A match whose policy
+// carries a body or no body_hash is not a reference and is refused
+// (permanent). Any other error means the catalog could not be caught up
+// with; retrying may succeed.
 func Fill(ctx context.Context, cat Catalog, m *events.PolicyMatch) ([]Filled, error) {
 	var refs []*events.Policy
 	for c := range m.Components {
 		d := &m.Components[c]
 		for i := range d.UpdatedPolicies {
-			if d.UpdatedPolicies[i].Body == "" {
-				refs = append(refs, &d.UpdatedPolicies[i])
-			}
+			refs = append(refs, &d.UpdatedPolicies[i])
 		}
 		for f := range d.AddedPolicies {
 			for i := range d.AddedPolicies[f].Policies {
-				if p := &d.AddedPolicies[f].Policies[i]; p.Body == "" {
-					refs = append(refs, p)
-				}
+				refs = append(refs, &d.AddedPolicies[f].Policies[i])
 			}
 		}
 	}
-	hashes := hasher{}
+	for _, p := range refs {
+		if p.Body != "" || p.BodyHash == "" {
+			return nil, runtime.Permanentf("policy match %s of deployment %s names policy %s by no reference: a reference has a body_hash and no body",
+				m.UpdateID, m.DeploymentID, p.PolicyID)
+		}
+	}
 	missed := false
 	for _, p := range refs {
-		if e, ok := cat.Get(p.PolicyID); ok && e != nil && e.Body != "" && hashes.of(e) == p.BodyHash {
+		if e, ok := cat.Get(p.PolicyID); ok && e != nil && e.Body != "" && e.BodyHash == p.BodyHash {
 			p.Body = e.Body
 		} else {
 			missed = true
@@ -91,7 +93,7 @@ func Fill(ctx context.Context, cat Catalog, m *events.PolicyMatch) ([]Filled, er
 				notes = append(notes, n)
 				return
 			}
-			if h := hashes.of(e); h != p.BodyHash {
+			if h := e.BodyHash; h != p.BodyHash {
 				p.PolicyName, p.PolicyVersion, p.BodyHash, p.Revision = e.PolicyName, e.PolicyVersion, h, e.Revision
 				n.GotVersion, n.GotHash = e.PolicyVersion, h
 				notes = append(notes, n)
@@ -114,22 +116,6 @@ func Fill(ctx context.Context, cat Catalog, m *events.PolicyMatch) ([]Filled, er
 		}
 	}
 	return notes, nil
-}
-
-// hasher gives the body_hash of catalog entries, computed once per entry
-// for entries written before entries carried it.
-type hasher map[*events.PolicyCatalogEntry]string
-
-func (h hasher) of(e *events.PolicyCatalogEntry) string {
-	if e.BodyHash != "" {
-		return e.BodyHash
-	}
-	s, ok := h[e]
-	if !ok {
-		s = policy.BodyHash(e.Body)
-		h[e] = s
-	}
-	return s
 }
 
 // without is ps less the policies in gone, in order.

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // lagging is a catalog table behind the topic: Get answers from seen
@@ -173,19 +175,20 @@ func TestFillDropsAPolicyGoneFromTheCatalog(t *testing.T) {
 	}
 }
 
-// Records written before references (bodies in the match, no body_hash in
-// the catalog) are filled alike.
-func TestFillReadsRecordsWrittenBefore(t *testing.T) {
+// A policy the match carries with its body, or without a body_hash, is
+// no reference: the match is refused for good, not retried.
+func TestFillRefusesPoliciesThatAreNoReferences(t *testing.T) {
 	aE, a := version("DCAE.Config_a", "1", 300)
-	aE.BodyHash = "" // a catalog entry written before it carried the hash
-	carried := pol("DCAE.Config_b", "2", 400)
-	cat := &lagging{seen: entries(aE)}
-	m := refMatch(events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{a, carried}})
-	if _, err := Fill(context.Background(), cat, m); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := m.Components[0].UpdatedPolicies, []events.Policy{filled(a, aE), carried}; !reflect.DeepEqual(got, want) || cat.waits != 0 {
-		t.Fatalf("updated %+v after %d waits, want the named body and the carried one as it was, without waiting", got, cat.waits)
+	carried := filled(a, aE)
+	hashless := a
+	hashless.BodyHash = ""
+	for name, p := range map[string]events.Policy{"with its body": carried, "without body_hash": hashless} {
+		cat := &lagging{seen: entries(aE)}
+		m := refMatch(events.ComponentDelta{ComponentID: "c1", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{p}}}})
+		_, err := Fill(context.Background(), cat, m)
+		if err == nil || !runtime.IsPermanent(err) || !strings.Contains(err.Error(), "DCAE.Config_a by no reference") {
+			t.Errorf("a policy %s: got %v, want a permanent refusal naming it", name, err)
+		}
 	}
 }
 

@@ -29,6 +29,40 @@ func newCluster(t *testing.T) *stagetest.Cluster {
 	return c
 }
 
+// byReference is m as the matcher writes it, its policies named by
+// reference, and the catalog entries pdp-ingest wrote for them; m's
+// policies get their body_hash, as they come out of the segmenter.
+func byReference(m *events.PolicyMatch) (*events.PolicyMatch, []*events.PolicyCatalogEntry) {
+	var es []*events.PolicyCatalogEntry
+	ref := func(p *events.Policy) events.Policy {
+		p.BodyHash = policy.BodyHash(p.Body)
+		es = append(es, &events.PolicyCatalogEntry{PolicyID: p.PolicyID, PolicyName: p.PolicyName, PolicyVersion: p.PolicyVersion,
+			Body: p.Body, BodyHash: p.BodyHash, Status: events.StatusValid, UpdatedAt: time.UnixMilli(1).UTC(), Revision: 1})
+		r := *p
+		r.Body = ""
+		return r
+	}
+	out := *m
+	out.Components = make([]events.ComponentDelta, len(m.Components))
+	for c := range m.Components {
+		d := &m.Components[c]
+		o := *d
+		o.UpdatedPolicies = make([]events.Policy, len(d.UpdatedPolicies))
+		for i := range d.UpdatedPolicies {
+			o.UpdatedPolicies[i] = ref(&d.UpdatedPolicies[i])
+		}
+		o.AddedPolicies = make([]events.FilterMatch, len(d.AddedPolicies))
+		for f := range d.AddedPolicies {
+			o.AddedPolicies[f] = events.FilterMatch{FilterID: d.AddedPolicies[f].FilterID, Policies: make([]events.Policy, len(d.AddedPolicies[f].Policies))}
+			for i := range d.AddedPolicies[f].Policies {
+				o.AddedPolicies[f].Policies[i] = ref(&d.AddedPolicies[f].Policies[i])
+			}
+		}
+		out.Components[c] = o
+	}
+	return &out, es
+}
+
 func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 	c := newCluster(t)
 	const limit = 256 << 10
@@ -44,8 +78,17 @@ func TestStageCutsBigDeltasAndPassesSmallOnes(t *testing.T) {
 	tooBig := &events.PolicyMatch{UpdateID: "u-huge", DeploymentID: "dep-huge", Components: []events.ComponentDelta{{
 		ComponentID: "c", UpdatedPolicies: []events.Policy{pol("DCAE.Config_huge", "3", 300<<10)},
 	}}}
-	match := func(m *events.PolicyMatch) *kgo.Record { return c.Record(t, topology.PolicyMatches, m.DeploymentID, m) }
-	c.ProduceRecords(t, match(small), match(big), match(tooBig))
+	var recs []*kgo.Record
+	for _, m := range []*events.PolicyMatch{small, big, tooBig} {
+		ref, es := byReference(m)
+		for _, e := range es {
+			recs = append(recs, c.Record(t, topology.PolicyCatalog, e.PolicyID, e))
+		}
+		c.ProduceCommitted(t, recs...)
+		recs = append(recs[:0], c.Record(t, topology.PolicyMatches, m.DeploymentID, ref))
+		c.ProduceRecords(t, recs...)
+		recs = recs[:0]
+	}
 	stop := stagetest.Run(t, StageWith(Config{MaxSegmentBytes: limit}), stagetest.Env(c.Kafka))
 
 	byDep := func(recs []*kgo.Record) map[string][]events.PolicySegment {
@@ -211,7 +254,9 @@ func TestStageDeadLettersTombstone(t *testing.T) {
 	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
 	next := &events.PolicyMatch{UpdateID: "u-after", DeploymentID: "dep-after", CreatedAt: time.UnixMilli(1700000000000).UTC(),
 		Components: []events.ComponentDelta{{ComponentID: "c", UpdatedPolicies: []events.Policy{pol("DCAE.Config_A", "1", 100)}}}}
-	c.ProduceRecords(t, c.Record(t, topology.PolicyMatches, "dep-gone", nil), c.Record(t, topology.PolicyMatches, next.DeploymentID, next))
+	ref, es := byReference(next)
+	c.ProduceCommitted(t, c.Record(t, topology.PolicyCatalog, es[0].PolicyID, es[0]))
+	c.ProduceRecords(t, c.Record(t, topology.PolicyMatches, "dep-gone", nil), c.Record(t, topology.PolicyMatches, next.DeploymentID, ref))
 
 	dlq := c.Read(t, topology.DLQ(topology.StageSegmenter), 1, 60*time.Second)
 	if len(dlq) != 1 || string(dlq[0].Key) != "dep-gone" || dlq[0].Value != nil {
