@@ -390,6 +390,9 @@ type AgentUpgradePolicy struct {
 	DurationS      int64  `avro:"duration_s"`
 	Manifest       string `avro:"manifest"`
 	AllowDowngrade bool   `avro:"allow_downgrade"`
+	// FromVersions is the version guard: the versions a node may
+	// upgrade from, as space-separated comparators ("" for any).
+	FromVersions string `avro:"from_versions"`
 }
 
 // NodeManagementPolicy selects edge nodes and says how their agents upgrade.
@@ -447,6 +450,8 @@ type AgentDirective struct {
 	AllowDowngrade bool      `avro:"allow_downgrade"`
 	Reason         string    `avro:"reason"`
 	Conflicts      []string  `avro:"conflicts"`
+	// FromVersions is the policy's version guard ("" for any).
+	FromVersions string `avro:"from_versions"`
 }
 
 // AgentStatus is an agent's report on its upgrade.

@@ -31,16 +31,19 @@ type NodeRegistered struct {
 // DirectiveAnswer is a node's directive as agents read it
 // (GET /v1/orgs/{org}/nodes/{node}/directive).
 type DirectiveAnswer struct {
-	Index          uint64    `json:"index"`
-	DirectiveID    string    `json:"directiveId"`
-	Policy         string    `json:"policy,omitempty"`
-	Action         string    `json:"action"`
-	TargetVersion  string    `json:"targetVersion,omitempty"`
-	PackageSHA256  string    `json:"packageSha256,omitempty"`
-	AllowDowngrade bool      `json:"allowDowngrade,omitempty"`
-	StartAt        time.Time `json:"startAt"`
-	Reason         string    `json:"reason,omitempty"`
-	Conflicts      []string  `json:"conflicts,omitempty"`
+	Index          uint64 `json:"index"`
+	DirectiveID    string `json:"directiveId"`
+	Policy         string `json:"policy,omitempty"`
+	Action         string `json:"action"`
+	TargetVersion  string `json:"targetVersion,omitempty"`
+	PackageSHA256  string `json:"packageSha256,omitempty"`
+	AllowDowngrade bool   `json:"allowDowngrade,omitempty"`
+	// FromVersions is the policy's version guard: the running versions
+	// that may upgrade (e.g. ">=1.2.0 <2.0.0"); absent for any.
+	FromVersions string    `json:"fromVersions,omitempty"`
+	StartAt      time.Time `json:"startAt"`
+	Reason       string    `json:"reason,omitempty"`
+	Conflicts    []string  `json:"conflicts,omitempty"`
 }
 
 // StatusRequest is an agent's report, in Open Horizon's shape

@@ -77,6 +77,9 @@ func Compile(p *events.NodeManagementPolicy) (*Policy, error) {
 			}
 			c.start = t.UTC()
 		}
+		if _, err := ParseFromVersions(u.FromVersions); err != nil {
+			return nil, fmt.Errorf("NMP %s: %w", c.Key, err)
+		}
 		if u.DurationS < 0 || u.DurationS > MaxDuration {
 			return nil, fmt.Errorf("NMP %s: duration %d out of 0 to %d", c.Key, u.DurationS, MaxDuration)
 		}
@@ -248,6 +251,7 @@ func Compute(in Input, issued time.Time) *events.AgentDirective {
 	d.Policy = win.Key
 	u := win.Ev.AgentUpgrade
 	d.AllowDowngrade = u.AllowDowngrade
+	d.FromVersions = u.FromVersions
 	d.Manifest = u.Manifest
 	d.StartAt = win.StartFor(n.Key)
 	target := u.AtLeastVersion
@@ -338,6 +342,10 @@ func directiveID(d *events.AgentDirective) string {
 	binary.BigEndian.PutUint64(b[:], uint64(d.StartAt.UnixMilli()))
 	for _, s := range []string{d.Policy, d.Action, d.TargetVersion, d.PackageSHA256, fmt.Sprint(d.AllowDowngrade), string(b[:])} {
 		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	if d.FromVersions != "" { // so directives without a guard keep their ids
+		h.Write([]byte(d.FromVersions))
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])

@@ -79,6 +79,9 @@ type UpgradePolicy struct {
 	Duration       *int64 `json:"duration,omitempty"`
 	Manifest       string `json:"manifest,omitempty"`
 	AllowDowngrade bool   `json:"allowDowngrade,omitempty"`
+	// FromVersions is the version guard: the running versions a node
+	// may upgrade from, e.g. ">=1.2.0 <2.0.0" (see FromVersions).
+	FromVersions string `json:"fromVersions,omitempty"`
 }
 
 // Threshold pauses a rollout when Count nodes failed, or when the failed
@@ -247,6 +250,11 @@ func buildUpgrade(d *Document) (*events.AgentUpgradePolicy, error) {
 			return nil, fmt.Errorf("agentUpgradePolicy: %w, or \"current\"", err)
 		}
 	}
+	g, err := ParseFromVersions(u.FromVersions)
+	if err != nil {
+		return nil, err
+	}
+	out.FromVersions = g.String()
 	// Start: agentUpgradePolicy.start or the later top-level start.
 	if u.Start != "" && d.Start != "" && u.Start != d.Start {
 		return nil, fmt.Errorf("agentUpgradePolicy.start %q and start %q disagree; give one", u.Start, d.Start)
@@ -292,7 +300,7 @@ func ToDocument(p *events.NodeManagementPolicy) *Document {
 	d.Properties = nonNil(d.Properties)
 	if u := p.AgentUpgrade; u != nil {
 		dur := u.DurationS
-		d.AgentUpgradePolicy = &UpgradePolicy{AtLeastVersion: u.AtLeastVersion, Start: u.Start, Duration: &dur, Manifest: u.Manifest, AllowDowngrade: u.AllowDowngrade}
+		d.AgentUpgradePolicy = &UpgradePolicy{AtLeastVersion: u.AtLeastVersion, Start: u.Start, Duration: &dur, Manifest: u.Manifest, AllowDowngrade: u.AllowDowngrade, FromVersions: u.FromVersions}
 	}
 	if p.FailureCount > 0 || p.FailureRatio > 0 {
 		d.FailureThreshold = &Threshold{Count: p.FailureCount, Ratio: p.FailureRatio, MinStarted: p.FailureMinStarted}

@@ -62,7 +62,8 @@ const nmpTemplate = `{
     "atLeastVersion": "current",         /* the version to reach (1.2.3), or "current": the newest package on the hub */
     "start": "now",                      /* RFC3339 time to start, or "now" */
     "duration": 0,                       /* seconds: each node starts at a time of its own in [start, start+duration] */
-    "allowDowngrade": false              /* the version may be older than a node's */
+    "allowDowngrade": false,             /* the version may be older than a node's */
+    "fromVersions": ""                   /* (optional) the versions a node may upgrade from, e.g. ">=1.2.0 <2.0.0"; "": any */
   },
   "failureThreshold": {                  /* (optional) pause the rollout when this many, or this ratio of started nodes, failed */
     "count": 0,

@@ -188,7 +188,7 @@ func (s *API) GetDirective(w http.ResponseWriter, r *http.Request) *web.Error {
 		return nil
 	}
 	web.WriteJSON(w, http.StatusOK, api.DirectiveAnswer{Index: index, DirectiveID: d.DirectiveID, Policy: d.Policy, Action: d.Action, TargetVersion: d.TargetVersion,
-		PackageSHA256: d.PackageSHA256, AllowDowngrade: d.AllowDowngrade, StartAt: d.StartAt.UTC(), Reason: d.Reason, Conflicts: d.Conflicts})
+		PackageSHA256: d.PackageSHA256, AllowDowngrade: d.AllowDowngrade, FromVersions: d.FromVersions, StartAt: d.StartAt.UTC(), Reason: d.Reason, Conflicts: d.Conflicts})
 	return nil
 }
 

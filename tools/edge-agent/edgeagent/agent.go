@@ -596,11 +596,22 @@ func (a *Agent) download(ctx context.Context, v, sha, dest string) (Downloaded, 
 }
 
 // precheck says whether the host can take version d.TargetVersion before
-// anything is downloaded: the file system of the state directory must
-// have room for the package twice (the archive and its unpacked files).
-// What cannot be known (the package's size, the free space) is not
-// checked.
+// anything is downloaded: the running version must be one the policy
+// upgrades from (its version guard, d.FromVersions), and the file system
+// of the state directory must have room for the package twice (the
+// archive and its unpacked files). What cannot be known (the package's
+// size, the free space) is not checked.
 func (a *Agent) precheck(ctx context.Context, d *api.DirectiveAnswer) error {
+	if d.FromVersions != "" {
+		g, err := nmp.ParseFromVersions(d.FromVersions)
+		if err != nil {
+			return fmt.Errorf("the policy's version guard: %w", err)
+		}
+		cur, err := nmp.ParseSemver(a.st.Version)
+		if err != nil || !g.Admits(cur) {
+			return fmt.Errorf("running %s; this NMP (%s) upgrades only from %s", a.st.Version, d.Policy, d.FromVersions)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(a.versionDir(d.TargetVersion), ".complete")); err == nil {
 		return nil // already here: nothing to download
 	}

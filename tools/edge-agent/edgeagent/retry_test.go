@@ -29,6 +29,7 @@ type testHub struct {
 	signature     string
 	issued        string
 	failDownloads int
+	fromVersions  string // the directive's version guard
 
 	mu        sync.Mutex
 	downloads int
@@ -53,7 +54,7 @@ func serve(t *testing.T, h *testHub) string {
 			return
 		}
 		json.NewEncoder(w).Encode(api.DirectiveAnswer{Index: 1, DirectiveID: "d1", Policy: "o/p", Action: nmp.ActionUpgrade, TargetVersion: "1.1.0",
-			PackageSHA256: sum, StartAt: time.Now().Add(-time.Second)})
+			PackageSHA256: sum, FromVersions: h.fromVersions, StartAt: time.Now().Add(-time.Second)})
 	})
 	mux.HandleFunc("PUT /v1/orgs/{org}/nodes/{node}/status", func(w http.ResponseWriter, r *http.Request) {
 		var rep api.StatusRequest
@@ -180,4 +181,31 @@ func TestPrecheckFailsWithoutFreeDisk(t *testing.T) {
 	if e := h.reports[0].Error; !bytes.Contains([]byte(e), []byte("not enough free disk")) {
 		t.Fatalf("error %q", e)
 	}
+}
+
+// The policy's version guard: a node at 1.0.0 whose running version is
+// within fromVersions upgrades; one outside reports precheck failed with
+// the reason and downloads nothing.
+func TestPrecheckVersionGuard(t *testing.T) {
+	t.Run("in range", func(t *testing.T) {
+		h, c, trusted := newRetryHub(t, 0)
+		h.fromVersions = ">=1.0.0 <1.1.0"
+		got := runAgent(t, h, Config{Client: c, TrustedKeys: trusted}, nmp.StateSuccessful)
+		if slices.Contains(got, nmp.StatePrecheckFailed) {
+			t.Fatalf("reported %q", got)
+		}
+	})
+	t.Run("out of range", func(t *testing.T) {
+		h, c, trusted := newRetryHub(t, 0)
+		h.fromVersions = ">=1.0.1"
+		got := runAgent(t, h, Config{Client: c, TrustedKeys: trusted}, nmp.StatePrecheckFailed)
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if !slices.Equal(got, []string{nmp.StatePrecheckFailed}) || h.downloads != 0 {
+			t.Fatalf("reported %q after %d downloads", got, h.downloads)
+		}
+		if e, want := h.reports[0].Error, "running 1.0.0; this NMP (o/p) upgrades only from >=1.0.1"; e != want {
+			t.Fatalf("error %q, want %q", e, want)
+		}
+	})
 }
