@@ -36,9 +36,18 @@ type Kafka struct {
 	TLSSkipVerify bool
 	// FetchMaxWait and MetadataMinAge are lowered by tests and the dev
 	// stack so that rebalances and faults settle in milliseconds.
+	// MetadataMinAge 0 is DefaultMetadataMinAge.
 	FetchMaxWait   time.Duration
 	MetadataMinAge time.Duration
 }
+
+// DefaultMetadataMinAge is how soon a client may read the cluster's
+// metadata again, e.g. after a partition leader moved: one second, not
+// franz-go's five, so that a leader moved during a rolling restart costs a
+// partition about a second rather than up to five each time (the cluster
+// faults of the chaos matrix move leaders six times in three seconds).
+// It bounds the metadata requests of one client to one a second.
+const DefaultMetadataMinAge = time.Second
 
 // EnvOr returns the value of the environment variable or def.
 func EnvOr(name, def string) string {
@@ -143,9 +152,11 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 	if k.FetchMaxWait > 0 {
 		opts = append(opts, kgo.FetchMaxWait(k.FetchMaxWait))
 	}
+	minAge := DefaultMetadataMinAge
 	if k.MetadataMinAge > 0 {
-		opts = append(opts, kgo.MetadataMinAge(k.MetadataMinAge))
+		minAge = k.MetadataMinAge
 	}
+	opts = append(opts, kgo.MetadataMinAge(minAge))
 	switch strings.ToUpper(k.SASLMechanism) {
 	case "PLAIN":
 		opts = append(opts, kgo.SASL(plain.Auth{User: k.SASLUser, Pass: k.SASLPassword}.AsMechanism()))
