@@ -89,7 +89,7 @@ func TestCatchupRestoresKeysDeletedByHandAndOtherwiseDoesNothing(t *testing.T) {
 	p.waitItems(scn, map[string]string{"DCAE.Config_DRIFT_A": `{"a":1}`, "DCAE.Config_DRIFT_B": `{"b":1}`})
 	calls := p.lastCallHas(rec, "the script is told of both policies", `"a":1`, `"b":1`)
 
-	before := p.modifyIndexes(scn)
+	before := p.settledIndexes(scn)
 	st := p.catchup(http.MethodPost, "/v1/catchup", map[string]any{"reason": "nothing changed"})
 	if st.Matcher.Compared < 1 || st.Matcher.Differed != 0 || st.ConsulWriter.Compared < 1 || st.ConsulWriter.Differed != 0 || st.ConsulWriter.KeysWritten != 0 {
 		t.Fatalf("catch-up with nothing changed: %+v, want components and folders compared, none differing", st)

@@ -418,7 +418,7 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 
 	// Replaying every topic from the start changes nothing in Consul and
 	// notifies nobody again.
-	before := p.modifyIndexes(scn)
+	before := p.settledIndexes(scn)
 	callsBefore := len(rec.calls(t))
 	p.stop()
 	consumed := p.committedOffsets()
@@ -445,6 +445,31 @@ func TestSeedExampleReachesConsulAndScript(t *testing.T) {
 	if n := len(rec.calls(t)); n != callsBefore+1 {
 		t.Fatalf("replay notified the component again: %d calls since it, want only the barrier's", n-callsBefore)
 	}
+}
+
+// settledIndexes is modifyIndexes once the component's last notification
+// is recorded: the notifier completes its claim after the script ran, so
+// a snapshot taken as soon as the script was seen may miss that write.
+func (p *pipeline) settledIndexes(scn string) map[string]uint64 {
+	p.t.Helper()
+	testkit.Eventually(p.t, 2*time.Minute, testkit.Named("the notification of "+scn+" recorded", func() error {
+		kv, _, err := p.consul.KV().Get(consulkv.ClaimKey(scn), nil)
+		if err != nil {
+			return err
+		}
+		if kv == nil {
+			return fmt.Errorf("no claim")
+		}
+		var cl consulkv.Claim
+		if err := json.Unmarshal(kv.Value, &cl); err != nil {
+			return err
+		}
+		if finished, _ := cl.Finished(); !finished {
+			return fmt.Errorf("claim %s not finished", kv.Value)
+		}
+		return nil
+	}))
+	return p.modifyIndexes(scn)
 }
 
 func (p *pipeline) modifyIndexes(scn string) map[string]uint64 {
