@@ -76,7 +76,7 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, stri
 // out: an empty body leaves v as it is; any other is decoded strictly.
 func DecodeOptionalJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, example string) *Error {
 	data, e := ReadBody(w, r, limit)
-	if e != nil || len(bytes.TrimSpace(data)) == 0 {
+	if e != nil || len(trimJSONSpace(data)) == 0 {
 		return e
 	}
 	return DecodeBytes(data, v, true, example)
@@ -100,7 +100,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Err
 // deeper than MaxJSONDepth, a body that is JSON null, a value of the wrong
 // type, and (strict) fields v does not have.
 func DecodeBytes(data []byte, v any, strict bool, example string) *Error {
-	if len(bytes.TrimSpace(data)) == 0 {
+	if len(trimJSONSpace(data)) == 0 {
 		return Errorf(http.StatusBadRequest, "request body is empty; send JSON such as %s", example)
 	}
 	if err := CheckJSONText(data); err != nil {
@@ -116,10 +116,18 @@ func DecodeBytes(data []byte, v any, strict bool, example string) *Error {
 	}
 	// More says nothing of a stray '}' or ']': whatever follows the value
 	// but white space is refused.
-	if off := dec.InputOffset(); len(bytes.TrimSpace(data[off:])) > 0 {
+	if off := dec.InputOffset(); len(trimJSONSpace(data[off:])) > 0 {
 		return Errorf(http.StatusBadRequest, "malformed JSON: more data after the first JSON value at byte %d; send one JSON value", off)
 	}
 	return nil
+}
+
+// trimJSONSpace cuts what JSON counts as white space (space, tab, line
+// feed, carriage return) from both ends of data. bytes.TrimSpace cuts more
+// (form feed, vertical tab, U+0085, U+00A0): a value followed by a form
+// feed would pass for one JSON value when it is not JSON at all.
+func trimJSONSpace(data []byte) []byte {
+	return bytes.Trim(data, " \t\n\r")
 }
 
 // checkJSONText walks the tokens of data and refuses what encoding/json
@@ -138,7 +146,7 @@ func CheckJSONText(data []byte) error {
 			i += size
 		}
 	}
-	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+	if bytes.Equal(trimJSONSpace(data), []byte("null")) {
 		return errors.New("the body is JSON null, not an object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
