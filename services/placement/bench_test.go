@@ -1,6 +1,9 @@
 package placement
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func bigDatacenter(tb testing.TB, racks, pms int) *Model {
 	m, err := Compile(SyntheticDatacenter(racks, pms))
@@ -68,6 +71,39 @@ func BenchmarkProposeHA3x4(b *testing.B) {
 func BenchmarkPropose500(b *testing.B) {
 	m := bigDatacenter(b, 100, 100)
 	t := SyntheticClusters(50, 10, 100, false)
+	if err := t.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	var steps int
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := Propose(m, t, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		steps = p.Steps
+	}
+	b.ReportMetric(float64(steps), "leaves-tried")
+}
+
+// unkeepable is SyntheticClusters(50, 10, 100) with a soft
+// anti-collocation at room between neighbouring clusters: the datacenter
+// has one room, so no leaf keeps it and every resource's scan runs over
+// all 10,000 leaves (the worst case of the best-leaf scan).
+func unkeepable() *Template {
+	t := SyntheticClusters(50, 10, 100, false)
+	for g := 1; g < 50; g++ {
+		t.Policies = append(t.Policies, Policy{ID: fmt.Sprintf("room-apart-g%d", g), Type: AntiCollocation, Mode: Soft,
+			AppliesTo: []string{fmt.Sprintf("g%d", g-1), fmt.Sprintf("g%d", g)}, Properties: Properties{Level: "room"}})
+	}
+	return t
+}
+
+// BenchmarkPropose500Unkeepable: 500 resources whose soft policies cannot
+// all be kept, so no scan stops early.
+func BenchmarkPropose500Unkeepable(b *testing.B) {
+	m := bigDatacenter(b, 100, 100)
+	t := unkeepable()
 	if err := t.Validate(); err != nil {
 		b.Fatal(err)
 	}

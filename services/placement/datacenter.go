@@ -40,6 +40,30 @@ type Datacenter struct {
 	Dimensions []string    `json:"dimensions"`
 	Location   []Location  `json:"location"`
 	Network    []NetVertex `json:"network"`
+	// Types are the host types (machine configurations) a leaf may name:
+	// what a license charge depends on, and the licensed products a host
+	// of the type may run.
+	Types []HostType `json:"types,omitempty"`
+}
+
+// HostType is a type of host (e.g. a PM model and configuration): the
+// seed's "type/configuration of the machine in enough detail to allow
+// correct calculation of license charges".
+type HostType struct {
+	ID string `json:"id"`
+	// Description says what the machine is (cores, sockets, model), for
+	// the license terms that depend on it.
+	Description string `json:"description,omitempty"`
+	// LicensedProducts are the products licensed for hosts of this type;
+	// a licensed-product policy holds on a leaf whose type lists the
+	// product.
+	LicensedProducts []Product `json:"licensed_products,omitempty"`
+}
+
+// Product is a licensed product: a catalog and a product of it.
+type Product struct {
+	Catalog string `json:"catalog"`
+	Product string `json:"product"`
 }
 
 // Level is one location level, e.g. {"name": "pm", "within": ["rack"]}.
@@ -58,6 +82,9 @@ type Location struct {
 	Parent string `json:"parent,omitempty"`
 	// Capacity is given on leaves only, one number per dimension.
 	Capacity []float64 `json:"capacity,omitempty"`
+	// Type names a host type of the datacenter's types; leaves only,
+	// optional.
+	Type string `json:"type,omitempty"`
 }
 
 // NetVertex is a vertex of the network tree.
@@ -96,6 +123,14 @@ type Model struct {
 	capacity [][]float64
 	// byLoc: leaf numbers in location-tree depth-first order.
 	byLoc []int32
+	// leafClass numbers the leaves alike for the soft policies away from
+	// other resources: the same levels on the path to the root and the
+	// same type (see Propose).
+	leafClass []int32
+	nClasses  int
+	// classMask: the classes of the leaves below each location vertex, a
+	// bit each; nil when there are more than 64 classes.
+	classMask []uint64
 
 	netID     []string
 	netParent []int32
@@ -161,12 +196,15 @@ func Compile(dc *Datacenter) (*Model, error) {
 		ps.add("id", "%v", err)
 	}
 	m := &Model{dc: dc, levelIdx: map[string]int{}}
-	m.compileLevels(&ps)
+	levelsOK := m.compileLevels(&ps)
+	dimsOK := true
 	switch n := len(dc.Dimensions); {
 	case n == 0:
 		ps.add("dimensions", "is empty: name the positions of capacity and demand vectors, e.g. [\"vcpu\", \"ram_gb\"]")
+		dimsOK = false
 	case n > MaxDimensions:
 		ps.add("dimensions", "has %d names; at most %d are allowed", n, MaxDimensions)
+		dimsOK = false
 	}
 	seenDim := map[string]bool{}
 	for i, d := range dc.Dimensions {
@@ -175,36 +213,59 @@ func Compile(dc *Datacenter) (*Model, error) {
 		}
 		seenDim[d] = true
 	}
-	if len(ps.list) > 0 {
-		// Vertices are checked against levels and dimensions.
-		return nil, ps.err("datacenter")
-	}
-	m.compileLocation(&ps)
-	if m.leafNo == nil {
-		// The location tree is not a tree: its leaves are unknown, so the
-		// network tree cannot be checked against them.
-		return nil, ps.err("datacenter")
-	}
+	types := m.compileTypes(&ps)
+	// Each part is checked even when an earlier one has problems, so one
+	// refusal lists them all; a check that would only repeat an earlier
+	// problem (every vertex's level when the levels are missing, every
+	// capacity's length when the dimensions are) is left out.
+	m.compileLocation(&ps, levelsOK, dimsOK, types)
 	m.compileNetwork(&ps)
 	if err := ps.err("datacenter"); err != nil {
 		return nil, err
 	}
+	m.classify()
 	return m, nil
 }
 
-func (m *Model) compileLevels(ps *problems) {
+// compileTypes checks the host types and indexes them by id.
+func (m *Model) compileTypes(ps *problems) map[string]int {
+	idx := map[string]int{}
+	for i, t := range m.dc.Types {
+		f := fmt.Sprintf("types[%d]", i)
+		if err := check.ID("", t.ID); err != nil {
+			ps.add(f+".id", "%v", err)
+		} else if j, dup := idx[t.ID]; dup {
+			ps.add(f+".id", "%q is also the id of types[%d]; ids are unique", t.ID, j)
+		} else {
+			idx[t.ID] = i
+		}
+		for j, p := range t.LicensedProducts {
+			if p.Catalog == "" || p.Product == "" {
+				ps.add(fmt.Sprintf("%s.licensed_products[%d]", f, j), "give both the catalog and the product, e.g. {\"catalog\": \"ibm\", \"product\": \"websphere\"}")
+			}
+		}
+	}
+	return idx
+}
+
+func (m *Model) compileLevels(ps *problems) bool {
 	ls := m.dc.Levels
 	switch {
 	case len(ls) == 0:
 		ps.add("levels", "is empty: name the location levels, coarse to fine, e.g. [{\"name\":\"room\"},{\"name\":\"rack\",\"within\":[\"room\"]},{\"name\":\"pm\",\"within\":[\"rack\"]}]")
-		return
+		return false
 	case len(ls) > MaxLevels:
 		ps.add("levels", "has %d levels; at most %d are allowed", len(ls), MaxLevels)
-		return
+		return false
 	}
 	for i, l := range ls {
 		if err := check.ID("", l.Name); err != nil {
 			ps.add(fmt.Sprintf("levels[%d].name", i), "%v", err)
+			// Indexed all the same: the vertices at this level are not
+			// reported again.
+			if _, dup := m.levelIdx[l.Name]; !dup {
+				m.levelIdx[l.Name] = i
+			}
 			continue
 		}
 		if _, dup := m.levelIdx[l.Name]; dup {
@@ -247,6 +308,7 @@ func (m *Model) compileLevels(ps *problems) {
 		}
 	}
 	m.perLevel = make([]int, n)
+	return true
 }
 
 // parentIndex resolves the parent of every vertex, checking ids, and
@@ -342,21 +404,19 @@ func parentIndex(ps *problems, tree string, ids []string, parents []string) (idx
 	return idx, parent, depth, root
 }
 
-func (m *Model) compileLocation(ps *problems) {
+func (m *Model) compileLocation(ps *problems, levelsOK, dimsOK bool, types map[string]int) {
 	loc := m.dc.Location
 	if len(loc) == 0 || len(loc) > MaxVertices {
 		ps.add("location", "has %d vertices; give 1 to %d", len(loc), MaxVertices)
 		return
 	}
+	before := ps.n()
 	ids := make([]string, len(loc))
 	parents := make([]string, len(loc))
 	for i, v := range loc {
 		ids[i], parents[i] = v.ID, v.Parent
 	}
 	idx, parent, depth, root := parentIndex(ps, "location", ids, parents)
-	if len(ps.list) > 0 {
-		return
-	}
 	m.locID, m.locParent, m.locIdx = ids, parent, idx
 	m.locLevel = make([]int, len(loc))
 	children := make([]int32, len(loc))
@@ -366,7 +426,9 @@ func (m *Model) compileLocation(ps *problems) {
 		}
 		l, ok := m.levelIdx[v.Level]
 		if !ok {
-			ps.add(fmt.Sprintf("location[%d].level", i), "unknown level %q of vertex %q; use one of the datacenter's levels", v.Level, v.ID)
+			if levelsOK {
+				ps.add(fmt.Sprintf("location[%d].level", i), "unknown level %q of vertex %q; use one of the datacenter's levels", v.Level, v.ID)
+			}
 			m.locLevel[i] = -1
 			continue
 		}
@@ -389,21 +451,30 @@ func (m *Model) compileLocation(ps *problems) {
 		switch {
 		case !leaf && v.Capacity != nil:
 			ps.add(f, "vertex %q has children; only leaves host resources and have a capacity", v.ID)
-		case leaf && len(v.Capacity) != len(m.dc.Dimensions):
+		case leaf && dimsOK && len(v.Capacity) != len(m.dc.Dimensions):
 			ps.add(f, "leaf %q has %d numbers; give one per dimension (%d: %v)", v.ID, len(v.Capacity), len(m.dc.Dimensions), m.dc.Dimensions)
 		case leaf:
 			for k, c := range v.Capacity {
 				if c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
-					ps.add(fmt.Sprintf("%s[%d]", f, k), "leaf %q has capacity %v for %s; give a number >= 0", v.ID, c, m.dc.Dimensions[k])
+					ps.add(fmt.Sprintf("%s[%d]", f, k), "leaf %q has capacity %v for %s; give a number >= 0", v.ID, c, m.dc.Dimensions[min(k, len(m.dc.Dimensions)-1)])
 				}
 			}
+		}
+		switch _, known := types[v.Type]; {
+		case v.Type == "":
+		case !leaf:
+			ps.add(fmt.Sprintf("location[%d].type", i), "vertex %q has children; only leaves (hosts) have a type", v.ID)
+		case !known:
+			ps.add(fmt.Sprintf("location[%d].type", i), "unknown type %q of leaf %q; name one of the datacenter's types (types[].id)", v.Type, v.ID)
+		}
+		if leaf && idx[v.ID] == int32(i) {
 			m.leafNo[v.ID] = len(m.leafID)
 			m.leafID = append(m.leafID, v.ID)
 			m.leafLoc = append(m.leafLoc, int32(i))
 			m.capacity = append(m.capacity, v.Capacity)
 		}
 	}
-	if len(ps.list) > 0 || root < 0 {
+	if ps.n() > before || root < 0 {
 		return
 	}
 	// Depth-first order of the leaves, and each vertex's range of leaves.
@@ -464,10 +535,8 @@ func (m *Model) compileNetwork(ps *problems) {
 	for i, v := range net {
 		ids[i], parents[i] = v.ID, v.Parent
 	}
+	before := ps.n()
 	idx, parent, depth, root := parentIndex(ps, "network", ids, parents)
-	if len(ps.list) > 0 {
-		return
-	}
 	m.netID, m.netParent, m.netDepth = ids, parent, depth
 	m.netBW = make([]float64, len(net))
 	kids := childLists(parent)
@@ -480,7 +549,7 @@ func (m *Model) compileNetwork(ps *problems) {
 			ps.add(f, "edge %q-%q has bandwidth %v; give the edge's capacity in bytes per second (> 0)", v.ID, v.Parent, v.Bandwidth)
 		}
 		m.netBW[i] = v.Bandwidth
-		if len(kids[i]) == 0 {
+		if len(kids[i]) == 0 && m.leafNo != nil {
 			if _, ok := m.leafNo[v.ID]; !ok {
 				ps.add(fmt.Sprintf("network[%d].id", i), "network leaf %q is not a leaf of the location tree; both trees share the same leaves", v.ID)
 			}
@@ -498,7 +567,7 @@ func (m *Model) compileNetwork(ps *problems) {
 			m.leafNet[n] = j
 		}
 	}
-	if len(ps.list) > 0 || root < 0 {
+	if ps.n() > before || root < 0 {
 		return
 	}
 	m.netLo = make([]int32, len(net))
@@ -584,4 +653,42 @@ func (m *Model) LevelNames() []string {
 		out[i] = l.Name
 	}
 	return slices.Clip(out)
+}
+
+// classify numbers the leaf classes: leaves with the same levels on their
+// path to the root and the same type. Propose scores one leaf of a class
+// for the leaves near no related resource.
+func (m *Model) classify() {
+	type key struct {
+		levels uint64
+		typ    string
+	}
+	ids := map[key]int32{}
+	m.leafClass = make([]int32, len(m.leafID))
+	for n := range m.leafID {
+		var mask uint64
+		for v := m.leafLoc[n]; v >= 0; v = m.locParent[v] {
+			if l := m.locLevel[v]; l >= 0 {
+				mask |= 1 << uint(l)
+			}
+		}
+		k := key{levels: mask, typ: m.dc.Location[m.leafLoc[n]].Type}
+		c, ok := ids[k]
+		if !ok {
+			c = int32(len(ids))
+			ids[k] = c
+		}
+		m.leafClass[n] = c
+	}
+	m.nClasses = len(ids)
+	if m.nClasses > 64 {
+		return
+	}
+	m.classMask = make([]uint64, len(m.locID))
+	for n := range m.leafID {
+		bit := uint64(1) << uint(m.leafClass[n])
+		for v := m.leafLoc[n]; v >= 0 && m.classMask[v]&bit == 0; v = m.locParent[v] {
+			m.classMask[v] |= bit
+		}
+	}
 }

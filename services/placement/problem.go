@@ -6,8 +6,9 @@ import (
 )
 
 // maxProblems bounds the problems one validation reports; the rest are
-// counted.
-const maxProblems = 100
+// counted. It is high enough that a model or template written by hand
+// has every problem listed in one refusal.
+const maxProblems = 1000
 
 // Problem is one thing wrong with a datacenter or a template: the field
 // (a JSON path such as location[3].level) and what to fix.
@@ -19,7 +20,7 @@ type Problem struct {
 func (p Problem) String() string { return p.Field + ": " + p.Msg }
 
 // Invalid is a datacenter or a template that breaks the rules; it lists
-// every problem found (up to 100, then how many more).
+// every problem found (up to 1,000, then how many more).
 type Invalid struct {
 	// What is "datacenter" or "template".
 	What     string
@@ -56,6 +57,9 @@ func (ps *problems) add(field, format string, args ...any) {
 	}
 	ps.list = append(ps.list, Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 }
+
+// n counts the problems found, listed or not.
+func (ps *problems) n() int { return len(ps.list) + ps.more }
 
 func (ps *problems) err(what string) error {
 	if len(ps.list) == 0 {

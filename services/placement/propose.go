@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -12,8 +13,9 @@ import (
 const (
 	// DefaultMaxSteps bounds the leaves Propose tries, in all.
 	DefaultMaxSteps = 2000000
-	// DefaultLookahead is how many leaves that meet every hard policy
-	// Propose compares by the soft policies they break, per resource.
+	// DefaultLookahead is how many of the best leaves a resource keeps,
+	// in the order of the soft policies they break, to fall back on when
+	// the search backs up to it.
 	DefaultLookahead = 8
 )
 
@@ -96,6 +98,23 @@ type searcher struct {
 	// scratch for bandwidth adds
 	addHard, addSoft map[int32]float64
 	path             []int32
+	// Marks of the vertices near the resources related to the one being
+	// placed (locStamp, netStamp) and of the leaf classes already scored
+	// away from them (classStamp), valid when equal to stamp.
+	locStamp, netStamp, classStamp []int32
+	// touched marks the marked vertices and their ancestors.
+	touched   []int32
+	stamp     int32
+	netMarked bool
+	// scored holds the equivalence keys of the leaves near a related
+	// resource already scored (scanBest).
+	scored map[leafKey]struct{}
+}
+
+// leafKey says which leaves break the same policies (but bandwidth):
+// the same deepest marked vertex in each tree and the same class.
+type leafKey struct {
+	loc, net, class int32
 }
 
 // Propose searches for a placement of the template's resources that
@@ -129,6 +148,11 @@ func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 		s.assign[i] = -1
 	}
 	s.used = make([][]float64, len(m.leafID))
+	s.locStamp = make([]int32, len(m.locID))
+	s.netStamp = make([]int32, len(m.netID))
+	s.classStamp = make([]int32, m.nClasses)
+	s.touched = make([]int32, len(m.locID))
+	s.scored = map[leafKey]struct{}{}
 	s.pairs = make([][]pc, n)
 	s.llmns = make([][]*llmnState, n)
 	if opt.Timeout > 0 {
@@ -539,11 +563,18 @@ type choice struct {
 }
 
 type frame struct {
-	r       int
-	cands   []int32
+	r     int
+	cands []int32
+	// scanned: the best leaves were chosen (choices); then pos is where
+	// the chronological fallback is, and scanEnd where the best-leaf scan
+	// stopped.
+	scanned bool
+	scanEnd int
 	pos     int
 	choices []choice
 	ci      int
+	// best are the leaves the best-leaf scan chose.
+	best    []int32
 	placed  int32
 	rejects map[string]int
 	// narrowedBy is the policy (or given placement) that limited the
@@ -570,45 +601,27 @@ func (s *searcher) search(order []int, lookahead int) error {
 			fresh[depth] = false
 			f.r = order[depth]
 			f.cands, f.narrowedBy = s.candidates(f.r)
-			f.pos, f.ci = 0, 0
-			f.choices = f.choices[:0]
+			f.pos, f.ci, f.scanned, f.scanEnd = 0, 0, false, 0
+			f.choices, f.best = f.choices[:0], f.best[:0]
 			clear(f.rejects)
 		}
 		if f.placed >= 0 {
 			s.place(f.r, f.placed, -1)
 			f.placed = -1
 		}
-		if f.ci >= len(f.choices) && f.pos < len(f.cands) {
-			f.choices, f.ci = f.choices[:0], 0
-			for f.pos < len(f.cands) && len(f.choices) < lookahead {
-				if s.steps >= s.max || (s.steps%1024 == 0 && !s.deadline.IsZero() && time.Now().After(s.deadline)) {
-					if deepRes < 0 {
-						deepRes, deepRejects = f.r, f.rejects
-					}
-					limit := "the step limit"
-					if s.steps < s.max {
-						limit = "the time limit"
-					}
-					return s.giveUp(deepRes, deepRejects, fmt.Sprintf("the search stopped after trying %d leaves (%s)", s.steps, limit))
-				}
-				l := f.cands[f.pos]
-				f.pos++
-				s.steps++
-				ok, cost, rule := s.feasible(f.r, l)
-				if !ok {
-					if f.rejects == nil {
-						f.rejects = map[string]int{}
-					}
-					f.rejects[rule]++
-					continue
-				}
-				f.choices = append(f.choices, choice{l, cost})
-				if cost == 0 {
-					// A leaf that breaks nothing is taken at once.
-					break
-				}
+		if f.ci >= len(f.choices) {
+			var err error
+			if !f.scanned {
+				err = s.scanBest(f, lookahead)
+			} else if f.pos < len(f.cands) {
+				err = s.scanNext(f, lookahead)
 			}
-			slices.SortStableFunc(f.choices, func(a, b choice) int { return a.cost - b.cost })
+			if err != nil {
+				if deepRes < 0 {
+					deepRes, deepRejects = f.r, f.rejects
+				}
+				return s.giveUp(deepRes, deepRejects, err.Error())
+			}
 		}
 		if f.ci < len(f.choices) {
 			l := f.choices[f.ci].leaf
@@ -636,6 +649,245 @@ func (s *searcher) search(order []int, lookahead int) error {
 		}
 	}
 	return nil
+}
+
+// stopped is the error when the search has run out of steps or time.
+func (s *searcher) stopped() error {
+	if s.steps >= s.max || (s.steps%1024 == 0 && !s.deadline.IsZero() && time.Now().After(s.deadline)) {
+		limit := "the step limit"
+		if s.steps < s.max {
+			limit = "the time limit"
+		}
+		return fmt.Errorf("the search stopped after trying %d leaves (%s)", s.steps, limit)
+	}
+	return nil
+}
+
+func (f *frame) reject(rule string) {
+	if f.rejects == nil {
+		f.rejects = map[string]int{}
+	}
+	f.rejects[rule]++
+}
+
+// scanBest chooses the best leaves for the frame's resource: those that
+// meet every hard policy and break the fewest soft ones, up to lookahead
+// of them in that order (the first in the location tree's order on a
+// tie), stopping at the first that breaks none.
+//
+// It does not score every candidate. markNear marks the vertices of the
+// placed resources related to this one (their vertex at each collocation,
+// anti-collocation and LLMN level, the network subtree within a hop-count
+// limit). Two leaves whose deepest marked vertex is the same in each tree
+// (or none), with the same levels on their path and the same type (their
+// class), have the same marked vertices on their paths, so they break the
+// same collocation, anti-collocation, LLMN, hop-count and
+// licensed-product policies, soft and hard. Of each such set the scan
+// scores leaves in order until one meets the hard policies (capacity
+// differs from leaf to leaf) and passes over the rest. Bandwidth is the
+// one policy whose cost can differ within a set; it is scored on the leaf
+// that stands for the set. So the scan finds the best leaf for those
+// policies exactly (an empty rack when one is free, say), at a cost of
+// one walk up both trees per candidate (at most their depths, 64) and one
+// score per set, at most one per leaf.
+func (s *searcher) scanBest(f *frame, lookahead int) error {
+	f.scanned = true
+	f.choices, f.ci = f.choices[:0], 0
+	s.markNear(f.r)
+	clear(s.scored)
+	cls := s.m.leafClass
+	f.scanEnd = len(f.cands)
+	whole := len(f.cands) == len(s.m.byLoc) && len(f.cands) > 0 && &f.cands[0] == &s.m.byLoc[0]
+	for i := 0; i < len(f.cands); i++ {
+		if whole {
+			if j := s.skip(i); j > i {
+				i = j - 1
+				continue
+			}
+		}
+		l := f.cands[i]
+		key := s.keyOf(l)
+		far := key.loc < 0 && key.net < 0
+		if far && s.classStamp[cls[l]] == s.stamp {
+			continue
+		}
+		if !far {
+			if _, done := s.scored[key]; done {
+				continue
+			}
+		}
+		if err := s.stopped(); err != nil {
+			return err
+		}
+		s.steps++
+		ok, cost, rule := s.feasible(f.r, l)
+		if !ok {
+			f.reject(rule)
+			continue
+		}
+		if far {
+			s.classStamp[cls[l]] = s.stamp
+		} else {
+			s.scored[key] = struct{}{}
+		}
+		// Keep the lookahead best, in cost order, ties in scan order.
+		at := len(f.choices)
+		for at > 0 && f.choices[at-1].cost > cost {
+			at--
+		}
+		if at < lookahead {
+			f.choices = slices.Insert(f.choices, at, choice{l, cost})
+			if len(f.choices) > lookahead {
+				f.choices = f.choices[:lookahead]
+			}
+		}
+		if cost == 0 {
+			f.scanEnd = i + 1
+			break
+		}
+	}
+	for _, c := range f.choices {
+		f.best = append(f.best, c.leaf)
+	}
+	return nil
+}
+
+// scanNext is the fallback once the best leaves have failed: the
+// candidates in order, lookahead feasible ones at a time, cheapest first,
+// passing over the best leaves already tried.
+func (s *searcher) scanNext(f *frame, lookahead int) error {
+	f.choices, f.ci = f.choices[:0], 0
+	for f.pos < len(f.cands) && len(f.choices) < lookahead {
+		if err := s.stopped(); err != nil {
+			return err
+		}
+		l := f.cands[f.pos]
+		f.pos++
+		if slices.Contains(f.best, l) {
+			continue
+		}
+		s.steps++
+		ok, cost, rule := s.feasible(f.r, l)
+		if !ok {
+			if f.pos > f.scanEnd {
+				f.reject(rule)
+			}
+			continue
+		}
+		f.choices = append(f.choices, choice{l, cost})
+		if cost == 0 {
+			break
+		}
+	}
+	slices.SortStableFunc(f.choices, func(a, b choice) int { return a.cost - b.cost })
+	return nil
+}
+
+// markNear marks the vertices near the placed resources related to r:
+// their vertex at each collocation, anti-collocation and LLMN level, and
+// the network subtree within a hop-count limit of them.
+func (s *searcher) markNear(r int) {
+	m := s.m
+	s.stamp++
+	s.netMarked = false
+	for _, c := range s.pairs[r] {
+		o := s.assign[c.other]
+		if o < 0 {
+			continue
+		}
+		pp := &s.pols[c.pol]
+		switch pp.p.Type {
+		case Collocation, AntiCollocation:
+			if v := m.ancestorAt(int(o), pp.level); v >= 0 {
+				s.mark(v)
+			}
+		case HopCountLimit:
+			v := m.leafNet[o]
+			for k := 0; k < pp.hops && m.netParent[v] >= 0; k++ {
+				v = m.netParent[v]
+			}
+			s.netStamp[v] = s.stamp
+			s.netMarked = true
+		}
+	}
+	for _, st := range s.llmns[r] {
+		for v := range st.perL1 {
+			s.mark(v)
+		}
+		for v := range st.usedL2 {
+			s.mark(v)
+		}
+	}
+}
+
+// mark marks a location vertex near a related resource, and touches it
+// and its ancestors.
+func (s *searcher) mark(v int32) {
+	s.locStamp[v] = s.stamp
+	for ; v >= 0 && s.touched[v] != s.stamp; v = s.m.locParent[v] {
+		s.touched[v] = s.stamp
+	}
+}
+
+// skip is where the scan of the candidates (the whole location tree's
+// leaves, in its order) may go on from i: past the largest subtree
+// starting at leaf i that holds no marked vertex and whose every class is
+// already scored with the same deepest marked vertex above it (so every
+// leaf of it has a scored twin), or i itself.
+func (s *searcher) skip(i int) int {
+	m := s.m
+	if s.netMarked || m.classMask == nil {
+		return i
+	}
+	top := int32(-1)
+	v := m.leafLoc[m.byLoc[i]]
+	for v >= 0 && int(m.locLo[v]) == i && s.touched[v] != s.stamp {
+		top = v
+		v = m.locParent[v]
+	}
+	if top < 0 {
+		return i
+	}
+	d := int32(-1)
+	for ; v >= 0; v = m.locParent[v] {
+		if s.locStamp[v] == s.stamp {
+			d = v
+			break
+		}
+	}
+	for mask := m.classMask[top]; mask != 0; mask &= mask - 1 {
+		c := int32(bits.TrailingZeros64(mask))
+		if d < 0 {
+			if s.classStamp[c] != s.stamp {
+				return i
+			}
+		} else if _, ok := s.scored[leafKey{loc: d, net: -1, class: c}]; !ok {
+			return i
+		}
+	}
+	return int(m.locHi[top])
+}
+
+// keyOf is the leaf's equivalence key (scanBest): its deepest marked
+// vertex in each tree (-1: none) and its class.
+func (s *searcher) keyOf(l int32) leafKey {
+	m := s.m
+	k := leafKey{loc: -1, net: -1, class: m.leafClass[l]}
+	for v := m.leafLoc[l]; v >= 0; v = m.locParent[v] {
+		if s.locStamp[v] == s.stamp {
+			k.loc = v
+			break
+		}
+	}
+	if s.netMarked {
+		for v := m.leafNet[l]; v >= 0; v = m.netParent[v] {
+			if s.netStamp[v] == s.stamp {
+				k.net = v
+				break
+			}
+		}
+	}
+	return k
 }
 
 // giveUp names the hard policies that ruled out the leaves of the
