@@ -104,6 +104,9 @@ type Model struct {
 	levelIdx map[string]int
 	// coarser[a][b]: level b is strictly coarser than level a.
 	coarser [][]bool
+	// levelBad: the level's within list has a problem (reported), so its
+	// vertices are not compared with their parents'.
+	levelBad []bool
 
 	locID     []string
 	locLevel  []int
@@ -275,6 +278,7 @@ func (m *Model) compileLevels(ps *problems) bool {
 		m.levelIdx[l.Name] = i
 	}
 	n := len(ls)
+	m.levelBad = make([]bool, n)
 	m.coarser = make([][]bool, n)
 	for i := range m.coarser {
 		m.coarser[i] = make([]bool, n)
@@ -284,6 +288,7 @@ func (m *Model) compileLevels(ps *problems) bool {
 			k, ok := m.levelIdx[w]
 			if !ok {
 				ps.add(fmt.Sprintf("levels[%d].within[%d]", i, j), "unknown level %q; name a level of this list", w)
+				m.levelBad[i] = true
 				continue
 			}
 			m.coarser[i][k] = true
@@ -305,6 +310,7 @@ func (m *Model) compileLevels(ps *problems) bool {
 	for i, l := range ls {
 		if m.coarser[i][i] {
 			ps.add(fmt.Sprintf("levels[%d].within", i), "level %q lies within itself through a cycle; the levels must form a partial order", l.Name)
+			m.levelBad[i] = true
 		}
 	}
 	m.perLevel = make([]int, n)
@@ -437,7 +443,7 @@ func (m *Model) compileLocation(ps *problems, levelsOK, dimsOK bool, types map[s
 	}
 	for i, v := range loc {
 		p := parent[i]
-		if p < 0 || m.locLevel[i] < 0 || m.locLevel[p] < 0 || depth[i] < 0 {
+		if p < 0 || m.locLevel[i] < 0 || m.locLevel[p] < 0 || depth[i] < 0 || m.levelBad[m.locLevel[i]] {
 			continue
 		}
 		if !m.coarser[m.locLevel[i]][m.locLevel[p]] {
