@@ -20,8 +20,9 @@ type Finding struct {
 	// Hard: the policy is hard and the finding denies; otherwise it is a
 	// warning.
 	Hard bool `json:"hard"`
-	// Note: the policy is recorded and reported, not checked (licensed
-	// product, reachability, endpoint accessibility); never hard.
+	// Note: the policy is recorded and reported, not checked; never
+	// hard. No policy type is recorded unchecked now (those that cannot
+	// be checked are refused); the field stays for the verdict's shape.
 	Note bool `json:"note,omitempty"`
 	// Resources are the resources found at fault.
 	Resources []string `json:"resources"`
@@ -35,9 +36,11 @@ type Finding struct {
 // order of the policies, then the non-overload rule, then the bandwidth
 // of network edges.
 func Check(m *Model, t *Template) ([]Finding, error) {
-	if err := t.ValidateFor(m, true); err != nil {
+	l, _ := t.lower()
+	if err := l.validateFor(m, true); err != nil {
 		return nil, err
 	}
+	t = l.Template
 	c := newChecker(m, t)
 	for i := range t.Policies {
 		c.policy(&t.Policies[i])
@@ -131,12 +134,33 @@ func (c *checker) policy(p *Policy) {
 	case Bandwidth:
 		// Checked for all bandwidth policies together (c.bandwidth).
 	case LicensedProduct:
-		ts := c.x.targets(p)
-		rep.add(true, c.ids(ts, 10), "recorded: %s holds product %s of catalog %s; license charges are not computed from the datacenter model", c.names(ts, 10), p.Properties.Product, p.Properties.Catalog)
-	case Reachability:
-		rep.add(true, slices.Clone(p.AppliesTo), "recorded: the resources of %s reach each other on all protocols and ports; the datacenter model does not describe connectivity, so it is not checked", strings.Join(p.AppliesTo, " and "))
-	case EndpointAccessibility:
-		rep.add(true, slices.Clone(p.AppliesTo), "recorded: %s may open %s to %s; the datacenter model does not describe firewalls, so it is not checked", p.AppliesTo[0], endpointText(&p.Properties), p.AppliesTo[1])
+		prod := Product{Catalog: p.Properties.Catalog, Product: p.Properties.Product}
+		for _, r := range c.x.targets(p) {
+			switch typ, ok := m.licenses(c.leaf[r], prod); {
+			case typ == "":
+				rep.add(false, []string{c.id(r)}, "%s is on %s, which has no host type; licensed product %s of catalog %s needs a host whose type licenses it (types[].licensed_products)", c.id(r), c.leafID(r), prod.Product, prod.Catalog)
+			case !ok:
+				rep.add(false, []string{c.id(r)}, "%s is on %s, of type %s, which does not license product %s of catalog %s", c.id(r), c.leafID(r), typ, prod.Product, prod.Catalog)
+			}
+		}
+	case VolumeExclusive:
+		for _, r := range c.x.targets(p) {
+			var others []int
+			for o, res := range c.t.Resources {
+				if o != r && c.leaf[o] == c.leaf[r] && res.kind() == kindVolume {
+					others = append(others, o)
+				}
+			}
+			if len(others) > 0 {
+				rep.add(false, append([]string{c.id(r)}, c.ids(others, 10)...), "%s shares host %s with volume %s; volume-exclusive keeps it the only volume on its host's storage", c.id(r), c.leafID(r), c.names(others, 10))
+			}
+		}
+	case VolumeNotMoved:
+		for _, r := range c.x.targets(p) {
+			if cur, ok := c.t.CurrentPlacement[c.id(r)]; ok && cur != c.leafID(r) {
+				rep.add(false, []string{c.id(r)}, "%s is on %s now and placed on %s; volume-not-moved keeps it where it is (its storage backend cannot move it)", c.id(r), cur, c.leafID(r))
+			}
+		}
 	}
 }
 
@@ -147,16 +171,6 @@ func hopLimitText(limit int) string {
 	return fmt.Sprintf("hop-count limit %d", limit)
 }
 
-func endpointText(pr *Properties) string {
-	var parts []string
-	if len(pr.Protocols) > 0 {
-		parts = append(parts, "protocols "+strings.Join(pr.Protocols, ", "))
-	}
-	for _, e := range pr.Endpoints {
-		parts = append(parts, e.Protocol+"/"+strconv.Itoa(e.Port))
-	}
-	return strings.Join(parts, ", ")
-}
 
 // ids names up to max resources.
 func (c *checker) ids(rs []int, max int) []string {

@@ -134,6 +134,10 @@ type Model struct {
 	// classMask: the classes of the leaves below each location vertex, a
 	// bit each; nil when there are more than 64 classes.
 	classMask []uint64
+	// leafType: each leaf's index in dc.Types, -1 for none; licensed: the
+	// products each type licenses.
+	leafType []int32
+	licensed []map[Product]bool
 
 	netID     []string
 	netParent []int32
@@ -227,7 +231,31 @@ func Compile(dc *Datacenter) (*Model, error) {
 		return nil, err
 	}
 	m.classify()
+	m.licensed = make([]map[Product]bool, len(dc.Types))
+	for i, t := range dc.Types {
+		m.licensed[i] = map[Product]bool{}
+		for _, p := range t.LicensedProducts {
+			m.licensed[i][p] = true
+		}
+	}
+	m.leafType = make([]int32, len(m.leafID))
+	for n := range m.leafID {
+		m.leafType[n] = -1
+		if t := dc.Location[m.leafLoc[n]].Type; t != "" {
+			m.leafType[n] = int32(types[t])
+		}
+	}
 	return m, nil
+}
+
+// licenses reports whether the type of a leaf licenses a product, and
+// names the type ("" when the leaf has none).
+func (m *Model) licenses(leaf int, p Product) (typ string, ok bool) {
+	t := m.leafType[leaf]
+	if t < 0 {
+		return "", false
+	}
+	return m.dc.Types[t].ID, m.licensed[t][p]
 }
 
 // compileTypes checks the host types and indexes them by id.

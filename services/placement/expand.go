@@ -46,12 +46,16 @@ func (x *expansion) under(id string) []int {
 // relevant lists the resources id covers that the policy is relevant to.
 func (x *expansion) relevant(p *Policy, id string) []int {
 	all := x.under(id)
-	if len(p.Kinds) == 0 {
+	kinds := p.Kinds
+	if len(kinds) == 0 {
+		kinds = policyTypes[p.Type].kinds
+	}
+	if len(kinds) == 0 {
 		return all
 	}
 	var out []int
 	for _, r := range all {
-		if slices.Contains(p.Kinds, x.t.Resources[r].Kind) {
+		if slices.Contains(kinds, x.t.Resources[r].kind()) {
 			out = append(out, r)
 		}
 	}

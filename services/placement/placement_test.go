@@ -206,9 +206,19 @@ func TestTemplateProblems(t *testing.T) {
 		{"dyadic on a resource", func(v map[string]any) {
 			v["placement_policies"] = append(v["placement_policies"].([]any), map[string]any{"id": "a", "type": "anti-collocation", "mode": "hard", "applies_to": []any{"M11"}, "properties": map[string]any{"level": "pm"}})
 		}, `apply it to a group or a pair, not to the resource "M11"`},
-		{"asymmetric on a group", func(v map[string]any) {
-			v["placement_policies"] = append(v["placement_policies"].([]any), map[string]any{"id": "e", "type": "endpoint-accessibility", "mode": "soft", "applies_to": []any{"G1"}, "properties": map[string]any{"protocols": []any{"tcp"}}})
-		}, `has a direction; apply it to a pair [from, to]`},
+		{"endpoint accessibility refused", func(v map[string]any) {
+			v["placement_policies"] = append(v["placement_policies"].([]any), map[string]any{"id": "e", "type": "endpoint-accessibility", "mode": "soft", "applies_to": []any{"G1", "G2"}, "properties": map[string]any{"protocols": []any{"tcp"}}})
+		}, `placement_policies[3].type: a endpoint-accessibility policy cannot be checked: the datacenter model describes no firewalls`},
+		{"reachability refused", func(v map[string]any) {
+			v["placement_policies"] = append(v["placement_policies"].([]any), map[string]any{"id": "r", "type": "OS::NetReachability", "mode": "hard", "applies_to": []any{"G1"}})
+		}, `placement_policies[3].type: a reachability policy cannot be checked: the datacenter model describes no connectivity`},
+		{"volume policy on a vm", func(v map[string]any) {
+			v["placement_policies"] = append(v["placement_policies"].([]any), map[string]any{"id": "x", "type": "volume-exclusive", "mode": "hard", "applies_to": []any{"M11"}})
+		}, `placement_policies[3].applies_to: a volume-exclusive policy is about [volume] resources; "M11" is a "vm"`},
+		{"hardConstraint against mode", func(v map[string]any) {
+			pol(v, 0)["properties"].(map[string]any)["hardConstraint"] = false
+		}, `placement_policies[0].mode: is "hard" and properties.hardConstraint is false; give one of them`},
+		{"control character in a name", func(v map[string]any) { pol(v, 0)["id"] = "a\tb" }, `placement_policies[0].id: "a\tb" holds the control character U+0009`},
 		{"placement of unknown resource", func(v map[string]any) { v["placement"].(map[string]any)["M99"] = "r1-pm1" }, `placement.M99: unknown resource "M99"`},
 		{"unknown field", func(v map[string]any) { pol(v, 0)["propertys"] = 1 }, `unknown field "propertys"`},
 	} {
@@ -326,10 +336,13 @@ func TestCheckPolicies(t *testing.T) {
 			"hard b: network edge r1-pm1-tor1 needs 1200000000 bytes/s for M11-M21, M11-M22, M11-M23, M11-M24; its bandwidth is 1000000000\n"},
 		{"non-overload", with(nil, map[string]any{"M21": "r1-pm1", "M31": "r1-pm1", "M22": "r1-pm1", "M32": "r1-pm1"}),
 			"hard non-overload: leaf r1-pm1 is overloaded in vcpu: M11, M21, M22, M31, M32 demand 20, its capacity is 16; non-overload\n"},
-		{"licensed product", with([]any{p("lic", "licensed-product", "hard", []any{"G1"}, map[string]any{"catalog": "ibm", "product": "websphere"})}, nil),
-			"note lic: recorded: M11, M12, M13, M14 holds product websphere of catalog ibm; license charges are not computed from the datacenter model\n"},
-		{"endpoint accessibility", with([]any{p("e", "endpoint-accessibility", "hard", []any{"G1", "G2"}, map[string]any{"endpoints": []any{map[string]any{"protocol": "tcp", "port": 443}}})}, nil),
-			"note e: recorded: G1 may open tcp/443 to G2; the datacenter model does not describe firewalls, so it is not checked\n"},
+		{"licensed product on licensed hosts", with([]any{p("lic", "licensed-product", "hard", []any{"G1"}, map[string]any{"catalog": "ibm", "product": "websphere"})}, nil), ""},
+		{"licensed product", with([]any{p("lic", "licensed-product", "hard", []any{"G1"}, map[string]any{"catalog": "ibm", "product": "websphere"})},
+			map[string]any{"M13": "r3-pm1", "M14": "r1-sb1"}),
+			"hard lic: M13 is on r3-pm1, of type x86-1s16c, which does not license product websphere of catalog ibm\n" +
+				"hard lic: M14 is on r1-sb1, which has no host type; licensed product websphere of catalog ibm needs a host whose type licenses it (types[].licensed_products)\n" +
+				"hard non-overload: leaf r1-sb1 is overloaded in vcpu: M14 demand 4, its capacity is 0; non-overload\n" +
+				"hard non-overload: leaf r1-sb1 is overloaded in ram_gb: M14 demand 8, its capacity is 0; non-overload\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tpl, err := ParseTemplate(edit(t, ha, tc.fn))

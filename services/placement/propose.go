@@ -109,6 +109,16 @@ type searcher struct {
 	// scored holds the equivalence keys of the leaves near a related
 	// resource already scored (scanBest).
 	scored map[leafKey]struct{}
+	// mono are the monadic policies of each resource checked leaf by
+	// leaf: licensed product, volume-exclusive, volume-not-moved.
+	mono [][]int32
+	// isVol: the resource is a volume; volsOn counts the volumes on each
+	// leaf and exclOn lists the volume-exclusive policies of the volumes
+	// on it; anyExcl: the template has one.
+	isVol   []bool
+	volsOn  []int32
+	exclOn  map[int32][]int32
+	anyExcl bool
 }
 
 // leafKey says which leaves break the same policies (but bandwidth):
@@ -132,9 +142,11 @@ type leafKey struct {
 // policies, and a template with a placement may still be reported
 // infeasible when the step limit runs out first (the error says so).
 func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
-	if err := t.ValidateFor(m, false); err != nil {
+	l, _ := t.lower()
+	if err := l.validateFor(m, false); err != nil {
 		return nil, err
 	}
+	t = l.Template
 	if opt.MaxSteps <= 0 {
 		opt.MaxSteps = DefaultMaxSteps
 	}
@@ -153,6 +165,13 @@ func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 	s.classStamp = make([]int32, m.nClasses)
 	s.touched = make([]int32, len(m.locID))
 	s.scored = map[leafKey]struct{}{}
+	s.mono = make([][]int32, n)
+	s.isVol = make([]bool, n)
+	s.volsOn = make([]int32, len(m.leafID))
+	s.exclOn = map[int32][]int32{}
+	for r := range t.Resources {
+		s.isVol[r] = t.Resources[r].kind() == kindVolume
+	}
 	s.pairs = make([][]pc, n)
 	s.llmns = make([][]*llmnState, n)
 	if opt.Timeout > 0 {
@@ -208,6 +227,16 @@ func (s *searcher) prepare() error {
 				s.pairs[b] = append(s.pairs[b], pc{pi, int32(a)})
 				return true
 			})
+		case LicensedProduct, VolumeExclusive, VolumeNotMoved:
+			for _, r := range s.x.targets(p) {
+				if p.Type == VolumeNotMoved {
+					if _, ok := t.CurrentPlacement[t.Resources[r].ID]; !ok {
+						continue // a new volume stays where it is made
+					}
+				}
+				s.anyExcl = s.anyExcl || p.Type == VolumeExclusive
+				s.mono[r] = append(s.mono[r], pi)
+			}
 		case LLMNAntiCollocation:
 			members := s.x.targets(p)
 			if len(members) == 0 {
@@ -329,6 +358,11 @@ func (s *searcher) candidates(r int) (best []int32, by string) {
 		return []int32{int32(m.leafNo[leaf])}, "placement." + s.t.Resources[r].ID
 	}
 	best = m.byLoc
+	for _, pi := range s.mono[r] {
+		if pp := &s.pols[pi]; pp.hard && pp.p.Type == VolumeNotMoved {
+			return []int32{int32(m.leafNo[s.t.CurrentPlacement[s.t.Resources[r].ID]])}, pp.p.ID
+		}
+	}
 	for _, c := range s.pairs[r] {
 		pp := &s.pols[c.pol]
 		o := s.assign[c.other]
@@ -374,7 +408,11 @@ func (s *searcher) feasible(r int, l int32) (ok bool, cost int, rule string) {
 	if rule != "" {
 		return false, 0, rule
 	}
-	cost = pairCost + llmnCost
+	monoCost, rule := s.monadic(r, l)
+	if rule != "" {
+		return false, 0, rule
+	}
+	cost = pairCost + llmnCost + monoCost
 	if hasBW {
 		bwCost, rule := s.bandwidth(r, l)
 		if rule != "" {
@@ -465,6 +503,46 @@ func (s *searcher) llmnPolicies(r int, l int32) (cost int, rule string) {
 	return cost, ""
 }
 
+// monadic checks the licensed-product, volume-exclusive and
+// volume-not-moved policies of r on l, and the volume-exclusive policies
+// of the volumes on l when r is a volume: the hard one broken first
+// (rule), or the soft ones broken (cost).
+func (s *searcher) monadic(r int, l int32) (cost int, rule string) {
+	broken := func(pi int32) bool {
+		pp := &s.pols[pi]
+		if pp.hard {
+			rule = pp.p.ID
+			return true
+		}
+		cost++
+		return false
+	}
+	for _, pi := range s.mono[r] {
+		pp := &s.pols[pi]
+		bad := false
+		switch pp.p.Type {
+		case LicensedProduct:
+			_, ok := s.m.licenses(int(l), Product{Catalog: pp.p.Properties.Catalog, Product: pp.p.Properties.Product})
+			bad = !ok
+		case VolumeExclusive:
+			bad = s.volsOn[l] > 0
+		case VolumeNotMoved:
+			bad = s.m.leafID[l] != s.t.CurrentPlacement[s.t.Resources[r].ID]
+		}
+		if bad && broken(pi) {
+			return 0, rule
+		}
+	}
+	if s.isVol[r] {
+		for _, pi := range s.exclOn[l] {
+			if broken(pi) {
+				return 0, rule
+			}
+		}
+	}
+	return cost, ""
+}
+
 // bandwidth checks the bandwidth policies between r on l and the placed
 // resources, on every network edge of their paths: a hard policy that
 // overloads an edge (rule), or the edges the soft ones overload (cost).
@@ -515,6 +593,20 @@ func (s *searcher) place(r int, l int32, sign int) {
 		}
 		for k, dk := range d {
 			s.used[l][k] += float64(sign) * dk
+		}
+	}
+	if s.isVol[r] {
+		s.volsOn[l] += int32(sign)
+		for _, pi := range s.mono[r] {
+			if s.pols[pi].p.Type != VolumeExclusive {
+				continue
+			}
+			if sign > 0 {
+				s.exclOn[l] = append(s.exclOn[l], pi)
+			} else if on := s.exclOn[l]; len(on) > 0 {
+				// Taken off in the reverse order of putting on.
+				s.exclOn[l] = on[:len(on)-1]
+			}
 		}
 	}
 	for _, st := range s.llmns[r] {
@@ -808,6 +900,20 @@ func (s *searcher) markNear(r int) {
 			}
 			s.netStamp[v] = s.stamp
 			s.netMarked = true
+		}
+	}
+	// Leaves holding volumes differ for a volume when any volume is
+	// exclusive; a volume not to be moved prefers its leaf.
+	if s.isVol[r] && s.anyExcl {
+		for o, lo := range s.assign {
+			if lo >= 0 && s.isVol[o] {
+				s.mark(m.leafLoc[lo])
+			}
+		}
+	}
+	for _, pi := range s.mono[r] {
+		if s.pols[pi].p.Type == VolumeNotMoved {
+			s.mark(m.leafLoc[m.leafNo[s.t.CurrentPlacement[s.t.Resources[r].ID]]])
 		}
 	}
 	for _, st := range s.llmns[r] {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -32,6 +33,13 @@ const (
 	LicensedProduct       = "licensed-product"
 	Reachability          = "reachability"
 	EndpointAccessibility = "endpoint-accessibility"
+	// VolumeExclusive (the seed's OS::VolExclusive): the volume is the
+	// only volume on its host's storage.
+	VolumeExclusive = "volume-exclusive"
+	// VolumeNotMoved (the seed's OS::VolNotMoved, which allows a backend
+	// such as Cinder's BlockDeviceDriver that cannot move a volume): the
+	// volume stays on the host it is on now (current_placement).
+	VolumeNotMoved = "volume-not-moved"
 	// NonOverload is the rule applied to every placement: on each leaf,
 	// the sum of the demand vectors is at most the capacity, position by
 	// position. It is hard and needs no policy; findings name it as
@@ -50,15 +58,24 @@ const (
 // policies and, to check, the proposed placement. The fields are those of
 // the request's JSON.
 type Template struct {
+	// HeatTemplateVersion and Description are a Heat template's own
+	// fields, accepted so that the seed's templates are read as written.
+	HeatTemplateVersion string `json:"heat_template_version,omitempty"`
+	Description         string `json:"description,omitempty"`
 	// Datacenter names the datacenter model the placement is checked
 	// against; a request without one has no placement to check.
-	Datacenter    string         `json:"datacenter,omitempty"`
-	Resources     []Resource     `json:"resources,omitempty"`
-	Groups        []Group        `json:"groups,omitempty"`
+	Datacenter string `json:"datacenter,omitempty"`
+	// Resources and Groups are lists, or the seed's objects (see
+	// heat.go).
+	Resources     Resources      `json:"resources,omitempty"`
+	Groups        Groups         `json:"groups,omitempty"`
 	Relationships []Relationship `json:"relationships,omitempty"`
 	Policies      []Policy       `json:"placement_policies,omitempty"`
 	// Placement maps a resource id to the id of the leaf that hosts it.
 	Placement map[string]string `json:"placement,omitempty"`
+	// CurrentPlacement maps a resource that exists already to the leaf
+	// it is on now: a volume-not-moved policy keeps it there.
+	CurrentPlacement map[string]string `json:"current_placement,omitempty"`
 }
 
 // Resource is a virtual resource to place: a VM, a volume.
@@ -70,6 +87,19 @@ type Resource struct {
 	// Demand is the capacity it takes on its leaf, one number per
 	// dimension of the datacenter; absent is nothing.
 	Demand []float64 `json:"demand,omitempty"`
+	// Type, Properties and Metadata are a Heat resource's (e.g.
+	// OS::Nova::Server and its flavor); the kind follows from the type
+	// when not given. A volume attachment (AWS::EC2::VolumeAttachment,
+	// OS::Cinder::VolumeAttachment) is a relationship between its server
+	// and volume, not placed.
+	Type       string         `json:"type,omitempty"`
+	Properties map[string]any `json:"properties,omitempty"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
+	// Policies apply to this resource (on a volume attachment: to its
+	// server and volume); Relationships relate it to another resource or
+	// group.
+	Policies      []Policy       `json:"policies,omitempty"`
+	Relationships []Relationship `json:"relationships,omitempty"`
 }
 
 // Group groups resources and other groups. The groups form a tree (a
@@ -78,30 +108,44 @@ type Resource struct {
 type Group struct {
 	ID      string   `json:"id"`
 	Members []string `json:"members"`
+	// Metadata, Policies (applied to the group) and Relationships, as in
+	// the seed's Proposal A.
+	Metadata      map[string]any `json:"metadata,omitempty"`
+	Policies      []Policy       `json:"policies,omitempty"`
+	Relationships []Relationship `json:"relationships,omitempty"`
 }
 
 // Relationship records a relationship between two resources or groups
-// (e.g. a volume attachment). It is validated and reported, not checked;
-// policies between the two are given with applies_to [from, to].
+// (e.g. a volume attachment): in the relationships list from one to the
+// other, inside a resource or group (the seed's Proposal A) from it to
+// the related one. Its policies apply to the pair.
 type Relationship struct {
-	From        string `json:"from"`
-	To          string `json:"to"`
-	Type        string `json:"type,omitempty"`
-	Description string `json:"description,omitempty"`
+	From        string     `json:"from,omitempty"`
+	To          string     `json:"to,omitempty"`
+	Related     *Reference `json:"related,omitempty"`
+	Type        string     `json:"type,omitempty"`
+	Description string     `json:"description,omitempty"`
+	Policies    []Policy   `json:"policies,omitempty"`
 }
 
 // Policy is a placement policy applied to a resource or a group
 // (applies_to [X]) or to a pair (applies_to [A, B]).
 type Policy struct {
-	ID   string `json:"id"`
+	// ID names the policy; inside a resource, group or relationship it
+	// is optional (made of where it is, e.g. G1.policies[0]).
+	ID   string `json:"id,omitempty"`
 	Type string `json:"type"`
-	// Mode is "hard" (a violation denies) or "soft" (a warning).
-	Mode      string   `json:"mode"`
-	AppliesTo []string `json:"applies_to"`
+	// Mode is "hard" (a violation denies) or "soft" (a warning); or
+	// properties.hardConstraint says it. Inside a resource, group or
+	// relationship a policy with neither is hard.
+	Mode string `json:"mode,omitempty"`
+	// AppliesTo is absent inside a resource, group or relationship.
+	AppliesTo []string `json:"applies_to,omitempty"`
 	// Kinds restricts the resources the policy is relevant to; absent:
 	// every resource.
-	Kinds      []string   `json:"kinds,omitempty"`
-	Properties Properties `json:"properties,omitzero"`
+	Kinds      []string       `json:"kinds,omitempty"`
+	Properties Properties     `json:"properties,omitzero"`
+	Metadata   map[string]any `json:"metadata,omitempty"`
 }
 
 // Properties are a policy's parameters; each type takes its own.
@@ -122,6 +166,8 @@ type Properties struct {
 	// Protocols, Endpoints: endpoint accessibility.
 	Protocols []string   `json:"protocols,omitempty"`
 	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// HardConstraint (the seed's): true is mode hard, false soft.
+	HardConstraint *bool `json:"hardConstraint,omitempty"`
 }
 
 // Endpoint is a (protocol, port) pair.
@@ -146,19 +192,29 @@ var policyTypes = map[string]struct {
 	params []string
 	// group: applies only to a group (LLMN).
 	group bool
+	// kinds: the resources the type is relevant to when the policy names
+	// none; nil is every resource.
+	kinds []string
+	// unchecked: why the type is refused (the model cannot express what
+	// it needs).
+	unchecked string
 }{
-	Collocation:           {symmetric, []string{"level"}, false},
-	AntiCollocation:       {symmetric, []string{"level"}, false},
-	LLMNAntiCollocation:   {monadic, []string{"l1", "l2", "n"}, true},
-	HopCountLimit:         {symmetric, []string{"hops"}, false},
-	Bandwidth:             {symmetric, []string{"bytes_per_second"}, false},
-	LicensedProduct:       {monadic, []string{"catalog", "product"}, false},
-	Reachability:          {symmetric, nil, false},
-	EndpointAccessibility: {asymmetric, []string{"protocols", "endpoints"}, false},
+	Collocation:         {kind: symmetric, params: []string{"level"}},
+	AntiCollocation:     {kind: symmetric, params: []string{"level"}},
+	LLMNAntiCollocation: {kind: monadic, params: []string{"l1", "l2", "n"}, group: true},
+	HopCountLimit:       {kind: symmetric, params: []string{"hops"}},
+	Bandwidth:           {kind: symmetric, params: []string{"bytes_per_second"}},
+	LicensedProduct:     {kind: monadic, params: []string{"catalog", "product"}},
+	VolumeExclusive:     {kind: monadic, kinds: []string{kindVolume}},
+	VolumeNotMoved:      {kind: monadic, kinds: []string{kindVolume}},
+	Reachability: {kind: symmetric, unchecked: "the datacenter model describes no connectivity (routes, " +
+		"security groups, firewalls), so whether two resources reach each other cannot be checked; policyflow refuses the policy rather than record it unchecked"},
+	EndpointAccessibility: {kind: asymmetric, params: []string{"protocols", "endpoints"}, unchecked: "the datacenter model describes no " +
+		"firewalls or security groups, so whether an endpoint is open cannot be checked; policyflow refuses the policy rather than record it unchecked"},
 }
 
-// typeNames lists the policy types for messages.
-var typeNames = []string{Collocation, AntiCollocation, LLMNAntiCollocation, HopCountLimit, Bandwidth, LicensedProduct, Reachability, EndpointAccessibility}
+// typeNames lists the policy types that can be checked, for messages.
+var typeNames = []string{Collocation, AntiCollocation, LLMNAntiCollocation, HopCountLimit, Bandwidth, LicensedProduct, VolumeExclusive, VolumeNotMoved}
 
 // given lists the properties a policy sets.
 func (p *Properties) given() []string {
@@ -201,7 +257,8 @@ func ParseTemplate(data []byte) (*Template, error) {
 
 // Empty reports whether the template holds nothing to place or check.
 func (t *Template) Empty() bool {
-	return t.Datacenter == "" && len(t.Resources) == 0 && len(t.Groups) == 0 && len(t.Relationships) == 0 && len(t.Policies) == 0 && len(t.Placement) == 0
+	return t.Datacenter == "" && len(t.Resources) == 0 && len(t.Groups) == 0 && len(t.Relationships) == 0 && len(t.Policies) == 0 &&
+		len(t.Placement) == 0 && len(t.CurrentPlacement) == 0 && t.HeatTemplateVersion == "" && t.Description == ""
 }
 
 func isGroup(groups map[string]int, id string) bool {
@@ -221,40 +278,63 @@ func sortedKeys(m map[string]string) []string {
 // ValidateFor checks a valid template against a datacenter: it names
 // this datacenter (or none), every level it names is the datacenter's,
 // every demand has one number per dimension, every placed resource is on
-// a leaf; with complete, every resource is placed.
+// a leaf, and so is every current placement; with complete, every
+// resource is placed.
 func (t *Template) ValidateFor(m *Model, complete bool) error {
+	l, _ := t.lower()
+	return l.validateFor(m, complete)
+}
+
+func (l *lowered) validateFor(m *Model, complete bool) error {
+	t := l.Template
 	var ps problems
 	if t.Datacenter != "" && t.Datacenter != m.ID() {
 		ps.add("datacenter", "names %q, not %q", t.Datacenter, m.ID())
+	}
+	leaf := func(field, id string) {
+		if _, ok := m.leafNo[id]; ok {
+			return
+		}
+		if _, inner := m.locIdx[id]; inner {
+			ps.add(field, "%q is not a leaf of datacenter %q; place resources on leaves (hosts)", id, m.ID())
+		} else {
+			ps.add(field, "unknown leaf %q; datacenter %q has no such host", id, m.ID())
+		}
 	}
 	for i, r := range t.Resources {
 		if r.Demand != nil && len(r.Demand) != len(m.dc.Dimensions) {
 			ps.add(fmt.Sprintf("resources[%d].demand", i), "resource %q has %d numbers; datacenter %q has %d dimensions %v", r.ID, len(r.Demand), m.ID(), len(m.dc.Dimensions), m.dc.Dimensions)
 		}
-		leaf, placed := t.Placement[r.ID]
+		id, placed := t.Placement[r.ID]
 		switch {
 		case placed:
-			if _, ok := m.leafNo[leaf]; !ok {
-				if _, inner := m.locIdx[leaf]; inner {
-					ps.add("placement."+r.ID, "%q is not a leaf of datacenter %q; place resources on leaves (hosts)", leaf, m.ID())
-				} else {
-					ps.add("placement."+r.ID, "unknown leaf %q; datacenter %q has no such host", leaf, m.ID())
-				}
-			}
+			leaf("placement."+r.ID, id)
 		case complete:
 			ps.add("placement."+r.ID, "resource %q is not placed; place every resource on a leaf of datacenter %q", r.ID, m.ID())
 		}
 	}
+	for _, id := range sortedKeys(t.CurrentPlacement) {
+		leaf("current_placement."+id, t.CurrentPlacement[id])
+	}
 	for i, p := range t.Policies {
-		f := fmt.Sprintf("placement_policies[%d].properties.", i)
-		for name, l := range map[string]string{"level": p.Properties.Level, "l1": p.Properties.L1, "l2": p.Properties.L2} {
-			if l != "" && !m.HasLevel(l) {
-				ps.add(f+name, "unknown level %q; datacenter %q has levels %v", l, m.ID(), m.LevelNames())
+		f := l.policyPath(i) + ".properties."
+		for name, lv := range map[string]string{"level": p.Properties.Level, "l1": p.Properties.L1, "l2": p.Properties.L2} {
+			if lv != "" && !m.HasLevel(lv) {
+				ps.add(f+name, "unknown level %q; datacenter %q has levels %v", lv, m.ID(), m.LevelNames())
 			}
 		}
 	}
 	slices.SortFunc(ps.list, func(a, b Problem) int { return cmpStr(a.Field, b.Field) })
 	return ps.err("template")
+}
+
+// Flat is the template in the flat syntax: the seed's nested policies,
+// relationships and volume attachments lowered (see heat.go); volume
+// attachments are not among its resources, as they are not placed. The
+// template must be valid.
+func (t *Template) Flat() *Template {
+	l, _ := t.lower()
+	return l.Template
 }
 
 func cmpStr(a, b string) int {
@@ -272,18 +352,35 @@ func (t Template) Clone() Template {
 	c := t
 	c.Resources = slices.Clone(t.Resources)
 	for i := range c.Resources {
-		c.Resources[i].Demand = slices.Clone(c.Resources[i].Demand)
+		r := &c.Resources[i]
+		r.Demand = slices.Clone(r.Demand)
+		r.Properties = cloneMap(r.Properties)
+		r.Metadata = cloneMap(r.Metadata)
+		r.Policies = clonePolicies(r.Policies)
+		r.Relationships = cloneRelationships(r.Relationships)
 	}
 	c.Groups = slices.Clone(t.Groups)
 	for i := range c.Groups {
-		c.Groups[i].Members = slices.Clone(c.Groups[i].Members)
+		g := &c.Groups[i]
+		g.Members = slices.Clone(g.Members)
+		g.Metadata = cloneMap(g.Metadata)
+		g.Policies = clonePolicies(g.Policies)
+		g.Relationships = cloneRelationships(g.Relationships)
 	}
-	c.Relationships = slices.Clone(t.Relationships)
-	c.Policies = slices.Clone(t.Policies)
-	for i := range c.Policies {
-		p := &c.Policies[i]
+	c.Relationships = cloneRelationships(t.Relationships)
+	c.Policies = clonePolicies(t.Policies)
+	c.Placement = maps.Clone(t.Placement)
+	c.CurrentPlacement = maps.Clone(t.CurrentPlacement)
+	return c
+}
+
+func clonePolicies(ps []Policy) []Policy {
+	out := slices.Clone(ps)
+	for i := range out {
+		p := &out[i]
 		p.AppliesTo = slices.Clone(p.AppliesTo)
 		p.Kinds = slices.Clone(p.Kinds)
+		p.Metadata = cloneMap(p.Metadata)
 		p.Properties.Protocols = slices.Clone(p.Properties.Protocols)
 		p.Properties.Endpoints = slices.Clone(p.Properties.Endpoints)
 		if p.Properties.N != nil {
@@ -294,12 +391,48 @@ func (t Template) Clone() Template {
 			h := *p.Properties.Hops
 			p.Properties.Hops = &h
 		}
-	}
-	if t.Placement != nil {
-		c.Placement = make(map[string]string, len(t.Placement))
-		for k, v := range t.Placement {
-			c.Placement[k] = v
+		if p.Properties.HardConstraint != nil {
+			h := *p.Properties.HardConstraint
+			p.Properties.HardConstraint = &h
 		}
 	}
-	return c
+	return out
+}
+
+func cloneRelationships(rs []Relationship) []Relationship {
+	out := slices.Clone(rs)
+	for i := range out {
+		if out[i].Related != nil {
+			ref := *out[i].Related
+			out[i].Related = &ref
+		}
+		out[i].Policies = clonePolicies(out[i].Policies)
+	}
+	return out
+}
+
+// cloneMap deep-copies a JSON object.
+func cloneMap(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	return cloneAny(m).(map[string]any)
+}
+
+func cloneAny(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		c := make(map[string]any, len(x))
+		for k, e := range x {
+			c[k] = cloneAny(e)
+		}
+		return c
+	case []any:
+		c := make([]any, len(x))
+		for i, e := range x {
+			c[i] = cloneAny(e)
+		}
+		return c
+	}
+	return v
 }

@@ -1,9 +1,12 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/policyflow/policyflow/services/check"
 )
@@ -17,10 +20,17 @@ import (
 //
 // The checks run in the order of the template's fields, each one a
 // method of templateCheck; the problems come out in that order.
+//
+// The seed's syntax is lowered first (heat.go); its policies are named
+// by where they are given (groups[1].policies[0]).
 func (t *Template) Validate() error {
-	c := templateCheck{t: t}
-	if c.limits(); len(c.ps.list) > 0 {
+	l, lps := t.lower()
+	c := templateCheck{t: l.Template, l: l}
+	if c.limits(t); len(c.ps.list) > 0 {
 		return c.ps.err("template")
+	}
+	for _, p := range lps {
+		c.ps.add(p.Field, "%s", p.Msg)
 	}
 	c.resources()
 	c.groupIDs()
@@ -44,6 +54,7 @@ func (t *Template) Validate() error {
 // the indexes the later checks look names up in.
 type templateCheck struct {
 	t  *Template
+	l  *lowered
 	ps problems
 	// res and groups map an id to the index of its first resource or
 	// group; in maps a resource or group to the group it is a member of;
@@ -61,10 +72,9 @@ func (c *templateCheck) known(id string) bool {
 	return r || g
 }
 
-// limits checks the datacenter id and the sizes; a template over a limit
-// is not looked into further.
-func (c *templateCheck) limits() {
-	t := c.t
+// limits checks the datacenter id and the sizes of the template as
+// given; a template over a limit is not looked into further.
+func (c *templateCheck) limits(t *Template) {
 	if t.Datacenter != "" {
 		if err := check.ID("", t.Datacenter); err != nil {
 			c.ps.add("datacenter", "%v", err)
@@ -75,8 +85,8 @@ func (c *templateCheck) limits() {
 		c.ps.add("resources", "has %d resources; at most %d are allowed", len(t.Resources), MaxResources)
 	case len(t.Groups) > MaxGroups:
 		c.ps.add("groups", "has %d groups; at most %d are allowed", len(t.Groups), MaxGroups)
-	case len(t.Policies) > MaxPolicies:
-		c.ps.add("placement_policies", "has %d policies; at most %d are allowed", len(t.Policies), MaxPolicies)
+	case len(c.t.Policies) > MaxPolicies:
+		c.ps.add("placement_policies", "has %d policies, with those inside resources, groups and relationships; at most %d are allowed", len(c.t.Policies), MaxPolicies)
 	case len(t.Relationships) > MaxPolicies:
 		c.ps.add("relationships", "has %d relationships; at most %d are allowed", len(t.Relationships), MaxPolicies)
 	}
@@ -91,7 +101,7 @@ func (c *templateCheck) resources() {
 	c.res = map[string]int{}
 	for i, r := range t.Resources {
 		f := fmt.Sprintf("resources[%d]", i)
-		if err := check.ID("", r.ID); err != nil {
+		if err := checkName(r.ID); err != nil {
 			c.ps.add(f+".id", "%v", err)
 			continue
 		}
@@ -116,7 +126,7 @@ func (c *templateCheck) groupIDs() {
 	c.groups = map[string]int{}
 	for i, g := range c.t.Groups {
 		f := fmt.Sprintf("groups[%d]", i)
-		if err := check.ID("", g.ID); err != nil {
+		if err := checkName(g.ID); err != nil {
 			c.ps.add(f+".id", "%v", err)
 			continue
 		}
@@ -210,11 +220,11 @@ func (c *templateCheck) relationships() {
 // applies to, and its properties.
 func (c *templateCheck) policy(i int) {
 	p := &c.t.Policies[i]
-	f := fmt.Sprintf("placement_policies[%d]", i)
-	if err := check.ID("", p.ID); err != nil {
+	f := c.l.policyPath(i)
+	if err := checkName(p.ID); err != nil {
 		c.ps.add(f+".id", "%v", err)
 	} else if j, dup := c.pids[p.ID]; dup {
-		c.ps.add(f+".id", "%q is also the id of placement_policies[%d]; ids are unique", p.ID, j)
+		c.ps.add(f+".id", "%q is also the id of %s; ids are unique", p.ID, c.l.policyPath(j))
 	} else {
 		c.pids[p.ID] = i
 	}
@@ -223,14 +233,56 @@ func (c *templateCheck) policy(i int) {
 	}
 	spec, ok := policyTypes[p.Type]
 	if !ok {
-		c.ps.add(f+".type", "unknown type %q; use one of %v", p.Type, typeNames)
+		c.ps.add(f+".type", "unknown type %q; use one of %v (or the seed's names: %v)", p.Type, typeNames, aliasNames())
+		return
+	}
+	if spec.unchecked != "" {
+		c.ps.add(f+".type", "a %s policy cannot be checked: %s", p.Type, spec.unchecked)
 		return
 	}
 	if p.Mode != Hard && p.Mode != Soft {
-		c.ps.add(f+".mode", "is %q; give \"hard\" (a violation denies) or \"soft\" (a warning)", p.Mode)
+		c.ps.add(f+".mode", "is %q; give \"hard\" (a violation denies) or \"soft\" (a warning), or properties.hardConstraint true or false", p.Mode)
 	}
 	c.appliesTo(f, p, spec.kind, spec.group)
 	c.properties(f, p, spec.params)
+	if len(spec.kinds) > 0 && len(p.AppliesTo) == 1 && !isGroup(c.groups, p.AppliesTo[0]) {
+		if j, ok := c.res[p.AppliesTo[0]]; ok {
+			if k := c.t.Resources[j].kind(); !slices.Contains(spec.kinds, k) {
+				c.ps.add(f+".applies_to", "a %s policy is about %v resources; %q is a %q", p.Type, spec.kinds, p.AppliesTo[0], k)
+			}
+		}
+	}
+}
+
+// aliasNames lists the seed's policy type names, sorted.
+func aliasNames() []string {
+	out := make([]string, 0, len(policyAliases))
+	for a := range policyAliases {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkName says what is wrong with the name of a resource, group or
+// policy of a template: 1 to 255 bytes of UTF-8 without control
+// characters. Templates name things freely (the seed's "Storage volume
+// used by datanode server_3", "$vtid_15"); the names are not keys.
+func checkName(id string) error {
+	switch {
+	case id == "":
+		return errors.New("is missing")
+	case len(id) > check.MaxIDBytes:
+		return fmt.Errorf("is %d bytes long; the limit is %d", len(id), check.MaxIDBytes)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%q is not UTF-8", id)
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%q holds the control character %U", id, r)
+		}
+	}
+	return nil
 }
 
 // appliesTo checks a policy's applies_to: known ids, and as many as its
@@ -310,12 +362,18 @@ func (c *templateCheck) properties(f string, p *Policy, params []string) {
 // placement checks that the proposed placement places known resources
 // on well-formed leaf ids.
 func (c *templateCheck) placement() {
-	for _, id := range sortedKeys(c.t.Placement) {
-		if _, ok := c.res[id]; !ok {
-			c.ps.add("placement."+id, "unknown resource %q; place the template's resources", id)
+	for _, field := range []string{"placement", "current_placement"} {
+		m := c.t.Placement
+		if field == "current_placement" {
+			m = c.t.CurrentPlacement
 		}
-		if err := check.ID("", c.t.Placement[id]); err != nil {
-			c.ps.add("placement."+id, "leaf id %v", err)
+		for _, id := range sortedKeys(m) {
+			if _, ok := c.res[id]; !ok && !c.l.attachments[id] {
+				c.ps.add(field+"."+id, "unknown resource %q; place the template's resources", id)
+			}
+			if err := check.ID("", m[id]); err != nil {
+				c.ps.add(field+"."+id, "leaf id %v", err)
+			}
 		}
 	}
 }
@@ -328,7 +386,7 @@ func (c *templateCheck) pairBudget() {
 	for i := range c.t.Policies {
 		pairs += x.pairCount(&c.t.Policies[i])
 		if pairs > MaxPairs {
-			c.ps.add(fmt.Sprintf("placement_policies[%d]", i), "the dyadic policies up to this one relate more than %d pairs of resources; apply them to smaller groups", MaxPairs)
+			c.ps.add(c.l.policyPath(i), "the dyadic policies up to this one relate more than %d pairs of resources; apply them to smaller groups", MaxPairs)
 			return
 		}
 	}
