@@ -171,7 +171,6 @@ func hopLimitText(limit int) string {
 	return fmt.Sprintf("hop-count limit %d", limit)
 }
 
-
 // ids names up to max resources.
 func (c *checker) ids(rs []int, max int) []string {
 	out := make([]string, 0, min(len(rs), max))
