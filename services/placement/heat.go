@@ -262,8 +262,10 @@ func (r *Reference) id() string {
 // lowered is a template in the flat form with where each part came from.
 type lowered struct {
 	*Template
-	// paths: the JSON path of each flat policy as given.
-	paths []string
+	// paths: the JSON path of each flat policy as given; relPaths: of
+	// each flat relationship given inside a resource or group (its
+	// related field), "" for the others.
+	paths, relPaths []string
 	// attachments are the volume attachments, not placed.
 	attachments map[string]bool
 }
@@ -292,6 +294,7 @@ func (t *Template) lower() (*lowered, []Problem) {
 	ft.Relationships = make([]Relationship, 0, len(t.Relationships))
 	for _, rel := range t.Relationships {
 		ft.Relationships = append(ft.Relationships, Relationship{From: rel.From, To: rel.To, Type: rel.Type, Description: rel.Description})
+		out.relPaths = append(out.relPaths, "")
 	}
 	ft.Policies = nil
 	add := func(p Policy, path, id string, appliesTo []string) {
@@ -344,6 +347,7 @@ func (t *Template) lower() (*lowered, []Problem) {
 			}
 			to := rel.Related.id()
 			ft.Relationships = append(ft.Relationships, Relationship{From: owner, To: to, Type: rel.Type, Description: rel.Description})
+			out.relPaths = append(out.relPaths, f+".related")
 			for j := range rel.Policies {
 				add(rel.Policies[j], fmt.Sprintf("%s.policies[%d]", f, j), fmt.Sprintf("%s.relationships[%d].policies[%d]", owner, k, j), []string{owner, to})
 			}
@@ -374,6 +378,7 @@ func (t *Template) lower() (*lowered, []Problem) {
 				ps.add(f, "a volume attachment is a relationship, not placed: it has no kind or demand")
 			}
 			ft.Relationships = append(ft.Relationships, Relationship{From: refs[0], To: refs[1], Type: "volume-attachment", Description: r.ID})
+			out.relPaths = append(out.relPaths, f+".properties")
 			for j, p := range r.Policies {
 				pf := fmt.Sprintf("%s.policies[%d]", f, j)
 				if spec, ok := policyTypes[canonicalType(p.Type)]; ok && spec.kind == monadic {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"unicode"
 	"unicode/utf8"
 
@@ -38,7 +39,7 @@ func (t *Template) Validate() error {
 	c.groupTree()
 	c.relationships()
 	c.pids = map[string]int{}
-	for i := range t.Policies {
+	for i := range c.t.Policies {
 		c.policy(i)
 	}
 	c.placement()
@@ -206,6 +207,14 @@ func (c *templateCheck) groupTree() {
 // relationships checks that each relationship names known ends.
 func (c *templateCheck) relationships() {
 	for i, rel := range c.t.Relationships {
+		if i < len(c.l.relPaths) && c.l.relPaths[i] != "" {
+			// Inside a resource or group: from is its owner; a volume
+			// attachment's ends are checked when it is lowered.
+			if !c.known(rel.To) && !strings.HasSuffix(c.l.relPaths[i], ".properties") {
+				c.ps.add(c.l.relPaths[i], "unknown resource or group %q", rel.To)
+			}
+			continue
+		}
 		f := fmt.Sprintf("relationships[%d]", i)
 		if !c.known(rel.From) {
 			c.ps.add(f+".from", "unknown resource or group %q", rel.From)
