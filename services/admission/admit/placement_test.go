@@ -138,3 +138,60 @@ func TestRequestWithoutPlacementUnchanged(t *testing.T) {
 		t.Fatal(v.Violations)
 	}
 }
+
+// TestSeedHadoopRequest: a deployment request carrying the seed's Hadoop
+// template as written (Proposal A), plus a datacenter and a placement, is
+// read, travels as JSON and is read again, and is checked: admitted as
+// placed, denied naming the seed's policy when two volumes share a host.
+func TestSeedHadoopRequest(t *testing.T) {
+	b, err := os.ReadFile("../../placement/examples/heat-hadoop.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req map[string]any
+	if err := json.Unmarshal(b, &req); err != nil {
+		t.Fatal(err)
+	}
+	req["deployment_id"], req["tenant"], req["datacenter"] = "hadoop", "t1", "dc-heat"
+	req["applications"] = []any{map[string]any{"name": "hadoop", "class": "org.apache.Hadoop", "instances": 5}}
+	vol := func(n int) string { return "Storage volume used by datanode server_" + itoa(n) }
+	placed := map[string]any{"WCA4-hadoop-namenode_1": "rack3-node4"}
+	for i, host := range []string{"rack1-node1", "rack1-node2", "rack2-node1", "rack2-node2"} {
+		placed["WCA4-hadoop-datanode-"+itoa(i+1)] = host
+		placed[vol(3-i)] = host
+	}
+	req["placement"] = placed
+	js, _ := json.Marshal(req)
+	r := mustRequest(t, string(js))
+	canon, err := r.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseRequest(canon); err != nil {
+		t.Fatalf("the canonical form %s does not read again: %v", canon, err)
+	}
+	mb, err := os.ReadFile("../../placement/examples/heat-datacenter.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := placement.ParseDatacenter(mb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dcs := func(id string) (*placement.Model, bool) { return m, id == m.ID() }
+	v, _ := Evaluate(context.Background(), r, nil)
+	CheckPlacement(&v, dcs)
+	if !v.Admitted || len(v.Warnings) != 0 {
+		t.Fatalf("admitted %v: %q %q", v.Admitted, Texts("t1", v.Violations), Texts("t1", v.Warnings))
+	}
+	r.Placement[vol(2)] = "rack1-node1"
+	r.Placement["WCA4-hadoop-datanode-2"] = "rack1-node1"
+	v, _ = Evaluate(context.Background(), r, nil)
+	CheckPlacement(&v, dcs)
+	texts := strings.Join(Texts("t1", v.Violations), "\n")
+	if v.Admitted || !strings.Contains(texts, "Storage volume used by datanode server_3 shares host rack1-node1 with volume Storage volume used by datanode server_2; volume-exclusive") {
+		t.Fatalf("admitted %v: %s", v.Admitted, texts)
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
