@@ -287,6 +287,9 @@ func (l *lowered) policyPath(i int) string {
 // and volume (they are not placed). The template itself is not changed;
 // the problems met are returned.
 func (t *Template) lower() (*lowered, []Problem) {
+	if t.isFlat() {
+		return &lowered{Template: t}, nil
+	}
 	var ps problems
 	ft := *t
 	out := &lowered{Template: &ft, attachments: map[string]bool{}}
@@ -439,6 +442,34 @@ func (t *Template) lower() (*lowered, []Problem) {
 		}
 	}
 	return out, ps.list
+}
+
+// isFlat reports whether the template uses none of the seed's syntax,
+// so that lowering would change nothing.
+func (t *Template) isFlat() bool {
+	for i := range t.Resources {
+		r := &t.Resources[i]
+		if (r.Type != "" && r.Kind == "") || len(r.Policies) > 0 || len(r.Relationships) > 0 || attachmentEnds[r.Type] != [2]string{} {
+			return false
+		}
+	}
+	for i := range t.Groups {
+		if len(t.Groups[i].Policies) > 0 || len(t.Groups[i].Relationships) > 0 {
+			return false
+		}
+	}
+	for i := range t.Relationships {
+		if t.Relationships[i].Related != nil || len(t.Relationships[i].Policies) > 0 {
+			return false
+		}
+	}
+	for i := range t.Policies {
+		p := &t.Policies[i]
+		if p.Properties.HardConstraint != nil || policyAliases[p.Type] != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // kind is the resource's kind, from its type when not given.

@@ -331,7 +331,8 @@ func (l *lowered) validateFor(m *Model, complete bool) error {
 // Flat is the template in the flat syntax: the seed's nested policies,
 // relationships and volume attachments lowered (see heat.go); volume
 // attachments are not among its resources, as they are not placed. The
-// template must be valid.
+// template must be valid; a template in the flat syntax is returned
+// itself, not copied.
 func (t *Template) Flat() *Template {
 	l, _ := t.lower()
 	return l.Template
