@@ -56,6 +56,8 @@ type checker struct {
 	x    *expansion
 	leaf []int // leaf number of each resource
 	out  []Finding
+	// volumesOn lists the volumes on each leaf, once a policy needs it.
+	volumesOn map[int][]int
 }
 
 func newChecker(m *Model, t *Template) *checker {
@@ -144,10 +146,18 @@ func (c *checker) policy(p *Policy) {
 			}
 		}
 	case VolumeExclusive:
+		if c.volumesOn == nil {
+			c.volumesOn = map[int][]int{}
+			for o, res := range c.t.Resources {
+				if res.kind() == kindVolume {
+					c.volumesOn[c.leaf[o]] = append(c.volumesOn[c.leaf[o]], o)
+				}
+			}
+		}
 		for _, r := range c.x.targets(p) {
 			var others []int
-			for o, res := range c.t.Resources {
-				if o != r && c.leaf[o] == c.leaf[r] && res.kind() == kindVolume {
+			for _, o := range c.volumesOn[c.leaf[r]] {
+				if o != r {
 					others = append(others, o)
 				}
 			}

@@ -251,6 +251,16 @@ func Compile(dc *Datacenter) (*Model, error) {
 // licenses reports whether the type of a leaf licenses a product, and
 // names the type ("" when the leaf has none).
 func (m *Model) licenses(leaf int, p Product) (typ string, ok bool) {
+	if m.leafType == nil {
+		// A model not made by Compile: read the datacenter as given.
+		typ = m.dc.Location[m.leafLoc[leaf]].Type
+		for _, t := range m.dc.Types {
+			if t.ID == typ && typ != "" {
+				return typ, slices.Contains(t.LicensedProducts, p)
+			}
+		}
+		return typ, false
+	}
 	t := m.leafType[leaf]
 	if t < 0 {
 		return "", false

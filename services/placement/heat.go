@@ -167,7 +167,14 @@ func (m *seedMember) UnmarshalJSON(data []byte) error {
 		return json.Unmarshal(raw, &m.resource)
 	}
 	m.group = &seedGroup{}
-	return strictDecode(data, m.group)
+	if err := strictDecode(data, m.group); err != nil {
+		var probe struct {
+			ID any `json:"id"`
+		}
+		_ = json.Unmarshal(data, &probe)
+		return fmt.Errorf("group %v: %w", probe.ID, err)
+	}
+	return nil
 }
 
 // UnmarshalJSON reads a list of groups or Proposal A's root group.

@@ -162,6 +162,17 @@ func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 	s.used = make([][]float64, len(m.leafID))
 	s.locStamp = make([]int32, len(m.locID))
 	s.netStamp = make([]int32, len(m.netID))
+	if len(m.leafClass) != len(m.leafID) {
+		// A model not made by Compile (a copy): one class per leaf, so
+		// no leaf stands for another.
+		c := *m
+		c.leafClass = make([]int32, len(m.leafID))
+		for n := range c.leafClass {
+			c.leafClass[n] = int32(n)
+		}
+		c.nClasses, c.classMask = len(m.leafID), nil
+		s.m, m = &c, &c
+	}
 	s.classStamp = make([]int32, m.nClasses)
 	s.touched = make([]int32, len(m.locID))
 	s.scored = map[leafKey]struct{}{}

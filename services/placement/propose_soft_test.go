@@ -87,3 +87,29 @@ func TestProposeUnkeepableStaysBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestProposeOnACopiedModel: a model copied without the leaf classes
+// (as a copy with other capacities may be) is searched leaf by leaf,
+// with the same result.
+func TestProposeOnACopiedModel(t *testing.T) {
+	m := exampleModel(t)
+	c := *m
+	c.leafClass, c.classMask, c.nClasses = nil, nil, 0
+	c.leafType, c.licensed = nil, nil
+	tpl := exampleTemplate(t, "ha-clusters.json")
+	tpl.Placement = nil
+	tpl.Policies = append(tpl.Policies, Policy{ID: "lic", Type: LicensedProduct, Mode: Hard, AppliesTo: []string{"G1"}, Properties: Properties{Catalog: "ibm", Product: "websphere"}})
+	a, err := Propose(m, tpl, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Propose(&c, tpl, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, leaf := range a.Placement {
+		if b.Placement[id] != leaf {
+			t.Fatalf("%s on %s, on the copy %s", id, leaf, b.Placement[id])
+		}
+	}
+}
