@@ -10,13 +10,20 @@ import (
 // warning.
 func TestProposeKeepsSoftRackAntiCollocation(t *testing.T) {
 	m := exampleModel(t)
-	tpl, err := ParseTemplate([]byte(`{"datacenter":"dc-example",
-	 "resources":[{"id":"a","kind":"vm","demand":[4,8,0]},{"id":"b","kind":"vm","demand":[4,8,0]},{"id":"c","kind":"vm","demand":[4,8,0]}],
+	for _, demand := range []string{``, `,"demand":[4,8,0]`} {
+		tpl, err := ParseTemplate([]byte(`{"datacenter":"dc-example",
+	 "resources":[{"id":"a","kind":"vm"` + demand + `},{"id":"b","kind":"vm"` + demand + `},{"id":"c","kind":"vm"` + demand + `}],
 	 "groups":[{"id":"g","members":["a","b","c"]}],
 	 "placement_policies":[{"id":"apart","type":"anti-collocation","mode":"soft","applies_to":["g"],"properties":{"level":"rack"}}]}`))
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		threeRacks(t, m, tpl)
 	}
+}
+
+func threeRacks(t *testing.T, m *Model, tpl *Template) {
+	t.Helper()
 	p, err := Propose(m, tpl, Options{})
 	if err != nil {
 		t.Fatal(err)
