@@ -89,6 +89,45 @@ func TestPlacementSeedUseCases(t *testing.T) {
 		}
 	})
 
+	// The seed's Hadoop template as written (Proposal A: groups object,
+	// policies in groups, volumes and attachments, OS::VolExclusive,
+	// OS::VolNotMoved) on a datacenter with the seed's compute_node level.
+	t.Run("Hadoop as the seed writes it: proposed, admitted, two volumes on one host denied", func(t *testing.T) {
+		if err := json.Unmarshal([]byte(p.must(http.MethodPut, "/v1/datacenters/dc-heat", placementExample(t, "heat-datacenter.json"))), &dc); err != nil || dc.Leaves != 12 {
+			t.Fatalf("PUT datacenter: %v %+v", err, dc)
+		}
+		tpl := placementExample(t, "heat-hadoop.json")
+		tpl["datacenter"] = "dc-heat"
+		var proposal struct {
+			Placement map[string]string `json:"placement"`
+			Warnings  []any             `json:"warnings"`
+		}
+		if err := json.Unmarshal([]byte(p.must(http.MethodPost, "/v1/placements", tpl)), &proposal); err != nil || len(proposal.Placement) != 9 || len(proposal.Warnings) != 0 {
+			t.Fatalf("POST /v1/placements: %v %+v", err, proposal)
+		}
+		tpl["placement"] = proposal.Placement
+		if v := p.deploy(request("hadoop-seed", tpl)); !v.Admitted || len(v.Warnings) != 0 {
+			t.Fatalf("the proposed placement %v: %+v", proposal.Placement, v)
+		}
+		bad := placementExample(t, "heat-hadoop.json")
+		bad["datacenter"] = "dc-heat"
+		placed := map[string]any{}
+		for k, v := range proposal.Placement {
+			placed[k] = v
+		}
+		host := proposal.Placement["WCA4-hadoop-datanode-1"]
+		placed["WCA4-hadoop-datanode-2"], placed["Storage volume used by datanode server_2"] = host, host
+		bad["placement"] = placed
+		v := p.deploy(request("hadoop-seed-bad", bad))
+		found := false
+		for _, f := range v.Violations {
+			found = found || f.Rule == "placement.volume-exclusive"
+		}
+		if v.Admitted || !found {
+			t.Fatalf("two volumes on %s: %+v", host, v)
+		}
+	})
+
 	t.Run("a soft violation admits with a warning", func(t *testing.T) {
 		tpl := placementExample(t, "ha-clusters.json")
 		tpl["placement_policies"] = append(tpl["placement_policies"].([]any), map[string]any{
