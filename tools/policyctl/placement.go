@@ -88,16 +88,18 @@ func runDCList(ctx context.Context, args []string) error {
 
 // templateFields are the fields of a deployment request that POST
 // /v1/placements takes.
-var templateFields = []string{"datacenter", "resources", "groups", "relationships", "placement_policies", "placement"}
+var templateFields = []string{"datacenter", "resources", "groups", "relationships", "placement_policies", "placement", "current_placement", "heat_template_version", "description"}
 
 func runPlace(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "place", placeSummary+
 		"\n\nThe file holds datacenter, resources, groups, relationships and placement_policies (a deployment request's"+
-		"\nplacement fields; its other fields are left out of the question). Resources it already places stay where they are."+
+		"\nplacement fields; its other fields are left out of the question), in the flat syntax or the seed's (a Heat template"+
+		"\nwith Proposal A's groups, as written: give the datacenter with --dc). Resources it already places stay where they are."+
 		"\nPrints the proposal; with --request, the file itself with its placement filled in, ready for policyctl deploy."+
 		"\nExit status 1 when no placement meets the hard policies together (the reason names them).", "FILE|-")
 	api := registerAPIFlags(fs)
 	asRequest := fs.Bool("request", false, "print the file with \"placement\" set to the proposal instead of the proposal")
+	dc := fs.String("dc", "", "the datacenter to place on, when the file names none (a Heat template as written)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -118,8 +120,15 @@ func runPlace(ctx context.Context, args []string) error {
 			question[f] = v
 		}
 	}
+	if *dc != "" {
+		named, _ := json.Marshal(*dc)
+		if given, ok := question["datacenter"]; ok && string(given) != string(named) {
+			return usageErrorf("%s names datacenter %s and --dc %s: give one", fs.Arg(0), given, named)
+		}
+		question["datacenter"], doc["datacenter"] = named, named
+	}
 	if _, ok := question["datacenter"]; !ok {
-		return usageErrorf("%s names no datacenter: add \"datacenter\": \"<id>\" (policyctl dc list shows them)", fs.Arg(0))
+		return usageErrorf("%s names no datacenter: add \"datacenter\": \"<id>\" or give --dc <id> (policyctl dc list shows them)", fs.Arg(0))
 	}
 	body, err := json.Marshal(question)
 	if err != nil {

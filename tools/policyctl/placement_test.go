@@ -67,6 +67,16 @@ func TestDatacenterAndPlaceCommands(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.errOut, "422") || !strings.Contains(r.errOut, "no placement meets every hard policy (ha-G1)") {
 		t.Fatalf("place infeasible: exit %d stderr %q", r.code, r.errOut)
 	}
+	// The seed's Hadoop template as written, with the datacenter given
+	// on the command line.
+	r = policyctl(t, "dc", "apply", writeFile(t, "heat-dc.json", exampleFile(t, "heat-datacenter.json")))
+	if r.code != 0 {
+		t.Fatalf("dc apply heat: exit %d stderr %q", r.code, r.errOut)
+	}
+	r = policyctl(t, "place", "--dc", "dc-heat", writeFile(t, "heat-hadoop.json", exampleFile(t, "heat-hadoop.json")))
+	if p, _ := stdoutJSON(t, r)["placement"].(map[string]any); r.code != 0 || len(p) != 9 {
+		t.Fatalf("place --dc of the seed's Hadoop: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
 	r = policyctl(t, "place", writeFile(t, "nodc.json", `{"resources": []}`))
 	if r.code != 2 || !strings.Contains(r.errOut, `names no datacenter: add "datacenter"`) {
 		t.Fatalf("place without datacenter: exit %d stderr %q", r.code, r.errOut)
