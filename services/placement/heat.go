@@ -443,9 +443,15 @@ func (t *Template) lower() (*lowered, []Problem) {
 			add(rel.Policies[j], fmt.Sprintf("%s.policies[%d]", f, j), fmt.Sprintf("relationships[%d].policies[%d]", i, j), []string{rel.From, rel.To})
 		}
 	}
-	for id := range t.Placement {
-		if out.attachments[id] {
-			ps.add("placement."+id, "%q is a volume attachment; it is not placed", id)
+	for _, field := range []string{"placement", "current_placement"} {
+		m := t.Placement
+		if field == "current_placement" {
+			m = t.CurrentPlacement
+		}
+		for _, id := range sortedKeys(m) {
+			if out.attachments[id] {
+				ps.add(field+"."+id, "%q is a volume attachment; it is not placed", id)
+			}
 		}
 	}
 	return out, ps.list

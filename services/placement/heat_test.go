@@ -229,6 +229,8 @@ func TestSeedSyntaxProblems(t *testing.T) {
 			`a resource member is {"get_resource": name} alone`},
 		{"unknown group member", `{"resources":{"a":{"type":"OS::Nova::Server"}},"groups":{"id":"g","members":[{"get_resource":"a"},{"get_resource":"b"}]}}`,
 			`groups[0].members[1]: unknown member "b" of group "g"`},
+		{"attachment placed", `{"resources":{"s":{"type":"OS::Nova::Server"},"v":{"type":"OS::Cinder::Volume"},"x":{"type":"OS::Cinder::VolumeAttachment","properties":{"instance_uuid":{"get_resource":"s"},"volume_id":{"get_resource":"v"}}}},"current_placement":{"x":"r1-pm1"}}`,
+			`current_placement.x: "x" is a volume attachment; it is not placed`},
 		{"unknown seed type", `{"resources":{"a":{"type":"OS::Nova::Server","policies":[{"type":"OS::Spread"}]}}}`,
 			`resources[0].policies[0].type: unknown type "OS::Spread"`},
 	} {
