@@ -133,13 +133,15 @@ type leafKey struct {
 // they are. It is a depth-first search with chronological backtracking:
 // resources are taken most constrained first (those already placed, then
 // by the number of hard policies that bind them, each followed by the
-// resources it is bound to), and each resource tries, in the location
-// tree's order, the leaves that meet every hard policy with the resources
-// placed before it, taking among the first Lookahead of them the one that
-// breaks the fewest soft policies. A resource collocated with, or within
-// a hop-count limit of, a placed one only tries the leaves near it. The
-// search stops after MaxSteps leaves tried, or after Timeout. It is not optimal for the soft
-// policies, and a template with a placement may still be reported
+// resources it is bound to), and each resource takes, among all its
+// candidate leaves, one that meets every hard policy with the resources
+// placed before it and breaks the fewest soft policies (scanBest says how
+// it avoids scoring leaves that break the same policies), keeping the
+// Lookahead best to fall back on, then the others in order. A resource
+// collocated with, or within a hop-count limit of, a placed one only tries
+// the leaves near it. The search stops after MaxSteps leaves scored, or
+// after Timeout. It is greedy per resource, not a global optimum for the
+// soft policies, and a template with a placement may still be reported
 // infeasible when the step limit runs out first (the error says so).
 func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 	l, _ := t.lower()
