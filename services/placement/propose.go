@@ -122,9 +122,10 @@ type searcher struct {
 }
 
 // leafKey says which leaves break the same policies (but bandwidth):
-// the same deepest marked vertex in each tree and the same class.
+// the same deepest marked vertex in each tree, the same class and, when
+// network vertices are marked, the same depth in the network tree.
 type leafKey struct {
-	loc, net, class int32
+	loc, net, class, depth int32
 }
 
 // Propose searches for a placement of the template's resources that
@@ -155,6 +156,37 @@ func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 	if opt.Lookahead <= 0 {
 		opt.Lookahead = DefaultLookahead
 	}
+	s, err := newSearcher(m, t, opt)
+	if err != nil {
+		return nil, err
+	}
+	m = s.m
+	if err := s.search(s.order(), opt.Lookahead); err != nil {
+		return nil, err
+	}
+	n := len(t.Resources)
+	out := &Proposal{Placement: make(map[string]string, n), Steps: s.steps}
+	for r, l := range s.assign {
+		out.Placement[t.Resources[r].ID] = m.leafID[l]
+	}
+	placed := *t
+	placed.Placement = out.Placement
+	fs, err := Check(m, &placed)
+	if err != nil {
+		return nil, fmt.Errorf("placement: check the proposal: %w", err)
+	}
+	out.Warnings = []Finding{}
+	for _, f := range fs {
+		if f.Hard {
+			return nil, &Infeasible{Policies: []string{f.PolicyID}, Reason: "the search ended with a placement that breaks it: " + f.Message}
+		}
+		out.Warnings = append(out.Warnings, f)
+	}
+	return out, nil
+}
+
+// newSearcher prepares the search of a lowered, valid template.
+func newSearcher(m *Model, t *Template, opt Options) (*searcher, error) {
 	s := &searcher{m: m, t: t, x: newExpansion(t), max: opt.MaxSteps, bwUse: map[int32]float64{}, addHard: map[int32]float64{}, addSoft: map[int32]float64{}}
 	n := len(t.Resources)
 	s.assign = make([]int32, n)
@@ -193,27 +225,7 @@ func Propose(m *Model, t *Template, opt Options) (*Proposal, error) {
 	if err := s.prepare(); err != nil {
 		return nil, err
 	}
-	if err := s.search(s.order(), opt.Lookahead); err != nil {
-		return nil, err
-	}
-	out := &Proposal{Placement: make(map[string]string, n), Steps: s.steps}
-	for r, l := range s.assign {
-		out.Placement[t.Resources[r].ID] = m.leafID[l]
-	}
-	placed := *t
-	placed.Placement = out.Placement
-	fs, err := Check(m, &placed)
-	if err != nil {
-		return nil, fmt.Errorf("placement: check the proposal: %w", err)
-	}
-	out.Warnings = []Finding{}
-	for _, f := range fs {
-		if f.Hard {
-			return nil, &Infeasible{Policies: []string{f.PolicyID}, Reason: "the search ended with a placement that breaks it: " + f.Message}
-		}
-		out.Warnings = append(out.Warnings, f)
-	}
-	return out, nil
+	return s, nil
 }
 
 // prepare expands the policies into per-resource constraints and rules
@@ -782,12 +794,14 @@ func (f *frame) reject(rule string) {
 //
 // It does not score every candidate. markNear marks the vertices of the
 // placed resources related to this one (their vertex at each collocation,
-// anti-collocation and LLMN level, the network subtree within a hop-count
-// limit). Two leaves whose deepest marked vertex is the same in each tree
-// (or none), with the same levels on their path and the same type (their
-// class), have the same marked vertices on their paths, so they break the
-// same collocation, anti-collocation, LLMN, hop-count and
-// licensed-product policies, soft and hard. Of each such set the scan
+// anti-collocation and LLMN level, the network path within a hop-count
+// limit of them). Two leaves whose deepest marked vertex is the same in
+// each tree (or none), with the same levels on their path and the same
+// type (their class), and the same network depth when that vertex is a
+// network one, have the same marked vertices on their paths and the same
+// distance to each related resource within reach, so they break the same
+// collocation, anti-collocation, LLMN, hop-count, licensed-product and
+// volume policies, soft and hard. Of each such set the scan
 // scores leaves in order until one meets the hard policies (capacity
 // differs from leaf to leaf) and passes over the rest. Bandwidth is the
 // one policy whose cost can differ within a set; it is scored on the leaf
@@ -889,8 +903,10 @@ func (s *searcher) scanNext(f *frame, lookahead int) error {
 }
 
 // markNear marks the vertices near the placed resources related to r:
-// their vertex at each collocation, anti-collocation and LLMN level, and
-// the network subtree within a hop-count limit of them.
+// their vertex at each collocation, anti-collocation and LLMN level, the
+// network vertices on their path up to a hop-count limit, the leaves
+// holding volumes when r is a volume and one is exclusive, and r's
+// current leaf when it is not to be moved.
 func (s *searcher) markNear(r int) {
 	m := s.m
 	s.stamp++
@@ -907,11 +923,15 @@ func (s *searcher) markNear(r int) {
 				s.mark(v)
 			}
 		case HopCountLimit:
+			// The partner's path up to hops edges: a leaf's distance to it
+			// follows from where the leaf's path meets it (its deepest
+			// marked vertex) and the leaf's depth.
 			v := m.leafNet[o]
+			s.netStamp[v] = s.stamp
 			for k := 0; k < pp.hops && m.netParent[v] >= 0; k++ {
 				v = m.netParent[v]
+				s.netStamp[v] = s.stamp
 			}
-			s.netStamp[v] = s.stamp
 			s.netMarked = true
 		}
 	}
@@ -988,7 +1008,8 @@ func (s *searcher) skip(i int) int {
 }
 
 // keyOf is the leaf's equivalence key (scanBest): its deepest marked
-// vertex in each tree (-1: none) and its class.
+// vertex in each tree (-1: none), its class, and its network depth when
+// it has a marked network vertex.
 func (s *searcher) keyOf(l int32) leafKey {
 	m := s.m
 	k := leafKey{loc: -1, net: -1, class: m.leafClass[l]}
@@ -1002,6 +1023,7 @@ func (s *searcher) keyOf(l int32) leafKey {
 		for v := m.leafNet[l]; v >= 0; v = m.netParent[v] {
 			if s.netStamp[v] == s.stamp {
 				k.net = v
+				k.depth = m.netDepth[m.leafNet[l]]
 				break
 			}
 		}
