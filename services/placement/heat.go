@@ -164,7 +164,10 @@ func (m *seedMember) UnmarshalJSON(data []byte) error {
 		if len(keys) != 1 {
 			return errors.New(`a resource member is {"get_resource": name} alone`)
 		}
-		return json.Unmarshal(raw, &m.resource)
+		if err := json.Unmarshal(raw, &m.resource); err != nil || m.resource == "" {
+			return fmt.Errorf(`member {"get_resource": %s}: give the name of a resource of the template`, raw)
+		}
+		return nil
 	}
 	m.group = &seedGroup{}
 	if err := strictDecode(data, m.group); err != nil {

@@ -97,6 +97,23 @@ func TestSeedHadoopAsWritten(t *testing.T) {
 	}
 }
 
+// TestHeatSectionsCarried: a Heat template's other sections and resource
+// keys are accepted and carried, not read.
+func TestHeatSectionsCarried(t *testing.T) {
+	tpl, err := ParseTemplate([]byte(`{"heat_template_version":"2013-05-23","parameters":{"key":{"type":"string"}},"outputs":{"ip":{"value":{"get_attr":["a","first_address"]}}},
+	 "resources":{"a":{"type":"OS::Nova::Server","depends_on":["b"],"deletion_policy":"Retain","update_policy":{"x":1},"properties":{"key_name":{"get_param":"key"}}},
+	              "b":{"type":"OS::Cinder::Volume"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tpl.Clone()
+	b1, _ := json.Marshal(tpl)
+	b2, _ := json.Marshal(c)
+	if string(b1) != string(b2) || !strings.Contains(string(b1), `"depends_on":["b"]`) || !strings.Contains(string(b1), `"parameters":{"key"`) {
+		t.Fatalf("canonical %s, clone %s", b1, b2)
+	}
+}
+
 // TestVolumeNotMoved: a volume that exists (current_placement) stays on
 // its host: Propose keeps it there (and its server with it, hop limit 0),
 // Check finds it moved.
@@ -231,6 +248,8 @@ func TestSeedSyntaxProblems(t *testing.T) {
 			`groups[0].members[1]: unknown member "b" of group "g"`},
 		{"attachment placed", `{"resources":{"s":{"type":"OS::Nova::Server"},"v":{"type":"OS::Cinder::Volume"},"x":{"type":"OS::Cinder::VolumeAttachment","properties":{"instance_uuid":{"get_resource":"s"},"volume_id":{"get_resource":"v"}}}},"current_placement":{"x":"r1-pm1"}}`,
 			`current_placement.x: "x" is a volume attachment; it is not placed`},
+		{"get_resource not a name", `{"resources":{"a":{"type":"OS::Nova::Server"}},"groups":{"id":"g","members":[{"get_resource":5}]}}`,
+			`groups: member {"get_resource": 5}: give the name of a resource of the template`},
 		{"unknown seed type", `{"resources":{"a":{"type":"OS::Nova::Server","policies":[{"type":"OS::Spread"}]}}}`,
 			`resources[0].policies[0].type: unknown type "OS::Spread"`},
 	} {

@@ -62,6 +62,11 @@ type Template struct {
 	// fields, accepted so that the seed's templates are read as written.
 	HeatTemplateVersion string `json:"heat_template_version,omitempty"`
 	Description         string `json:"description,omitempty"`
+	// ParameterGroups, Parameters and Outputs are a Heat template's other
+	// sections, carried as given (placement does not read them).
+	ParameterGroups any `json:"parameter_groups,omitempty"`
+	Parameters      any `json:"parameters,omitempty"`
+	Outputs         any `json:"outputs,omitempty"`
 	// Datacenter names the datacenter model the placement is checked
 	// against; a request without one has no placement to check.
 	Datacenter string `json:"datacenter,omitempty"`
@@ -95,6 +100,11 @@ type Resource struct {
 	Type       string         `json:"type,omitempty"`
 	Properties map[string]any `json:"properties,omitempty"`
 	Metadata   map[string]any `json:"metadata,omitempty"`
+	// DependsOn, UpdatePolicy and DeletionPolicy are a Heat resource's,
+	// carried as given.
+	DependsOn      any    `json:"depends_on,omitempty"`
+	UpdatePolicy   any    `json:"update_policy,omitempty"`
+	DeletionPolicy string `json:"deletion_policy,omitempty"`
 	// Policies apply to this resource (on a volume attachment: to its
 	// server and volume); Relationships relate it to another resource or
 	// group.
@@ -258,7 +268,8 @@ func ParseTemplate(data []byte) (*Template, error) {
 // Empty reports whether the template holds nothing to place or check.
 func (t *Template) Empty() bool {
 	return t.Datacenter == "" && len(t.Resources) == 0 && len(t.Groups) == 0 && len(t.Relationships) == 0 && len(t.Policies) == 0 &&
-		len(t.Placement) == 0 && len(t.CurrentPlacement) == 0 && t.HeatTemplateVersion == "" && t.Description == ""
+		len(t.Placement) == 0 && len(t.CurrentPlacement) == 0 && t.HeatTemplateVersion == "" && t.Description == "" &&
+		t.ParameterGroups == nil && t.Parameters == nil && t.Outputs == nil
 }
 
 func isGroup(groups map[string]int, id string) bool {
@@ -357,6 +368,8 @@ func (t Template) Clone() Template {
 		r.Demand = slices.Clone(r.Demand)
 		r.Properties = cloneMap(r.Properties)
 		r.Metadata = cloneMap(r.Metadata)
+		r.DependsOn = cloneAny(r.DependsOn)
+		r.UpdatePolicy = cloneAny(r.UpdatePolicy)
 		r.Policies = clonePolicies(r.Policies)
 		r.Relationships = cloneRelationships(r.Relationships)
 	}
@@ -370,6 +383,7 @@ func (t Template) Clone() Template {
 	}
 	c.Relationships = cloneRelationships(t.Relationships)
 	c.Policies = clonePolicies(t.Policies)
+	c.ParameterGroups, c.Parameters, c.Outputs = cloneAny(t.ParameterGroups), cloneAny(t.Parameters), cloneAny(t.Outputs)
 	c.Placement = maps.Clone(t.Placement)
 	c.CurrentPlacement = maps.Clone(t.CurrentPlacement)
 	return c
