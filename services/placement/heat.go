@@ -379,23 +379,23 @@ func (t *Template) lower() (*lowered, []Problem) {
 				want := [2]string{kindVM, kindVolume}[e]
 				switch {
 				case len(ref) != 1 || name == "":
-					ps.add(f+".properties."+prop, `give the %s it attaches as {"get_resource": name}`, want)
+					ps.add(f+".properties."+prop, `volume attachment %q: give the %s it attaches as {"get_resource": name}`, r.ID, want)
 				case target == nil:
-					ps.add(f+".properties."+prop, "unknown resource %q", name)
+					ps.add(f+".properties."+prop, "volume attachment %q: unknown resource %q", r.ID, name)
 				case target.kind() != want:
-					ps.add(f+".properties."+prop, "%q is a %s, not a %s", name, target.kind(), want)
+					ps.add(f+".properties."+prop, "volume attachment %q: %q is a %s, not a %s", r.ID, name, target.kind(), want)
 				}
 				refs[e] = name
 			}
 			if r.Demand != nil || r.Kind != "" {
-				ps.add(f, "a volume attachment is a relationship, not placed: it has no kind or demand")
+				ps.add(f, "%q is a volume attachment, a relationship, not placed: it has no kind or demand", r.ID)
 			}
 			ft.Relationships = append(ft.Relationships, Relationship{From: refs[0], To: refs[1], Type: "volume-attachment", Description: r.ID})
 			out.relPaths = append(out.relPaths, f+".properties")
 			for j, p := range r.Policies {
 				pf := fmt.Sprintf("%s.policies[%d]", f, j)
 				if spec, ok := policyTypes[canonicalType(p.Type)]; ok && spec.kind == monadic {
-					ps.add(pf+".type", "a %s policy is about one resource; on a volume attachment give policies relating the server and the volume (put this one in the server or the volume)", p.Type)
+					ps.add(pf+".type", "a %s policy is about one resource; on the volume attachment %q give policies relating the server and the volume (put this one in the server or the volume)", p.Type, r.ID)
 					continue
 				}
 				add(p, pf, fmt.Sprintf("%s.policies[%d]", r.ID, j), []string{refs[0], refs[1]})
@@ -409,7 +409,7 @@ func (t *Template) lower() (*lowered, []Problem) {
 			if k, ok := kindOfType[r.Type]; ok {
 				r.Kind = k
 			} else if r.Type != "" {
-				ps.add(f+".type", "%q is not placed on a host; give servers (%s, %s), volumes (%s, %s) and volume attachments (%s, %s), or a kind", r.Type, TypeServer, TypeAWSInstance, TypeVolume, TypeAWSVolume, TypeAttachment, TypeAWSAttachment)
+				ps.add(f+".type", "resource %q: %q is not placed on a host; give servers (%s, %s), volumes (%s, %s) and volume attachments (%s, %s), or a kind", r.ID, r.Type, TypeServer, TypeAWSInstance, TypeVolume, TypeAWSVolume, TypeAttachment, TypeAWSAttachment)
 			}
 		}
 		flat := r
