@@ -18,11 +18,10 @@ type Datacenters func(id string) (*placement.Model, bool)
 // CheckPlacement checks the placement of a request that names a
 // datacenter (seed 002, package placement) and adds what it finds to the
 // verdict: a hard policy's finding (and the non-overload rule's) is a
-// violation, a soft one and a recorded policy's note a warning. An
-// unknown datacenter, or a placement that does not fit it (an unknown
-// leaf or level, a resource not placed, a demand of the wrong length),
-// is a violation with the reason. A request naming no datacenter is left
-// as it is.
+// violation, a soft one a warning. An unknown datacenter, or a placement
+// that does not fit it (an unknown leaf or level, a resource not placed,
+// a demand of the wrong length), is a violation with the reason. A
+// request naming no datacenter is left as it is.
 func CheckPlacement(v *Verdict, dcs Datacenters) {
 	r := v.Request
 	if r == nil || r.Datacenter == "" {
