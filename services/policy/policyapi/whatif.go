@@ -11,6 +11,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/matcher/matcher"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
@@ -245,15 +246,21 @@ func (out *WhatIf) diff(from, to []byte, headerOnly bool) {
 // it changes, which of the components the caller may see would change, as
 // the matcher would (whatIfOf); out is filled in.
 func (s *API) decideAndMatch(r *http.Request, out *WhatIf, loaded *catalogEntry, req pdpingest.Request) {
-	p := web.PrincipalOf(r.Context())
-	var comps []*events.Component
-	for _, c := range s.components.all() {
-		if mayReadComponent(p, c.ComponentID, c, true) == nil {
-			comps = append(comps, c)
-		}
-	}
+	comps := visibleComponents(web.PrincipalOf(r.Context()), s.components.all())
 	req.Now, req.ChangeID = time.Now().UTC(), "dry-run"
 	whatIfOf(out, loaded, req, comps, s.applied.get)
+}
+
+// visibleComponents are the components of all p may read
+// (mayReadComponent): a tenant's own, every one for other roles.
+func visibleComponents(p auth.Principal, all []*events.Component) []*events.Component {
+	var out []*events.Component
+	for _, c := range all {
+		if mayReadComponent(p, c.ComponentID, c, true) == nil {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // whatIfOf fills out in with what req would do: the catalog entry decided
