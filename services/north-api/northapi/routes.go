@@ -61,12 +61,12 @@ func (s *Server) routeTable() []route {
 // not ask for (POST /v1/policies?dry_run=true once published); on a read,
 // an ignored filter or page shows something else than asked, and no
 // reference system's client sends these routes parameters they do not
-// take (the ACM runtime's GET /participants takes page, size, and name and
-// version, which its handler refuses with ACM's own reason). Only the
+// take (the ACM runtime's GET /participants takes page and size, as ONAP's
+// does). Only the
 // status page and /healthcheck, opened by browsers and probes that add
 // their own, ignore unknown ones.
 func routeQueries() map[string]web.Query {
-	acmParticipants := web.Takes("page", "size", "name", "version")
+	acmParticipants := web.Takes("page", "size")
 	return map[string]web.Query{
 		"POST /v1/policies":                                           web.Takes(web.DryRunParam),
 		"POST /v1/pdp/notifications":                                  web.Takes(web.DryRunParam),
