@@ -90,3 +90,16 @@ func DryRun(r *http.Request) (bool, *Error) {
 	}
 	return b, nil
 }
+
+// NoBody is h for a write route that takes no body: a body other than
+// nothing or {} is refused with 400 (a field the route does not take),
+// before h runs.
+func NoBody(h HandlerFunc) HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) *Error {
+		var none struct{}
+		if e := DecodeOptionalJSON(w, r, MaxRequestBytes, &none, "{}, or no body"); e != nil {
+			return e
+		}
+		return h(w, r)
+	}
+}

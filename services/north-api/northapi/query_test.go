@@ -123,3 +123,25 @@ func TestQueryParametersDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownBodyFieldsRefused: a body field a write route does not take
+// is refused with 400 naming it, before anything is read or written; a
+// route that takes no body refuses one with fields.
+func TestUnknownBodyFieldsRefused(t *testing.T) {
+	h := queryServer(t)
+	for _, tc := range []struct{ method, target, body, want string }{
+		{http.MethodPost, "/v1/pdp/notifications", `{"loadedPolicies": [], "dryRun": true}`, `unknown field \"dryRun\"`},
+		{http.MethodPost, "/v1/pdp/notifications?dry_run=true", `{"loadedPolicies": [{"policyName": "DCAE.Config_X.1.xml", "versionNo": "1", "extra": 1}]}`, `unknown field \"extra\"`},
+		{http.MethodPut, "/v1/components/c1", `{"deployment_id": "d", "service_component_name": "s", "policy_idz": []}`, `unknown field \"policy_idz\"`},
+		{http.MethodPost, "/v1/catchup", `{"deployment": "d"}`, `unknown field \"deployment\"`},
+		{http.MethodPost, "/v1/deployments", `{"deployment_id": "d", "force": true}`, `unknown field \"force\"`},
+		{http.MethodDelete, "/v1/components/c1", `{"cascade": true}`, `unknown field \"cascade\"`},
+		{http.MethodPost, "/v1/components/c1/renotify", `{"all": true}`, `unknown field \"all\"`},
+		{http.MethodDelete, "/policies/p1", `{"force": true}`, `unknown field \"force\"`},
+	} {
+		code, body := queryCall(t, h, operatorToken, tc.method, tc.target, tc.body)
+		if code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+			t.Errorf("%s %s %s: %d %s, want 400 with %s", tc.method, tc.target, tc.body, code, body, tc.want)
+		}
+	}
+}

@@ -82,6 +82,22 @@ func routeQueries() map[string]web.Query {
 	}
 }
 
+// bodiless are the write routes that take no body: the router refuses
+// one with fields in it (400), as every other write route's handler
+// decodes its body strictly (web.DecodeJSON with strict, or
+// policy.Check for a pushed policy body, whose fields are the policy's
+// own).
+var bodiless = map[string]bool{
+	"DELETE /v1/components/{component_id}":        true,
+	"POST /v1/components/{component_id}/renotify": true,
+	"DELETE /v1/orgs/{org}/nmps/{name}":           true,
+	"DELETE /v1/orgs/{org}/nodes/{node}":          true,
+	"POST /v1/orgs/{org}/nodes/{node}/token":      true,
+	"DELETE /v1/orgs/{org}/nodes/{node}/token":    true,
+	"DELETE /policies/{policy_id}":                true,
+	"DELETE /v1/datacenters/{datacenter_id}":      true,
+}
+
 // dryRunners may call a route with ?dry_run=true besides the roles the
 // route table gives it: a dry run writes nothing, and a tenant's answer
 // shows only its own components.
@@ -276,7 +292,11 @@ func (s *Server) mux() *recordingMux {
 	queries := routeQueries()
 	for _, rt := range s.routeTable() {
 		pattern := rt.method + " " + rt.path
-		h, access := web.StrictQuery(queries[pattern], rt.h), rt.access
+		h, access := rt.h, rt.access
+		if bodiless[pattern] {
+			h = web.NoBody(h)
+		}
+		h = web.StrictQuery(queries[pattern], h)
 		if dry, ok := dryRunners[pattern]; ok {
 			access, h = dryRunAccess(rt.access, dry, h)
 		}
