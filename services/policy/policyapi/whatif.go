@@ -38,8 +38,10 @@ type WhatIf struct {
 	// PDP notification's covers the header only: the PDP's body is read
 	// when the notification is published).
 	Diff []policy.PatchOp `json:"diff"`
-	// Refused is what the request would be refused for; when it is not
-	// empty, publishing would change nothing, and Components is empty.
+	// Refused is what the publish would be refused for, given what is
+	// loaded (a body that is not a valid policy_body is answered 400, as
+	// the publish answers it); when it is not empty, publishing would
+	// change nothing, and Components is empty.
 	Refused []WhatIfRefusal `json:"refused"`
 	// Notes say what would be left as it is, and why.
 	Notes []string `json:"notes"`
@@ -82,7 +84,9 @@ const (
 var whatIfViews = []string{topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied}
 
 // whatIfPush answers a dry run of POST /v1/policies: each body is checked
-// as the publish checks it (checkPushed), the catalog entry is decided
+// as the publish checks it (checkPushed: a body policy.Check refuses is
+// answered 400, as the publish answers it; one older than the loaded
+// version is listed as refused), the catalog entry is decided
 // as pdp-ingest decides it (pdpingest.Decide), and the change is matched
 // as the matcher matches it (matcher.Preview).
 func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.RawMessage) *web.Error {
@@ -95,11 +99,12 @@ func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.R
 	ids := map[string]bool{}
 	for i, b := range bodies {
 		c, e := s.checkPushed(i, b)
-		if c.PolicyID != "" {
-			ids[c.PolicyID] = true
-			if latest.PolicyID == "" || c.Version > latest.Version {
-				latest = c
-			}
+		if c.PolicyID == "" {
+			return e // a body policy.Check refuses is a bad request, dry or not
+		}
+		ids[c.PolicyID] = true
+		if latest.PolicyID == "" || c.Version > latest.Version {
+			latest = c
 		}
 		if e != nil {
 			out.Refused = append(out.Refused, WhatIfRefusal{Index: &i, By: ByNorthAPI, Status: e.Status, Reason: e.Msg})

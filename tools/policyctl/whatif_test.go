@@ -1,0 +1,42 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/policyflow/policyflow/topology"
+)
+
+// TestPolicyPushDryRun: policy push --dry-run asks one policy_id at a
+// time and prints each what-if as a table (or JSON), and publishes
+// nothing; a body that is not a valid policy_body is refused (exit 1).
+func TestPolicyPushDryRun(t *testing.T) {
+	url, k := northAPI(t)
+	t.Setenv("PF_API", url)
+	two := `[{"policyName": "DCAE.Config_C.2.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"k": 1}},
+	  {"policyName": "DCAE.Config_D.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"k": 2}}]`
+	r := policyctlIn(t, two, "policy", "push", "--dry-run", "-")
+	if r.code != 0 || !strings.Contains(r.out, "policy DCAE.Config_C version 2 (none loaded) — dry run, nothing was published") ||
+		!strings.Contains(r.out, "policy DCAE.Config_D version 1") || !strings.Contains(r.out, "0 would change, 0 unchanged") {
+		t.Errorf("policy push --dry-run: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	r = policyctlIn(t, `{"policyName": "DCAE.Config_C.2.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"k": 1}}`, "policy", "push", "--dry-run", "-o", "json", "-")
+	var w map[string]any
+	if err := json.Unmarshal([]byte(r.out), &w); r.code != 0 || err != nil || w["policy_id"] != "DCAE.Config_C" || w["count"] != float64(0) {
+		t.Errorf("policy push --dry-run -o json: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	r = policyctlIn(t, `{"policyName": "DCAE.Config_C.2.xml", "policyConfigStatus": "CONFIG_NOT_FOUND", "config": {"k": 1}}`, "policy", "push", "--dry-run", "-")
+	if r.code != 1 || !strings.Contains(r.errOut, "CONFIG_NOT_FOUND") {
+		t.Errorf("a refused dry run: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	// A real push afterwards: the only record on pdp.notifications.
+	if r = policyctlIn(t, `{"policyName": "DCAE.Config_E.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"k": 1}}`, "policy", "push", "-"); r.code != 0 {
+		t.Fatalf("policy push: exit %d stderr %q", r.code, r.errOut)
+	}
+	for _, rec := range readTopic(t, k, topology.PDPNotifications, 1) {
+		if string(rec.Key) != "DCAE.Config_E" {
+			t.Errorf("a dry run published %s", rec.Key)
+		}
+	}
+}
