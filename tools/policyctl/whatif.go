@@ -154,4 +154,3 @@ func orDash(s string) string {
 	}
 	return s
 }
-
