@@ -106,6 +106,9 @@ func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.R
 		if latest.PolicyID == "" || c.Version > latest.Version {
 			latest = c
 		}
+		if e != nil && !s.mayReadLoaded(r, c.PolicyID) {
+			e = nil // a tenant is told nothing of another tenant's policy
+		}
 		if e != nil {
 			out.Refused = append(out.Refused, WhatIfRefusal{Index: &i, By: ByNorthAPI, Status: e.Status, Reason: e.Msg})
 			continue
@@ -228,6 +231,13 @@ func (s *API) loaded(r *http.Request, id string, out *WhatIf) *catalogEntry {
 	v := e.PolicyVersion
 	out.LoadedVersion = &v
 	return e
+}
+
+// mayReadLoaded reports whether r's caller may read the catalog entry of
+// id, true when there is none (mayReadPolicy).
+func (s *API) mayReadLoaded(r *http.Request, id string) bool {
+	e, ok := s.catalog.get(id)
+	return !ok || mayReadPolicy(web.PrincipalOf(r.Context()), e)
 }
 
 // diff sets the patch from the loaded body to the body published;
