@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,24 @@ func BenchmarkWhatIfOf(b *testing.B) {
 		if out.Count != 5000+100 {
 			b.Fatalf("count %d", out.Count)
 		}
+	}
+}
+
+// TestWhatIfOfANotificationForATenantsPolicy: a PDP notification may not
+// change a tenant's policy; pdp-ingest's refusal is in the what-if.
+func TestWhatIfOfANotificationForATenantsPolicy(t *testing.T) {
+	v1 := checkedBody(t, 1, map[string]any{"ONAPName": "DCAE"}, map[string]any{"limit": 1})
+	loaded := loadedEntry(v1, 2)
+	loaded.Tenant = "t1"
+	b, err := pdpBody(policy.LoadedPolicy{PolicyName: "DCAE.Config_X.2.xml", VersionNo: "2", Matches: map[string]string{"ONAPName": "DCAE"}}, loaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := newWhatIf()
+	out.PolicyID = v1.PolicyID
+	whatIfOf(&out, loaded, pdpingest.Request{Route: pdpingest.Route{PolicyID: v1.PolicyID, AskPDP: true}, PDPBodies: []json.RawMessage{loaded.Body, b}},
+		[]*events.Component{whatIfComp("c1", "t1", []string{v1.PolicyID})}, func(string) (*appliedState, bool) { return holding(v1), true })
+	if len(out.Refused) != 1 || out.Refused[0].By != ByPDPIngest || !strings.Contains(out.Refused[0].Reason, `belongs to tenant "t1"`) || out.Count != 0 {
+		t.Errorf("what-if: %+v", out)
 	}
 }
