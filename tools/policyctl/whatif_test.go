@@ -30,6 +30,10 @@ func TestPolicyPushDryRun(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.errOut, "CONFIG_NOT_FOUND") {
 		t.Errorf("a refused dry run: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
 	}
+	r = policyctl(t, "pdp", "notify", "--dry-run", writeFile(t, "n.json", `{"loadedPolicies": [{"policyName": "DCAE.Config_B.1.xml", "versionNo": "1"}]}`))
+	if r.code != 0 || !strings.Contains(r.out, "policy DCAE.Config_B version 1 (none loaded) — dry run") {
+		t.Errorf("pdp notify --dry-run: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
 	// A real push afterwards: the only record on pdp.notifications.
 	if r = policyctlIn(t, `{"policyName": "DCAE.Config_E.1.xml", "policyConfigStatus": "CONFIG_RETRIEVED", "config": {"k": 1}}`, "policy", "push", "-"); r.code != 0 {
 		t.Fatalf("policy push: exit %d stderr %q", r.code, r.errOut)
