@@ -153,7 +153,7 @@ func TestWhatIfWritesNothing(t *testing.T) {
 	}
 	// An older version is refused as the publish would refuse it.
 	w = dry(p.token, "/v1/policies?dry_run=true", body(4, "new", 2))
-	if len(w.Refused) != 1 || w.Refused[0].Status != http.StatusConflict || w.Count != 0 {
+	if len(w.Refused) != 1 || w.Refused[0].Status != http.StatusConflict || w.Count != 0 || w.Unchanged != 3 {
 		t.Errorf("dry run of version 4: %+v, want it refused with 409", w)
 	}
 	// A tenant sees its own components only.

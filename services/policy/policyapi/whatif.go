@@ -123,9 +123,7 @@ func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.R
 	if loaded != nil && latest.PolicyID != "" {
 		out.diff(loaded.Body, latest.JSON, false)
 	}
-	if len(out.Refused) == 0 {
-		s.decideAndMatch(r, &out, loaded, pdpingest.Request{Route: pdpingest.Route{PolicyID: out.PolicyID, Pushed: checked}})
-	}
+	s.decideAndMatch(r, &out, loaded, pdpingest.Request{Route: pdpingest.Route{PolicyID: out.PolicyID, Pushed: checked}})
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -286,12 +284,16 @@ func whatIfOf(out *WhatIf, loaded *catalogEntry, req pdpingest.Request, comps []
 	if loaded != nil {
 		req.Current = loaded.record()
 	}
-	d, err := pdpingest.Decide(req)
-	if err != nil {
-		out.Refused = append(out.Refused, WhatIfRefusal{By: ByPDPIngest, Reason: err.Error()})
-		return
+	// A request the North API refuses changes nothing: only who holds
+	// the policy is counted.
+	var d pdpingest.Decision
+	if len(out.Refused) == 0 {
+		var err error
+		if d, err = pdpingest.Decide(req); err != nil {
+			out.Refused = append(out.Refused, WhatIfRefusal{By: ByPDPIngest, Reason: err.Error()})
+		}
+		out.Notes = append(out.Notes, d.Notes...)
 	}
-	out.Notes = append(out.Notes, d.Notes...)
 	has := map[string]*events.ComponentPolicies{}
 	held := map[string]appliedPolicy{}
 	for _, c := range comps {

@@ -99,7 +99,7 @@ func TestWhatIfOfRefusedByPDPIngest(t *testing.T) {
 	out.PolicyID = v5.PolicyID
 	whatIfOf(&out, loadedEntry(v5, 3), pdpingest.Request{Route: pdpingest.Route{PolicyID: v5.PolicyID, Pushed: []policy.Checked{v5b}}},
 		[]*events.Component{whatIfComp("c1", "", []string{"DCAE.Config_X"})}, func(string) (*appliedState, bool) { return holding(v5), true })
-	if len(out.Refused) != 1 || out.Refused[0].By != ByPDPIngest || out.Count != 0 {
+	if len(out.Refused) != 1 || out.Refused[0].By != ByPDPIngest || out.Count != 0 || out.Unchanged != 1 {
 		t.Errorf("what-if: %+v", out)
 	}
 }
