@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -153,4 +154,12 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// outputGiven reports whether -o (or --output) was given on the command
+// line.
+func outputGiven(fs *flag.FlagSet) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "o" || f.Name == "output" })
+	return given
 }
