@@ -19,6 +19,9 @@ import (
 // reasons already printed.
 var errRefused = &exitError{code: exitFailure}
 
+// whatIfRows is how many components a what-if's table lists.
+const whatIfRows = 200
+
 // runWhatIf sends each file to path with ?dry_run=true and prints what
 // publishing it would do. A push naming several policy_ids is asked about
 // one policy_id at a time (the North API's dry run is about one policy).
@@ -107,7 +110,11 @@ func printWhatIf(w io.Writer, data []byte) error {
 	if len(wi.Components) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "COMPONENT\tSERVICE_COMPONENT_NAME\tDEPLOYMENT\tCHANGE\tFROM_VERSION")
-		for _, c := range wi.Components {
+		for i, c := range wi.Components {
+			if i == whatIfRows {
+				fmt.Fprintf(tw, "… %d more (-o json lists every one)\t\t\t\t\n", len(wi.Components)-whatIfRows)
+				break
+			}
 			from := "-"
 			if c.FromVersion != nil {
 				from = *c.FromVersion
@@ -118,7 +125,12 @@ func printWhatIf(w io.Writer, data []byte) error {
 			return err
 		}
 	}
-	fmt.Fprintf(w, "%d would change, %d unchanged\n", wi.Count, wi.Unchanged)
+	kinds := map[string]int{}
+	for _, c := range wi.Components {
+		kinds[c.Change]++
+	}
+	fmt.Fprintf(w, "%d would change (%d added, %d updated, %d removed), %d unchanged\n", wi.Count,
+		kinds[policyapi.ChangeAdded], kinds[policyapi.ChangeUpdated], kinds[policyapi.ChangeRemoved], wi.Unchanged)
 	if len(wi.Diff) > 0 {
 		fmt.Fprintf(w, "diff against the loaded version:\n")
 		for _, op := range wi.Diff {
