@@ -9,6 +9,8 @@ var routeOwners = map[string]web.Owner{
 	"DELETE /v1/components/{component_id}":                web.ByPath("component_id", web.OwnedComponent),
 	"GET /v1/components/{component_id}/status":            web.ByPath("component_id", web.OwnedComponent),
 	"POST /v1/components/{component_id}/renotify":         web.NotTenants,
+	// Publishing is not for tenants; a tenant's dry run (dryRunners in
+	// routes.go) writes nothing and shows its own components only.
 	"POST /v1/pdp/notifications":                          web.NotTenants,
 	"POST /v1/policies":                                   web.NotTenants,
 	"GET /v1/policies/{policy_id}/rollout":                web.ByPath("policy_id", web.OwnedPolicy),
