@@ -5,10 +5,10 @@ import "github.com/policyflow/policyflow/services/internal/web"
 // routeOwners is the owner check of every route, by "METHOD path"; a
 // route missing here fails the API's tests.
 var routeOwners = map[string]web.Owner{
-	"PUT /v1/components/{component_id}":                   web.ByPath("component_id", web.OwnedComponent),
-	"DELETE /v1/components/{component_id}":                web.ByPath("component_id", web.OwnedComponent),
-	"GET /v1/components/{component_id}/status":            web.ByPath("component_id", web.OwnedComponent),
-	"POST /v1/components/{component_id}/renotify":         web.NotTenants,
+	"PUT /v1/components/{component_id}":           web.ByPath("component_id", web.OwnedComponent),
+	"DELETE /v1/components/{component_id}":        web.ByPath("component_id", web.OwnedComponent),
+	"GET /v1/components/{component_id}/status":    web.ByPath("component_id", web.OwnedComponent),
+	"POST /v1/components/{component_id}/renotify": web.NotTenants,
 	// Publishing is not for tenants; a tenant's dry run (dryRunners in
 	// routes.go) writes nothing and shows its own components only.
 	"POST /v1/pdp/notifications":                          web.NotTenants,
