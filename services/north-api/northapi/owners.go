@@ -5,14 +5,12 @@ import "github.com/policyflow/policyflow/services/internal/web"
 // routeOwners is the owner check of every route, by "METHOD path"; a
 // route missing here fails the API's tests.
 var routeOwners = map[string]web.Owner{
-	"PUT /v1/components/{component_id}":           web.ByPath("component_id", web.OwnedComponent),
-	"DELETE /v1/components/{component_id}":        web.ByPath("component_id", web.OwnedComponent),
-	"GET /v1/components/{component_id}/status":    web.ByPath("component_id", web.OwnedComponent),
-	"POST /v1/components/{component_id}/renotify": web.NotTenants,
-	// Publishing is not for tenants; a tenant's dry run (dryRunners in
-	// routes.go) writes nothing and shows its own components only.
+	"PUT /v1/components/{component_id}":                   web.ByPath("component_id", web.OwnedComponent),
+	"DELETE /v1/components/{component_id}":                web.ByPath("component_id", web.OwnedComponent),
+	"GET /v1/components/{component_id}/status":            web.ByPath("component_id", web.OwnedComponent),
+	"POST /v1/components/{component_id}/renotify":         web.NotTenants,
 	"POST /v1/pdp/notifications":                          web.NotTenants,
-	"POST /v1/policies":                                   web.NotTenants,
+	"POST /v1/policies":                                   web.NotTenants, // publishing; a tenant's dry run (dryRunners) writes nothing and shows its own components
 	"GET /v1/policies/{policy_id}/rollout":                web.ByPath("policy_id", web.OwnedPolicy),
 	"POST /v1/catchup":                                    web.NotTenants,
 	"GET /v1/catchup/{request_id}":                        web.NotTenants,
