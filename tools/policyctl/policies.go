@@ -36,11 +36,18 @@ func runFileCommand(ctx context.Context, args []string, name, summary, path stri
 		"\n\nGiven several files, it sends each in its own request, with a progress bar on a terminal (a line"+
 		"\nper file otherwise) and a summary; it exits 1 when one was refused, after trying every one.", "FILE|- [FILE...]")
 	api := registerAPIFlags(fs)
+	dry := fs.Bool("dry-run", false, "publish nothing: show what publishing would do (the components added, updated and removed, the diff, what would be refused), one policy_id at a time")
+	// -o: a dry run's what-if is a table by default; an accepted publish
+	// is printed as JSON unless -o says otherwise.
+	out := registerOutputFlag(fs, outputTable)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return usageErrorf("%s takes a FILE (or - for stdin), or several FILEs", name)
+	}
+	if *dry {
+		return runWhatIf(ctx, api, out, path, fs.Args())
 	}
 	send := func(file string) ([]byte, error) {
 		data, err := readJSONArg(ctx, file)
@@ -53,6 +60,13 @@ func runFileCommand(ctx context.Context, args []string, name, summary, path stri
 		answer, err := send(fs.Arg(0))
 		if err != nil {
 			return err
+		}
+		if outputGiven(fs) {
+			format, err := out.check()
+			if err != nil {
+				return err
+			}
+			return printOutput(stdout(ctx), format, answer, nil)
 		}
 		return printAnswer(ctx, answer)
 	}

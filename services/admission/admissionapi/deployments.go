@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,13 +63,9 @@ type DeploymentVerdict struct {
 }
 
 func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
-	dryRun := false
-	if v := r.URL.Query().Get("dry_run"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return web.Errorf(http.StatusBadRequest, "dry_run=%q: give true or false", v)
-		}
-		dryRun = b
+	dryRun, e := web.DryRun(r)
+	if e != nil {
+		return e
 	}
 	var req admit.Request
 	if e := web.DecodeJSON(w, r, web.MaxRequestBytes, &req, true, DeploymentExample); e != nil {

@@ -14,7 +14,9 @@
 // what is too large for one record.
 //
 // The decision logic (Matcher, Catalog, Partition) is pure and does no I/O;
-// Stage wires it to Kafka through services/runtime.
+// Stage wires it to Kafka through services/runtime. Preview runs the same
+// decision on a state built for one question, for the North API's
+// what-if of a policy publish.
 //
 // Choices operators can observe:
 //

@@ -10,7 +10,7 @@ var routeOwners = map[string]web.Owner{
 	"GET /v1/components/{component_id}/status":            web.ByPath("component_id", web.OwnedComponent),
 	"POST /v1/components/{component_id}/renotify":         web.NotTenants,
 	"POST /v1/pdp/notifications":                          web.NotTenants,
-	"POST /v1/policies":                                   web.NotTenants,
+	"POST /v1/policies":                                   web.NotTenants, // publishing; a tenant's dry run (dryRunners) writes nothing and shows its own components
 	"GET /v1/policies/{policy_id}/rollout":                web.ByPath("policy_id", web.OwnedPolicy),
 	"POST /v1/catchup":                                    web.NotTenants,
 	"GET /v1/catchup/{request_id}":                        web.NotTenants,

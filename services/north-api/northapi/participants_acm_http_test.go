@@ -220,7 +220,7 @@ func TestACMRuntimeParticipantsAndStatusReport(t *testing.T) {
 	}{
 		{http.MethodGet, "/participants?page=1", nil, http.StatusBadRequest, "give both"},
 		{http.MethodGet, "/participants?page=-1&size=2", nil, http.StatusBadRequest, "page from 0"},
-		{http.MethodGet, "/participants?name=x", nil, http.StatusBadRequest, "filters no participant"},
+		{http.MethodGet, "/participants?name=x", nil, http.StatusBadRequest, "takes only page, size"},
 		{http.MethodGet, "/participants?sort=x", nil, http.StatusBadRequest, "unknown query parameter"},
 		{http.MethodGet, "/participants/nobody", nil, http.StatusNotFound, "participant nobody is unknown"},
 		{http.MethodPut, "/participants/nobody", nil, http.StatusNotFound, "participant nobody is unknown"},

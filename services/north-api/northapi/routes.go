@@ -54,6 +54,81 @@ func (s *Server) routeTable() []route {
 	}, slices.Concat(s.participantRoutes(), s.acmRuntimeRoutes(), s.nodeManagementRoutes(), s.admissionRoutes(), s.placementRoutes())...)
 }
 
+// routeQueries are the query parameters of the routes that take any, by
+// "METHOD path" as the route table names them; every other route takes
+// none. The router refuses (400) a parameter a route does not take, on
+// every method: on a write, an ignored parameter is a write the caller did
+// not ask for (POST /v1/policies?dry_run=true once published); on a read,
+// an ignored filter or page shows something else than asked, and no
+// reference system's client sends these routes parameters they do not
+// take (the ACM runtime's GET /participants takes page and size, as ONAP's
+// does). Only the
+// status page and /healthcheck, opened by browsers and probes that add
+// their own, ignore unknown ones.
+func routeQueries() map[string]web.Query {
+	acmParticipants := web.Takes("page", "size")
+	return map[string]web.Query{
+		"POST /v1/policies":                                           web.Takes(web.DryRunParam),
+		"POST /v1/pdp/notifications":                                  web.Takes(web.DryRunParam),
+		"GET /v1/policies/{policy_id}/rollout":                        web.Takes("limit", "version"),
+		"POST /v1/deployments":                                        web.Takes(web.DryRunParam),
+		"PUT /v1/orgs/{org}/nmps/{name}":                              web.Takes("dryRun"),
+		"GET /v1/orgs/{org}/nodes/{node}/directive":                   web.Takes("index", "wait"),
+		"POST /v1/agentpackages":                                      web.Takes("sha256"),
+		"GET " + acmapi.RuntimeBase + "/participants":                 acmParticipants,
+		"GET " + acmapi.RuntimeBase + "/participants/{participantId}": acmParticipants,
+		"GET /ui/":         {Lenient: true},
+		"GET /healthcheck": {Lenient: true},
+	}
+}
+
+// bodiless are the write routes that take no body: the router refuses
+// one with fields in it (400), as every other write route's handler
+// decodes its body strictly (web.DecodeJSON with strict, or
+// policy.Check for a pushed policy body, whose fields are the policy's
+// own).
+var bodiless = map[string]bool{
+	"DELETE /v1/components/{component_id}":        true,
+	"POST /v1/components/{component_id}/renotify": true,
+	"DELETE /v1/orgs/{org}/nmps/{name}":           true,
+	"DELETE /v1/orgs/{org}/nodes/{node}":          true,
+	"POST /v1/orgs/{org}/nodes/{node}/token":      true,
+	"DELETE /v1/orgs/{org}/nodes/{node}/token":    true,
+	"DELETE /policies/{policy_id}":                true,
+	"DELETE /v1/datacenters/{datacenter_id}":      true,
+}
+
+// dryRunners may call a route with ?dry_run=true besides the roles the
+// route table gives it: a dry run writes nothing, and a tenant's answer
+// shows only its own components.
+var dryRunners = map[string]web.Access{
+	"POST /v1/policies":          web.Readers,
+	"POST /v1/pdp/notifications": web.Readers,
+}
+
+// dryRunAccess is the access of a route that write (the roles of the
+// route) and dry (the roles that may only ask for a dry run) may call, and
+// h behind the check that a caller of a dry role asked for a dry run.
+func dryRunAccess(write, dry web.Access, h web.HandlerFunc) (web.Access, web.HandlerFunc) {
+	all := web.Roles(write.Roles...)
+	for _, r := range dry.Roles {
+		if !all.Allows(r) {
+			all.Roles = append(all.Roles, r)
+		}
+	}
+	return all, func(w http.ResponseWriter, r *http.Request) *web.Error {
+		isDry, e := web.DryRun(r)
+		if e != nil {
+			return e
+		}
+		if p := web.PrincipalOf(r.Context()); !isDry && !write.Allows(p.Role) {
+			return web.Errorf(http.StatusForbidden, "token %s has role %s, which may not call %s %s; it needs one of the roles %s (with ?%s=true, which writes nothing, every reader may)",
+				p.Name, p.Role, r.Method, r.URL.Path, write.RoleNames(), web.DryRunParam)
+		}
+		return h(w, r)
+	}
+}
+
 // Who may call the node management routes. Tenants and agents whose token
 // names a tenant act only in the org of that name.
 var (
@@ -214,8 +289,18 @@ func (s *Server) mux() *recordingMux {
 	mux := &recordingMux{ServeMux: http.NewServeMux()}
 	methods := map[string][]string{}
 	var paths []string
+	queries := routeQueries()
 	for _, rt := range s.routeTable() {
-		mux.Handle(rt.method+" "+rt.path, s.wrap(rt.method+" "+rt.path, s.guard(rt.access, rt.h)))
+		pattern := rt.method + " " + rt.path
+		h, access := rt.h, rt.access
+		if bodiless[pattern] {
+			h = web.NoBody(h)
+		}
+		h = web.StrictQuery(queries[pattern], h)
+		if dry, ok := dryRunners[pattern]; ok {
+			access, h = dryRunAccess(rt.access, dry, h)
+		}
+		mux.Handle(pattern, s.wrap(pattern, s.guard(access, h)))
 		if methods[rt.path] == nil {
 			paths = append(paths, rt.path)
 		}

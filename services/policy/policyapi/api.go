@@ -1,6 +1,9 @@
 // Package policyapi is the policy flow's HTTP API: components register
 // (deploy.components) and read their status and Consul folder; policy
-// engines announce and push policies (pdp.notifications, policy.pushes);
+// engines announce and push policies (pdp.notifications, policy.pushes),
+// and anyone who reads asks what a publish would do first (the what-if of
+// ?dry_run=true, decided by pdp-ingest's and the matcher's own code,
+// writing nothing);
 // operators ask for catch-ups and follow them (catchup.requests,
 // catchup.progress), follow a policy's rollout and the pipeline's status;
 // and the ONAP DCAE policy-handler and config-binding-service read routes.

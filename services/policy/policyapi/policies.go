@@ -61,6 +61,12 @@ func (s *API) PdpNotifications(w http.ResponseWriter, r *http.Request) *web.Erro
 	if err := n.Validate(); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
+	if dry, e := web.DryRun(r); e != nil || dry {
+		if e != nil {
+			return e
+		}
+		return s.whatIfNotification(w, r, n)
+	}
 	now := time.Now().UTC()
 	byID := map[string]*events.PdpNotification{}
 	ids := n.PolicyIDs()
@@ -131,6 +137,12 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	if len(bodies) == 0 {
 		return web.Errorf(http.StatusBadRequest, "the array holds no policy; send at least one policy_body, e.g. %s", policiesExample)
 	}
+	if dry, e := web.DryRun(r); e != nil || dry {
+		if e != nil {
+			return e
+		}
+		return s.whatIfPush(w, r, bodies)
+	}
 	type group struct {
 		id       string
 		bodies   []string
@@ -140,11 +152,8 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	var groups []*group
 	open := map[string]*group{}
 	for i, b := range bodies {
-		c, err := policy.Check(b)
-		if err != nil {
-			return web.Errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
-		}
-		if e := s.olderThanLoaded(i, c); e != nil {
+		c, e := s.checkPushed(i, b)
+		if e != nil {
 			return e
 		}
 		g := open[c.PolicyID]
@@ -269,6 +278,17 @@ func (s *API) Renotify(w http.ResponseWriter, r *http.Request) *web.Error {
 	s.Log.Info().Str("request_id", req.RequestID).Str("component_id", id).Str("deployment_id", dep).Msg("renotify requested")
 	web.WriteJSON(w, http.StatusAccepted, RenotifyAccepted{RequestID: req.RequestID, ComponentID: id, DeploymentID: dep, Partitions: n})
 	return nil
+}
+
+// checkPushed is the North API's check of the i-th pushed body: policy.Check
+// (400), then olderThanLoaded (409). c is set when policy.Check accepted
+// the body.
+func (s *API) checkPushed(i int, b []byte) (c policy.Checked, _ *web.Error) {
+	c, err := policy.Check(b)
+	if err != nil {
+		return c, web.Errorf(http.StatusBadRequest, "policies[%d] is refused: %v; nothing of this request was published", i, err)
+	}
+	return c, s.olderThanLoaded(i, c)
 }
 
 // olderThanLoaded refuses (409) a pushed body whose version is older than

@@ -28,6 +28,24 @@ type catalogEntry struct {
 	// Tenant owns the policy; "" is global (policy.MayHold).
 	Tenant  string
 	decoded policy.Body
+	// What else the record says, for a decision on it as pdp-ingest and
+	// the matcher make it (record).
+	bodyHash, source string
+	revision         int64
+	updatedAt        time.Time
+}
+
+// record is the policy.catalog record the entry was read from.
+func (e *catalogEntry) record() *events.PolicyCatalogEntry {
+	r := &events.PolicyCatalogEntry{
+		PolicyID: e.PolicyID, PolicyName: e.PolicyName, PolicyVersion: e.PolicyVersion,
+		Body: string(e.Body), BodyHash: e.bodyHash, Status: e.Status, UpdatedAt: e.updatedAt,
+		Revision: e.revision, Tenant: e.Tenant, Source: e.source,
+	}
+	if e.Error != "" {
+		r.Error = &e.Error
+	}
+	return r
 }
 
 // catalogView is policy.catalog: the latest valid body per policy_id,
@@ -57,6 +75,10 @@ func followCatalog(env runtime.Env) (*catalogView, error) {
 			ChangedAt:     m.Timestamp,
 			Tenant:        e.Tenant,
 			decoded:       b,
+			bodyHash:      e.BodyHash,
+			source:        e.Source,
+			revision:      e.Revision,
+			updatedAt:     e.UpdatedAt,
 		}, nil
 	}, nil)
 	if err != nil {
@@ -180,6 +202,7 @@ func (v *componentsView) withServiceComponent(scn string) []*events.Component {
 // component: its version and the update that brought that version.
 type appliedPolicy struct {
 	Version     string
+	BodyHash    string
 	UpdateID    string
 	ConsulIndex int64
 	Generation  int64
@@ -256,6 +279,7 @@ func foldApplied(prev *appliedState, a *events.ComponentApplied) *appliedState {
 		}
 		st.Policies[p.PolicyID] = appliedPolicy{
 			Version:     p.PolicyVersion,
+			BodyHash:    p.BodyHash,
 			UpdateID:    a.UpdateID,
 			ConsulIndex: a.ConsulIndex,
 			Generation:  a.Generation,
