@@ -210,3 +210,53 @@ func deployments(ids []string) string {
 	}
 	return s + " " + strings.Join(ids, ", ")
 }
+
+// Holds lists what of u the model cannot hold, naming the deployments: a
+// leaf or network edge in use that the model does not have, a demand in
+// a dimension it does not name, more in use than a leaf's capacity or an
+// edge's bandwidth. A model that replaces one deployments use must hold
+// what they use.
+func (m *Model) Holds(u *Usage) []string {
+	if u.Empty() {
+		return nil
+	}
+	var out []string
+	for _, id := range u.Leaves() {
+		d, by := u.leaves[id], deployments(u.users[id])
+		l, ok := m.leafNo[id]
+		if !ok {
+			out = append(out, fmt.Sprintf("leaf %s, used by %s, is not in the model", id, by))
+			continue
+		}
+		for k, v := range d {
+			switch {
+			case k >= len(m.capacity[l]):
+				if v != 0 {
+					out = append(out, fmt.Sprintf("leaf %s: %s in dimension %d in use by %s, a dimension the model does not name", id, num(v), k, by))
+				}
+			case v > m.capacity[l][k]:
+				out = append(out, fmt.Sprintf("leaf %s: %s %s in use by %s, its capacity would be %s", id, num(v), m.dc.Dimensions[k], by, num(m.capacity[l][k])))
+			}
+		}
+	}
+	netNo := make(map[string]int, len(m.netID))
+	for i, id := range m.netID {
+		netNo[id] = i
+	}
+	links := make([]string, 0, len(u.links))
+	for id := range u.links {
+		links = append(links, id)
+	}
+	slices.Sort(links)
+	for _, id := range links {
+		bw, by := u.links[id], deployments(u.users["network "+id])
+		e, ok := netNo[id]
+		switch {
+		case !ok || m.netParent[e] < 0:
+			out = append(out, fmt.Sprintf("network edge of %s, used by %s, is not in the model", id, by))
+		case bw > m.netBW[e]:
+			out = append(out, fmt.Sprintf("network edge %s: %s bytes/s in use by %s, its bandwidth would be %s", m.edgeName(int32(e)), num(bw), by, num(m.netBW[e])))
+		}
+	}
+	return out
+}

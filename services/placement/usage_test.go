@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -136,5 +137,38 @@ func TestRemainingLeavesTheModelAlone(t *testing.T) {
 	}
 	if got := m.capacity[m.leafNo["r1-pm1"]]; got[0] != 16 {
 		t.Errorf("the model's own capacity changed: %v", got)
+	}
+}
+
+// TestHoldsWhatIsInUse: a replacement model must keep the leaves in use
+// and enough capacity for them.
+func TestHoldsWhatIsInUse(t *testing.T) {
+	m := exampleModel(t)
+	var used Usage
+	used.Add("d1", Use{Leaves: map[string][]float64{"r1-pm1": {12, 8, 0}}, Links: map[string]float64{"tor1": 5e9}})
+	if ps := m.Holds(&used); len(ps) != 0 {
+		t.Errorf("the model itself does not hold its usage: %v", ps)
+	}
+	dc := *m.Datacenter()
+	dc.Location = slices.Clone(dc.Location)
+	dc.Network = slices.Clone(dc.Network)
+	for i := range dc.Location {
+		if dc.Location[i].ID == "r1-pm1" {
+			dc.Location[i].Capacity = []float64{8, 64, 2000}
+		}
+	}
+	for i := range dc.Network {
+		if dc.Network[i].ID == "tor1" {
+			dc.Network[i].Bandwidth = 1e9
+		}
+	}
+	smaller, err := Compile(&dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(smaller.Holds(&used), "\n")
+	want := "leaf r1-pm1: 12 vcpu in use by deployment d1, its capacity would be 8\nnetwork edge tor1-core: 5000000000 bytes/s in use by deployment d1, its bandwidth would be 1000000000"
+	if got != want {
+		t.Errorf("Holds = %q\nwant %q", got, want)
 	}
 }

@@ -79,7 +79,7 @@ func TestCheckPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := mustRequest(t, haRequest(t, tc.edit))
 			v, _ := Evaluate(context.Background(), req, nil)
-			CheckPlacement(&v, dcs)
+			CheckPlacement(&v, dcs, nil)
 			if v.Admitted != (len(tc.violations) == 0) {
 				t.Errorf("admitted = %v", v.Admitted)
 			}
@@ -133,7 +133,7 @@ func TestRequestWithoutPlacementUnchanged(t *testing.T) {
 		t.Fatalf("JSON = %s, %v", b, err)
 	}
 	v, _ := Evaluate(context.Background(), r, nil)
-	CheckPlacement(&v, func(string) (*placement.Model, bool) { t.Fatal("looked a datacenter up"); return nil, false })
+	CheckPlacement(&v, func(string) (*placement.Model, bool) { t.Fatal("looked a datacenter up"); return nil, false }, nil)
 	if !v.Admitted {
 		t.Fatal(v.Violations)
 	}

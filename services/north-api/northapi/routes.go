@@ -140,6 +140,8 @@ func (s *Server) admissionRoutes() []route {
 	return []route{
 		{http.MethodPost, "/v1/deployments", s.adm.PostDeployment, deployers},
 		{http.MethodGet, "/v1/deployments/{deployment_id}", s.adm.GetDeployment, web.Readers},
+		// The handler holds a tenant to its own deployments.
+		{http.MethodDelete, "/v1/deployments/{deployment_id}", s.adm.DeleteDeployment, deployers},
 		{http.MethodGet, "/policies", s.adm.ListAppPolicies, web.Readers},
 		{http.MethodPost, "/policies", s.adm.CreateAppPolicy, web.Operators},
 		{http.MethodGet, "/policies/{policy_id}", s.adm.GetAppPolicy, web.Readers},
