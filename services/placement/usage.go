@@ -72,30 +72,47 @@ type Usage struct {
 
 // Add counts what one deployment uses.
 func (u *Usage) Add(deployment string, use Use) {
-	if u.leaves == nil {
-		u.leaves, u.links, u.users = map[string][]float64{}, map[string]float64{}, map[string][]string{}
-	}
 	for l, d := range use.Leaves {
-		s := u.leaves[l]
-		if len(s) < len(d) {
-			s = append(s, make([]float64, len(d)-len(s))...)
-		}
-		for k, v := range d {
-			s[k] += v
-		}
-		u.leaves[l] = s
-		u.user(l, deployment)
+		u.Take(deployment, l, d)
 	}
 	for e, bw := range use.Links {
-		u.links[e] += bw
-		u.user("network "+e, deployment)
+		u.TakeLink(deployment, e, bw)
 	}
 }
 
+// Take counts a demand a deployment puts on a leaf.
+func (u *Usage) Take(deployment, leaf string, demand []float64) {
+	u.init()
+	s := u.leaves[leaf]
+	if len(s) < len(demand) {
+		s = append(s, make([]float64, len(demand)-len(s))...)
+	}
+	for k, v := range demand {
+		s[k] += v
+	}
+	u.leaves[leaf] = s
+	u.user(leaf, deployment)
+}
+
+// TakeLink counts the bandwidth a deployment takes on the network edge
+// from vertex to its parent.
+func (u *Usage) TakeLink(deployment, vertex string, bytesPerSecond float64) {
+	u.init()
+	u.links[vertex] += bytesPerSecond
+	u.user("network "+vertex, deployment)
+}
+
+func (u *Usage) init() {
+	if u.leaves == nil {
+		u.leaves, u.links, u.users = map[string][]float64{}, map[string]float64{}, map[string][]string{}
+	}
+}
+
+// user records a deployment on a leaf or edge (sorted, and each once,
+// when read).
 func (u *Usage) user(at, deployment string) {
-	if !slices.Contains(u.users[at], deployment) {
-		u.users[at] = append(u.users[at], deployment)
-		slices.Sort(u.users[at])
+	if us := u.users[at]; len(us) == 0 || us[len(us)-1] != deployment {
+		u.users[at] = append(us, deployment)
 	}
 }
 
@@ -120,7 +137,13 @@ func (u *Usage) Users(leaf string) []string {
 	if u == nil {
 		return nil
 	}
-	return u.users[leaf]
+	return sortedUsers(u.users[leaf])
+}
+
+func sortedUsers(ids []string) []string {
+	out := slices.Clone(ids)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // inUse is what is in use on a model, by leaf number and network vertex,
@@ -198,6 +221,7 @@ func (m *Model) bandwidthText(e int32) string {
 // deployments names at most five deployments.
 func deployments(ids []string) string {
 	const most = 5
+	ids = sortedUsers(ids)
 	if len(ids) == 0 {
 		return "earlier deployments"
 	}

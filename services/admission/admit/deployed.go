@@ -36,13 +36,7 @@ type DeployedSet map[string]*events.Deployment
 // (the model was replaced around the API) counts what still fits.
 func (s DeployedSet) For(req *Request, dcs Datacenters) *Deployed {
 	d := &Deployed{}
-	ids := make([]string, 0, len(s))
-	for id := range s {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		e := s[id]
+	for id, e := range s {
 		if id == req.DeploymentID {
 			continue
 		}
@@ -53,9 +47,17 @@ func (s DeployedSet) For(req *Request, dcs Datacenters) *Deployed {
 			if d.Usage == nil {
 				d.Usage = &placement.Usage{}
 			}
-			d.Usage.Add(id, UseOf(e))
+			for _, r := range e.Resources {
+				if len(r.Demand) > 0 {
+					d.Usage.Take(id, r.Leaf, r.Demand)
+				}
+			}
+			for _, l := range e.Links {
+				d.Usage.TakeLink(id, l.Vertex, l.BytesPerSecond)
+			}
 		}
 	}
+	slices.SortFunc(d.Tenant, func(a, b *events.Deployment) int { return strings.Compare(a.DeploymentID, b.DeploymentID) })
 	return d
 }
 
