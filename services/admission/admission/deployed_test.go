@@ -10,7 +10,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -190,5 +192,42 @@ func TestStageAdmitsOneOfTwoRacingRequests(t *testing.T) {
 	}
 	if admitted != 1 {
 		t.Errorf("%d of the two racing requests admitted; want exactly one", admitted)
+	}
+}
+
+// TestRewoundForgetsAbortedDecisions: what a decision folds into the
+// tables at once (its deployment, its components) is dropped when its
+// transaction aborts, and what the topics hold stays.
+func TestRewoundForgetsAbortedDecisions(t *testing.T) {
+	c := stagetest.NewCluster(t, 1, stageTopics...)
+	c.Produce(t, topology.Deployments, "kept", &events.Deployment{DeploymentID: "kept", Tenant: "t1", Applications: []events.DeployedApplication{},
+		Resources: []events.PlacedResource{}, Links: []events.LinkUse{}, Components: []string{}})
+	r := &run{}
+	st := r.stage()
+	_, closeStage, err := st.Setup(t.Context(), stagetest.Env(c.Kafka))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStage()
+	outs, err := Decide(t.Context(), request("r1", "phantom", "t1", `{"deployment_id":"phantom","tenant":"t1","applications":[{"name":"a","class":"x.A"}]}`), nil,
+		State{Policies: nil, Datacenters: func(string) (*placement.Model, bool) { return nil, false }, Owners: NewNames(), Deployed: admit.DeployedSet{}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stage's own admitter, as the handler left it after deciding.
+	a := r.admitter()
+	a.took(outs)
+	if _, ok := a.deps.Get("phantom"); !ok || len(a.names.Deployment("phantom")) != 1 {
+		t.Fatal("the decision was not folded in")
+	}
+	if err := st.Rewound(t.Context(), stagetest.Env(c.Kafka), map[string][]int32{}); err != nil {
+		t.Fatal(err)
+	}
+	a = r.admitter()
+	if _, ok := a.deps.Get("phantom"); ok || len(a.names.Deployment("phantom")) != 0 {
+		t.Error("the aborted decision's deployment is still counted after Rewound")
+	}
+	if _, ok := a.deps.Get("kept"); !ok {
+		t.Error("the committed deployment is gone after Rewound")
 	}
 }

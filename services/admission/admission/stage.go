@@ -209,7 +209,21 @@ func (ts *tables) close() {
 const PollRecords = 1000
 
 // Stage is the admission stage.
-func Stage() runtime.Stage {
+func Stage() runtime.Stage { return (&run{}).stage() }
+
+// run is the admitter of a stage's run, for Rewound.
+type run struct {
+	mu  sync.Mutex
+	cur *admitter
+}
+
+func (r *run) admitter() *admitter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+func (r *run) stage() runtime.Stage {
 	return runtime.Stage{
 		Name:   topology.StageAdmission,
 		Mode:   runtime.Transactional,
@@ -218,7 +232,26 @@ func Stage() runtime.Stage {
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup:       setup,
+		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+			a, err := newAdmitter(ctx, env)
+			if err != nil {
+				return nil, nil, err
+			}
+			r.mu.Lock()
+			r.cur = a
+			r.mu.Unlock()
+			return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
+		},
+		// The decisions of an aborted transaction were folded into the
+		// names and the deployments at once (admitter.took): read the
+		// tables again, without them, before its requests are decided
+		// again.
+		Rewound: func(ctx context.Context, _ runtime.Env, _ map[string][]int32) error {
+			if a := r.admitter(); a != nil {
+				return a.reread(ctx)
+			}
+			return nil
+		},
 	}
 }
 
@@ -244,19 +277,40 @@ type admitter struct {
 	covered  map[int32]int64
 }
 
-// setup follows the tables, reads them to their ends and returns the
-// handler that decides each request.
-func setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+// newAdmitter follows the tables and reads them to their ends.
+func newAdmitter(ctx context.Context, env runtime.Env) (*admitter, error) {
 	log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
-	a := &admitter{env: env, log: log, pols: NewPolicies(log), dcs: NewDatacenters(log), names: NewNames(), deps: NewDeployments()}
-	if err := a.open(ctx); err != nil {
+	a := &admitter{env: env, log: log}
+	if err := a.start(ctx); err != nil {
 		a.close()
-		return nil, nil, err
+		return nil, err
+	}
+	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Msg("application policies, datacenters, components, verdicts and deployments read")
+	return a, nil
+}
+
+// start reads every table afresh.
+func (a *admitter) start(ctx context.Context) error {
+	a.pols, a.dcs, a.names, a.deps = NewPolicies(a.log), NewDatacenters(a.log), NewNames(), NewDeployments()
+	a.ts = tables{}
+	if err := a.open(ctx); err != nil {
+		return err
 	}
 	a.adm = kadm.NewClient(a.cl)
-	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Msg("application policies, datacenters, components, verdicts and deployments read")
-	a.caughtUp = time.Now()
-	return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
+	a.caughtUp, a.covered = time.Now(), nil
+	return nil
+}
+
+// reread drops the tables and reads them again from their topics: what
+// an aborted transaction folded in is gone.
+func (a *admitter) reread(ctx context.Context) error {
+	a.close()
+	a.cl, a.adm = nil, nil
+	if err := a.start(ctx); err != nil {
+		return fmt.Errorf("admission: read the tables again after an aborted transaction: %w", err)
+	}
+	a.log.Info().Int("deployments", a.deps.Len()).Msg("tables read again after an aborted transaction")
+	return nil
 }
 
 // open follows the tables, creates the client that lists the offsets of
