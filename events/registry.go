@@ -25,6 +25,8 @@ const (
 	SchemaAdmissionVerdict     = "policyflow.AdmissionVerdict"
 	SchemaAppPolicy            = "policyflow.AppPolicy"
 	SchemaDatacenter           = "policyflow.Datacenter"
+	SchemaDeployment           = "policyflow.Deployment"
+	SchemaBillingEvent         = "policyflow.BillingEvent"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -50,6 +52,8 @@ func (*DeploymentRequest) SchemaName() string    { return SchemaDeploymentReques
 func (*AdmissionVerdict) SchemaName() string     { return SchemaAdmissionVerdict }
 func (*AppPolicy) SchemaName() string            { return SchemaAppPolicy }
 func (*Datacenter) SchemaName() string           { return SchemaDatacenter }
+func (*Deployment) SchemaName() string           { return SchemaDeployment }
+func (*BillingEvent) SchemaName() string         { return SchemaBillingEvent }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -76,6 +80,8 @@ var newEvent = map[string]func() Event{
 	SchemaAdmissionVerdict:     func() Event { return new(AdmissionVerdict) },
 	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
 	SchemaDatacenter:           func() Event { return new(Datacenter) },
+	SchemaDeployment:           func() Event { return new(Deployment) },
+	SchemaBillingEvent:         func() Event { return new(BillingEvent) },
 }
 
 // SchemaNames lists the full name of every event schema.

@@ -503,13 +503,91 @@ type NodeRecompute struct {
 // by the admission stage. Request is the request as canonical JSON (see
 // services/admission/admit.Request).
 type DeploymentRequest struct {
-	RequestID    string    `avro:"request_id"`
-	DeploymentID string    `avro:"deployment_id"`
-	Tenant       string    `avro:"tenant"`
-	Request      string    `avro:"request"`
-	SubmittedBy  string    `avro:"submitted_by"`
-	SubmittedAt  time.Time `avro:"submitted_at"`
+	RequestID    string `avro:"request_id"`
+	DeploymentID string `avro:"deployment_id"`
+	Tenant       string `avro:"tenant"`
+	Request      string `avro:"request"`
+	// Action is ActionDeploy (Request says what) or ActionDelete.
+	Action      string    `avro:"action"`
+	SubmittedBy string    `avro:"submitted_by"`
+	SubmittedAt time.Time `avro:"submitted_at"`
 }
+
+// Actions of a DeploymentRequest.
+const (
+	ActionDeploy = "deploy"
+	ActionDelete = "delete"
+)
+
+// Deployment is what an admitted deployment holds, as deploy.deployments
+// keeps it (a tombstone once the deployment is deleted): the state later
+// requests are decided against.
+type Deployment struct {
+	DeploymentID string                `avro:"deployment_id"`
+	Tenant       string                `avro:"tenant"`
+	Environment  string                `avro:"environment"`
+	RequestID    string                `avro:"request_id"`
+	Applications []DeployedApplication `avro:"applications"`
+	VMs          int32                 `avro:"vms"`
+	Datacenter   string                `avro:"datacenter"`
+	Resources    []PlacedResource      `avro:"resources"`
+	Links        []LinkUse             `avro:"links"`
+	Components   []string              `avro:"components"`
+	AdmittedAt   time.Time             `avro:"admitted_at"`
+}
+
+// DeployedApplication is one application of a Deployment, as admitted.
+type DeployedApplication struct {
+	Name      string   `avro:"name" json:"name"`
+	Class     string   `avro:"class" json:"class"`
+	Package   string   `avro:"package" json:"package,omitempty"`
+	Inherits  []string `avro:"inherits" json:"inherits,omitempty"`
+	Instances int32    `avro:"instances" json:"instances"`
+	Flavor    string   `avro:"flavor" json:"flavor,omitempty"`
+}
+
+// PlacedResource is one resource of a Deployment on its leaf.
+type PlacedResource struct {
+	ResourceID string    `avro:"resource_id" json:"resource_id"`
+	Kind       string    `avro:"kind" json:"kind,omitempty"`
+	Leaf       string    `avro:"leaf" json:"leaf"`
+	Demand     []float64 `avro:"demand" json:"demand"`
+}
+
+// LinkUse is the bandwidth a Deployment takes on one network edge (the
+// edge from Vertex to its parent).
+type LinkUse struct {
+	Vertex         string  `avro:"vertex" json:"vertex"`
+	BytesPerSecond float64 `avro:"bytes_per_second" json:"bytes_per_second"`
+}
+
+// BillingEvent is a billable change of a deployment, on billing.events.
+type BillingEvent struct {
+	EventID      string              `avro:"event_id"`
+	Kind         string              `avro:"kind"`
+	DeploymentID string              `avro:"deployment_id"`
+	Tenant       string              `avro:"tenant"`
+	Environment  string              `avro:"environment"`
+	Datacenter   string              `avro:"datacenter"`
+	Applications []BilledApplication `avro:"applications"`
+	VMs          int32               `avro:"vms"`
+	RequestID    string              `avro:"request_id"`
+	At           time.Time           `avro:"at"`
+}
+
+// BilledApplication is one application of a BillingEvent.
+type BilledApplication struct {
+	Name      string `avro:"name"`
+	Class     string `avro:"class"`
+	Instances int32  `avro:"instances"`
+	Flavor    string `avro:"flavor"`
+}
+
+// Kinds of a BillingEvent.
+const (
+	BillingAdmitted = "deployment.admitted"
+	BillingDeleted  = "deployment.deleted"
+)
 
 // AdmissionFinding is what one rule of an application policy found.
 type AdmissionFinding struct {

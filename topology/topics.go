@@ -36,7 +36,19 @@ const (
 	AdmissionVerdicts = "admission.verdicts"
 	AppPolicies       = "app.policies"
 	Datacenters       = "placement.datacenters"
+	Deployments       = "deploy.deployments"
+	BillingEvents     = "billing.events"
 )
+
+// DeployRequestsKey is the key of every deploy.requests record: the
+// requests of all deployments share one partition, so the admission
+// stage decides them one at a time in one order. Whatever counts what is
+// already deployed (capacity on a datacenter, quotas per environment and
+// per tenant, required applications per environment, and who holds which
+// name) is decided against every decision before it: two requests racing
+// for the last capacity cannot both be admitted, on one stage member or
+// several.
+const DeployRequestsKey = "deployments"
 
 // The pipeline stages that are built; each is its own binary and consumer
 // group and owns one dead letter topic, DLQ(stage).
@@ -189,9 +201,19 @@ func Default() []Topic {
 			Doc: "deployed components with their policy ids, policy filters and notify target; tombstone when uninstalled",
 		}),
 		del(Topic{
-			Name: DeployRequests, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.DeploymentRequest",
+			Name: DeployRequests, Partitions: DefaultPartitions, Key: "deployments (constant)", ValueSchema: "policyflow.DeploymentRequest",
 			Writers: l(RoleNorthAPI), Readers: l(StageAdmission),
-			Doc: "deployment requests (tenant, environment, applications) to be admitted or denied by the tenant's application policies",
+			Doc: "deployment requests (tenant, environment, applications) and deletions, to be admitted or denied by the tenant's application policies against what is deployed",
+		}),
+		compact(Topic{
+			Name: Deployments, Partitions: LowVolumePartitions, Key: "deployment_id", ValueSchema: "policyflow.Deployment",
+			Writers: l(StageAdmission), Readers: l(StageAdmission, RoleNorthAPI),
+			Doc: "what each admitted deployment holds (environment, applications, instances, resources on leaves with demands, bandwidth); tombstone when deleted",
+		}),
+		del(Topic{
+			Name: BillingEvents, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.BillingEvent",
+			Writers: l(StageAdmission), Readers: l(RoleOperators),
+			Doc: "one event per admitted and per deleted deployment: tenant, environment, applications with instances and flavours, time",
 		}),
 		compact(Topic{
 			Name: AdmissionVerdicts, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionVerdict",

@@ -178,6 +178,22 @@ func TestAdmissionSeedExamples(t *testing.T) {
 			}
 			return nil
 		}))
+
+		// Deleted: the verdict goes, the component is uninstalled and
+		// its Consul folder wiped.
+		p.must(http.MethodDelete, "/v1/deployments/"+v.DeploymentID, nil)
+		testkit.Eventually(p.t, time.Minute, testkit.Named(v.DeploymentID+" deleted", func() error {
+			if code, out := p.do(http.MethodGet, "/v1/deployments/"+v.DeploymentID, nil); code != http.StatusNotFound {
+				return fmt.Errorf("%d %s", code, out)
+			}
+			return nil
+		}))
+		testkit.Eventually(p.t, 2*time.Minute, testkit.Named(scn+" wiped", func() error {
+			if items := p.items(scn); len(items) != 0 {
+				return fmt.Errorf("items %v", keys(items))
+			}
+			return nil
+		}))
 	})
 
 	t.Run("the audit lists admitted deployments a new policy would deny", func(t *testing.T) {

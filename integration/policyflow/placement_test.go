@@ -2,10 +2,14 @@ package policyflow_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // placementExample reads a file of services/placement/examples.
@@ -42,6 +46,22 @@ func TestPlacementSeedUseCases(t *testing.T) {
 		return tpl
 	}
 
+	// undeploy deletes deployments and waits until they are gone: what
+	// they held is free for the next subtest.
+	undeploy := func(t *testing.T, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			id += "-" + sfx
+			p.must(http.MethodDelete, "/v1/deployments/"+id, nil)
+			testkit.Eventually(t, time.Minute, testkit.Named(id+" deleted", func() error {
+				if code, out := p.do(http.MethodGet, "/v1/deployments/"+id, nil); code != http.StatusNotFound {
+					return fmt.Errorf("%d %s", code, out)
+				}
+				return nil
+			}))
+		}
+	}
+
 	// Multiple HA clusters of appservers: 12 VMs in 3 groups of 4, each
 	// group under LLMN anti-collocation L1=rack, L2=PM, N=2.
 	t.Run("HA clusters: a compliant placement is admitted, two members of a cluster on one PM are denied, a proposal is admitted", func(t *testing.T) {
@@ -71,6 +91,7 @@ func TestPlacementSeedUseCases(t *testing.T) {
 		if v := p.deploy(request("ha-proposed", tpl)); !v.Admitted || len(v.Warnings) != 0 {
 			t.Fatalf("the proposed placement %v: %+v", proposal.Placement, v)
 		}
+		undeploy(t, "ha-ok", "ha-proposed")
 	})
 
 	// Hadoop with direct attached storage: a hop-count limit of 0 between
@@ -87,6 +108,7 @@ func TestPlacementSeedUseCases(t *testing.T) {
 		if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Message != want {
 			t.Fatalf("a volume on the storage box: %+v\nwant denied: %s", v, want)
 		}
+		undeploy(t, "hadoop-das")
 	})
 
 	// The seed's Hadoop template as written (Proposal A: groups object,
@@ -136,6 +158,27 @@ func TestPlacementSeedUseCases(t *testing.T) {
 		want := `tenant "tenant-p": resources M11, M12: M11 and M12 share rack r1; anti-collocation at rack (rule placement.anti-collocation of policy first-two-apart)`
 		if !v.Admitted || len(v.Violations) != 0 || len(v.Warnings) != 1 || v.Warnings[0].Message != want {
 			t.Fatalf("soft violation: %+v\nwant admitted with the warning: %s", v, want)
+		}
+		undeploy(t, "ha-soft")
+	})
+
+	// Capacity already used counts: ha-clusters puts 4 vCPU on each of 12
+	// PMs of 16. Four fit; the fifth is denied naming the PM, its
+	// capacity and who uses it; deleting one makes room.
+	t.Run("capacity: the fifth HA deployment onto the same PMs is denied until one is deleted", func(t *testing.T) {
+		for i := 1; i <= 4; i++ {
+			if v := p.deploy(request(fmt.Sprintf("ha-%d", i), placementExample(t, "ha-clusters.json"))); !v.Admitted {
+				t.Fatalf("ha-%d: %+v", i, v)
+			}
+		}
+		v := p.deploy(request("ha-5", placementExample(t, "ha-clusters.json")))
+		want := fmt.Sprintf(`tenant "tenant-p": resources M11: leaf r1-pm1 is overloaded in vcpu: M11 demand 4, its capacity is 16, of which 16 is in use by deployments ha-1-%[1]s, ha-2-%[1]s, ha-3-%[1]s, ha-4-%[1]s; non-overload (rule placement.non-overload of policy non-overload)`, sfx)
+		if v.Admitted || len(v.Violations) != 12 || v.Violations[0].Message != want {
+			t.Fatalf("ha-5: %+v\nwant denied, first: %s", v, want)
+		}
+		undeploy(t, "ha-1")
+		if v := p.deploy(request("ha-5", placementExample(t, "ha-clusters.json"))); !v.Admitted {
+			t.Fatalf("ha-5 after ha-1 was deleted: %+v", v)
 		}
 	})
 

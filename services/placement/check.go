@@ -280,7 +280,7 @@ func (c *checker) nonOverload() {
 	for _, l := range order {
 		for k, u := range used[l] {
 			if capk := c.m.capacity[l][k]; u > capk {
-				rep.add(false, c.ids(on[l], 10), "leaf %s is overloaded in %s: %s demand %s, its capacity is %s; non-overload", c.m.leafID[l], dims[k], c.names(on[l], 10), num(u), num(capk))
+				rep.add(false, c.ids(on[l], 10), "leaf %s is overloaded in %s: %s demand %s, its capacity is %s; non-overload", c.m.leafID[l], dims[k], c.names(on[l], 10), num(u), c.m.capacityText(l, k))
 			}
 		}
 	}
@@ -347,7 +347,7 @@ func (c *checker) bandwidth() {
 			more = fmt.Sprintf(" and %d more pairs", u.n-len(u.pairs))
 		}
 		c.out = append(c.out, Finding{PolicyID: strings.Join(u.policies, ","), Type: Bandwidth, Hard: u.hard, Resources: slices.Clone(u.pairs),
-			Message: fmt.Sprintf("network edge %s needs %s bytes/s for %s%s; its bandwidth is %s", c.m.edgeName(e), num(u.need), strings.Join(u.pairs, ", "), more, num(c.m.netBW[e]))})
+			Message: fmt.Sprintf("network edge %s needs %s bytes/s for %s%s; its bandwidth is %s", c.m.edgeName(e), num(u.need), strings.Join(u.pairs, ", "), more, c.m.bandwidthText(e))})
 	}
 	if n > maxFindingsPerPolicy {
 		c.out = append(c.out, Finding{PolicyID: Bandwidth, Type: Bandwidth, Hard: extraHard, Resources: []string{}, Message: fmt.Sprintf("and %d more network edges short of bandwidth", n-maxFindingsPerPolicy)})

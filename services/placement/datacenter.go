@@ -147,6 +147,10 @@ type Model struct {
 	// byNet[netLo[v]:netHi[v]].
 	netLo, netHi []int32
 	byNet        []int32
+
+	// used is what Remaining took off the capacities (nil on a model as
+	// compiled).
+	used *inUse
 }
 
 // Datacenter is the model's datacenter as given.

@@ -106,8 +106,8 @@ func requestRecord(enc func(string, string, events.Event) (*kgo.Record, error), 
 	if err != nil {
 		return nil, err
 	}
-	return enc(topology.DeployRequests, r.DeploymentID, &events.DeploymentRequest{
-		RequestID: requestID, DeploymentID: r.DeploymentID, Tenant: r.Tenant, Request: string(body),
+	return enc(topology.DeployRequests, topology.DeployRequestsKey, &events.DeploymentRequest{
+		RequestID: requestID, DeploymentID: r.DeploymentID, Tenant: r.Tenant, Request: string(body), Action: events.ActionDeploy,
 		SubmittedBy: "pfbench", SubmittedAt: time.Now().UTC(),
 	})
 }

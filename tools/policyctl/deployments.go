@@ -18,10 +18,12 @@ const (
 	appPolicyUpdateSummary = "replace an application policy from a JSON file (- for stdin)"
 	appPolicyDeleteSummary = "delete an application policy"
 	appPolicyAuditSummary  = "list the admitted deployments an application policy would deny now"
+	undeploySummary        = "delete a deployment: release its capacity, instances and names, and remove its components (DELETE /v1/deployments/{id})"
 )
 
 func init() {
 	register(command{name: "deploy", summary: deploySummary, run: runDeploy})
+	register(command{name: "undeploy", summary: undeploySummary, run: runUndeploy})
 	register(command{name: "app-policy list", summary: appPolicyListSummary, run: runAppPolicyList})
 	register(command{name: "app-policy get", summary: appPolicyGetSummary, run: runAppPolicyGet})
 	register(command{name: "app-policy create", summary: appPolicyCreateSummary, run: runAppPolicyCreate})
@@ -188,4 +190,10 @@ func runAppPolicyUpdate(ctx context.Context, args []string) error {
 		return err
 	}
 	return printAnswer(ctx, answer)
+}
+
+func runUndeploy(ctx context.Context, args []string) error {
+	return runOneIDCommand(ctx, args, "undeploy", undeploySummary, "DEPLOYMENT_ID", func(api *apiClient, id string) ([]byte, error) {
+		return api.do(ctx, http.MethodDelete, "/v1/deployments/"+url.PathEscape(id), nil)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/policyflow/policyflow/services/admission/admission"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -72,6 +73,19 @@ func TestDeployAndAppPolicyCommands(t *testing.T) {
 	r = policyctl(t, "deploy", writeFile(t, "d.json", deploymentFile("dep-ok", "com.example.Analytics", "m1.xlarge")))
 	if got := stdoutJSON(t, r); r.code != 0 || got["admitted"] != true || got["deployment_id"] != "dep-ok" {
 		t.Fatalf("deploy: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	// Undeployed: the deletion is queued, and once decided the
+	// deployment is gone.
+	r = policyctl(t, "undeploy", "dep-ok")
+	if got := stdoutJSON(t, r); r.code != 0 || got["status"] != "deleting" || got["tenant"] != "t1" {
+		t.Fatalf("undeploy: exit %d stdout %q stderr %q", r.code, r.out, r.errOut)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r = policyctl(t, "undeploy", "dep-ok"); r.code == 0 && time.Now().Before(deadline); r = policyctl(t, "undeploy", "dep-ok") {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r.code != 1 || !strings.Contains(r.errOut, "404 Not Found") {
+		t.Errorf("undeploy of a deleted deployment: exit %d stderr %q", r.code, r.errOut)
 	}
 	r = policyctl(t, "deploy", writeFile(t, "d.json", deploymentFile("dep-big", "com.example.Web", "m1.large")))
 	if got := stdoutJSON(t, r); r.code != 1 || got["admitted"] != false || !strings.Contains(r.errOut, "deployment dep-big is denied") {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func exampleFile(t *testing.T, name string) string {
@@ -81,7 +82,18 @@ func TestDatacenterAndPlaceCommands(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.errOut, `names no datacenter: add "datacenter"`) {
 		t.Fatalf("place without datacenter: exit %d stderr %q", r.code, r.errOut)
 	}
+	// A datacenter in use stays until its deployments are deleted.
 	r = policyctl(t, "dc", "delete", "dc-example")
+	if r.code != 1 || !strings.Contains(r.errOut, "409 Conflict") || !strings.Contains(r.errOut, "in use by deployments ha-ctl") {
+		t.Fatalf("dc delete of a datacenter in use: exit %d stderr %q", r.code, r.errOut)
+	}
+	if r = policyctl(t, "undeploy", "ha-ctl"); r.code != 0 {
+		t.Fatalf("undeploy: exit %d stderr %q", r.code, r.errOut)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r = policyctl(t, "dc", "delete", "dc-example"); r.code != 0 && time.Now().Before(deadline); r = policyctl(t, "dc", "delete", "dc-example") {
+		time.Sleep(200 * time.Millisecond)
+	}
 	if r.code != 0 {
 		t.Fatalf("dc delete: exit %d stderr %q", r.code, r.errOut)
 	}

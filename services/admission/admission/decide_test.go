@@ -22,11 +22,11 @@ func TestDecideGivesNoVerdictWhenStopping(t *testing.T) {
 	cancel()
 	dr := request("r1", "d1", "t1", `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"a","class":"x.A"}]}`)
 	noDCs := func(string) (*placement.Model, bool) { return nil, false }
-	outs, err := Decide(ctx, dr, nil, []*admit.Compiled{p}, noDCs, NewNames(), time.Now())
+	outs, err := Decide(ctx, dr, nil, State{Policies: []*admit.Compiled{p}, Datacenters: noDCs, Owners: NewNames()}, time.Now())
 	if !errors.Is(err, context.Canceled) || len(outs) != 0 {
 		t.Fatalf("Decide on a stopping stage = %d outputs, %v; want none and the context's error", len(outs), err)
 	}
-	outs, err = Decide(context.Background(), dr, nil, []*admit.Compiled{p}, noDCs, NewNames(), time.Now())
+	outs, err = Decide(context.Background(), dr, nil, State{Policies: []*admit.Compiled{p}, Datacenters: noDCs, Owners: NewNames()}, time.Now())
 	if err != nil || !outs[len(outs)-1].Value.(*events.AdmissionVerdict).Admitted {
 		t.Fatalf("Decide = %v, %v; want the request admitted", outs, err)
 	}

@@ -108,3 +108,16 @@ func (n *Names) Deployment(id string) []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// ComponentsOf are the components registered for a deployment, with their
+// tenants, by id.
+func (n *Names) ComponentsOf(deploymentID string) []admit.Holder {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var out []admit.Holder
+	for id, t := range n.byDeployment[deploymentID] {
+		out = append(out, admit.Holder{ComponentID: id, Tenant: t})
+	}
+	slices.SortFunc(out, func(a, b admit.Holder) int { return strings.Compare(a.ComponentID, b.ComponentID) })
+	return out
+}

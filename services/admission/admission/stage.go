@@ -209,7 +209,21 @@ func (ts *tables) close() {
 const PollRecords = 1000
 
 // Stage is the admission stage.
-func Stage() runtime.Stage {
+func Stage() runtime.Stage { return (&run{}).stage() }
+
+// run is the admitter of a stage's run, for Rewound.
+type run struct {
+	mu  sync.Mutex
+	cur *admitter
+}
+
+func (r *run) admitter() *admitter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur
+}
+
+func (r *run) stage() runtime.Stage {
 	return runtime.Stage{
 		Name:   topology.StageAdmission,
 		Mode:   runtime.Transactional,
@@ -218,7 +232,26 @@ func Stage() runtime.Stage {
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup:       setup,
+		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+			a, err := newAdmitter(ctx, env)
+			if err != nil {
+				return nil, nil, err
+			}
+			r.mu.Lock()
+			r.cur = a
+			r.mu.Unlock()
+			return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
+		},
+		// The decisions of an aborted transaction were folded into the
+		// names and the deployments at once (admitter.took): read the
+		// tables again, without them, before its requests are decided
+		// again.
+		Rewound: func(ctx context.Context, _ runtime.Env, _ map[string][]int32) error {
+			if a := r.admitter(); a != nil {
+				return a.reread(ctx)
+			}
+			return nil
+		},
 	}
 }
 
@@ -230,6 +263,7 @@ type admitter struct {
 	pols  *Policies
 	dcs   *Datacenters
 	names *Names
+	deps  *Deployments
 	// ts are the tables the stage decides against: the policies, the
 	// datacenters, and who holds which names (components, deployments).
 	ts  tables
@@ -243,19 +277,40 @@ type admitter struct {
 	covered  map[int32]int64
 }
 
-// setup follows the tables, reads them to their ends and returns the
-// handler that decides each request.
-func setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+// newAdmitter follows the tables and reads them to their ends.
+func newAdmitter(ctx context.Context, env runtime.Env) (*admitter, error) {
 	log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
-	a := &admitter{env: env, log: log, pols: NewPolicies(log), dcs: NewDatacenters(log), names: NewNames()}
-	if err := a.open(ctx); err != nil {
+	a := &admitter{env: env, log: log}
+	if err := a.start(ctx); err != nil {
 		a.close()
-		return nil, nil, err
+		return nil, err
+	}
+	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Msg("application policies, datacenters, components, verdicts and deployments read")
+	return a, nil
+}
+
+// start reads every table afresh.
+func (a *admitter) start(ctx context.Context) error {
+	a.pols, a.dcs, a.names, a.deps = NewPolicies(a.log), NewDatacenters(a.log), NewNames(), NewDeployments()
+	a.ts = tables{}
+	if err := a.open(ctx); err != nil {
+		return err
 	}
 	a.adm = kadm.NewClient(a.cl)
-	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Msg("application policies, datacenters, components and verdicts read")
-	a.caughtUp = time.Now()
-	return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
+	a.caughtUp, a.covered = time.Now(), nil
+	return nil
+}
+
+// reread drops the tables and reads them again from their topics: what
+// an aborted transaction folded in is gone.
+func (a *admitter) reread(ctx context.Context) error {
+	a.close()
+	a.cl, a.adm = nil, nil
+	if err := a.start(ctx); err != nil {
+		return fmt.Errorf("admission: read the tables again after an aborted transaction: %w", err)
+	}
+	a.log.Info().Int("deployments", a.deps.Len()).Msg("tables read again after an aborted transaction")
+	return nil
 }
 
 // open follows the tables, creates the client that lists the offsets of
@@ -271,6 +326,9 @@ func (a *admitter) open(ctx context.Context) error {
 	}
 	if err == nil {
 		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
+	}
+	if err == nil {
+		err = follow(env, &a.ts, topology.Deployments, a.deps.Apply)
 	}
 	if err != nil {
 		return err
@@ -308,28 +366,58 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		}
 		a.caughtUp, a.covered = began, ends
 	}
-	outs, err := Decide(ctx, in.Value, in.Key, a.pols.All(), a.dcs.Get, a.names, time.Now())
+	if in.Value.Action == events.ActionDelete {
+		outs, err := Remove(in.Value, a.names, a.deps.Snapshot(), time.Now())
+		if err != nil {
+			return nil, err
+		}
+		a.took(outs)
+		a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
+			Int("outputs", len(outs)).Msg("deployment deleted")
+		return outs, nil
+	}
+	outs, err := Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: a.deps.Snapshot()}, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	// The names this request took count for the next request at once,
-	// before the transaction commits them.
-	for _, o := range outs {
-		switch v := o.Value.(type) {
-		case *events.Component:
-			a.names.ApplyComponent(string(o.Key), v)
-		case *events.AdmissionVerdict:
-			a.names.ApplyVerdict(string(o.Key), v)
-		}
-	}
+	a.took(outs)
 	v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
 	a.log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
 		Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
 	return outs, nil
 }
 
+// took folds a decision's outputs into the tables at once, before the
+// transaction commits them: the names it took or released, and what it
+// deployed or deleted, count for the next request.
+func (a *admitter) took(outs []runtime.Output) {
+	for _, o := range outs {
+		switch o.Topic {
+		case topology.DeployComponents:
+			c, _ := o.Value.(*events.Component)
+			a.names.ApplyComponent(string(o.Key), c)
+		case topology.AdmissionVerdicts:
+			v, _ := o.Value.(*events.AdmissionVerdict)
+			a.names.ApplyVerdict(string(o.Key), v)
+		case topology.Deployments:
+			d, _ := o.Value.(*events.Deployment)
+			a.deps.Apply(string(o.Key), d)
+		}
+	}
+}
+
 // Source names the admission stage in the events it writes.
 const Source = "admission"
+
+// State is what a request is decided against: the application
+// policies, the datacenter models, who holds which name and what is
+// deployed.
+type State struct {
+	Policies    []*admit.Compiled
+	Datacenters admit.Datacenters
+	Owners      admit.Owners
+	Deployed    admit.DeployedSet
+}
 
 // Decide is the admission of one deployment request: its verdict on
 // admission.verdicts, preceded, when admitted, by the registration of its
@@ -341,13 +429,19 @@ const Source = "admission"
 // a datacenter has its placement checked against it (admit.CheckPlacement,
 // looking the datacenter up with dcs). A request that would write a
 // component id or Consul folder another tenant holds is denied naming the
-// owner (admit.CheckNames against owners). A record that names no
+// owner (admit.CheckNames against owners). What is deployed counts
+// (st.Deployed, cut by admit.DeployedSet.For): the rules per environment
+// and per tenant, and the capacity other deployments use on the
+// datacenter. An admitted request also writes its record on
+// deploy.deployments (admit.Record) and a billing event on
+// billing.events. A record that names no
 // deployment at all, so no verdict can be keyed, or a deployment another
 // tenant holds, whose verdict it would replace, is an error
 // (dead-lettered with the reason); a ctx that ends during the evaluation
 // gives no verdict either, but an error that is retried: the request is
 // decided again, not denied.
-func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, owners admit.Owners, now time.Time) ([]runtime.Output, error) {
+func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st State, now time.Time) ([]runtime.Output, error) {
+	policies, dcs, owners := st.Policies, st.Datacenters, st.Owners
 	dep := dr.DeploymentID
 	if dep == "" {
 		dep = string(key)
@@ -368,11 +462,12 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, polic
 	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
 	}
-	v, err := admit.Evaluate(ctx, req, policies)
+	deployed := st.Deployed.For(req, dcs)
+	v, err := admit.EvaluateDeployed(ctx, req, policies, deployed)
 	if err != nil {
 		return nil, err
 	}
-	admit.CheckPlacement(&v, dcs)
+	admit.CheckPlacement(&v, dcs, deployed.Usage)
 	admit.CheckNames(&v, owners)
 	var outs []runtime.Output
 	var ids []string
@@ -402,5 +497,50 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, polic
 	if err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("admission: verdict on %s: %w", dr.RequestID, err))
 	}
+	if v.Admitted {
+		rec := admit.Record(dr.RequestID, v.Request, admit.PlacementUse(v.Request, dcs), ids, now)
+		outs = append(outs,
+			runtime.Output{Topic: topology.Deployments, Key: []byte(dep), Value: rec},
+			runtime.Output{Topic: topology.BillingEvents, Key: []byte(dep), Value: admit.Billing(events.BillingAdmitted, dr.RequestID, rec, now)})
+	}
 	return append(outs, runtime.Output{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: ve}), nil
+}
+
+// Remove is the deletion of a deployment (a request whose action is
+// delete): its record on deploy.deployments, its components on
+// deploy.components (each a tombstone, as DELETE
+// /v1/components/{component_id} writes: the pipeline uninstalls the
+// component and wipes its Consul folder) and its verdict on
+// admission.verdicts are tombstoned, releasing its capacity, its
+// instances and its names, and a billing event says what it ran. A
+// deployment that holds nothing (deleted already) gives no output. A
+// record that names no deployment, or a deployment another tenant holds
+// (the North API checked the caller against the holder, and writes the
+// holder's tenant), is an error (dead-lettered with the reason).
+func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedSet, now time.Time) ([]runtime.Output, error) {
+	dep := dr.DeploymentID
+	if dep == "" {
+		return nil, runtime.Permanentf("admission: deletion %s names no deployment_id", dr.RequestID)
+	}
+	if c := admit.CheckClaim(admit.Claim{Tenant: dr.Tenant, DeploymentID: dep}, names); c != nil {
+		return nil, runtime.Permanentf("admission: deletion %s: %v; it is not deleted", dr.RequestID, c)
+	}
+	rec := deployed[dep]
+	if rec != nil && rec.Tenant != dr.Tenant {
+		return nil, runtime.Permanentf("admission: deletion %s of deployment %s by tenant %q: the deployment is tenant %q's; it is not deleted", dr.RequestID, dep, dr.Tenant, rec.Tenant)
+	}
+	var outs []runtime.Output
+	for _, h := range names.ComponentsOf(dep) {
+		outs = append(outs, runtime.Output{Topic: topology.DeployComponents, Key: []byte(h.ComponentID)})
+	}
+	held := len(names.Deployment(dep)) > 0
+	if rec == nil && !held {
+		return nil, nil
+	}
+	if rec != nil {
+		outs = append(outs,
+			runtime.Output{Topic: topology.Deployments, Key: []byte(dep)},
+			runtime.Output{Topic: topology.BillingEvents, Key: []byte(dep), Value: admit.Billing(events.BillingDeleted, dr.RequestID, rec, now)})
+	}
+	return append(outs, runtime.Output{Topic: topology.AdmissionVerdicts, Key: []byte(dep)}), nil
 }

@@ -13,13 +13,16 @@ import (
 	"github.com/policyflow/policyflow/topology"
 )
 
+// stageTopics are the topics the admission stage reads and writes.
+var stageTopics = []string{topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
+	topology.AppPolicies, topology.Datacenters, topology.Deployments, topology.BillingEvents, topology.DLQ(topology.StageAdmission)}
+
 func request(id, dep, tenant, body string) *events.DeploymentRequest {
 	return &events.DeploymentRequest{RequestID: id, DeploymentID: dep, Tenant: tenant, Request: body, SubmittedAt: time.UnixMilli(1_700_000_000_000).UTC()}
 }
 
 func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
-	c := stagetest.NewCluster(t, 3, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+	c := stagetest.NewCluster(t, 3, stageTopics...)
 	tenants := []string{"t1"}
 	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{
 		PolicyID: "flavor", ObjectModel: `{"maxFlavor":"m1.medium","approvedApplications":["com.example.Analytics"],"?":{"type":"io.policyflow.admission.FlavorLimit"}}`,
@@ -84,8 +87,7 @@ func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 // placement.datacenters has its placement checked; one naming a
 // datacenter that is not there is denied with the reason.
 func TestStageChecksPlacement(t *testing.T) {
-	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+	c := stagetest.NewCluster(t, 1, stageTopics...)
 	model, err := os.ReadFile("../../placement/examples/datacenter.json")
 	if err != nil {
 		t.Fatal(err)
@@ -156,8 +158,7 @@ func TestCatchUpCoversTheRequestsWrittenBeforeIt(t *testing.T) {
 // another tenant's deployment is dead-lettered, its verdict not written
 // over the owner's.
 func TestStageRefusesAnotherTenantsNames(t *testing.T) {
-	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+	c := stagetest.NewCluster(t, 1, stageTopics...)
 	c.Produce(t, topology.AdmissionVerdicts, "gx.prod", &events.AdmissionVerdict{RequestID: "g1", DeploymentID: "gx.prod", Tenant: "globex", Admitted: true,
 		Violations: []events.AdmissionFinding{}, Warnings: []events.AdmissionFinding{}, Mutations: []events.AdmissionMutation{}, Request: "{}",
 		Components: []string{"gx.prod.web"}, Policies: []string{}})

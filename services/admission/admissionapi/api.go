@@ -1,7 +1,8 @@
 // Package admissionapi is the HTTP API of deployment admission and
 // placement: tenant application policies (seed 001) written to
-// app.policies, deployment requests queued on deploy.requests for the
-// admission stage and their verdicts read back from admission.verdicts,
+// app.policies, deployment requests and deletions queued on
+// deploy.requests for the admission stage, their verdicts read back from
+// admission.verdicts and what is deployed from deploy.deployments,
 // and datacenter models (seed 002) with the placements computed on them.
 // Each topic is read as a runtime table, each record compiled once. The
 // North API (services/north-api/northapi) serves its handlers under the
@@ -36,11 +37,12 @@ type API struct {
 	appPols  *appPoliciesView
 	verdicts *verdictsView
 	dcs      *datacentersView
+	deps     *deploymentsView
 	placing  chan struct{} // a slot per placement computation running
 }
 
-// New starts the views of app.policies, admission.verdicts and
-// placement.datacenters on kit (closed with kit's views).
+// New starts the views of app.policies, admission.verdicts,
+// placement.datacenters and deploy.deployments on kit (closed with kit's views).
 func New(kit *web.Kit, opts Options) (*API, error) {
 	if opts.MaxPlacements <= 0 {
 		opts.MaxPlacements = DefaultMaxPlacements
@@ -62,6 +64,11 @@ func New(kit *web.Kit, opts Options) (*API, error) {
 	}
 	kit.Views.Add(s.dcs)
 	kit.Views.OnClose(s.dcs.Close)
+	if s.deps, err = followDeployments(kit.Env); err != nil {
+		return nil, err
+	}
+	kit.Views.Add(s.deps)
+	kit.Views.OnClose(s.deps.Close)
 	return s, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -146,6 +147,16 @@ func (s *API) PutDatacenter(w http.ResponseWriter, r *http.Request) *web.Error {
 	}
 	unlock := s.Lock("datacenter " + id)
 	defer unlock()
+	if e := s.Views.Need(topology.Deployments); e != nil {
+		return e
+	}
+	// The deployments on it must fit the new model: their leaves kept,
+	// with the capacity and bandwidth they use.
+	if _, used := s.deps.on(id); !used.Empty() {
+		if ps := m.Holds(used); len(ps) > 0 {
+			return web.Errorf(http.StatusConflict, "datacenter %s would not hold what is deployed on it: %s; delete those deployments first (DELETE /v1/deployments/{deployment_id}) or keep their leaves and capacity", id, strings.Join(ps, "; "))
+		}
+	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	rec := &events.Datacenter{DatacenterID: id, Model: string(canon), Leaves: int32(m.Leaves()), UpdatedBy: web.PrincipalOf(r.Context()).Name, Created: now, Updated: now}
 	if cur, ok := s.dcs.get(id); ok {
@@ -173,6 +184,12 @@ func (s *API) DeleteDatacenter(w http.ResponseWriter, r *http.Request) *web.Erro
 	id := d.rec.DatacenterID
 	unlock := s.Lock("datacenter " + id)
 	defer unlock()
+	if e := s.Views.Need(topology.Deployments); e != nil {
+		return e
+	}
+	if ids, _ := s.deps.on(id); len(ids) > 0 {
+		return web.Errorf(http.StatusConflict, "datacenter %s is in use by deployments %s; delete them first (DELETE /v1/deployments/{deployment_id})", id, strings.Join(ids, ", "))
+	}
 	kr := &kgo.Record{Topic: s.Env.Kafka.Topic(topology.Datacenters), Key: []byte(id)}
 	if err := s.Produce(r.Context(), kr); err != nil {
 		return s.ProduceFailed(err)
@@ -228,7 +245,7 @@ func (s *API) PostPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
 	if err := tpl.Validate(); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
-	if e := s.Views.Need(topology.Datacenters); e != nil {
+	if e := s.Views.Need(topology.Datacenters, topology.Deployments); e != nil {
 		return e
 	}
 	d, ok := s.dcs.get(tpl.Datacenter)
@@ -243,7 +260,9 @@ func (s *API) PostPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
 		return e
 	}
 	defer release()
-	p, err := placement.Propose(d.model, &tpl, placement.Options{Timeout: ProposeTimeout})
+	// Only the capacity no deployment uses is free.
+	_, used := s.deps.on(tpl.Datacenter)
+	p, err := placement.Propose(d.model.Remaining(used), &tpl, placement.Options{Timeout: ProposeTimeout})
 	var inf *placement.Infeasible
 	var inv *placement.Invalid
 	switch {

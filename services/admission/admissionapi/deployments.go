@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,7 +87,7 @@ func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error 
 	if e := s.opts.CheckComponents(&req); e != nil {
 		return e
 	}
-	if e := s.Views.Need(topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployComponents); e != nil {
+	if e := s.Views.Need(topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployComponents, topology.Deployments); e != nil {
 		return e
 	}
 	if e := ClaimNames(admit.Claim{Tenant: req.Tenant, DeploymentID: req.DeploymentID}, s.opts.Owners); e != nil {
@@ -110,14 +111,14 @@ func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error 
 		return web.Errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
 	}
 	dr := &events.DeploymentRequest{
-		RequestID: web.NewID(), DeploymentID: req.DeploymentID, Tenant: req.Tenant, Request: string(body),
+		RequestID: web.NewID(), DeploymentID: req.DeploymentID, Tenant: req.Tenant, Request: string(body), Action: events.ActionDeploy,
 		SubmittedBy: caller.Name, SubmittedAt: time.Now().UTC(),
 	}
 	value, err := s.Env.Codec.Encode(dr)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode deployment request: %v", err)
 	}
-	if err := s.Produce(r.Context(), &kgo.Record{Topic: s.Env.Kafka.Topic(topology.DeployRequests), Key: []byte(req.DeploymentID), Value: value}); err != nil {
+	if err := s.Produce(r.Context(), &kgo.Record{Topic: s.Env.Kafka.Topic(topology.DeployRequests), Key: []byte(topology.DeployRequestsKey), Value: value}); err != nil {
 		return s.ProduceFailed(err)
 	}
 	s.Log.Info().Str("request_id", dr.RequestID).Str("deployment_id", dr.DeploymentID).Str("tenant", dr.Tenant).Str("by", web.DescribeCaller(caller)).Msg("deployment request queued for admission")
@@ -126,7 +127,8 @@ func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error 
 }
 
 func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
-	v, err := admit.Evaluate(ctx, req, s.appPols.compiled())
+	deployed := s.deps.set().For(req, s.dcs.model)
+	v, err := admit.EvaluateDeployed(ctx, req, s.appPols.compiled(), deployed)
 	if err != nil {
 		// The client left: nobody reads the answer.
 		return web.Errorf(http.StatusServiceUnavailable, "dry run: %v", err)
@@ -137,7 +139,7 @@ func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Requ
 			return e
 		}
 		defer release()
-		admit.CheckPlacement(&v, s.dcs.model)
+		admit.CheckPlacement(&v, s.dcs.model, deployed.Usage)
 	}
 	admit.CheckNames(&v, s.opts.Owners)
 	ve, err := admit.VerdictEvent("dry-run", req, v, nil, time.Now())
@@ -183,5 +185,59 @@ func (s *API) GetDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 		Violations: v.Violations, Warnings: v.Warnings, Mutations: v.Mutations, Policies: v.Policies,
 		Components: v.Components, Request: json.RawMessage(v.Request), DecidedAt: v.DecidedAt.UTC().Format(time.RFC3339Nano),
 	})
+	return nil
+}
+
+// DeploymentDeleting is the answer to a deletion queued for admission.
+type DeploymentDeleting struct {
+	RequestID    string `json:"request_id"`
+	DeploymentID string `json:"deployment_id"`
+	Tenant       string `json:"tenant"`
+	// Status is "deleting": the admission stage releases the deployment
+	// (GET /v1/deployments/{deployment_id} answers 404 once it did) and
+	// removes its components.
+	Status string `json:"status"`
+}
+
+// DeleteDeployment queues the deletion of a deployment on deploy.requests,
+// in order with every request: the admission stage releases its record
+// (its capacity, instances and names) and removes its components. 404 for
+// a deployment nobody holds, 403 for another tenant's.
+func (s *API) DeleteDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
+	id := r.PathValue("deployment_id")
+	if err := check.ID("deployment_id", id); err != nil {
+		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
+	}
+	if e := s.Views.Need(topology.AdmissionVerdicts, topology.DeployComponents, topology.Deployments); e != nil {
+		return e
+	}
+	holders := s.opts.Owners.Deployment(id)
+	if rec, ok := s.deps.get(id); ok && !slices.Contains(holders, rec.Tenant) {
+		holders = append(holders, rec.Tenant)
+	}
+	if len(holders) == 0 {
+		return web.Errorf(http.StatusNotFound, "deployment %s does not exist: it was never admitted, or it was deleted already", id)
+	}
+	caller := web.PrincipalOf(r.Context())
+	if len(holders) > 1 {
+		return web.Errorf(http.StatusConflict, "deployment %s is held by tenants %q; an operator must sort its components out (DELETE /v1/components/{component_id}) first", id, holders)
+	}
+	tenant := holders[0]
+	if caller.Role == auth.RoleTenant && tenant != caller.Tenant {
+		return web.Errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", id, tenant, caller.Name, caller.Tenant)
+	}
+	dr := &events.DeploymentRequest{
+		RequestID: web.NewID(), DeploymentID: id, Tenant: tenant, Request: "", Action: events.ActionDelete,
+		SubmittedBy: caller.Name, SubmittedAt: time.Now().UTC(),
+	}
+	value, err := s.Env.Codec.Encode(dr)
+	if err != nil {
+		return web.Errorf(http.StatusInternalServerError, "encode deletion: %v", err)
+	}
+	if err := s.Produce(r.Context(), &kgo.Record{Topic: s.Env.Kafka.Topic(topology.DeployRequests), Key: []byte(topology.DeployRequestsKey), Value: value}); err != nil {
+		return s.ProduceFailed(err)
+	}
+	s.Log.Info().Str("request_id", dr.RequestID).Str("deployment_id", id).Str("tenant", tenant).Str("by", web.DescribeCaller(caller)).Msg("deployment deletion queued for admission")
+	web.WriteJSON(w, http.StatusAccepted, DeploymentDeleting{RequestID: dr.RequestID, DeploymentID: id, Tenant: tenant, Status: "deleting"})
 	return nil
 }

@@ -133,3 +133,44 @@ func followDatacenters(env runtime.Env) (*datacentersView, error) {
 }
 
 func (v *datacentersView) get(id string) (*datacenter, bool) { return v.Value(id) }
+
+// deploymentsView is deploy.deployments: what each admitted deployment
+// holds.
+type deploymentsView struct {
+	*runtime.TableOf[*events.Deployment, *events.Deployment]
+}
+
+func followDeployments(env runtime.Env) (*deploymentsView, error) {
+	t, err := runtime.FollowTableOf(env, topology.Deployments, func(m runtime.Msg[*events.Deployment], _ *events.Deployment, _ bool) (*events.Deployment, error) {
+		return m.Value, nil
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &deploymentsView{t}, nil
+}
+
+func (v *deploymentsView) get(id string) (*events.Deployment, bool) { return v.Value(id) }
+
+// set is every deployment, by id.
+func (v *deploymentsView) set() admit.DeployedSet {
+	out := admit.DeployedSet{}
+	for _, d := range v.Sorted() {
+		out[d.DeploymentID] = d
+	}
+	return out
+}
+
+// on are the deployments placed on a datacenter, by id, and what they
+// use of it.
+func (v *deploymentsView) on(datacenter string) ([]string, *placement.Usage) {
+	var ids []string
+	u := &placement.Usage{}
+	for _, d := range v.Sorted() {
+		if d.Datacenter == datacenter {
+			ids = append(ids, d.DeploymentID)
+			u.Add(d.DeploymentID, admit.UseOf(d))
+		}
+	}
+	return ids, u
+}

@@ -31,6 +31,9 @@ type budget struct {
 	// many applications the rule being evaluated had decided then.
 	ranOut   bool
 	done, of int
+	// deployed is what is already deployed (nil: nothing counted), for
+	// the rules that count it.
+	deployed *Deployed
 }
 
 func newBudget(ctx context.Context) *budget { return &budget{ctx: ctx, limit: RequestBudget} }
@@ -104,7 +107,18 @@ func Applicable(policies []*Compiled, tenant string) []*Compiled {
 // whatever the policy's mode. When ctx ends the evaluation stops and
 // the error is ctx's: there is no verdict.
 func Evaluate(ctx context.Context, req *Request, policies []*Compiled) (Verdict, error) {
-	return evaluate(newBudget(ctx), req, policies)
+	return EvaluateDeployed(ctx, req, policies, nil)
+}
+
+// EvaluateDeployed is Evaluate counting what is already deployed: the
+// rules per environment and per tenant (RequiredApplication,
+// InstanceQuota's environment and tenant scopes, InstanceNotice) add the
+// tenant's other deployments to the request. deployed nil counts the
+// request alone.
+func EvaluateDeployed(ctx context.Context, req *Request, policies []*Compiled, deployed *Deployed) (Verdict, error) {
+	b := newBudget(ctx)
+	b.deployed = deployed
+	return evaluate(b, req, policies)
 }
 
 func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {

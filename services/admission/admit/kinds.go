@@ -18,6 +18,14 @@ const (
 	KindCEL             = "io.policyflow.admission.CEL"
 )
 
+// Scopes of an InstanceQuota besides ScopeApplication (each application,
+// the default): the environment and the tenant, counting what is already
+// deployed there.
+const (
+	ScopeEnvironment = "environment"
+	ScopeTenant      = "tenant"
+)
+
 // DefaultFlavors is the flavor order FlavorLimit uses unless a policy
 // gives its own, smallest first (OpenStack's default flavors).
 var DefaultFlavors = []string{"m1.tiny", "m1.small", "m1.medium", "m1.large", "m1.xlarge"}
@@ -29,13 +37,13 @@ var kinds = map[string]kind{
 		compile: compileBlacklist,
 	},
 	KindRequiredApp: {
-		doc:     "denies an environment that does not deploy the application (a class, or a class inheriting from it)",
+		doc:     "denies an environment that does not deploy the application (a class, or a class inheriting from it), in the request or in the tenant's earlier deployments into the environment",
 		params:  []string{"application"},
 		compile: compileRequiredApp,
 	},
 	KindInstanceQuota: {
-		doc:     "denies an application with more than maxInstances instances (only the listed applications, when applications is given)",
-		params:  []string{"maxInstances", "applications"},
+		doc:     "denies more than maxInstances instances (only of the listed applications, when applications is given) per application (scope application, the default), or per environment or per tenant (scope environment, tenant) counting what is already deployed there; the VMs a placement carries count as instances",
+		params:  []string{"maxInstances", "applications", "scope"},
 		compile: compileInstanceQuota,
 	},
 	KindFlavorLimit: {
@@ -54,7 +62,7 @@ var kinds = map[string]kind{
 		compile: compileScriptInjection,
 	},
 	KindInstanceNotice: {
-		doc:     "notice (never denies): reports an environment whose instances add up to more than maxInstances",
+		doc:     "notice (never denies): reports an environment whose instances, with those already deployed there, add up to more than maxInstances",
 		params:  []string{"maxInstances"},
 		compile: compileInstanceNotice,
 	},
@@ -127,13 +135,22 @@ func compileRequiredApp(p params) (ruleSet, error) {
 	if !classRE.MatchString(name) {
 		return ruleSet{}, paramErr("application", "%q is not a qualified class name", name)
 	}
-	return ruleSet{validators: []validator{{rule: "required-application", fn: func(_ *budget, r *Request, emit func(string, string)) {
+	return ruleSet{validators: []validator{{rule: "required-application", fn: func(b *budget, r *Request, emit func(string, string)) {
 		for i := range r.Applications {
 			if r.Applications[i].Is(name) {
 				return
 			}
 		}
-		emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("deploys no %s, which every environment must have", name))
+		// An earlier deployment into the environment that runs it
+		// counts: the rule is per environment, not per request.
+		for _, e := range b.deployed.inEnvironment(r.Environment) {
+			for i := range e.Applications {
+				if deployedApp(&e.Applications[i]).Is(name) {
+					return
+				}
+			}
+		}
+		emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("deploys no %s, which every environment must have, and no earlier deployment into it does", name))
 	}}}}, nil
 }
 
@@ -146,11 +163,42 @@ func compileInstanceQuota(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(_ *budget, r *Request, emit func(string, string)) {
-		for i := range r.Applications {
-			a := &r.Applications[i]
-			if selects(apps, a) && a.Instances > maxN {
-				emit(a.describe(), fmt.Sprintf("asks for %d instances; the quota is %d per application", a.Instances, maxN))
+	scope, err := p.str("scope", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	switch scope {
+	case "":
+		scope = ScopeApplication
+	case ScopeApplication, ScopeEnvironment, ScopeTenant:
+	default:
+		return ruleSet{}, paramErr("scope", "%q is not a scope: give %s (each application, the default), %s (the environment, with what is deployed in it) or %s (all the tenant's deployments)", scope, ScopeApplication, ScopeEnvironment, ScopeTenant)
+	}
+	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(b *budget, r *Request, emit func(string, string)) {
+		switch scope {
+		case ScopeApplication:
+			for i := range r.Applications {
+				a := &r.Applications[i]
+				if n := r.instancesOf(a); selects(apps, a) && n > maxN {
+					how := fmt.Sprintf("%d instances", a.Instances)
+					if n > a.Instances {
+						how = fmt.Sprintf("%d instances (%d, and %d VMs of the placement no application accounts for)", n, a.Instances, n-a.Instances)
+					}
+					emit(a.describe(), fmt.Sprintf("asks for %s; the quota is %d per application", how, maxN))
+				}
+			}
+			return
+		case ScopeEnvironment:
+			mine := r.selectedInstances(apps)
+			had, ids := counted(b.deployed.inEnvironment(r.Environment), apps)
+			if mine > 0 && had+mine > maxN {
+				emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("would run %d instances (%s%d in this request); the quota is %d per environment", had+mine, already(had, ids), mine, maxN))
+			}
+		case ScopeTenant:
+			mine := r.selectedInstances(apps)
+			had, ids := counted(b.deployed.all(), apps)
+			if mine > 0 && had+mine > maxN {
+				emit("tenant", fmt.Sprintf("would run %d instances (%s%d in this request); the quota is %d per tenant", had+mine, already(had, ids), mine, maxN))
 			}
 		}
 	}}}}, nil
@@ -285,13 +333,15 @@ func compileInstanceNotice(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(_ *budget, r *Request, emit func(string, string)) {
-		total := 0
-		for _, a := range r.Applications {
-			total += a.Instances
-		}
-		if total > maxN {
-			emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("spawns %d instances, more than the %d the notice is set at", total, maxN))
+	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(b *budget, r *Request, emit func(string, string)) {
+		mine := r.Instances()
+		had, ids := counted(b.deployed.inEnvironment(r.Environment), nil)
+		if total := had + mine; total > maxN {
+			how := ""
+			if had > 0 {
+				how = fmt.Sprintf(" (%s%d in this request)", already(had, ids), mine)
+			}
+			emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("spawns %d instances%s, more than the %d the notice is set at", total, how, maxN))
 		}
 	}}}}, nil
 }

@@ -79,7 +79,7 @@ func TestCheckPlacement(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := mustRequest(t, haRequest(t, tc.edit))
 			v, _ := Evaluate(context.Background(), req, nil)
-			CheckPlacement(&v, dcs)
+			CheckPlacement(&v, dcs, nil)
 			if v.Admitted != (len(tc.violations) == 0) {
 				t.Errorf("admitted = %v", v.Admitted)
 			}
@@ -133,7 +133,7 @@ func TestRequestWithoutPlacementUnchanged(t *testing.T) {
 		t.Fatalf("JSON = %s, %v", b, err)
 	}
 	v, _ := Evaluate(context.Background(), r, nil)
-	CheckPlacement(&v, func(string) (*placement.Model, bool) { t.Fatal("looked a datacenter up"); return nil, false })
+	CheckPlacement(&v, func(string) (*placement.Model, bool) { t.Fatal("looked a datacenter up"); return nil, false }, nil)
 	if !v.Admitted {
 		t.Fatal(v.Violations)
 	}
@@ -180,14 +180,14 @@ func TestSeedHadoopRequest(t *testing.T) {
 	}
 	dcs := func(id string) (*placement.Model, bool) { return m, id == m.ID() }
 	v, _ := Evaluate(context.Background(), r, nil)
-	CheckPlacement(&v, dcs)
+	CheckPlacement(&v, dcs, nil)
 	if !v.Admitted || len(v.Warnings) != 0 {
 		t.Fatalf("admitted %v: %q %q", v.Admitted, Texts("t1", v.Violations), Texts("t1", v.Warnings))
 	}
 	r.Placement[vol(2)] = "rack1-node1"
 	r.Placement["WCA4-hadoop-datanode-2"] = "rack1-node1"
 	v, _ = Evaluate(context.Background(), r, nil)
-	CheckPlacement(&v, dcs)
+	CheckPlacement(&v, dcs, nil)
 	texts := strings.Join(Texts("t1", v.Violations), "\n")
 	if v.Admitted || !strings.Contains(texts, "Storage volume used by datanode server_3 shares host rack1-node1 with volume Storage volume used by datanode server_2; volume-exclusive") {
 		t.Fatalf("admitted %v: %s", v.Admitted, texts)

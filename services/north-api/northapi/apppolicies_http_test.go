@@ -201,7 +201,7 @@ func TestDeploymentsAPI(t *testing.T) {
 		t.Fatalf("dry run of a denied request: %d %s", code, raw)
 	}
 
-	// 202 and the record on deploy.requests, keyed by the deployment.
+	// 202 and the record on deploy.requests, keyed as every request is.
 	code, out, raw = s.callAs2(t, tenantToken, http.MethodPost, "/v1/deployments", dep("d1", "", "m1.small"))
 	if code != http.StatusAccepted || out["status"] != "pending" || out["tenant"] != "t1" {
 		t.Fatalf("submit: %d %s", code, raw)
@@ -211,7 +211,7 @@ func TestDeploymentsAPI(t *testing.T) {
 	if err := s.env.Codec.DecodeInto(t.Context(), recs[0].Value, &dr); err != nil {
 		t.Fatal(err)
 	}
-	if string(recs[0].Key) != "d1" || dr.Tenant != "t1" || dr.RequestID != out["request_id"] || dr.SubmittedBy != "deployer-t1" {
+	if string(recs[0].Key) != topology.DeployRequestsKey || dr.DeploymentID != "d1" || dr.Action != events.ActionDeploy || dr.Tenant != "t1" || dr.RequestID != out["request_id"] || dr.SubmittedBy != "deployer-t1" {
 		t.Errorf("deploy.requests record %q = %+v", recs[0].Key, dr)
 	}
 

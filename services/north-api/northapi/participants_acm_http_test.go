@@ -34,7 +34,7 @@ func newACMAPI(t *testing.T) *acmAPI {
 	c := stagetest.NewCluster(t, testPartitions, topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests,
 		topology.ComponentApplied, topology.CatchupProgress, topology.ACMSync, topology.ACMRuntime, topology.ACMParticipant,
 		topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages, topology.AgentDirectives,
-		topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployRequests, topology.Datacenters,
+		topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployRequests, topology.Datacenters, topology.Deployments,
 		topology.DLQ(topology.StageReplicaSync), topology.DLQ(acm.DLQStage))
 	stagetest.Run(t, replicasync.StageWith(replicasync.Config{OfflineAfter: time.Minute}), stagetest.Env(c.Kafka))
 	env := stagetest.Env(c.Kafka)

@@ -96,6 +96,7 @@ var bodiless = map[string]bool{
 	"DELETE /v1/orgs/{org}/nodes/{node}/token":    true,
 	"DELETE /policies/{policy_id}":                true,
 	"DELETE /v1/datacenters/{datacenter_id}":      true,
+	"DELETE /v1/deployments/{deployment_id}":      true,
 }
 
 // dryRunners may call a route with ?dry_run=true besides the roles the
@@ -215,6 +216,8 @@ func (s *Server) admissionRoutes() []route {
 	return []route{
 		{http.MethodPost, "/v1/deployments", s.adm.PostDeployment, deployers},
 		{http.MethodGet, "/v1/deployments/{deployment_id}", s.adm.GetDeployment, web.Readers},
+		// The handler holds a tenant to its own deployments.
+		{http.MethodDelete, "/v1/deployments/{deployment_id}", s.adm.DeleteDeployment, deployers},
 		{http.MethodGet, "/policies", s.adm.ListAppPolicies, web.Readers},
 		{http.MethodPost, "/policies", s.adm.CreateAppPolicy, web.Operators},
 		{http.MethodGet, "/policies/{policy_id}", s.adm.GetAppPolicy, web.Readers},
