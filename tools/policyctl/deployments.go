@@ -14,7 +14,7 @@ const (
 	deploySummary          = "submit a deployment request from a JSON file (- for stdin) for admission; --dry-run shows the verdict and the mutated request without deploying"
 	appPolicyListSummary   = "list the tenant application policies (GET /policies)"
 	appPolicyGetSummary    = "show one application policy with its objectModel"
-	appPolicyCreateSummary = "create an application policy from a JSON file (- for stdin): description, name, tenantIds, mode, objectModel"
+	appPolicyCreateSummary = "create an application policy from a JSON file (- for stdin): description, name, tenantIds, mode, priority, objectModel"
 	appPolicyUpdateSummary = "replace an application policy from a JSON file (- for stdin)"
 	appPolicyDeleteSummary = "delete an application policy"
 	appPolicyAuditSummary  = "list the admitted deployments an application policy would deny now"
@@ -148,7 +148,8 @@ func runAppPolicyViolations(ctx context.Context, args []string) error {
 }
 
 const appPolicyFileHelp = "\n\nThe file is the policy as JSON: {\"description\": ..., \"name\": ..., \"tenantIds\": [...] (null or left out: every tenant)," +
-	"\n\"mode\": \"enforce\"|\"audit\", \"objectModel\": {<parameters>, \"?\": {\"type\": <policy kind>}}}."
+	"\n\"mode\": \"enforce\"|\"audit\", \"priority\": N (default 0; mutations run lowest first, so the highest wins; ties by creation time)," +
+	"\n\"objectModel\": {<parameters>, \"?\": {\"type\": <policy kind>}}}."
 
 func runAppPolicyCreate(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "app-policy create", appPolicyCreateSummary+appPolicyFileHelp, "FILE|-")

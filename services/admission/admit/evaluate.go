@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -31,6 +32,9 @@ type budget struct {
 	// many applications the rule being evaluated had decided then.
 	ranOut   bool
 	done, of int
+	// original is the request as the tenant sent it, before any
+	// mutation (nil: the request evaluated is the original).
+	original *Request
 }
 
 func newBudget(ctx context.Context) *budget { return &budget{ctx: ctx, limit: RequestBudget} }
@@ -82,7 +86,9 @@ func (b *budget) finding(p *Compiled, rule string) Finding {
 }
 
 // Applicable returns the policies that apply to the tenant, in the order
-// Evaluate runs them (by policy id).
+// Evaluate runs them: by priority, lowest first (so the highest priority
+// mutates last and its value wins), then by creation time, oldest first,
+// then by policy id.
 func Applicable(policies []*Compiled, tenant string) []*Compiled {
 	var out []*Compiled
 	for _, p := range policies {
@@ -90,8 +96,19 @@ func Applicable(policies []*Compiled, tenant string) []*Compiled {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Compiled) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, order)
 	return out
+}
+
+// order is the order policies are evaluated in (see Applicable).
+func order(a, b *Compiled) int {
+	if a.Priority != b.Priority {
+		return cmp.Compare(a.Priority, b.Priority)
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // Evaluate decides a normalized request against the policies (all of
@@ -110,6 +127,9 @@ func Evaluate(ctx context.Context, req *Request, policies []*Compiled) (Verdict,
 func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 	v := Verdict{Violations: []Finding{}, Warnings: []Finding{}, Mutations: []Mutation{}, Policies: []string{}}
 	r := req.Clone()
+	// A default override asks what the tenant's request left a field at,
+	// not what an earlier policy set it to.
+	b.original = req
 	ps := Applicable(policies, req.Tenant)
 	for _, p := range ps {
 		v.Policies = append(v.Policies, p.ID)
@@ -145,6 +165,7 @@ func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 			v.Mutations = append(v.Mutations, made...)
 		}
 	}
+	v.Warnings = append(v.Warnings, conflicts(v.Mutations, ps)...)
 	for _, p := range ps {
 		for _, val := range p.rules.validators {
 			val.fn(b, r, func(object, msg string) {

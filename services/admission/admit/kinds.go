@@ -219,6 +219,11 @@ func compileDefaultOverride(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
+	if field == "instances" && !hasFrom {
+		// A request always has an instance count (left out, it is 1),
+		// so without from the override would never apply.
+		return ruleSet{}, paramErr("from", "is missing: instances always has a value (a request that leaves it out asks for 1), so an override of instances applies only where the request asks for the count given in from; add \"from\": 1 to change the count of requests that leave it out")
+	}
 	apps, err := p.strs("applications", false)
 	if err != nil {
 		return ruleSet{}, err
@@ -237,14 +242,21 @@ func compileDefaultOverride(p params) (ruleSet, error) {
 		}
 		return false
 	}
-	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(_ *budget, r *Request, emit func(Mutation)) error {
+	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(b *budget, r *Request, emit func(Mutation)) error {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			if !selects(apps, a) {
 				continue
 			}
+			// The default is what the tenant's request left the field
+			// at: an override of higher priority replaces one of lower
+			// priority, applied before it.
+			asSent := a
+			if b != nil && b.original != nil && i < len(b.original.Applications) {
+				asSent = &b.original.Applications[i]
+			}
 			cur := getField(a, field)
-			if !isDefault(cur) || jsonText(cur) == jsonText(value) {
+			if !isDefault(getField(asSent, field)) || jsonText(cur) == jsonText(value) {
 				continue
 			}
 			old := jsonText(cur)

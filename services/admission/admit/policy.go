@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/policy"
@@ -27,6 +28,8 @@ const (
 	MaxObjectModelBytes = 256 << 10
 	// MaxTenants bounds the tenants one policy is assigned to.
 	MaxTenants = 10000
+	// MaxPriority bounds a policy's priority, either way.
+	MaxPriority = 1_000_000
 )
 
 // ParamError is an objectModel that breaks its kind's contract, naming
@@ -91,7 +94,10 @@ type Compiled struct {
 	Mode string
 	// Tenants it applies to; nil for every tenant.
 	Tenants []string
-	rules   ruleSet
+	// Priority and Created order the policies (see Applicable).
+	Priority int
+	Created  time.Time
+	rules    ruleSet
 }
 
 // AppliesTo reports whether the policy applies to the tenant.
