@@ -35,6 +35,13 @@ type budget struct {
 	// original is the request as the tenant sent it, before any
 	// mutation (nil: the request evaluated is the original).
 	original *Request
+	// external calls external engines (Env.External); policyID is the
+	// policy whose rule runs.
+	external ExternalCaller
+	policyID string
+	// soft is set by a rule while it emits a finding that only warns
+	// (an external engine that failed open).
+	soft bool
 }
 
 func newBudget(ctx context.Context) *budget { return &budget{ctx: ctx, limit: RequestBudget} }
@@ -121,7 +128,15 @@ func order(a, b *Compiled) int {
 // whatever the policy's mode. When ctx ends the evaluation stops and
 // the error is ctx's: there is no verdict.
 func Evaluate(ctx context.Context, req *Request, policies []*Compiled) (Verdict, error) {
-	return evaluate(newBudget(ctx), req, policies)
+	return EvaluateWith(ctx, req, policies, Env{})
+}
+
+// EvaluateWith is Evaluate with env's callers: External policies ask
+// their engine with env.External.
+func EvaluateWith(ctx context.Context, req *Request, policies []*Compiled, env Env) (Verdict, error) {
+	b := newBudget(ctx)
+	b.external = env.External
+	return evaluate(b, req, policies)
 }
 
 func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
@@ -167,9 +182,14 @@ func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 	}
 	v.Warnings = append(v.Warnings, conflicts(v.Mutations, ps)...)
 	for _, p := range ps {
+		b.policyID = p.ID
 		for _, val := range p.rules.validators {
 			val.fn(b, r, func(object, msg string) {
-				report(p, val.notice, Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg})
+				f := Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg}
+				report(p, val.notice || b.soft, f)
+				if val.notice {
+					v.Notices = append(v.Notices, Notice{Finding: f, Webhook: val.webhook})
+				}
 			})
 			if stop(p, val.rule) {
 				return b.verdict(v, r)
@@ -202,7 +222,7 @@ func Audit(ctx context.Context, req *Request, p *Compiled) []Finding {
 	}
 	b := newBudget(ctx)
 	for _, val := range p.rules.validators {
-		if val.notice {
+		if val.notice || val.external {
 			continue
 		}
 		val.fn(b, req, func(object, msg string) {

@@ -54,8 +54,8 @@ var kinds = map[string]kind{
 		compile: compileScriptInjection,
 	},
 	KindInstanceNotice: {
-		doc:     "notice (never denies): reports an environment whose instances add up to more than maxInstances",
-		params:  []string{"maxInstances"},
+		doc:     "notice (never denies): reports an environment whose instances add up to more than maxInstances, as a warning and an event on admission.notices, delivered to webhook (a host the operator allows) when given",
+		params:  []string{"maxInstances", "webhook"},
 		compile: compileInstanceNotice,
 	},
 	KindCEL: {
@@ -297,7 +297,18 @@ func compileInstanceNotice(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(_ *budget, r *Request, emit func(string, string)) {
+	hook, err := p.str("webhook", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	var eps []Endpoint
+	if hook != "" {
+		if err := checkEndpoint("webhook", hook); err != nil {
+			return ruleSet{}, err
+		}
+		eps = []Endpoint{{Field: "objectModel.webhook", URL: hook}}
+	}
+	return ruleSet{endpoints: eps, validators: []validator{{rule: "instance-notice", notice: true, webhook: hook, fn: func(_ *budget, r *Request, emit func(string, string)) {
 		total := 0
 		for _, a := range r.Applications {
 			total += a.Instances

@@ -61,6 +61,8 @@ type ruleSet struct {
 	// cel are the CEL expressions of the rules, with their estimated
 	// costs (CheckCost).
 	cel []celProgram
+	// endpoints are the URLs the rules call.
+	endpoints []Endpoint
 }
 
 // mutator changes a request, reporting each change. A rule that
@@ -76,7 +78,12 @@ type validator struct {
 	rule string
 	// notice marks findings that never deny (the quota notification).
 	notice bool
-	fn     func(b *budget, r *Request, emit func(object, msg string))
+	// webhook, of a notice, is where the notice is sent ("" nowhere).
+	webhook string
+	// external marks a rule that asks an external engine: it is asked
+	// when a request is decided, not when a policy is audited.
+	external bool
+	fn       func(b *budget, r *Request, emit func(object, msg string))
 }
 
 // kind compiles a policy kind's parameters.
