@@ -76,6 +76,7 @@ var newEvent = map[string]func() Event{
 	SchemaAdmissionVerdict:     func() Event { return new(AdmissionVerdict) },
 	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
 	SchemaDatacenter:           func() Event { return new(Datacenter) },
+	SchemaAdmissionNotice:      func() Event { return new(AdmissionNotice) },
 }
 
 // SchemaNames lists the full name of every event schema.

@@ -34,6 +34,7 @@ const (
 	Schemas           = "schemas"
 	DeployRequests    = "deploy.requests"
 	AdmissionVerdicts = "admission.verdicts"
+	AdmissionNotices  = "admission.notices"
 	AppPolicies       = "app.policies"
 	Datacenters       = "placement.datacenters"
 )
@@ -197,6 +198,11 @@ func Default() []Topic {
 			Name: AdmissionVerdicts, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionVerdict",
 			Writers: l(StageAdmission), Readers: l(RoleNorthAPI),
 			Doc: "the latest verdict on each deployment: admitted (with the mutated request and the components registered) or denied with every violation",
+		}),
+		del(Topic{
+			Name: AdmissionNotices, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionNotice",
+			Writers: l(StageAdmission), Readers: l(RoleOperators),
+			Doc: "notices raised on deployment requests (an environment's instances over an InstanceNotice threshold), written with the verdict; the admission stage also delivers each to its policy's webhook",
 		}),
 		compact(Topic{
 			Name: AppPolicies, Partitions: LowVolumePartitions, Key: "policy_id", ValueSchema: "policyflow.AppPolicy",

@@ -17,6 +17,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -208,9 +209,17 @@ func (ts *tables) close() {
 // PollRecords caps the requests one transaction of the stage decides.
 const PollRecords = 1000
 
-// Stage is the admission stage.
-func Stage() runtime.Stage {
+// Stage is the admission stage, its endpoint rules from the environment
+// (and from flags when run by runtime.Main).
+func Stage() runtime.Stage { return StageWith(hooks.ConfigFromEnv()) }
+
+// StageWith is the admission stage calling the policies' endpoints (external
+// engines, notice webhooks) on the hosts cfg allows.
+func StageWith(cfg hooks.Config) runtime.Stage {
+	st := &stageConfig{hooks: cfg}
 	return runtime.Stage{
+		Flags:    st.hooks.RegisterFlags,
+		Settings: &st.hooks,
 		Name:   topology.StageAdmission,
 		Mode:   runtime.Transactional,
 		Inputs: []string{topology.DeployRequests},
@@ -218,9 +227,12 @@ func Stage() runtime.Stage {
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup:       setup,
+		Setup:       st.setup,
 	}
 }
+
+// stageConfig is what the stage's flags set.
+type stageConfig struct{ hooks hooks.Config }
 
 // admitter is one run of the stage: the tables it decides against and
 // how far it has caught up with them.
@@ -241,19 +253,29 @@ type admitter struct {
 	// catch-up.
 	caughtUp time.Time
 	covered  map[int32]int64
+	// ext calls the external engines; notices delivers notices to their
+	// webhooks.
+	ext     admit.Env
+	notices *delivery
 }
 
 // setup follows the tables, reads them to their ends and returns the
 // handler that decides each request.
-func setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 	log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
-	a := &admitter{env: env, log: log, pols: NewPolicies(log), dcs: NewDatacenters(log), names: NewNames()}
+	rules, err := st.hooks.Rules()
+	if err != nil {
+		return nil, nil, fmt.Errorf("admission: %w", err)
+	}
+	a := &admitter{env: env, log: log, pols: NewPolicies(log), dcs: NewDatacenters(log), names: NewNames(),
+		ext: admit.Env{External: rules.Call}}
+	a.notices = startDelivery(log, rules.Call)
 	if err := a.open(ctx); err != nil {
 		a.close()
 		return nil, nil, err
 	}
 	a.adm = kadm.NewClient(a.cl)
-	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Msg("application policies, datacenters, components and verdicts read")
+	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Strs("hook_allow", rules.Allowed()).Msg("application policies, datacenters, components and verdicts read")
 	a.caughtUp = time.Now()
 	return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
 }
@@ -286,6 +308,9 @@ func (a *admitter) open(ctx context.Context) error {
 }
 
 func (a *admitter) close() {
+	if a.notices != nil {
+		a.notices.close()
+	}
 	if a.cl != nil {
 		a.cl.Close()
 	}
@@ -308,9 +333,14 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		}
 		a.caughtUp, a.covered = began, ends
 	}
-	outs, err := Decide(ctx, in.Value, in.Key, a.pols.All(), a.dcs.Get, a.names, time.Now())
+	outs, err := DecideWith(ctx, in.Value, in.Key, a.pols.All(), a.dcs.Get, a.names, time.Now(), a.ext)
 	if err != nil {
 		return nil, err
+	}
+	for _, o := range outs {
+		if n, ok := o.Value.(*events.AdmissionNotice); ok && n.WebhookURL != "" {
+			a.notices.send(n)
+		}
 	}
 	// The names this request took count for the next request at once,
 	// before the transaction commits them.
@@ -348,6 +378,12 @@ const Source = "admission"
 // gives no verdict either, but an error that is retried: the request is
 // decided again, not denied.
 func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, owners admit.Owners, now time.Time) ([]runtime.Output, error) {
+	return DecideWith(ctx, dr, key, policies, dcs, owners, now, admit.Env{})
+}
+
+// DecideWith is Decide calling external engines with env; each notice
+// found is written on admission.notices before the verdict.
+func DecideWith(ctx context.Context, dr *events.DeploymentRequest, key []byte, policies []*admit.Compiled, dcs admit.Datacenters, owners admit.Owners, now time.Time, env admit.Env) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		dep = string(key)
@@ -368,7 +404,7 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, polic
 	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
 	}
-	v, err := admit.Evaluate(ctx, req, policies)
+	v, err := admit.EvaluateWith(ctx, req, policies, env)
 	if err != nil {
 		return nil, err
 	}
@@ -402,5 +438,6 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, polic
 	if err != nil {
 		return nil, runtime.Permanent(fmt.Errorf("admission: verdict on %s: %w", dr.RequestID, err))
 	}
+	outs = append(outs, noticeOutputs(dr.RequestID, req, v, now)...)
 	return append(outs, runtime.Output{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: ve}), nil
 }
