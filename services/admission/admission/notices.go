@@ -150,4 +150,3 @@ func (d *delivery) close() {
 		}
 	}
 }
-

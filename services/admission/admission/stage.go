@@ -220,9 +220,9 @@ func StageWith(cfg hooks.Config) runtime.Stage {
 	return runtime.Stage{
 		Flags:    st.hooks.RegisterFlags,
 		Settings: &st.hooks,
-		Name:   topology.StageAdmission,
-		Mode:   runtime.Transactional,
-		Inputs: []string{topology.DeployRequests},
+		Name:     topology.StageAdmission,
+		Mode:     runtime.Transactional,
+		Inputs:   []string{topology.DeployRequests},
 		// A request costs an evaluation of its tenant's policies and up
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
