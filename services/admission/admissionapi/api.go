@@ -13,6 +13,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/internal/web"
 )
 
@@ -27,6 +28,9 @@ type Options struct {
 	// CheckComponents holds each application's component to the rules
 	// of a component registration.
 	CheckComponents func(*admit.Request) *web.Error
+	// Hooks are the hosts policies' endpoints may be on: a policy naming
+	// another is refused, and dry runs ask external engines through them.
+	Hooks hooks.Rules
 }
 
 // API is admission's and placement's handlers and read views.

@@ -199,6 +199,11 @@ func (s *API) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *a
 	if err != nil {
 		return policyCompileError(err)
 	}
+	for _, ep := range compiled.Endpoints() {
+		if err := s.opts.Hooks.Check(ep.URL); err != nil {
+			return web.Errorf(http.StatusBadRequest, "%s: %v", ep.Field, err)
+		}
+	}
 	value, err := s.Env.Codec.Encode(rec)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode policy %s: %v", rec.PolicyID, err)

@@ -131,7 +131,7 @@ func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error 
 }
 
 func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
-	v, err := admit.Evaluate(ctx, req, s.appPols.compiled())
+	v, err := admit.EvaluateWith(ctx, req, s.appPols.compiled(), admit.Env{External: s.opts.Hooks.Call})
 	if err != nil {
 		// The client left: nobody reads the answer.
 		return web.Errorf(http.StatusServiceUnavailable, "dry run: %v", err)

@@ -29,6 +29,10 @@ const (
 	Env  = "PF_ADMISSION_HOOK_ALLOW"
 )
 
+// ErrNoHosts is why every endpoint is refused when the operator allowed
+// no host.
+var ErrNoHosts = errors.New("no host is allowed for the endpoints of application policies: set --" + Flag + " (env " + Env + ") on the North API and the admission stage")
+
 // MaxAnswerBytes bounds the answer of an endpoint that is read.
 const MaxAnswerBytes = 64 << 10
 
@@ -103,6 +107,12 @@ func (r Rules) Allowed() []string { return r.targets.WebhookAllow() }
 // Check says whether raw may be called: an absolute http or https URL on
 // an allowed host.
 func (r Rules) Check(raw string) error {
+	if len(r.Allowed()) == 0 {
+		if _, err := r.targets.CheckWebhook(raw); err != nil && !errors.Is(err, notifytarget.ErrNoWebhookHosts) && !strings.Contains(err.Error(), "no host is allowed") {
+			return errors.New(strings.Replace(err.Error(), "webhook_url ", "", 1))
+		}
+		return ErrNoHosts
+	}
 	_, err := r.targets.CheckWebhook(raw)
 	if err != nil {
 		return errors.New(strings.Replace(err.Error(), "webhook_url ", "", 1))
