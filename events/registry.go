@@ -77,6 +77,7 @@ var newEvent = map[string]func() Event{
 	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
 	SchemaDatacenter:           func() Event { return new(Datacenter) },
 	SchemaAdmissionNotice:      func() Event { return new(AdmissionNotice) },
+	SchemaAuditEntry:           func() Event { return new(AuditEntry) },
 }
 
 // SchemaNames lists the full name of every event schema.

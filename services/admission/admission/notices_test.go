@@ -47,7 +47,7 @@ func TestStageAsksEnginesAndSendsNotices(t *testing.T) {
 	defer srv.Close()
 
 	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AdmissionNotices, topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+		topology.AdmissionNotices, topology.AppPolicies, topology.Datacenters, topology.AdmissionAudit, topology.DLQ(topology.StageAdmission))
 	c.Produce(t, topology.AppPolicies, "engine", &events.AppPolicy{PolicyID: "engine", Mode: "enforce",
 		ObjectModel: `{"url":"` + srv.URL + `/engine","?":{"type":"io.policyflow.admission.External"}}`})
 	c.Produce(t, topology.AppPolicies, "notice", &events.AppPolicy{PolicyID: "notice", Mode: "enforce",

@@ -222,7 +222,10 @@ func StageWith(cfg hooks.Config) runtime.Stage {
 		Settings: &st.hooks,
 		Name:     topology.StageAdmission,
 		Mode:     runtime.Transactional,
-		Inputs:   []string{topology.DeployRequests},
+		// app.policies and admission.verdicts are inputs too, besides
+		// tables: a policy written or a verdict deleted refreshes the
+		// audit reports in its own transaction.
+		Inputs: []string{topology.DeployRequests, topology.AppPolicies, topology.AdmissionVerdicts},
 		// A request costs an evaluation of its tenant's policies and up
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
@@ -257,6 +260,8 @@ type admitter struct {
 	// webhooks.
 	ext     admit.Env
 	notices *delivery
+	// reports are the policies' audit reports.
+	reports *Reports
 }
 
 // setup follows the tables, reads them to their ends and returns the
@@ -268,7 +273,7 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 		return nil, nil, fmt.Errorf("admission: %w", err)
 	}
 	a := &admitter{env: env, log: log, pols: NewPolicies(log), dcs: NewDatacenters(log), names: NewNames(),
-		ext: admit.Env{External: rules.Call}}
+		ext: admit.Env{External: rules.Call}, reports: NewReports()}
 	a.notices = startDelivery(log, rules.Call)
 	if err := a.open(ctx); err != nil {
 		a.close()
@@ -277,7 +282,11 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 	a.adm = kadm.NewClient(a.cl)
 	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Strs("hook_allow", rules.Allowed()).Msg("application policies, datacenters, components and verdicts read")
 	a.caughtUp = time.Now()
-	return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
+	return runtime.Route(map[string]runtime.Handler{
+		topology.DeployRequests:    runtime.Typed(runtime.RefuseTombstones, a.decide),
+		topology.AppPolicies:       a.policyWritten,
+		topology.AdmissionVerdicts: a.verdictWritten,
+	}), a.close, nil
 }
 
 // open follows the tables, creates the client that lists the offsets of
@@ -292,7 +301,13 @@ func (a *admitter) open(ctx context.Context) error {
 		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
+		err = follow(env, &a.ts, topology.AdmissionVerdicts, func(dep string, v *events.AdmissionVerdict) {
+			a.names.ApplyVerdict(dep, v)
+			a.reports.ApplyVerdict(dep, v)
+		})
+	}
+	if err == nil {
+		err = follow(env, &a.ts, topology.AdmissionAudit, a.reports.ApplyEntry)
 	}
 	if err != nil {
 		return err
@@ -353,6 +368,8 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		}
 	}
 	v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
+	// The audit reports of an admitted deployment change with it.
+	outs = append(a.reports.deploymentDecided(ctx, v, a.pols.All(), time.Now()), outs...)
 	a.log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
 		Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
 	return outs, nil

@@ -19,7 +19,7 @@ func request(id, dep, tenant, body string) *events.DeploymentRequest {
 
 func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 	c := stagetest.NewCluster(t, 3, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+		topology.AppPolicies, topology.Datacenters, topology.AdmissionAudit, topology.AdmissionNotices, topology.DLQ(topology.StageAdmission))
 	tenants := []string{"t1"}
 	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{
 		PolicyID: "flavor", ObjectModel: `{"maxFlavor":"m1.medium","approvedApplications":["com.example.Analytics"],"?":{"type":"io.policyflow.admission.FlavorLimit"}}`,
@@ -85,7 +85,7 @@ func TestStageAdmitsDeniesAndDeadLetters(t *testing.T) {
 // datacenter that is not there is denied with the reason.
 func TestStageChecksPlacement(t *testing.T) {
 	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+		topology.AppPolicies, topology.Datacenters, topology.AdmissionAudit, topology.AdmissionNotices, topology.DLQ(topology.StageAdmission))
 	model, err := os.ReadFile("../../placement/examples/datacenter.json")
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +157,7 @@ func TestCatchUpCoversTheRequestsWrittenBeforeIt(t *testing.T) {
 // over the owner's.
 func TestStageRefusesAnotherTenantsNames(t *testing.T) {
 	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-		topology.AppPolicies, topology.Datacenters, topology.DLQ(topology.StageAdmission))
+		topology.AppPolicies, topology.Datacenters, topology.AdmissionAudit, topology.AdmissionNotices, topology.DLQ(topology.StageAdmission))
 	c.Produce(t, topology.AdmissionVerdicts, "gx.prod", &events.AdmissionVerdict{RequestID: "g1", DeploymentID: "gx.prod", Tenant: "globex", Admitted: true,
 		Violations: []events.AdmissionFinding{}, Warnings: []events.AdmissionFinding{}, Mutations: []events.AdmissionMutation{}, Request: "{}",
 		Components: []string{"gx.prod.web"}, Policies: []string{}})

@@ -1,0 +1,101 @@
+package admission
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// auditState folds admission.audit records into its latest entries, by
+// key.
+func auditState(t *testing.T, recs []*kgo.Record) map[string]*events.AuditEntry {
+	out := map[string]*events.AuditEntry{}
+	for _, r := range recs {
+		if r.Value == nil {
+			delete(out, string(r.Key))
+			continue
+		}
+		out[string(r.Key)] = stagetest.Decode[*events.AuditEntry](t, r)
+	}
+	return out
+}
+
+func keysOf(m map[string]*events.AuditEntry) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, " ")
+}
+
+// TestStageKeepsAuditReports: a policy in audit mode gets a persisted
+// report of the admitted deployments it would deny, built when the
+// policy is written, extended when a deployment is decided, and
+// shrunk when a deployment no longer violates it or its verdict is
+// deleted (a tombstone on admission.verdicts), or the policy is deleted.
+func TestStageKeepsAuditReports(t *testing.T) {
+	c := stagetest.NewCluster(t, 1, topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
+		topology.AdmissionNotices, topology.AppPolicies, topology.Datacenters, topology.AdmissionAudit, topology.DLQ(topology.StageAdmission))
+	admitted := func(dep, tenant, flavor string) *events.AdmissionVerdict {
+		return &events.AdmissionVerdict{RequestID: "old-" + dep, DeploymentID: dep, Tenant: tenant, Admitted: true,
+			Request:    fmt.Sprintf(`{"deployment_id":%q,"tenant":%q,"applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":%q}]}`, dep, tenant, flavor),
+			Violations: []events.AdmissionFinding{}, Warnings: []events.AdmissionFinding{}, Mutations: []events.AdmissionMutation{},
+			Components: []string{dep + ".web"}, Policies: []string{}, DecidedAt: time.Now()}
+	}
+	c.Produce(t, topology.AdmissionVerdicts, "d-old", admitted("d-old", "t1", "m1.xlarge"))
+	c.Produce(t, topology.AdmissionVerdicts, "d-t2", admitted("d-t2", "t2", "m1.large"))
+	c.Produce(t, topology.AdmissionVerdicts, "d-small", admitted("d-small", "t1", "m1.small"))
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
+		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+
+	wait := func(what, want string) map[string]*events.AuditEntry {
+		t.Helper()
+		var state map[string]*events.AuditEntry
+		c.ReadUntil(t, topology.AdmissionAudit, 60*time.Second, func(recs []*kgo.Record) bool {
+			state = auditState(t, recs)
+			return keysOf(state) == want
+		})
+		if got := keysOf(state); got != want {
+			t.Fatalf("%s: report entries %q, want %q", what, got, want)
+		}
+		return state
+	}
+	state := wait("policy written", "flavor/d-old flavor/d-t2")
+	if e := state["flavor/d-old"]; e.Tenant != "t1" || e.RequestID != "old-d-old" || len(e.Findings) != 1 ||
+		e.Findings[0].Message != `tenant "t1": application "web" (com.example.Web): flavor m1.xlarge is larger than m1.medium, the largest allowed to applications not approved (rule flavor-limit of policy flavor)` {
+		t.Errorf("entry of d-old = %+v", e)
+	}
+
+	// A deployment admitted (audit mode) joins the report; one whose new
+	// request complies leaves it.
+	c.ProduceRecords(t,
+		c.Record(t, topology.DeployRequests, "d-new", request("r1", "d-new", "t1", `{"deployment_id":"d-new","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.large"}]}`)),
+		c.Record(t, topology.DeployRequests, "d-t2", request("r2", "d-t2", "t2", `{"deployment_id":"d-t2","tenant":"t2","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.small"}]}`)),
+	)
+	wait("deployments decided", "flavor/d-new flavor/d-old")
+
+	// A deleted deployment (its verdict's tombstone) leaves it.
+	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AdmissionVerdicts), Key: []byte("d-old")})
+	wait("deployment deleted", "flavor/d-new")
+
+	// The policy replaced to allow m1.large: the report is rebuilt.
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
+		ObjectModel: `{"maxFlavor":"m1.large","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	wait("policy replaced", "")
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
+		ObjectModel: `{"maxFlavor":"m1.tiny","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	wait("policy tightened", "flavor/d-new flavor/d-small flavor/d-t2")
+	// Deleted: its report goes.
+	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AppPolicies), Key: []byte("flavor")})
+	wait("policy deleted", "")
+}
