@@ -40,6 +40,7 @@ type API struct {
 	appPols  *appPoliciesView
 	verdicts *verdictsView
 	dcs      *datacentersView
+	audit    *auditView
 	placing  chan struct{} // a slot per placement computation running
 }
 
@@ -66,6 +67,11 @@ func New(kit *web.Kit, opts Options) (*API, error) {
 	}
 	kit.Views.Add(s.dcs)
 	kit.Views.OnClose(s.dcs.Close)
+	if s.audit, err = followAudit(kit.Env); err != nil {
+		return nil, err
+	}
+	kit.Views.Add(s.audit)
+	kit.Views.OnClose(s.audit.Close)
 	return s, nil
 }
 

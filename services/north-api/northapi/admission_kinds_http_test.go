@@ -2,12 +2,19 @@ package northapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/hooks"
+	"github.com/policyflow/policyflow/services/testkit"
+	"github.com/policyflow/policyflow/topology"
 )
 
 // A policy's priority is written, shown and replaced with it; an
@@ -74,4 +81,56 @@ func TestAppPolicyEndpointsNeedAllowedHosts(t *testing.T) {
 	code, out, _ := s.call(t, http.MethodPost, "/policies", map[string]any{"objectModel": map[string]any{
 		"url": "https://engine.example/decide", "?": map[string]any{"type": "io.policyflow.admission.External"}}})
 	wantError(t, "external engine with no host allowed", code, out, http.StatusBadRequest, "objectModel.url: no host is allowed", "--admission-hook-allow")
+}
+
+// The persisted audit report: each tenant reads its own deployments only,
+// a tenant the policy is not assigned to reads nothing, and a deployment
+// whose verdict was deleted drops out at once.
+func TestAppPolicyReport(t *testing.T) {
+	s := newStack(t, nil)
+	code, out, raw := s.call(t, http.MethodPost, "/policies", map[string]any{"mode": "audit", "objectModel": seedFlavorPolicy("")["objectModel"]})
+	if code != http.StatusOK {
+		t.Fatalf("create: %d %s", code, raw)
+	}
+	global := out["id"].(string)
+	code, out, raw = s.call(t, http.MethodPost, "/policies", seedFlavorPolicy("t1-only", "t1"))
+	if code != http.StatusOK {
+		t.Fatalf("create for t1: %d %s", code, raw)
+	}
+	t1Only := out["id"].(string)
+	for _, d := range []struct{ dep, tenant string }{{"d1", "t1"}, {"d2", "t2"}, {"d3", "t1"}} {
+		s.Produce(t, topology.AdmissionVerdicts, d.dep, &events.AdmissionVerdict{RequestID: "r-" + d.dep, DeploymentID: d.dep, Tenant: d.tenant, Admitted: true,
+			Request: `{}`, DecidedAt: time.Now()})
+		s.Produce(t, topology.AdmissionAudit, events.AuditKey(global, d.dep), &events.AuditEntry{PolicyID: global, DeploymentID: d.dep, RequestID: "r-" + d.dep,
+			Tenant: d.tenant, Findings: []events.AuditFinding{{Rule: "flavor-limit", Object: "application \"web\"", Message: "too large"}}, CheckedAt: time.Now()})
+	}
+	s.ProduceRecords(t, &kgo.Record{Topic: s.Kafka.Topic(topology.AdmissionVerdicts), Key: []byte("d3")})
+	deps := func(out map[string]any) string {
+		var ds []string
+		vs, _ := out["violations"].([]any)
+		for _, v := range vs {
+			ds = append(ds, v.(map[string]any)["deployment_id"].(string))
+		}
+		return strings.Join(ds, " ")
+	}
+	testkit.Eventually(t, 30*time.Second, func() error {
+		if code, out, raw = s.call(t, http.MethodGet, "/policies/"+global+"/report", nil); code != http.StatusOK || deps(out) != "d1 d2" {
+			return fmt.Errorf("report as admin: %d %s", code, raw)
+		}
+		return nil
+	})
+	if v := out["violations"].([]any)[0].(map[string]any); out["mode"] != "audit" || v["tenant"] != "t1" || v["request_id"] != "r-d1" ||
+		v["findings"].([]any)[0].(map[string]any)["policy_id"] != global {
+		t.Errorf("report as admin: %s", raw)
+	}
+	if code, out, raw = s.callAs2(t, tenantToken, http.MethodGet, "/policies/"+global+"/report", nil); code != http.StatusOK || deps(out) != "d1" {
+		t.Errorf("report as t1: %d %s", code, raw)
+	}
+	if code, out, raw = s.callAs2(t, otherTenantToken, http.MethodGet, "/policies/"+global+"/report", nil); code != http.StatusOK || deps(out) != "d2" {
+		t.Errorf("report as t2: %d %s", code, raw)
+	}
+	code, out, _ = s.callAs2(t, otherTenantToken, http.MethodGet, "/policies/"+t1Only+"/report", nil)
+	wantError(t, "report of t1's policy as t2", code, out, http.StatusForbidden)
+	code, out, _ = s.call(t, http.MethodGet, "/policies/nope/report", nil)
+	wantError(t, "report of an unknown policy", code, out, http.StatusNotFound)
 }
