@@ -18,6 +18,7 @@ const (
 	appPolicyUpdateSummary = "replace an application policy from a JSON file (- for stdin)"
 	appPolicyDeleteSummary = "delete an application policy"
 	appPolicyAuditSummary  = "list the admitted deployments an application policy would deny now"
+	appPolicyReportSummary = "show an application policy's audit report as the admission stage keeps it (GET /policies/{id}/report)"
 )
 
 func init() {
@@ -28,6 +29,7 @@ func init() {
 	register(command{name: "app-policy update", summary: appPolicyUpdateSummary, run: runAppPolicyUpdate})
 	register(command{name: "app-policy delete", summary: appPolicyDeleteSummary, run: runAppPolicyDelete})
 	register(command{name: "app-policy violations", summary: appPolicyAuditSummary, run: runAppPolicyViolations})
+	register(command{name: "app-policy report", summary: appPolicyReportSummary, run: runAppPolicyReport})
 }
 
 // verdictHead is what deploy reads of an answer.
@@ -145,6 +147,10 @@ func runAppPolicyDelete(ctx context.Context, args []string) error {
 
 func runAppPolicyViolations(ctx context.Context, args []string) error {
 	return runPolicyIDCommand(ctx, args, "app-policy violations", appPolicyAuditSummary, http.MethodGet, "/violations")
+}
+
+func runAppPolicyReport(ctx context.Context, args []string) error {
+	return runPolicyIDCommand(ctx, args, "app-policy report", appPolicyReportSummary, http.MethodGet, "/report")
 }
 
 const appPolicyFileHelp = "\n\nThe file is the policy as JSON: {\"description\": ..., \"name\": ..., \"tenantIds\": [...] (null or left out: every tenant)," +
