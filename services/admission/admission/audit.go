@@ -23,8 +23,14 @@ import (
 // a deployment's verdict deleted.
 type Reports struct {
 	mu sync.Mutex
-	// entries: policy id -> deployment id -> entry.
+	// entries: policy id -> deployment id -> entry, as committed on
+	// admission.audit.
 	entries map[string]map[string]*events.AuditEntry
+	// pending are the entries the stage wrote that the table has not
+	// read back yet (a nil entry: removed), by key: they count for the
+	// next decision at once, and are dropped when a transaction aborts
+	// (rewind).
+	pending map[string]*events.AuditEntry
 	// admitted: deployment id -> its latest admitted request.
 	admitted map[string]admittedRequest
 }
@@ -37,7 +43,7 @@ type admittedRequest struct {
 
 // NewReports is an empty set.
 func NewReports() *Reports {
-	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
+	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[string]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
 }
 
 // ApplyEntry folds one admission.audit record (a tombstone: nil) in.
@@ -49,7 +55,28 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applyEntry(policyID, dep, e)
+	delete(r.pending, key)
 }
+
+// rewind forgets the entries written in a transaction that aborted: what
+// counts is what admission.audit holds.
+func (r *Reports) rewind() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.pending)
+}
+
+// entry is a policy's entry for a deployment, as last written.
+func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
+	if e, ok := r.pending[events.AuditKey(policyID, dep)]; ok {
+		return e
+	}
+	return r.entries[policyID][dep]
+}
+
+// has reports whether a policy has an entry for a deployment, as last
+// written.
+func (r *Reports) has(policyID, dep string) bool { return r.entry(policyID, dep) != nil }
 
 func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	if e == nil {
@@ -98,11 +125,11 @@ func (r *Reports) ApplyVerdict(dep string, v *events.AdmissionVerdict) {
 // to e (nil: removes it), or nothing when it holds that already; it is
 // applied at once, so the next decision sees it before it commits.
 func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runtime.Output {
-	old := r.entries[policyID][dep]
+	old := r.entry(policyID, dep)
 	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
 		return nil
 	}
-	r.applyEntry(policyID, dep, e)
+	r.pending[events.AuditKey(policyID, dep)] = e
 	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
 	if e != nil {
 		o.Value = e
@@ -161,7 +188,15 @@ func (r *Reports) policyChanged(ctx context.Context, id string, p *admit.Compile
 			deps = append(deps, dep)
 		}
 	}
+	for key := range r.pending {
+		if p, dep, _ := strings.Cut(key, "/"); p == id {
+			if _, ok := r.admitted[dep]; !ok {
+				deps = append(deps, dep)
+			}
+		}
+	}
 	sort.Strings(deps)
+	deps = slices.Compact(deps)
 	var outs []runtime.Output
 	for _, dep := range deps {
 		var e *events.AuditEntry
@@ -180,15 +215,20 @@ func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
 	defer r.mu.Unlock()
 	delete(r.admitted, dep)
 	var ids []string
-	for id, m := range r.entries {
-		if m[dep] != nil {
-			ids = append(ids, id)
-		}
+	for id := range r.entries {
+		ids = append(ids, id)
+	}
+	for key := range r.pending {
+		p, _, _ := strings.Cut(key, "/")
+		ids = append(ids, p)
 	}
 	sort.Strings(ids)
+	ids = slices.Compact(ids)
 	var outs []runtime.Output
 	for _, id := range ids {
-		outs = append(outs, r.entryOutput(id, dep, nil)...)
+		if r.has(id, dep) {
+			outs = append(outs, r.entryOutput(id, dep, nil)...)
+		}
 	}
 	return outs
 }

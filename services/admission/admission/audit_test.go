@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -98,4 +99,39 @@ func TestStageKeepsAuditReports(t *testing.T) {
 	// Deleted: its report goes.
 	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AppPolicies), Key: []byte("flavor")})
 	wait("policy deleted", "")
+}
+
+// An entry written in a transaction that aborted is written again when
+// the deployment is decided again; one committed is not written twice.
+func TestReportsWriteAgainAfterAnAbort(t *testing.T) {
+	r := NewReports()
+	p := compiled(t, "flavor", `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`)
+	v := &events.AdmissionVerdict{RequestID: "r1", DeploymentID: "d1", Tenant: "t1", Admitted: true,
+		Request: `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":"m1.large"}]}`}
+	now := time.Now()
+	if outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now); len(outs) != 1 || string(outs[0].Key) != "flavor/d1" {
+		t.Fatalf("first decision: %+v", outs)
+	}
+	if outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now); len(outs) != 0 {
+		t.Errorf("the same decision again, before the abort: %+v", outs)
+	}
+	r.rewind()
+	outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now)
+	if len(outs) != 1 {
+		t.Fatalf("after the abort: %+v, want the entry written again", outs)
+	}
+	r.ApplyEntry("flavor/d1", outs[0].Value.(*events.AuditEntry))
+	r.rewind()
+	if outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now); len(outs) != 0 {
+		t.Errorf("after it committed: %+v", outs)
+	}
+}
+
+func compiled(t *testing.T, id, model string) *admit.Compiled {
+	t.Helper()
+	c, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: id, ObjectModel: model, Mode: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

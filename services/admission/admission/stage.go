@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -231,11 +232,22 @@ func StageWith(cfg hooks.Config) runtime.Stage {
 		// short on a busy machine.
 		PollRecords: PollRecords,
 		Setup:       st.setup,
+		// A transaction that aborted wrote no audit entry: forget those
+		// it wrote, so that they are written again.
+		Rewound: func(context.Context, runtime.Env, map[string][]int32) error {
+			if a := st.run.Load(); a != nil {
+				a.reports.rewind()
+			}
+			return nil
+		},
 	}
 }
 
-// stageConfig is what the stage's flags set.
-type stageConfig struct{ hooks hooks.Config }
+// stageConfig is what the stage's flags set, and the run they set up.
+type stageConfig struct {
+	hooks hooks.Config
+	run   atomic.Pointer[admitter]
+}
 
 // admitter is one run of the stage: the tables it decides against and
 // how far it has caught up with them.
@@ -280,6 +292,7 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 		return nil, nil, err
 	}
 	a.adm = kadm.NewClient(a.cl)
+	st.run.Store(a)
 	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Strs("hook_allow", rules.Allowed()).Msg("application policies, datacenters, components and verdicts read")
 	a.caughtUp = time.Now()
 	return runtime.Route(map[string]runtime.Handler{
