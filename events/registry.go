@@ -82,6 +82,8 @@ var newEvent = map[string]func() Event{
 	SchemaDatacenter:           func() Event { return new(Datacenter) },
 	SchemaDeployment:           func() Event { return new(Deployment) },
 	SchemaBillingEvent:         func() Event { return new(BillingEvent) },
+	SchemaAdmissionNotice:      func() Event { return new(AdmissionNotice) },
+	SchemaAuditEntry:           func() Event { return new(AuditEntry) },
 }
 
 // SchemaNames lists the full name of every event schema.

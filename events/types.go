@@ -636,6 +636,9 @@ type AppPolicy struct {
 	Mode        string    `avro:"mode"`
 	Created     time.Time `avro:"created"`
 	Updated     time.Time `avro:"updated"`
+	// Priority orders the policies' mutations: lower first, so the
+	// highest is applied last and wins; ties by Created, then PolicyID.
+	Priority int32 `avro:"priority"`
 }
 
 // Datacenter is a datacenter model (seed 002) as placement.datacenters

@@ -34,6 +34,8 @@ const (
 	Schemas           = "schemas"
 	DeployRequests    = "deploy.requests"
 	AdmissionVerdicts = "admission.verdicts"
+	AdmissionNotices  = "admission.notices"
+	AdmissionAudit    = "admission.audit"
 	AppPolicies       = "app.policies"
 	Datacenters       = "placement.datacenters"
 	Deployments       = "deploy.deployments"
@@ -219,6 +221,16 @@ func Default() []Topic {
 			Name: AdmissionVerdicts, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionVerdict",
 			Writers: l(StageAdmission), Readers: l(RoleNorthAPI),
 			Doc: "the latest verdict on each deployment: admitted (with the mutated request and the components registered) or denied with every violation",
+		}),
+		del(Topic{
+			Name: AdmissionNotices, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionNotice",
+			Writers: l(StageAdmission), Readers: l(RoleOperators),
+			Doc: "notices raised on deployment requests (an environment's instances over an InstanceNotice threshold), written with the verdict; the admission stage also delivers each to its policy's webhook",
+		}),
+		compact(Topic{
+			Name: AdmissionAudit, Partitions: DefaultPartitions, Key: "policy_id/deployment_id", ValueSchema: "policyflow.AuditEntry",
+			Writers: l(StageAdmission), Readers: l(StageAdmission, RoleNorthAPI),
+			Doc: "audit reports: each admitted deployment an application policy would deny now, refreshed when the policy changes and when the deployment is decided; tombstone when it no longer would, or either is deleted",
 		}),
 		compact(Topic{
 			Name: AppPolicies, Partitions: LowVolumePartitions, Key: "policy_id", ValueSchema: "policyflow.AppPolicy",

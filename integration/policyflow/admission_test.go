@@ -216,5 +216,26 @@ func TestAdmissionSeedExamples(t *testing.T) {
 		if v := p.deploy(dep("audited", "tenant-b", app("web", "com.example.Web", map[string]any{"flavor": "m1.medium"}))); !v.Admitted {
 			t.Errorf("audit-mode policy denied: %+v", v)
 		}
+		// The stage keeps the report: the deployment that ran before the
+		// policy and the one admitted under it.
+		want := "audited-" + sfx + " other-" + sfx
+		testkit.Eventually(t, 60*time.Second, func() error {
+			var report struct {
+				Violations []struct {
+					DeploymentID string `json:"deployment_id"`
+				} `json:"violations"`
+			}
+			if err := json.Unmarshal([]byte(p.must(http.MethodGet, "/policies/"+strict+"/report", nil)), &report); err != nil {
+				return err
+			}
+			var got []string
+			for _, v := range report.Violations {
+				got = append(got, v.DeploymentID)
+			}
+			if strings.Join(got, " ") != want {
+				return fmt.Errorf("report lists %v, want %s", got, want)
+			}
+			return nil
+		})
 	})
 }

@@ -20,7 +20,7 @@ func TestEveryFlagIsHonoured(t *testing.T) {
 		Parse: func(args []string) (any, error) {
 			return parse(append([]string{"--tokens-file=/etc/policyflow/tokens"}, args...))
 		},
-		Values: map[string]string{"script-dir": t.TempDir(), "webhook-allow": "probe.example:8443",
+		Values: map[string]string{"script-dir": t.TempDir(), "webhook-allow": "probe.example:8443", "admission-hook-allow": "engine.example:8443",
 			"stage-ops": "matcher=127.0.0.1:9092"},
 		With: map[string][]string{
 			"tls-cert":      {"--tls-key=/etc/policyflow/key.pem"},

@@ -115,7 +115,7 @@ func main() {
 		os.Exit(2)
 	}
 	opts := northapi.Options{Consul: consul, InsecureNoAuth: c.InsecureNoAuth, HTTP: c.HTTP, RateLimit: c.RateLimit(), Registration: reg, StageOps: c.StageOps,
-		PackageDir: st.packageDir, MaxUnpackedPackageBytes: st.maxUnpacked, Orgs: orgList, MaxPlacements: c.MaxPlacements}
+		PackageDir: st.packageDir, MaxUnpackedPackageBytes: st.maxUnpacked, Orgs: orgList, MaxPlacements: c.MaxPlacements, Hooks: c.Hooks}
 	var tokens *auth.Store
 	if c.TokensFile != "" {
 		var err error

@@ -25,6 +25,10 @@ type Config struct {
 	// itself (policyctl dev refuses its Consul, North API, broker and
 	// listeners this way).
 	WebhookRefuse []string
+	// Flag and Env name the flag and the environment variable that gave
+	// WebhookAllow, in messages; "" is --webhook-allow and
+	// PF_WEBHOOK_ALLOW.
+	Flag, Env string
 }
 
 // ConfigFromEnv reads PF_SCRIPT_DIRS (comma or colon separated) and
@@ -49,7 +53,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // script directory must be an absolute path of an existing directory
 // (other than /), every webhook pattern well formed.
 func (c Config) Rules() (Rules, error) {
-	var r Rules
+	r := Rules{flag: c.Flag, env: c.Env}
 	for _, d := range c.ScriptDirs {
 		sd, err := newScriptDir(d)
 		if err != nil {
@@ -60,7 +64,7 @@ func (c Config) Rules() (Rules, error) {
 	for _, p := range c.WebhookAllow {
 		hp, err := parsePattern(p)
 		if err != nil {
-			return Rules{}, fmt.Errorf("--webhook-allow %q: %w", p, err)
+			return Rules{}, fmt.Errorf("%s %q: %w", r.flagName(), p, err)
 		}
 		r.hosts = append(r.hosts, hp)
 	}
@@ -86,6 +90,7 @@ func (c Config) MustRules() Rules {
 
 // Rules are the checked configuration. The zero Rules allow nothing.
 type Rules struct {
+	flag, env  string
 	scriptDirs []scriptDir
 	hosts      []hostPattern
 	refused    []hostPattern
@@ -134,4 +139,20 @@ func split(s string, sep func(rune) bool) []string {
 		}
 	}
 	return out
+}
+
+// flagName is the flag that allows hosts, for messages.
+func (r Rules) flagName() string {
+	if r.flag == "" {
+		return "--webhook-allow"
+	}
+	return r.flag
+}
+
+// flagRef is the flag and its environment variable, for messages.
+func (r Rules) flagRef() string {
+	if r.flag == "" {
+		return "--webhook-allow, env PF_WEBHOOK_ALLOW"
+	}
+	return r.flag + ", env " + r.env
 }

@@ -178,6 +178,9 @@ func (r Rules) CheckWebhook(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("webhook_url %s is not an absolute http or https URL, e.g. http://host:8080/policies", MaskURL(raw))
 	}
 	if len(r.hosts) == 0 {
+		if r.flag != "" {
+			return nil, fmt.Errorf("no host is allowed to be called here: set %s", r.flagRef())
+		}
 		return nil, ErrNoWebhookHosts
 	}
 	host, port, err := hostPort(u)
@@ -188,8 +191,8 @@ func (r Rules) CheckWebhook(raw string) (*url.URL, error) {
 		return nil, fmt.Errorf("webhook_url %s: %w", MaskURL(raw), r.refusedErr(net.JoinHostPort(host, strconv.Itoa(int(port)))))
 	}
 	if !anyMatches(r.hosts, host, port) {
-		return nil, fmt.Errorf("webhook_url %s: host %s is not allowed; webhooks go only to %s (--webhook-allow, env PF_WEBHOOK_ALLOW)",
-			MaskURL(raw), net.JoinHostPort(host, strconv.Itoa(int(port))), strings.Join(r.WebhookAllow(), ", "))
+		return nil, fmt.Errorf("webhook_url %s: host %s is not allowed; webhooks go only to %s (%s)",
+			MaskURL(raw), net.JoinHostPort(host, strconv.Itoa(int(port))), strings.Join(r.WebhookAllow(), ", "), r.flagRef())
 	}
 	return u, nil
 }
@@ -251,10 +254,10 @@ func (r Rules) checkDial(host, address string) error {
 	case named && kind == "":
 		return nil
 	case named:
-		return fmt.Errorf("webhook host %s resolves to %s, a %s address, which is reached only when allowed by address: --webhook-allow %s",
-			host, a, kind, a)
+		return fmt.Errorf("webhook host %s resolves to %s, a %s address, which is reached only when allowed by address: %s %s",
+			host, a, kind, r.flagName(), a)
 	}
-	return fmt.Errorf("webhook host %s: address %s is not allowed (--webhook-allow: %s)", host, ap, strings.Join(r.WebhookAllow(), ", "))
+	return fmt.Errorf("webhook host %s: address %s is not allowed (%s: %s)", host, ap, r.flagName(), strings.Join(r.WebhookAllow(), ", "))
 }
 
 // dialContext dials like base, refusing (in base's Control, once the name

@@ -17,6 +17,7 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/north-api/northapi"
@@ -141,7 +142,9 @@ func runDevAPI(ctx context.Context, s *devStack) error {
 	if err := os.MkdirAll(pkgDir, 0o700); err != nil {
 		return fmt.Errorf("agent package store %s: %w", pkgDir, err)
 	}
-	return northapi.ServeListener(ctx, s.Env, devAPIListener, northapi.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg, PackageDir: pkgDir})
+	// The admission stage of the stack reads PF_ADMISSION_HOOK_ALLOW too.
+	return northapi.ServeListener(ctx, s.Env, devAPIListener, northapi.Options{Consul: s.Consul, Tokens: devAPITokens, Registration: reg, PackageDir: pkgDir,
+		Hooks: hooks.ConfigFromEnv()})
 }
 
 func prepareDevPDP(_ context.Context, s *devStack) error {

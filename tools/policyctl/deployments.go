@@ -14,11 +14,12 @@ const (
 	deploySummary          = "submit a deployment request from a JSON file (- for stdin) for admission; --dry-run shows the verdict and the mutated request without deploying"
 	appPolicyListSummary   = "list the tenant application policies (GET /policies)"
 	appPolicyGetSummary    = "show one application policy with its objectModel"
-	appPolicyCreateSummary = "create an application policy from a JSON file (- for stdin): description, name, tenantIds, mode, objectModel"
+	appPolicyCreateSummary = "create an application policy from a JSON file (- for stdin): description, name, tenantIds, mode, priority, objectModel"
 	appPolicyUpdateSummary = "replace an application policy from a JSON file (- for stdin)"
 	appPolicyDeleteSummary = "delete an application policy"
 	appPolicyAuditSummary  = "list the admitted deployments an application policy would deny now"
 	undeploySummary        = "delete a deployment: release its capacity, instances and names, and remove its components (DELETE /v1/deployments/{id})"
+	appPolicyReportSummary = "show an application policy's audit report as the admission stage keeps it (GET /policies/{id}/report)"
 )
 
 func init() {
@@ -30,6 +31,7 @@ func init() {
 	register(command{name: "app-policy update", summary: appPolicyUpdateSummary, run: runAppPolicyUpdate})
 	register(command{name: "app-policy delete", summary: appPolicyDeleteSummary, run: runAppPolicyDelete})
 	register(command{name: "app-policy violations", summary: appPolicyAuditSummary, run: runAppPolicyViolations})
+	register(command{name: "app-policy report", summary: appPolicyReportSummary, run: runAppPolicyReport})
 }
 
 // verdictHead is what deploy reads of an answer.
@@ -149,8 +151,13 @@ func runAppPolicyViolations(ctx context.Context, args []string) error {
 	return runPolicyIDCommand(ctx, args, "app-policy violations", appPolicyAuditSummary, http.MethodGet, "/violations")
 }
 
+func runAppPolicyReport(ctx context.Context, args []string) error {
+	return runPolicyIDCommand(ctx, args, "app-policy report", appPolicyReportSummary, http.MethodGet, "/report")
+}
+
 const appPolicyFileHelp = "\n\nThe file is the policy as JSON: {\"description\": ..., \"name\": ..., \"tenantIds\": [...] (null or left out: every tenant)," +
-	"\n\"mode\": \"enforce\"|\"audit\", \"objectModel\": {<parameters>, \"?\": {\"type\": <policy kind>}}}."
+	"\n\"mode\": \"enforce\"|\"audit\", \"priority\": N (default 0; mutations run lowest first, so the highest wins; ties by creation time)," +
+	"\n\"objectModel\": {<parameters>, \"?\": {\"type\": <policy kind>}}}."
 
 func runAppPolicyCreate(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "app-policy create", appPolicyCreateSummary+appPolicyFileHelp, "FILE|-")

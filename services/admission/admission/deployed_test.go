@@ -202,7 +202,7 @@ func TestRewoundForgetsAbortedDecisions(t *testing.T) {
 	c := stagetest.NewCluster(t, 1, stageTopics...)
 	c.Produce(t, topology.Deployments, "kept", &events.Deployment{DeploymentID: "kept", Tenant: "t1", Applications: []events.DeployedApplication{},
 		Resources: []events.PlacedResource{}, Links: []events.LinkUse{}, Components: []string{}})
-	r := &run{}
+	r := &stageConfig{}
 	st := r.stage()
 	_, closeStage, err := st.Setup(t.Context(), stagetest.Env(c.Kafka))
 	if err != nil {
@@ -215,7 +215,7 @@ func TestRewoundForgetsAbortedDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stage's own admitter, as the handler left it after deciding.
-	a := r.admitter()
+	a := r.run.Load()
 	a.took(outs)
 	if _, ok := a.deps.Get("phantom"); !ok || len(a.names.Deployment("phantom")) != 1 {
 		t.Fatal("the decision was not folded in")
@@ -223,7 +223,7 @@ func TestRewoundForgetsAbortedDecisions(t *testing.T) {
 	if err := st.Rewound(t.Context(), stagetest.Env(c.Kafka), map[string][]int32{}); err != nil {
 		t.Fatal(err)
 	}
-	a = r.admitter()
+	a = r.run.Load()
 	if _, ok := a.deps.Get("phantom"); ok || len(a.names.Deployment("phantom")) != 0 {
 		t.Error("the aborted decision's deployment is still counted after Rewound")
 	}

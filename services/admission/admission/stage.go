@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
@@ -208,51 +210,46 @@ func (ts *tables) close() {
 // PollRecords caps the requests one transaction of the stage decides.
 const PollRecords = 1000
 
-// Stage is the admission stage.
-func Stage() runtime.Stage { return (&run{}).stage() }
+// Stage is the admission stage, its endpoint rules from the environment
+// (and from flags when run by runtime.Main).
+func Stage() runtime.Stage { return StageWith(hooks.ConfigFromEnv()) }
 
-// run is the admitter of a stage's run, for Rewound.
-type run struct {
-	mu  sync.Mutex
-	cur *admitter
-}
+// StageWith is the admission stage calling the policies' endpoints (external
+// engines, notice webhooks) on the hosts cfg allows.
+func StageWith(cfg hooks.Config) runtime.Stage { return (&stageConfig{hooks: cfg}).stage() }
 
-func (r *run) admitter() *admitter {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.cur
-}
-
-func (r *run) stage() runtime.Stage {
+func (st *stageConfig) stage() runtime.Stage {
 	return runtime.Stage{
-		Name:   topology.StageAdmission,
-		Mode:   runtime.Transactional,
-		Inputs: []string{topology.DeployRequests},
+		Flags:    st.hooks.RegisterFlags,
+		Settings: &st.hooks,
+		Name:     topology.StageAdmission,
+		Mode:     runtime.Transactional,
+		// app.policies and admission.verdicts are inputs too, besides
+		// tables: a policy written or a verdict deleted refreshes the
+		// audit reports in its own transaction.
+		Inputs: []string{topology.DeployRequests, topology.AppPolicies, topology.AdmissionVerdicts},
 		// A request costs an evaluation of its tenant's policies and up
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup: func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
-			a, err := newAdmitter(ctx, env)
-			if err != nil {
-				return nil, nil, err
-			}
-			r.mu.Lock()
-			r.cur = a
-			r.mu.Unlock()
-			return runtime.Typed(runtime.RefuseTombstones, a.decide), a.close, nil
-		},
+		Setup:       st.setup,
 		// The decisions of an aborted transaction were folded into the
-		// names and the deployments at once (admitter.took): read the
-		// tables again, without them, before its requests are decided
-		// again.
+		// names, the deployments and the audit reports at once
+		// (admitter.took, Reports' pending entries): read the tables
+		// again, without them, before its requests are decided again.
 		Rewound: func(ctx context.Context, _ runtime.Env, _ map[string][]int32) error {
-			if a := r.admitter(); a != nil {
+			if a := st.run.Load(); a != nil {
 				return a.reread(ctx)
 			}
 			return nil
 		},
 	}
+}
+
+// stageConfig is what the stage's flags set, and the run they set up.
+type stageConfig struct {
+	hooks hooks.Config
+	run   atomic.Pointer[admitter]
 }
 
 // admitter is one run of the stage: the tables it decides against and
@@ -275,23 +272,42 @@ type admitter struct {
 	// catch-up.
 	caughtUp time.Time
 	covered  map[int32]int64
+	// ext calls the external engines; notices delivers notices to their
+	// webhooks.
+	ext     admit.Env
+	notices *delivery
+	// reports are the policies' audit reports.
+	reports *Reports
 }
 
-// newAdmitter follows the tables and reads them to their ends.
-func newAdmitter(ctx context.Context, env runtime.Env) (*admitter, error) {
+// setup follows the tables, reads them to their ends and returns the
+// handler that decides each request.
+func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
 	log := env.Log.With().Str("stage", topology.StageAdmission).Logger()
-	a := &admitter{env: env, log: log}
+	rules, err := st.hooks.Rules()
+	if err != nil {
+		return nil, nil, fmt.Errorf("admission: %w", err)
+	}
+	a := &admitter{env: env, log: log, ext: admit.Env{External: rules.Call}}
+	a.notices = startDelivery(log, rules.Call)
 	if err := a.start(ctx); err != nil {
 		a.close()
-		return nil, err
+		return nil, nil, err
 	}
-	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Msg("application policies, datacenters, components, verdicts and deployments read")
-	return a, nil
+	st.run.Store(a)
+	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Strs("hook_allow", rules.Allowed()).
+		Msg("application policies, datacenters, components, verdicts and deployments read")
+	return runtime.Route(map[string]runtime.Handler{
+		topology.DeployRequests:    runtime.Typed(runtime.RefuseTombstones, a.decide),
+		topology.AppPolicies:       a.policyWritten,
+		topology.AdmissionVerdicts: a.verdictWritten,
+	}), a.close, nil
 }
 
 // start reads every table afresh.
 func (a *admitter) start(ctx context.Context) error {
 	a.pols, a.dcs, a.names, a.deps = NewPolicies(a.log), NewDatacenters(a.log), NewNames(), NewDeployments()
+	a.reports = NewReports()
 	a.ts = tables{}
 	if err := a.open(ctx); err != nil {
 		return err
@@ -304,7 +320,7 @@ func (a *admitter) start(ctx context.Context) error {
 // reread drops the tables and reads them again from their topics: what
 // an aborted transaction folded in is gone.
 func (a *admitter) reread(ctx context.Context) error {
-	a.close()
+	a.closeTables()
 	a.cl, a.adm = nil, nil
 	if err := a.start(ctx); err != nil {
 		return fmt.Errorf("admission: read the tables again after an aborted transaction: %w", err)
@@ -325,7 +341,13 @@ func (a *admitter) open(ctx context.Context) error {
 		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
+		err = follow(env, &a.ts, topology.AdmissionVerdicts, func(dep string, v *events.AdmissionVerdict) {
+			a.names.ApplyVerdict(dep, v)
+			a.reports.ApplyVerdict(dep, v)
+		})
+	}
+	if err == nil {
+		err = follow(env, &a.ts, topology.AdmissionAudit, a.reports.ApplyEntry)
 	}
 	if err == nil {
 		err = follow(env, &a.ts, topology.Deployments, a.deps.Apply)
@@ -344,6 +366,14 @@ func (a *admitter) open(ctx context.Context) error {
 }
 
 func (a *admitter) close() {
+	if a.notices != nil {
+		a.notices.close()
+	}
+	a.closeTables()
+}
+
+// closeTables stops following the tables and closes the offsets' client.
+func (a *admitter) closeTables() {
 	if a.cl != nil {
 		a.cl.Close()
 	}
@@ -376,12 +406,19 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 			Int("outputs", len(outs)).Msg("deployment deleted")
 		return outs, nil
 	}
-	outs, err := Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: a.deps.Snapshot()}, time.Now())
+	outs, err := Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: a.deps.Snapshot(), External: a.ext.External}, time.Now())
 	if err != nil {
 		return nil, err
 	}
+	for _, o := range outs {
+		if n, ok := o.Value.(*events.AdmissionNotice); ok && n.WebhookURL != "" {
+			a.notices.send(n)
+		}
+	}
 	a.took(outs)
 	v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
+	// The audit reports of an admitted deployment change with it.
+	outs = append(a.reports.deploymentDecided(ctx, v, a.pols.All(), time.Now()), outs...)
 	a.log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
 		Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
 	return outs, nil
@@ -417,6 +454,9 @@ type State struct {
 	Datacenters admit.Datacenters
 	Owners      admit.Owners
 	Deployed    admit.DeployedSet
+	// External calls the external engines of External policies (nil:
+	// none can be called; each fails as its failurePolicy says).
+	External admit.ExternalCaller
 }
 
 // Decide is the admission of one deployment request: its verdict on
@@ -434,7 +474,8 @@ type State struct {
 // and per tenant, and the capacity other deployments use on the
 // datacenter. An admitted request also writes its record on
 // deploy.deployments (admit.Record) and a billing event on
-// billing.events. A record that names no
+// billing.events. Each notice found (InstanceNotice) is written on
+// admission.notices before the verdict. A record that names no
 // deployment at all, so no verdict can be keyed, or a deployment another
 // tenant holds, whose verdict it would replace, is an error
 // (dead-lettered with the reason); a ctx that ends during the evaluation
@@ -463,7 +504,7 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
 	}
 	deployed := st.Deployed.For(req, dcs)
-	v, err := admit.EvaluateDeployed(ctx, req, policies, deployed)
+	v, err := admit.EvaluateWith(ctx, req, policies, admit.Env{External: st.External, Deployed: deployed})
 	if err != nil {
 		return nil, err
 	}
@@ -503,6 +544,7 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 			runtime.Output{Topic: topology.Deployments, Key: []byte(dep), Value: rec},
 			runtime.Output{Topic: topology.BillingEvents, Key: []byte(dep), Value: admit.Billing(events.BillingAdmitted, dr.RequestID, rec, now)})
 	}
+	outs = append(outs, noticeOutputs(dr.RequestID, req, v, now)...)
 	return append(outs, runtime.Output{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: ve}), nil
 }
 

@@ -15,7 +15,7 @@ import (
 
 // stageTopics are the topics the admission stage reads and writes.
 var stageTopics = []string{topology.DeployRequests, topology.PDPNotifications, topology.AdmissionVerdicts, topology.DeployComponents,
-	topology.AppPolicies, topology.Datacenters, topology.Deployments, topology.BillingEvents, topology.DLQ(topology.StageAdmission)}
+	topology.AppPolicies, topology.Datacenters, topology.Deployments, topology.BillingEvents, topology.AdmissionAudit, topology.AdmissionNotices, topology.DLQ(topology.StageAdmission)}
 
 func request(id, dep, tenant, body string) *events.DeploymentRequest {
 	return &events.DeploymentRequest{RequestID: id, DeploymentID: dep, Tenant: tenant, Request: body, SubmittedAt: time.UnixMilli(1_700_000_000_000).UTC()}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/internal/web"
 )
 
@@ -28,6 +29,9 @@ type Options struct {
 	// CheckComponents holds each application's component to the rules
 	// of a component registration.
 	CheckComponents func(*admit.Request) *web.Error
+	// Hooks are the hosts policies' endpoints may be on: a policy naming
+	// another is refused, and dry runs ask external engines through them.
+	Hooks hooks.Rules
 }
 
 // API is admission's and placement's handlers and read views.
@@ -38,6 +42,7 @@ type API struct {
 	verdicts *verdictsView
 	dcs      *datacentersView
 	deps     *deploymentsView
+	audit    *auditView
 	placing  chan struct{} // a slot per placement computation running
 }
 
@@ -69,6 +74,11 @@ func New(kit *web.Kit, opts Options) (*API, error) {
 	}
 	kit.Views.Add(s.deps)
 	kit.Views.OnClose(s.deps.Close)
+	if s.audit, err = followAudit(kit.Env); err != nil {
+		return nil, err
+	}
+	kit.Views.Add(s.audit)
+	kit.Views.OnClose(s.audit.Close)
 	return s, nil
 }
 

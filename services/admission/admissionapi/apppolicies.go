@@ -44,6 +44,10 @@ type AppPolicyRequest struct {
 	TenantIDs json.RawMessage `json:"tenantIds,omitempty"`
 	// Mode is "enforce" (the default) or "audit".
 	Mode string `json:"mode,omitempty"`
+	// Priority orders the policies' mutations: lower first, so the
+	// highest priority is applied last and its value wins; ties by
+	// creation time, then policy id. Default 0.
+	Priority int64 `json:"priority,omitempty"`
 }
 
 // AppPolicyAnswer is a policy as the API shows it (seed 001's shape, with
@@ -56,6 +60,7 @@ type AppPolicyAnswer struct {
 	Updated     string          `json:"updated"`
 	TenantIDs   []string        `json:"tenant_ids"`
 	Mode        string          `json:"mode"`
+	Priority    int32           `json:"priority"`
 	Type        string          `json:"type,omitempty"`
 	ObjectModel json.RawMessage `json:"objectModel,omitempty"`
 	// Error says why the stored policy does not compile (a record written
@@ -73,7 +78,7 @@ const timeFormat = "2006-01-02T15:04:05Z"
 
 func answerOf(p *appPolicy, withModel bool) AppPolicyAnswer {
 	a := AppPolicyAnswer{
-		ID: p.rec.PolicyID, Name: p.rec.Name, Description: p.rec.Description, Mode: p.rec.Mode,
+		ID: p.rec.PolicyID, Name: p.rec.Name, Description: p.rec.Description, Mode: p.rec.Mode, Priority: p.rec.Priority,
 		Created: p.rec.Created.UTC().Format(timeFormat), Updated: p.rec.Updated.UTC().Format(timeFormat),
 	}
 	if p.rec.TenantIDs != nil {
@@ -194,6 +199,11 @@ func (s *API) writeAppPolicy(w http.ResponseWriter, r *http.Request, existing *a
 	if err != nil {
 		return policyCompileError(err)
 	}
+	for _, ep := range compiled.Endpoints() {
+		if err := s.opts.Hooks.Check(ep.URL); err != nil {
+			return web.Errorf(http.StatusBadRequest, "%s: %v", ep.Field, err)
+		}
+	}
 	value, err := s.Env.Codec.Encode(rec)
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "encode policy %s: %v", rec.PolicyID, err)
@@ -229,7 +239,10 @@ func buildAppPolicy(req AppPolicyRequest) (*events.AppPolicy, *web.Error) {
 	if err := json.Compact(&canon, model); err != nil {
 		return nil, web.Errorf(http.StatusBadRequest, "objectModel: %v", err)
 	}
-	rec := &events.AppPolicy{Name: req.Name, Description: req.Description, ObjectModel: canon.String(), Mode: req.Mode}
+	if req.Priority > admit.MaxPriority || req.Priority < -admit.MaxPriority {
+		return nil, web.Errorf(http.StatusBadRequest, "priority: %d is out of range: give a whole number from %d to %d (higher is applied later and wins)", req.Priority, -admit.MaxPriority, admit.MaxPriority)
+	}
+	rec := &events.AppPolicy{Name: req.Name, Description: req.Description, ObjectModel: canon.String(), Mode: req.Mode, Priority: int32(req.Priority)}
 	if rec.Mode == "" {
 		rec.Mode = admit.ModeEnforce
 	}

@@ -128,7 +128,7 @@ func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error 
 
 func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
 	deployed := s.deps.set().For(req, s.dcs.model)
-	v, err := admit.EvaluateDeployed(ctx, req, s.appPols.compiled(), deployed)
+	v, err := admit.EvaluateWith(ctx, req, s.appPols.compiled(), admit.Env{External: s.opts.Hooks.Call, Deployed: deployed})
 	if err != nil {
 		// The client left: nobody reads the answer.
 		return web.Errorf(http.StatusServiceUnavailable, "dry run: %v", err)

@@ -172,5 +172,13 @@ func CompilePolicy(p *events.AppPolicy) (*Compiled, error) {
 			tenants = []string{}
 		}
 	}
-	return Compile(p.PolicyID, json.RawMessage(p.ObjectModel), p.Mode, tenants)
+	if p.Priority > MaxPriority || p.Priority < -MaxPriority {
+		return nil, &ParamError{Field: "priority", Msg: fmt.Sprintf("%d is out of range: give a whole number from %d to %d", p.Priority, -MaxPriority, MaxPriority)}
+	}
+	c, err := Compile(p.PolicyID, json.RawMessage(p.ObjectModel), p.Mode, tenants)
+	if err != nil {
+		return nil, err
+	}
+	c.Priority, c.Created = int(p.Priority), p.Created
+	return c, nil
 }

@@ -8,7 +8,9 @@
 //
 // Order of evaluation: the policies that apply to the request's tenant
 // (those assigned to it and the global ones, which name no tenant) are
-// taken in order of policy id. First every mutation runs, policy by
+// taken in order of priority, lowest first, then creation time, then
+// policy id (Applicable), so the highest priority mutates last and wins.
+// First every mutation runs, policy by
 // policy in that order and, within a policy, rule by rule in the order the
 // policy lists them, each seeing the request as the previous ones left it.
 // Then every validation runs on the mutated request. A violation of a

@@ -1,6 +1,7 @@
 package admit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -34,6 +35,16 @@ type budget struct {
 	// deployed is what is already deployed (nil: nothing counted), for
 	// the rules that count it.
 	deployed *Deployed
+	// original is the request as the tenant sent it, before any
+	// mutation (nil: the request evaluated is the original).
+	original *Request
+	// external calls external engines (Env.External); policyID is the
+	// policy whose rule runs.
+	external ExternalCaller
+	policyID string
+	// soft is set by a rule while it emits a finding that only warns
+	// (an external engine that failed open).
+	soft bool
 }
 
 func newBudget(ctx context.Context) *budget { return &budget{ctx: ctx, limit: RequestBudget} }
@@ -85,7 +96,9 @@ func (b *budget) finding(p *Compiled, rule string) Finding {
 }
 
 // Applicable returns the policies that apply to the tenant, in the order
-// Evaluate runs them (by policy id).
+// Evaluate runs them: by priority, lowest first (so the highest priority
+// mutates last and its value wins), then by creation time, oldest first,
+// then by policy id.
 func Applicable(policies []*Compiled, tenant string) []*Compiled {
 	var out []*Compiled
 	for _, p := range policies {
@@ -93,8 +106,19 @@ func Applicable(policies []*Compiled, tenant string) []*Compiled {
 			out = append(out, p)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Compiled) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, order)
 	return out
+}
+
+// order is the order policies are evaluated in (see Applicable).
+func order(a, b *Compiled) int {
+	if a.Priority != b.Priority {
+		return cmp.Compare(a.Priority, b.Priority)
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // Evaluate decides a normalized request against the policies (all of
@@ -107,7 +131,7 @@ func Applicable(policies []*Compiled, tenant string) []*Compiled {
 // whatever the policy's mode. When ctx ends the evaluation stops and
 // the error is ctx's: there is no verdict.
 func Evaluate(ctx context.Context, req *Request, policies []*Compiled) (Verdict, error) {
-	return EvaluateDeployed(ctx, req, policies, nil)
+	return EvaluateWith(ctx, req, policies, Env{})
 }
 
 // EvaluateDeployed is Evaluate counting what is already deployed: the
@@ -116,14 +140,25 @@ func Evaluate(ctx context.Context, req *Request, policies []*Compiled) (Verdict,
 // tenant's other deployments to the request. deployed nil counts the
 // request alone.
 func EvaluateDeployed(ctx context.Context, req *Request, policies []*Compiled, deployed *Deployed) (Verdict, error) {
+	return EvaluateWith(ctx, req, policies, Env{Deployed: deployed})
+}
+
+// EvaluateWith is Evaluate with env: External policies ask their engine
+// with env.External, and the rules that count what is deployed count
+// env.Deployed.
+func EvaluateWith(ctx context.Context, req *Request, policies []*Compiled, env Env) (Verdict, error) {
 	b := newBudget(ctx)
-	b.deployed = deployed
+	b.external = env.External
+	b.deployed = env.Deployed
 	return evaluate(b, req, policies)
 }
 
 func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 	v := Verdict{Violations: []Finding{}, Warnings: []Finding{}, Mutations: []Mutation{}, Policies: []string{}}
 	r := req.Clone()
+	// A default override asks what the tenant's request left a field at,
+	// not what an earlier policy set it to.
+	b.original = req
 	ps := Applicable(policies, req.Tenant)
 	for _, p := range ps {
 		v.Policies = append(v.Policies, p.ID)
@@ -159,10 +194,16 @@ func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 			v.Mutations = append(v.Mutations, made...)
 		}
 	}
+	v.Warnings = append(v.Warnings, conflicts(v.Mutations, ps)...)
 	for _, p := range ps {
+		b.policyID = p.ID
 		for _, val := range p.rules.validators {
 			val.fn(b, r, func(object, msg string) {
-				report(p, val.notice, Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg})
+				f := Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg}
+				report(p, val.notice || b.soft, f)
+				if val.notice {
+					v.Notices = append(v.Notices, Notice{Finding: f, Webhook: val.webhook})
+				}
 			})
 			if stop(p, val.rule) {
 				return b.verdict(v, r)
@@ -195,7 +236,7 @@ func Audit(ctx context.Context, req *Request, p *Compiled) []Finding {
 	}
 	b := newBudget(ctx)
 	for _, val := range p.rules.validators {
-		if val.notice {
+		if val.notice || val.external {
 			continue
 		}
 		val.fn(b, req, func(object, msg string) {

@@ -62,8 +62,8 @@ var kinds = map[string]kind{
 		compile: compileScriptInjection,
 	},
 	KindInstanceNotice: {
-		doc:     "notice (never denies): reports an environment whose instances, with those already deployed there, add up to more than maxInstances",
-		params:  []string{"maxInstances"},
+		doc:     "notice (never denies): reports an environment whose instances, with those already deployed there, add up to more than maxInstances, as a warning and an event on admission.notices, delivered to webhook (a host the operator allows) when given",
+		params:  []string{"maxInstances", "webhook"},
 		compile: compileInstanceNotice,
 	},
 	KindCEL: {
@@ -267,6 +267,11 @@ func compileDefaultOverride(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
+	if field == "instances" && !hasFrom {
+		// A request always has an instance count (left out, it is 1),
+		// so without from the override would never apply.
+		return ruleSet{}, paramErr("from", "is missing: instances always has a value (a request that leaves it out asks for 1), so an override of instances applies only where the request asks for the count given in from; add \"from\": 1 to change the count of requests that leave it out")
+	}
 	apps, err := p.strs("applications", false)
 	if err != nil {
 		return ruleSet{}, err
@@ -285,14 +290,21 @@ func compileDefaultOverride(p params) (ruleSet, error) {
 		}
 		return false
 	}
-	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(_ *budget, r *Request, emit func(Mutation)) error {
+	return ruleSet{mutators: []mutator{{rule: "default-override", fn: func(b *budget, r *Request, emit func(Mutation)) error {
 		for i := range r.Applications {
 			a := &r.Applications[i]
 			if !selects(apps, a) {
 				continue
 			}
+			// The default is what the tenant's request left the field
+			// at: an override of higher priority replaces one of lower
+			// priority, applied before it.
+			asSent := a
+			if b != nil && b.original != nil && i < len(b.original.Applications) {
+				asSent = &b.original.Applications[i]
+			}
 			cur := getField(a, field)
-			if !isDefault(cur) || jsonText(cur) == jsonText(value) {
+			if !isDefault(getField(asSent, field)) || jsonText(cur) == jsonText(value) {
 				continue
 			}
 			old := jsonText(cur)
@@ -333,7 +345,18 @@ func compileInstanceNotice(p params) (ruleSet, error) {
 	if err != nil {
 		return ruleSet{}, err
 	}
-	return ruleSet{validators: []validator{{rule: "instance-notice", notice: true, fn: func(b *budget, r *Request, emit func(string, string)) {
+	hook, err := p.str("webhook", false)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	var eps []Endpoint
+	if hook != "" {
+		if err := checkEndpoint("webhook", hook); err != nil {
+			return ruleSet{}, err
+		}
+		eps = []Endpoint{{Field: "objectModel.webhook", URL: hook}}
+	}
+	return ruleSet{endpoints: eps, validators: []validator{{rule: "instance-notice", notice: true, webhook: hook, fn: func(b *budget, r *Request, emit func(string, string)) {
 		mine := r.Instances()
 		had, ids := counted(b.deployed.inEnvironment(r.Environment), nil)
 		if total := had + mine; total > maxN {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/policy"
@@ -27,6 +28,8 @@ const (
 	MaxObjectModelBytes = 256 << 10
 	// MaxTenants bounds the tenants one policy is assigned to.
 	MaxTenants = 10000
+	// MaxPriority bounds a policy's priority, either way.
+	MaxPriority = 1_000_000
 )
 
 // ParamError is an objectModel that breaks its kind's contract, naming
@@ -58,6 +61,8 @@ type ruleSet struct {
 	// cel are the CEL expressions of the rules, with their estimated
 	// costs (CheckCost).
 	cel []celProgram
+	// endpoints are the URLs the rules call.
+	endpoints []Endpoint
 }
 
 // mutator changes a request, reporting each change. A rule that
@@ -73,7 +78,12 @@ type validator struct {
 	rule string
 	// notice marks findings that never deny (the quota notification).
 	notice bool
-	fn     func(b *budget, r *Request, emit func(object, msg string))
+	// webhook, of a notice, is where the notice is sent ("" nowhere).
+	webhook string
+	// external marks a rule that asks an external engine: it is asked
+	// when a request is decided, not when a policy is audited.
+	external bool
+	fn       func(b *budget, r *Request, emit func(object, msg string))
 }
 
 // kind compiles a policy kind's parameters.
@@ -91,7 +101,10 @@ type Compiled struct {
 	Mode string
 	// Tenants it applies to; nil for every tenant.
 	Tenants []string
-	rules   ruleSet
+	// Priority and Created order the policies (see Applicable).
+	Priority int
+	Created  time.Time
+	rules    ruleSet
 }
 
 // AppliesTo reports whether the policy applies to the tenant.

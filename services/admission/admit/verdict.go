@@ -44,6 +44,16 @@ type Verdict struct {
 	// Policies are the ids of the policies that applied, in the order
 	// they were evaluated.
 	Policies []string `json:"policies"`
+	// Notices are the notices found (also among Warnings), to be sent
+	// as events.
+	Notices []Notice `json:"-"`
+}
+
+// Notice is a notice's finding and where it is to be delivered.
+type Notice struct {
+	Finding
+	// Webhook is the URL the policy delivers it to; "" none.
+	Webhook string
 }
 
 // Text is the one-line text of a finding, naming the tenant, the

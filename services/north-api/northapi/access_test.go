@@ -110,6 +110,7 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /policies":                                                       true,
 		"GET /policies/{policy_id}":                                           true,
 		"GET /policies/{policy_id}/violations":                                true,
+		"GET /policies/{policy_id}/report":                                    true,
 		"GET /v1/datacenters":                                                 true,
 		"GET /v1/datacenters/{datacenter_id}":                                 true,
 	}

@@ -70,6 +70,8 @@ func TestAppPoliciesAPIAnswersEverySeedCode(t *testing.T) {
 		{"CEL that does not compile", map[string]any{"objectModel": map[string]any{"validations": []any{map[string]any{"expression": "app.flavor ==", "message": "m"}}, "?": map[string]any{"type": "io.policyflow.admission.CEL"}}}, "objectModel.validations[0].expression: does not compile: ERROR: line:1:14"},
 		{"bad mode", map[string]any{"objectModel": seedFlavorPolicy("")["objectModel"], "mode": "maybe"}, "mode: \"maybe\" is not a mode"},
 		{"CEL over the cost limit", costlyCEL, "objectModel.validations[0].expression: its worst-case cost is estimated at "},
+		{"priority out of range", map[string]any{"objectModel": seedFlavorPolicy("")["objectModel"], "priority": 1 << 40}, "priority: 1099511627776 is out of range"},
+		{"instances override without from", map[string]any{"objectModel": map[string]any{"field": "instances", "value": 3, "?": map[string]any{"type": "io.policyflow.admission.DefaultOverride"}}}, `objectModel.from: is missing: instances always has a value`},
 	} {
 		code, out, _ := s.call(t, http.MethodPost, "/policies", tc.body)
 		wantError(t, "create with "+tc.name, code, out, http.StatusBadRequest, tc.want)

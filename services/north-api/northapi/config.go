@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/services/admission/admissionapi"
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -38,6 +39,8 @@ type Config struct {
 	RateBurst     int
 	// MaxPlacements bounds the placement computations running at once.
 	MaxPlacements int
+	// Hooks are the hosts application policies' endpoints may be on.
+	Hooks hooks.Config
 
 	envErr error
 }
@@ -75,6 +78,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RateBurst, "rate-burst", c.RateBurst, "requests a client may send at once above --rate-limit (env PF_API_RATE_BURST)")
 	c.MaxPlacements = c.envInt("PF_API_MAX_PLACEMENTS", admissionapi.DefaultMaxPlacements)
 	fs.IntVar(&c.MaxPlacements, "max-placements", c.MaxPlacements, "placement computations (POST /v1/placements, dry runs naming a datacenter) run at once; one more answers 503 with Retry-After (env PF_API_MAX_PLACEMENTS)")
+	c.Hooks = hooks.ConfigFromEnv()
+	c.Hooks.RegisterFlags(fs)
 }
 
 func (c *Config) duration(fs *flag.FlagSet, dst *time.Duration, name, env string, def time.Duration, usage string) {
@@ -138,6 +143,9 @@ func (c Config) Check() error {
 		return errors.New("--rate-limit must be 0 (off) or positive, and --rate-burst positive")
 	case c.MaxPlacements <= 0:
 		return errors.New("--max-placements must be positive")
+	}
+	if _, err := c.Hooks.Rules(); err != nil {
+		return err
 	}
 	return nil
 }

@@ -68,6 +68,7 @@ var routeOwners = map[string]web.Owner{
 	"PUT /policies/{policy_id}":              web.NotTenants,
 	"DELETE /policies/{policy_id}":           web.NotTenants,
 	"GET /policies/{policy_id}/violations":   web.ByPath("policy_id", web.OwnedAppPolicy),
+	"GET /policies/{policy_id}/report":       web.ByPath("policy_id", web.OwnedAppPolicy),
 
 	"GET /v1/datacenters":                    web.Global("datacenter models are the operator's, read by every tenant to place on"),
 	"GET /v1/datacenters/{datacenter_id}":    web.Global("datacenter models are the operator's, read by every tenant to place on"),

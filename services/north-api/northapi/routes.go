@@ -224,6 +224,7 @@ func (s *Server) admissionRoutes() []route {
 		{http.MethodPut, "/policies/{policy_id}", s.adm.UpdateAppPolicy, web.Operators},
 		{http.MethodDelete, "/policies/{policy_id}", s.adm.DeleteAppPolicy, web.Operators},
 		{http.MethodGet, "/policies/{policy_id}/violations", s.adm.AppPolicyViolations, web.Readers},
+		{http.MethodGet, "/policies/{policy_id}/report", s.adm.AppPolicyReport, web.Readers},
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 
 	"github.com/policyflow/policyflow/services/acm/acmapi"
 	"github.com/policyflow/policyflow/services/admission/admissionapi"
+	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp/nmpapi"
@@ -90,6 +91,9 @@ type Options struct {
 	// MaxPlacements bounds the placement computations running at once
 	// (default admissionapi.DefaultMaxPlacements); one more answers 503.
 	MaxPlacements int
+	// Hooks are the hosts application policies' endpoints (external
+	// engines, notice webhooks) may be on; the zero value allows none.
+	Hooks hooks.Config
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -213,8 +217,13 @@ func (s *Server) followViews() (err error) {
 	if s.acm, err = acmapi.New(s.kit); err != nil {
 		return err
 	}
+	hookRules, err := s.opts.Hooks.Rules()
+	if err != nil {
+		return fmt.Errorf("north api: %w", err)
+	}
 	if s.adm, err = admissionapi.New(s.kit, admissionapi.Options{
 		MaxPlacements: s.opts.MaxPlacements, Owners: s.pol.Owners(), CheckComponents: s.pol.CheckDeploymentComponents,
+		Hooks: hookRules,
 	}); err != nil {
 		return err
 	}

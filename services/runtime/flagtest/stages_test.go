@@ -35,6 +35,7 @@ var stageBinaries = map[string]func() runtime.Stage{
 // stageValues are values for stage flags whose probe value is refused.
 var stageValues = map[string]map[string]string{
 	"agent-notifier": {"script-dir": "/opt/probe/scripts", "webhook-allow": "https://probe.example:8443"},
+	"admission":      {"admission-hook-allow": "engine.example:8443"},
 }
 
 // parsed is what a stage binary runs with: the shared options and the

@@ -1,0 +1,260 @@
+package admission
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// Reports are the policies' audit reports (what each policy, enforced,
+// would deny among the admitted deployments), kept on admission.audit as
+// one entry per policy and deployment, and what they are computed from:
+// each deployment's latest admitted request, followed from
+// admission.verdicts. The stage writes the entries in the transaction of
+// what changes them: a deployment decided, a policy written or deleted,
+// a deployment's verdict deleted.
+type Reports struct {
+	mu sync.Mutex
+	// entries: policy id -> deployment id -> entry, as committed on
+	// admission.audit.
+	entries map[string]map[string]*events.AuditEntry
+	// pending are the entries the stage wrote that the table has not
+	// read back yet (a nil entry: removed), by key: they count for the
+	// next decision at once, and are dropped when a transaction aborts
+	// (rewind).
+	pending map[string]*events.AuditEntry
+	// admitted: deployment id -> its latest admitted request.
+	admitted map[string]admittedRequest
+}
+
+// admittedRequest is a deployment's latest admitted request, as mutated.
+type admittedRequest struct {
+	requestID, tenant string
+	req               *admit.Request
+}
+
+// NewReports is an empty set.
+func NewReports() *Reports {
+	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[string]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
+}
+
+// ApplyEntry folds one admission.audit record (a tombstone: nil) in.
+func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
+	policyID, dep, ok := strings.Cut(key, "/")
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.applyEntry(policyID, dep, e)
+	delete(r.pending, key)
+}
+
+// rewind forgets the entries written in a transaction that aborted: what
+// counts is what admission.audit holds.
+func (r *Reports) rewind() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.pending)
+}
+
+// entry is a policy's entry for a deployment, as last written.
+func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
+	if e, ok := r.pending[events.AuditKey(policyID, dep)]; ok {
+		return e
+	}
+	return r.entries[policyID][dep]
+}
+
+// has reports whether a policy has an entry for a deployment, as last
+// written.
+func (r *Reports) has(policyID, dep string) bool { return r.entry(policyID, dep) != nil }
+
+func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
+	if e == nil {
+		if m := r.entries[policyID]; m != nil {
+			delete(m, dep)
+			if len(m) == 0 {
+				delete(r.entries, policyID)
+			}
+		}
+		return
+	}
+	m := r.entries[policyID]
+	if m == nil {
+		m = map[string]*events.AuditEntry{}
+		r.entries[policyID] = m
+	}
+	m[dep] = e
+}
+
+// ApplyVerdict folds one admission.verdicts record (a tombstone: nil) in:
+// an admitted verdict replaces the deployment's admitted request, a
+// denial leaves the one admitted before (it stays deployed), a tombstone
+// (the deployment deleted) drops it.
+func (r *Reports) ApplyVerdict(dep string, v *events.AdmissionVerdict) {
+	if v != nil && !v.Admitted {
+		return
+	}
+	var ar admittedRequest
+	if v != nil {
+		req, err := admit.ParseRequest([]byte(v.Request))
+		if err != nil {
+			return
+		}
+		ar = admittedRequest{requestID: v.RequestID, tenant: v.Tenant, req: req}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v == nil {
+		delete(r.admitted, dep)
+		return
+	}
+	r.admitted[dep] = ar
+}
+
+// entryOutput is the output that sets a policy's entry for a deployment
+// to e (nil: removes it), or nothing when it holds that already; it is
+// applied at once, so the next decision sees it before it commits.
+func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runtime.Output {
+	old := r.entry(policyID, dep)
+	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
+		return nil
+	}
+	r.pending[events.AuditKey(policyID, dep)] = e
+	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
+	if e != nil {
+		o.Value = e
+	}
+	return []runtime.Output{o}
+}
+
+// check is the entry of policy p for an admitted request: nil when p
+// would deny nothing.
+func check(ctx context.Context, p *admit.Compiled, dep string, ar admittedRequest, now time.Time) *events.AuditEntry {
+	fs := admit.Audit(ctx, ar.req, p)
+	if len(fs) == 0 {
+		return nil
+	}
+	e := &events.AuditEntry{PolicyID: p.ID, DeploymentID: dep, RequestID: ar.requestID, Tenant: ar.tenant, CheckedAt: now.UTC()}
+	for _, f := range fs {
+		e.Findings = append(e.Findings, events.AuditFinding{Rule: f.Rule, Object: f.Object, Message: f.Text(ar.tenant)})
+	}
+	return e
+}
+
+// deploymentDecided refreshes every policy's entry for a deployment whose
+// verdict v was just made: an admitted request is checked against every
+// policy; a denial changes nothing (what was admitted before stays).
+func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerdict, policies []*admit.Compiled, now time.Time) []runtime.Output {
+	if !v.Admitted {
+		return nil
+	}
+	req, err := admit.ParseRequest([]byte(v.Request))
+	if err != nil {
+		return nil
+	}
+	ar := admittedRequest{requestID: v.RequestID, tenant: v.Tenant, req: req}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admitted[v.DeploymentID] = ar
+	var outs []runtime.Output
+	for _, p := range policies {
+		outs = append(outs, r.entryOutput(p.ID, v.DeploymentID, check(ctx, p, v.DeploymentID, ar, now))...)
+	}
+	return outs
+}
+
+// policyChanged rebuilds the report of policy id, as p now is (nil:
+// deleted, or it does not compile): every admitted deployment of its
+// tenants checked again.
+func (r *Reports) policyChanged(ctx context.Context, id string, p *admit.Compiled, now time.Time) []runtime.Output {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	deps := make([]string, 0, len(r.admitted)+len(r.entries[id]))
+	for dep := range r.admitted {
+		deps = append(deps, dep)
+	}
+	for dep := range r.entries[id] {
+		if _, ok := r.admitted[dep]; !ok {
+			deps = append(deps, dep)
+		}
+	}
+	for key := range r.pending {
+		if p, dep, _ := strings.Cut(key, "/"); p == id {
+			if _, ok := r.admitted[dep]; !ok {
+				deps = append(deps, dep)
+			}
+		}
+	}
+	sort.Strings(deps)
+	deps = slices.Compact(deps)
+	var outs []runtime.Output
+	for _, dep := range deps {
+		var e *events.AuditEntry
+		if ar, ok := r.admitted[dep]; ok && p != nil {
+			e = check(ctx, p, dep, ar, now)
+		}
+		outs = append(outs, r.entryOutput(id, dep, e)...)
+	}
+	return outs
+}
+
+// deploymentDeleted drops a deployment (its verdict's tombstone) from
+// every report.
+func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.admitted, dep)
+	var ids []string
+	for id := range r.entries {
+		ids = append(ids, id)
+	}
+	for key := range r.pending {
+		p, _, _ := strings.Cut(key, "/")
+		ids = append(ids, p)
+	}
+	sort.Strings(ids)
+	ids = slices.Compact(ids)
+	var outs []runtime.Output
+	for _, id := range ids {
+		if r.has(id, dep) {
+			outs = append(outs, r.entryOutput(id, dep, nil)...)
+		}
+	}
+	return outs
+}
+
+// policyWritten refreshes the audit report of the policy an app.policies
+// record (or tombstone) is for, from the policy as the table now holds
+// it.
+func (a *admitter) policyWritten(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+	if err := a.ts.catchUp(ctx, a.env); err != nil {
+		return nil, err
+	}
+	id := string(in.Key)
+	p, _ := a.pols.Get(id)
+	outs := a.reports.policyChanged(ctx, id, p, time.Now())
+	if len(outs) > 0 {
+		a.log.Info().Str("policy_id", id).Int("entries_changed", len(outs)).Msg("audit report refreshed")
+	}
+	return outs, nil
+}
+
+// verdictWritten drops a deleted deployment (a tombstone on
+// admission.verdicts) from every audit report; a verdict itself was
+// accounted for when it was made.
+func (a *admitter) verdictWritten(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
+	if in.Value != nil || len(in.Raw) > 0 {
+		return nil, nil
+	}
+	return a.reports.deploymentDeleted(string(in.Key)), nil
+}

@@ -1,0 +1,163 @@
+package admission
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
+	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// auditState folds admission.audit records into its latest entries, by
+// key.
+func auditState(t *testing.T, recs []*kgo.Record) map[string]*events.AuditEntry {
+	out := map[string]*events.AuditEntry{}
+	for _, r := range recs {
+		if r.Value == nil {
+			delete(out, string(r.Key))
+			continue
+		}
+		out[string(r.Key)] = stagetest.Decode[*events.AuditEntry](t, r)
+	}
+	return out
+}
+
+func keysOf(m map[string]*events.AuditEntry) string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, " ")
+}
+
+// TestStageKeepsAuditReports: a policy in audit mode gets a persisted
+// report of the admitted deployments it would deny, built when the
+// policy is written, extended when a deployment is decided, and
+// shrunk when a deployment no longer violates it or its verdict is
+// deleted (a tombstone on admission.verdicts), or the policy is deleted.
+func TestStageKeepsAuditReports(t *testing.T) {
+	c := stagetest.NewCluster(t, 1, stageTopics...)
+	admitted := func(dep, tenant, flavor string) *events.AdmissionVerdict {
+		return &events.AdmissionVerdict{RequestID: "old-" + dep, DeploymentID: dep, Tenant: tenant, Admitted: true,
+			Request:    fmt.Sprintf(`{"deployment_id":%q,"tenant":%q,"applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":%q}]}`, dep, tenant, flavor),
+			Violations: []events.AdmissionFinding{}, Warnings: []events.AdmissionFinding{}, Mutations: []events.AdmissionMutation{},
+			Components: []string{dep + ".web"}, Policies: []string{}, DecidedAt: time.Now()}
+	}
+	c.Produce(t, topology.AdmissionVerdicts, "d-old", admitted("d-old", "t1", "m1.xlarge"))
+	c.Produce(t, topology.AdmissionVerdicts, "d-t2", admitted("d-t2", "t2", "m1.large"))
+	c.Produce(t, topology.AdmissionVerdicts, "d-small", admitted("d-small", "t1", "m1.small"))
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
+		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
+
+	wait := func(what, want string) map[string]*events.AuditEntry {
+		t.Helper()
+		var state map[string]*events.AuditEntry
+		c.ReadUntil(t, topology.AdmissionAudit, 60*time.Second, func(recs []*kgo.Record) bool {
+			state = auditState(t, recs)
+			return keysOf(state) == want
+		})
+		if got := keysOf(state); got != want {
+			t.Fatalf("%s: report entries %q, want %q", what, got, want)
+		}
+		return state
+	}
+	state := wait("policy written", "flavor/d-old flavor/d-t2")
+	if e := state["flavor/d-old"]; e.Tenant != "t1" || e.RequestID != "old-d-old" || len(e.Findings) != 1 ||
+		e.Findings[0].Message != `tenant "t1": application "web" (com.example.Web): flavor m1.xlarge is larger than m1.medium, the largest allowed to applications not approved (rule flavor-limit of policy flavor)` {
+		t.Errorf("entry of d-old = %+v", e)
+	}
+
+	// A deployment admitted (audit mode) joins the report; one whose new
+	// request complies leaves it.
+	c.ProduceRecords(t,
+		c.Record(t, topology.DeployRequests, "d-new", request("r1", "d-new", "t1", `{"deployment_id":"d-new","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.large"}]}`)),
+		c.Record(t, topology.DeployRequests, "d-t2", request("r2", "d-t2", "t2", `{"deployment_id":"d-t2","tenant":"t2","applications":[{"name":"web","class":"com.example.Web","flavor":"m1.small"}]}`)),
+	)
+	wait("deployments decided", "flavor/d-new flavor/d-old")
+
+	// A deleted deployment (its verdict's tombstone) leaves it.
+	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AdmissionVerdicts), Key: []byte("d-old")})
+	wait("deployment deleted", "flavor/d-new")
+
+	// The policy replaced to allow m1.large: the report is rebuilt.
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
+		ObjectModel: `{"maxFlavor":"m1.large","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	wait("policy replaced", "")
+	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
+		ObjectModel: `{"maxFlavor":"m1.tiny","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	wait("policy tightened", "flavor/d-new flavor/d-small flavor/d-t2")
+	// Deleted: its report goes.
+	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AppPolicies), Key: []byte("flavor")})
+	wait("policy deleted", "")
+}
+
+// An entry written in a transaction that aborted is written again when
+// the deployment is decided again; one committed is not written twice.
+func TestReportsWriteAgainAfterAnAbort(t *testing.T) {
+	r := NewReports()
+	p := compiled(t, "flavor", `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`)
+	v := &events.AdmissionVerdict{RequestID: "r1", DeploymentID: "d1", Tenant: "t1", Admitted: true,
+		Request: `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":"m1.large"}]}`}
+	now := time.Now()
+	if outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now); len(outs) != 1 || string(outs[0].Key) != "flavor/d1" {
+		t.Fatalf("first decision: %+v", outs)
+	}
+	if outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now); len(outs) != 0 {
+		t.Errorf("the same decision again, before the abort: %+v", outs)
+	}
+	r.rewind()
+	outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now)
+	if len(outs) != 1 {
+		t.Fatalf("after the abort: %+v, want the entry written again", outs)
+	}
+	r.ApplyEntry("flavor/d1", outs[0].Value.(*events.AuditEntry))
+	r.rewind()
+	if outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{p}, now); len(outs) != 0 {
+		t.Errorf("after it committed: %+v", outs)
+	}
+}
+
+func compiled(t *testing.T, id, model string) *admit.Compiled {
+	t.Helper()
+	c, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: id, ObjectModel: model, Mode: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// BenchmarkReportRebuild times the rebuild of one policy's report over
+// 10,000 admitted deployments, a tenth of which it would deny: what a
+// policy written costs the stage's transaction.
+func BenchmarkReportRebuild(b *testing.B) {
+	r := NewReports()
+	for i := range 10000 {
+		flavor := "m1.small"
+		if i%10 == 0 {
+			flavor = "m1.xlarge"
+		}
+		dep := fmt.Sprintf("d%05d", i)
+		r.ApplyVerdict(dep, &events.AdmissionVerdict{RequestID: "r" + dep, DeploymentID: dep, Tenant: "t1", Admitted: true,
+			Request: fmt.Sprintf(`{"deployment_id":%q,"tenant":"t1","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":%q}]}`, dep, flavor)})
+	}
+	p, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: "flavor", Mode: "audit", ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		r.rewind()
+		if outs := r.policyChanged(b.Context(), "flavor", p, time.Now()); len(outs) != 1000 {
+			b.Fatalf("%d entries, want 1000", len(outs))
+		}
+	}
+}
