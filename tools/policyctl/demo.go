@@ -46,6 +46,10 @@ var (
 	devTokenDir string
 )
 
+// devPDPStateFile is where, in the data directory, the PDP simulator
+// keeps its policies.
+const devPDPStateFile = "pdp-policies.json"
+
 func init() {
 	registerDevHook(devHook{
 		name: "north-api",
@@ -187,6 +191,14 @@ func runDevPDP(ctx context.Context, s *devStack) error {
 			pdp.WithHTTPClient(auth.Client(devAPIToken.Token)))
 	}
 	sim := pdp.NewServer(opts...)
+	if s.DataDir != "" {
+		// The stack's PDP keeps its policies with the rest of the stack's
+		// state: started again, it lists what the catalog holds from it, so
+		// pdp-ingest's catch-ups withhold or remove nothing.
+		if err := sim.Persist(filepath.Join(s.DataDir, devPDPStateFile)); err != nil {
+			return err
+		}
+	}
 	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -268,9 +280,9 @@ func runDemo(ctx context.Context, s *devStack, sim *pdp.Server) error {
 	}
 	fmt.Fprintf(s.Out, "demo: registered components demo-vm-memory (policy_id DCAE.Config_VM_MEMORY, script %s) and demo-dcae-all (filter DCAE.Config_VM_.*)\n", script)
 	// A run on the data of an earlier one publishes the next versions: the
-	// catalog already holds the last run's, and the PDP simulator starts
-	// empty, so the seed's v5 would be an older version than the one in
-	// force.
+	// catalog (and the PDP simulator, which keeps its policies in the data
+	// dir) already holds the last run's, so the seed's v5 would be an older
+	// version than the one in force.
 	first, second := int64(5), int64(222)
 	if v, found, err := catalogVersion(ctx, client, base, "DCAE.Config_VM_MEMORY"); err != nil {
 		return err

@@ -470,7 +470,7 @@ func printDevBanner(w io.Writer, s *devStack, b *devstack.Broker, a *devstack.Co
 	}
 	state := "in memory only (--ephemeral): everything is gone when this stops"
 	if !f.ephemeral {
-		state = f.dataDir + " (kafka/, consul/, the API token); delete it or run `make clean` to start over"
+		state = f.dataDir + " (kafka/, consul/, the API token, the PDP simulator's policies); delete it or run `make clean` to start over"
 	}
 	prefix := ""
 	if s.Kafka.Prefix != "" {

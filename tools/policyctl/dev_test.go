@@ -320,9 +320,12 @@ func TestDevRunsTheStackAndKeepsItsState(t *testing.T) {
 }
 
 // `make run` again on the same data shows the demo working again: the
-// catalog already holds the last run's versions and the PDP simulator
-// starts empty, so each run publishes the two versions after the one in
-// force (an older one would not replace it).
+// catalog already holds the last run's versions, so each run publishes the
+// two versions after the one in force (an older one would not replace
+// it). The PDP simulator keeps its policies in the data dir, as a PDP
+// would: started again it lists what the catalog holds from it, so the
+// catch-up pdp-ingest runs on start finds nothing withdrawn and withholds
+// nothing.
 func TestDemoRunsAgainOnItsData(t *testing.T) {
 	devTestEnv(t)
 	dataDir := t.TempDir()
@@ -346,6 +349,14 @@ func TestDemoRunsAgainOnItsData(t *testing.T) {
 		}
 		if out := d.out.String(); !strings.Contains(out, want) {
 			t.Errorf("run %d: the demo says\n%s\nwant %q", run+1, out, want)
+		}
+		// pdp-ingest's catch-up on start has compared the catalog with the
+		// simulator before the demo published anything.
+		if logs := d.errOut.String(); strings.Contains(logs, "removals_withheld") || strings.Contains(logs, "catch-up removed no policy") {
+			t.Errorf("run %d: pdp-ingest's catch-up found policies of the catalog missing from the PDP simulator:\n%s", run+1, logs)
+		}
+		if b, err := os.ReadFile(filepath.Join(dataDir, devPDPStateFile)); err != nil || !strings.Contains(string(b), "DCAE.Config_VM_STORAGE.1.xml") {
+			t.Errorf("run %d: the PDP simulator's policies in %s: %v %.300s", run+1, devPDPStateFile, err, b)
 		}
 		if code := d.shutdown(t); code != 0 {
 			t.Fatalf("run %d: policyctl dev exited %d\nstderr:\n%s", run+1, code, d.errOut)

@@ -123,7 +123,12 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request) {
 	for _, b := range prepared {
 		loaded = append(loaded, s.store(b))
 	}
+	err = s.saveLocked()
 	s.mu.Unlock()
+	if err != nil {
+		// Served from memory until the simulator stops; say so.
+		s.log.Error().Err(err).Msg("the loaded policies are kept in memory only")
+	}
 	for _, l := range loaded {
 		s.log.Info().Str("policyName", l.PolicyName).Str("versionNo", l.VersionNo).Str("updateType", l.UpdateType).Msg("policy loaded")
 	}

@@ -11,7 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -37,6 +40,8 @@ type Server struct {
 	notifyURL string
 	client    *http.Client
 	log       zerolog.Logger
+	// stateFile, when set (Persist), is written again after every change.
+	stateFile string
 }
 
 // Option configures a Server.
@@ -79,7 +84,8 @@ func (s *Server) Put(b policy.Body) (policy.LoadedPolicy, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.store(pb), nil
+	lp := s.store(pb)
+	return lp, s.saveLocked()
 }
 
 func (s *Server) store(b policy.Body) policy.LoadedPolicy {
@@ -113,12 +119,85 @@ func (s *Server) Remove(policyName string) []policy.RemovedPolicy {
 			}
 		}
 	}
+	if len(gone) > 0 {
+		if err := s.saveLocked(); err != nil {
+			s.log.Error().Err(err).Msg("the removal is kept in memory only")
+		}
+	}
 	sortBodies(gone)
 	out := make([]policy.RemovedPolicy, 0, len(gone))
 	for _, b := range gone {
 		out = append(out, policy.RemovedPolicy{PolicyName: b.PolicyName(), VersionNo: b.VersionString()})
 	}
 	return out
+}
+
+// Persist keeps the policies in the file at path, as a real PDP keeps its
+// own: it loads what the file holds (a JSON array of policy bodies, what GET
+// /sim/policies answers; a missing file is an empty PDP) and writes the
+// file again after every change. A simulator started again on the same
+// file answers /getConfig as it did before it stopped, so a catch-up of
+// pdp-ingest does not take the policies it loaded for withdrawn.
+func (s *Server) Persist(path string) error {
+	data, err := os.ReadFile(path)
+	var bodies []policy.Body
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("read the PDP simulator's policies: %w", err)
+	default:
+		if bodies, err = policy.DecodeBodies(data); err != nil {
+			return fmt.Errorf("read the PDP simulator's policies from %s: %w (delete the file to start with an empty PDP)", path, err)
+		}
+	}
+	prepared := make([]policy.Body, 0, len(bodies))
+	for _, b := range bodies {
+		pb, err := prepare(b)
+		if err != nil {
+			return fmt.Errorf("read the PDP simulator's policies from %s: %w (delete the file to start with an empty PDP)", path, err)
+		}
+		prepared = append(prepared, pb)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range prepared {
+		s.store(b)
+	}
+	s.stateFile = path
+	return s.saveLocked()
+}
+
+// saveLocked writes every stored version to the state file, when there is
+// one, through a temporary file renamed over it; s.mu is held.
+func (s *Server) saveLocked() error {
+	if s.stateFile == "" {
+		return nil
+	}
+	out := make([]policy.Body, 0, len(s.policies))
+	for _, b := range s.policies {
+		out = append(out, b)
+	}
+	sortBodies(out)
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("save the PDP simulator's policies: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(s.stateFile), filepath.Base(s.stateFile)+".*")
+	if err != nil {
+		return fmt.Errorf("save the PDP simulator's policies: %w", err)
+	}
+	_, err = tmp.Write(append(data, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), s.stateFile)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("save the PDP simulator's policies to %s: %w", s.stateFile, err)
+	}
+	return nil
 }
 
 // Policies returns copies of every stored version, sorted by policy_id and

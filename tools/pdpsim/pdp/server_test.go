@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -358,5 +360,58 @@ func TestPutCopiesBody(t *testing.T) {
 	out, _ := json.Marshal(s.Policies()[0])
 	if !bytes.Contains(out, []byte(`"policyVersion":"1"`)) {
 		t.Fatalf("policyVersion not derived from the name: %s", out)
+	}
+}
+
+// A simulator given a state file answers, started again on it, with the
+// versions loaded and removed before it stopped, through the Go API and
+// the admin API alike.
+func TestPersistKeepsThePoliciesAcrossARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pdp-policies.json")
+	s := NewServer()
+	if err := s.Persist(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range SeedPolicies() {
+		if _, err := s.Put(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reopen := func() *Server {
+		t.Helper()
+		again := NewServer()
+		if err := again.Persist(path); err != nil {
+			t.Fatal(err)
+		}
+		return again
+	}
+	if got, want := names(reopen().Policies()), names(SeedPolicies()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after Put and a restart the simulator holds %v, want %v", got, want)
+	}
+	srv := httptest.NewServer(s.Handler())
+	loaded := `{"policyName": "DCAE.Config_Kept.3.xml", "config": {"k": "v"}}`
+	if code := call(t, http.MethodPut, srv.URL+"/sim/policies", loaded, nil); code != http.StatusOK {
+		t.Fatalf("PUT /sim/policies: %d", code)
+	}
+	if code := call(t, http.MethodDelete, srv.URL+"/sim/policies/DCAE.Config_VM_STORAGE", "", nil); code != http.StatusOK {
+		t.Fatalf("DELETE /sim/policies: %d", code)
+	}
+	srv.Close()
+	want := names(s.Policies())
+
+	again := reopen()
+	if got := names(again.Policies()); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a restart the simulator holds %v, want %v", got, want)
+	}
+	if !reflect.DeepEqual(again.Policies(), s.Policies()) {
+		t.Errorf("after a restart the bodies differ:\n%v\nwant\n%v", again.Policies(), s.Policies())
+	}
+
+	// A file that is not a list of bodies is refused with its path.
+	if err := os.WriteFile(path, []byte(`{"not": "a list"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewServer().Persist(path); err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("Persist on a broken file: %v; want an error naming %s", err, path)
 	}
 }
