@@ -300,7 +300,7 @@ func (s *searcher) prepare() error {
 	}
 	for k := range dims {
 		if need[k] > total[k] {
-			return &Infeasible{Policies: []string{NonOverload}, Reason: fmt.Sprintf("the resources demand %s %s in all; datacenter %s has %s", num(need[k]), m.dc.Dimensions[k], m.ID(), num(total[k]))}
+			return &Infeasible{Policies: []string{NonOverload}, Reason: fmt.Sprintf("the resources demand %s %s in all; datacenter %s has %s", num(need[k]), m.dc.Dimensions[k], m.ID(), m.totalText(k, total[k]))}
 		}
 	}
 	return nil

@@ -210,6 +210,28 @@ func (m *Model) capacityText(l, k int) string {
 	return fmt.Sprintf("%s, of which %s is in use by %s", num(m.used.base.capacity[l][k]), num(m.used.leaves[l][k]), deployments(m.used.users[m.leafID[l]]))
 }
 
+// totalText is the datacenter's capacity in dimension k, free being what
+// its leaves have left, as the non-overload finding on a whole request
+// states it: when earlier deployments use some, what is free, the whole,
+// how much is in use and by which.
+func (m *Model) totalText(k int, free float64) string {
+	if m.used == nil {
+		return num(free)
+	}
+	var all float64
+	var users []string
+	for l, c := range m.used.base.capacity {
+		all += c[k]
+		if c[k] > m.capacity[l][k] {
+			users = append(users, m.used.users[m.leafID[l]]...)
+		}
+	}
+	if all <= free {
+		return num(free)
+	}
+	return fmt.Sprintf("%s free (%s, of which %s is in use by %s)", num(free), num(all), num(all-free), deployments(users))
+}
+
 // bandwidthText is a network edge's bandwidth as a finding states it.
 func (m *Model) bandwidthText(e int32) string {
 	if m.used == nil || m.used.links[e] == 0 {

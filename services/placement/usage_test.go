@@ -79,8 +79,12 @@ func TestProposeOnlyOntoFreeCapacity(t *testing.T) {
 	for _, l := range m.leafID {
 		full.Add("all", Use{Leaves: map[string][]float64{l: {16, 64, 0}}})
 	}
-	if _, err := Propose(m.Remaining(&full), tpl, Options{}); err == nil {
-		t.Error("a proposal on a datacenter whose every PM is full succeeded")
+	_, err = Propose(m.Remaining(&full), tpl, Options{})
+	// The reason says the capacity is in use, not that the datacenter
+	// has none.
+	want := "the resources demand 48 vcpu in all; datacenter dc-example has 0 free (192, of which 192 is in use by deployment all)"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a proposal on a datacenter whose every PM is full: %v; want %q", err, want)
 	}
 }
 
