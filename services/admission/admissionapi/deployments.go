@@ -174,7 +174,7 @@ func (s *API) GetDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	}
 	v, ok := s.verdicts.get(id)
 	if !ok {
-		return web.Errorf(http.StatusNotFound, "deployment %s has no verdict: it was never submitted, or its request is still waiting for the admission stage (retry in a moment)", id)
+		return web.Errorf(http.StatusNotFound, "deployment %s has no verdict: it was never submitted, it was deleted (DELETE /v1/deployments/{deployment_id}), or its request is still waiting for the admission stage (retry in a moment)", id)
 	}
 	caller := web.PrincipalOf(r.Context())
 	if caller.Role == auth.RoleTenant && v.Tenant != caller.Tenant {

@@ -62,6 +62,10 @@ func TestDeleteDeploymentAndFreeCapacity(t *testing.T) {
 	// a reader.
 	code, out, _, _ = s.callAs(t, tenantToken, http.MethodDelete, "/v1/deployments/nope", nil)
 	wantError(t, "DELETE an unknown deployment", code, out, http.StatusNotFound, "deployment nope does not exist")
+	// GET of a deployment with no verdict: a deleted one answers so too,
+	// and the reason says it may have been deleted.
+	code, out, _, _ = s.callAs(t, tenantToken, http.MethodGet, "/v1/deployments/nope", nil)
+	wantError(t, "GET an unknown deployment", code, out, http.StatusNotFound, "it was never submitted, it was deleted")
 	code, out, _, _ = s.callAs(t, otherTenantToken, http.MethodDelete, "/v1/deployments/big", nil)
 	wantError(t, "DELETE another tenant's deployment", code, out, http.StatusForbidden, `deployment big belongs to tenant "t1"`)
 	code, out, _, _ = s.callAs(t, readOnlyToken, http.MethodDelete, "/v1/deployments/big", nil)
