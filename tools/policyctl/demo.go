@@ -110,6 +110,14 @@ func prepareDevAPI(_ context.Context, s *devStack) error {
 	if tok.Created {
 		made = "new, "
 	}
+	// External policies and instance notices call only the hosts
+	// PF_ADMISSION_HOOK_ALLOW names (read by this North API and the
+	// stack's admission stage alike).
+	hookHosts := "nowhere (env PF_ADMISSION_HOOK_ALLOW)"
+	if h := hooks.ConfigFromEnv(); len(h.Allow) > 0 {
+		hookHosts = strings.Join(h.Allow, ", ")
+	}
+	s.AddBannerLine("policy engines", hookHosts+"   (External policies and instance notices may call these)")
 	s.AddBannerLine("API token", fmt.Sprintf("%s   (%sadmin; %s; tokens file %s)", tok.Token, made, where, tok.TokensFile))
 	key, _, err := devstack.EnsureDevSigningKey(dir)
 	if err != nil {

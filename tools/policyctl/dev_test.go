@@ -330,8 +330,14 @@ func TestDemoRunsAgainOnItsData(t *testing.T) {
 	devTestEnv(t)
 	dataDir := t.TempDir()
 	t.Setenv("PF_DEV_DATA_DIR", dataDir)
+	// The hosts policies may call, as the stack's North API and admission
+	// stage read them, are in the banner.
+	t.Setenv("PF_ADMISSION_HOOK_ALLOW", "127.0.0.1:9999")
 	for run, want := range []string{"demo: version 222 reached Consul", "demo: version 224 reached Consul"} {
 		d := startDev(t, dataDir, "--demo")
+		if !regexp.MustCompile(`(?m)^  policy engines +127\.0\.0\.1:9999 `).MatchString(d.banner) {
+			t.Errorf("run %d: the banner does not name the hosts of PF_ADMISSION_HOOK_ALLOW:\n%s", run+1, d.banner)
+		}
 		err := testkit.Wait(3*time.Minute, func() error {
 			select {
 			case code := <-d.code:
