@@ -248,6 +248,16 @@ func unknown(ctx context.Context, args []string) error {
 	if strings.HasPrefix(args[0], "-") {
 		return usageErrorf("flags go after the command, e.g. policyctl topology verify --brokers host:9092\nRun 'policyctl help' to list the commands.")
 	}
+	// A group asked for its help (policyctl explain --help) lists its
+	// commands as the output.
+	if n := len(args); n > 1 && slices.Contains([]string{"-h", "-help", "--help", "help"}, args[n-1]) {
+		if g := group(args[:n-1]); g != "" && g == strings.Join(args[:n-1], " ") {
+			fmt.Fprintf(stdout(ctx), "The %s commands are:\n", g)
+			printCommands(stdout(ctx), g)
+			fmt.Fprintf(stdout(ctx), "\nRun 'policyctl %s <command> -h' for the flags of one.\n", g)
+			return nil
+		}
+	}
 	if g := group(args); g != "" && g == typed {
 		fmt.Fprintf(w, "policyctl %s needs a subcommand:\n", g)
 		printCommands(w, g)

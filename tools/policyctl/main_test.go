@@ -48,6 +48,14 @@ func TestHelpOfOneCommandShowsItsFlags(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.out, "topology verify") || strings.Contains(r.out, "version") {
 		t.Errorf("help topology: exit %d, stdout %q; want the topology commands only", r.code, r.out)
 	}
+	// A group's own --help lists its commands, as help GROUP does, and is
+	// not an unknown command.
+	for _, h := range []string{"--help", "-h"} {
+		r = policyctl(t, "app-policy", h)
+		if r.code != 0 || !strings.Contains(r.out, "app-policy report") || strings.Contains(r.out, "topology verify") || strings.Contains(r.errOut, "unknown command") {
+			t.Errorf("app-policy %s: exit %d, stdout %q, stderr %q; want the app-policy commands", h, r.code, r.out, r.errOut)
+		}
+	}
 }
 
 func TestUnknownCommandsSayWhatToType(t *testing.T) {
