@@ -36,13 +36,11 @@ type PolicyReport struct {
 	Violations []ReportEntry `json:"violations"`
 }
 
-// ReportEntry is one deployment of a report.
+// ReportEntry is one deployment of a report: a deployment the policy
+// would deny, as GET /policies/{policy_id}/violations says it, and when
+// the stage last checked it.
 type ReportEntry struct {
-	DeploymentID string                    `json:"deployment_id"`
-	RequestID    string                    `json:"request_id"`
-	Tenant       string                    `json:"tenant"`
-	Findings     []events.AdmissionFinding `json:"findings"`
-	// CheckedAt is when the stage last checked it.
+	DeploymentViolation
 	CheckedAt string `json:"checked_at"`
 }
 
@@ -76,7 +74,7 @@ func (s *API) AppPolicyReport(w http.ResponseWriter, r *http.Request) *web.Error
 		if v, ok := s.verdicts.get(en.DeploymentID); !ok || v.Tenant != en.Tenant {
 			continue
 		}
-		re := ReportEntry{DeploymentID: en.DeploymentID, RequestID: en.RequestID, Tenant: en.Tenant, CheckedAt: en.CheckedAt.UTC().Format(timeFormat)}
+		re := ReportEntry{DeploymentViolation: DeploymentViolation{DeploymentID: en.DeploymentID, RequestID: en.RequestID, Tenant: en.Tenant}, CheckedAt: en.CheckedAt.UTC().Format(timeFormat)}
 		for _, f := range en.Findings {
 			re.Findings = append(re.Findings, events.AdmissionFinding{PolicyID: en.PolicyID, Rule: f.Rule, Object: f.Object, Message: f.Message})
 		}
