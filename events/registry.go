@@ -25,6 +25,7 @@ const (
 	SchemaAdmissionVerdict     = "policyflow.AdmissionVerdict"
 	SchemaAppPolicy            = "policyflow.AppPolicy"
 	SchemaDatacenter           = "policyflow.Datacenter"
+	SchemaPolicyRollout        = "policyflow.PolicyRollout"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -50,6 +51,7 @@ func (*DeploymentRequest) SchemaName() string    { return SchemaDeploymentReques
 func (*AdmissionVerdict) SchemaName() string     { return SchemaAdmissionVerdict }
 func (*AppPolicy) SchemaName() string            { return SchemaAppPolicy }
 func (*Datacenter) SchemaName() string           { return SchemaDatacenter }
+func (*PolicyRollout) SchemaName() string        { return SchemaPolicyRollout }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -76,6 +78,7 @@ var newEvent = map[string]func() Event{
 	SchemaAdmissionVerdict:     func() Event { return new(AdmissionVerdict) },
 	SchemaAppPolicy:            func() Event { return new(AppPolicy) },
 	SchemaDatacenter:           func() Event { return new(Datacenter) },
+	SchemaPolicyRollout:        func() Event { return new(PolicyRollout) },
 }
 
 // SchemaNames lists the full name of every event schema.
