@@ -90,6 +90,9 @@ type Options struct {
 	// MaxPlacements bounds the placement computations running at once
 	// (default admissionapi.DefaultMaxPlacements); one more answers 503.
 	MaxPlacements int
+	// RolloutEvery is how often the running staged rollouts are moved on
+	// (default policyapi.DefaultRolloutEvery).
+	RolloutEvery time.Duration
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -228,7 +231,16 @@ func (s *Server) followViews() (err error) {
 
 // Run watches the read views catch up and keeps them marked on health
 // until ctx is done.
-func (s *Server) Run(ctx context.Context) error { return s.kit.Views.Run(ctx) }
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pol.DriveRollouts(ctx, s.opts.RolloutEvery)
+	}()
+	defer func() { cancel(); <-done }()
+	return s.kit.Views.Run(ctx)
+}
 
 // Close stops the read views and releases the producer. Call it after Run
 // returned.

@@ -121,6 +121,9 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := web.DecodeJSON(w, r, web.MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
 		return e
 	}
+	if isPlanned(raw) {
+		return s.pushPlanned(w, r, raw)
+	}
 	bodies := []json.RawMessage{raw}
 	if t := bytes.TrimSpace(raw); t[0] == '[' {
 		var err error

@@ -26,8 +26,11 @@ type catalogEntry struct {
 	// ChangedAt is when the entry was written to policy.catalog.
 	ChangedAt time.Time
 	// Tenant owns the policy; "" is global (policy.MayHold).
-	Tenant  string
-	decoded policy.Body
+	Tenant string
+	// BodyHash names Body; Revision is the catalog's revision of it.
+	BodyHash string
+	Revision int64
+	decoded  policy.Body
 }
 
 // catalogView is policy.catalog: the latest valid body per policy_id,
@@ -56,6 +59,8 @@ func followCatalog(env runtime.Env) (*catalogView, error) {
 			Body:          json.RawMessage(e.Body),
 			ChangedAt:     m.Timestamp,
 			Tenant:        e.Tenant,
+			BodyHash:      e.BodyHash,
+			Revision:      e.Revision,
 			decoded:       b,
 		}, nil
 	}, nil)
