@@ -2,13 +2,16 @@ package northapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/rollout"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -79,6 +82,24 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 	// The promote asked every matcher partition to compare its components.
 	if n := len(s.records(t, topology.CatchupRequests, testPartitions)); n != testPartitions {
 		t.Fatalf("%d catch-up requests after the promote, want one per partition (%d)", n, testPartitions)
+	}
+	// Version 3 with a plan supersedes the paused rollout: it starts from
+	// its own first step, and the components outside it keep version 1.
+	// pdp-ingest loaded version 2 meanwhile.
+	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".2.xml", "2", v2))
+	testkit.Eventually(t, 30*time.Second, func() error {
+		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "2" {
+			return fmt.Errorf("latest %v", out)
+		}
+		return nil
+	})
+	v3 := pdpBody(id+".3.xml", "3", map[string]any{"v": 3})
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v3, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
+	acc = policyapi.PushAccepted{}
+	if err := json.Unmarshal(raw, &acc); code != http.StatusAccepted || err != nil || acc.Rollout == nil || acc.Rollout.Version != "3" ||
+		acc.Rollout.PreviousVersion != "1" || acc.Rollout.CurrentStep != 1 || acc.Rollout.State != rollout.StateRunning {
+		t.Fatalf("superseding push: %d %s", code, raw)
 	}
 	code, _, raw = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/abort", nil)
 	if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil || st.State != rollout.StateAborted {
