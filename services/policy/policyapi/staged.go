@@ -288,7 +288,7 @@ func (s *API) RolloutAction(action string) web.HandlerFunc {
 		if !ok || cur == nil {
 			return web.Errorf(http.StatusNotFound, "policy %s has no staged rollout: publish a version with a plan (POST /v1/policies {\"policy\": ..., \"rollout\": ...})", id)
 		}
-		if rollout.Active(cur) && e.PolicyVersion != cur.Version && newerVersion(e.PolicyVersion, cur.Version) {
+		if newerVersion(e.PolicyVersion, cur.Version) {
 			return web.Errorf(http.StatusConflict, "the rollout of version %s of %s was superseded by version %s", cur.Version, id, e.PolicyVersion)
 		}
 		now := time.Now().UTC()
