@@ -110,3 +110,25 @@ func TestRolloutGatesVersions(t *testing.T) {
 	apply(m.OnChange(0, atRev(updated(memID, "2", "3", nil), 40)))
 	want("version 3", func(string) string { return "3@40" })
 }
+
+// BenchmarkCatchupAll100kDuringRollout is BenchmarkCatchupAll100k with a
+// rollout running on one of the policies, its version the catalog's:
+// what the gate costs a catch-up (one lookup per component and policy).
+func BenchmarkCatchupAll100kDuringRollout(b *testing.B) {
+	m := benchMatcher(b, false)
+	req := &events.CatchupRequest{RequestID: "cu", Scope: events.ScopeAll}
+	if _, err := m.OnCatchup(0, req); err != nil {
+		b.Fatal(err)
+	}
+	id := "DCAE.Config_svc0_p0"
+	e, _ := m.Catalog().Lookup(id)
+	r := rollout.Start(id, "r1", e.PolicyVersion, e.BodyHash, nil, rollout.Plan{Steps: []float64{1}}, "bench", t0)
+	m.SetRollouts(rolloutTable{id: r})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if ms, err := m.OnCatchup(0, req); err != nil || len(ms) != 0 {
+			b.Fatalf("catch-up of an up-to-date partition: %d matches, %v", len(ms), err)
+		}
+	}
+}
