@@ -167,6 +167,14 @@ func TestStagedRollout(t *testing.T) {
 		}
 		return nil
 	})
+	var status policyapi.PipelineStatus
+	if err := json.Unmarshal([]byte(p.must(http.MethodGet, "/v1/status", nil)), &status); err != nil {
+		t.Fatal(err)
+	}
+	if i := slices.IndexFunc(status.Changes, func(c policyapi.PolicyRollout) bool { return c.PolicyID == policyID }); i < 0 ||
+		status.Changes[i].Staged != "paused at step 2 of 3" {
+		t.Fatalf("the status page does not show the paused rollout: %+v", status.Changes)
+	}
 	untilStep := func(last int, v string) func(c *stagedComponent) []string {
 		return func(c *stagedComponent) []string {
 			if c.step <= last {

@@ -414,3 +414,8 @@ func (s *API) driveOne(ctx context.Context, id string) *web.Error {
 	}
 	return nil
 }
+
+// stagedSummary is a rollout in a few words, for the status page.
+func stagedSummary(r *events.PolicyRollout) string {
+	return fmt.Sprintf("%s at step %d of %d", r.State, r.Step+1, len(r.Steps))
+}
