@@ -106,7 +106,7 @@ func TestStagedRollout(t *testing.T) {
 		t.Helper()
 		testkit.Eventually(t, 2*time.Minute, testkit.Named(step, func() error {
 			for _, c := range comps {
-				if c.rec == nil || (c == late && c.rec == nil) {
+				if c.rec == nil { // the failing one, and the late one before it registers
 					continue
 				}
 				if got, w := c.ledger(t, policyID), want(c); !slices.Equal(got, w) {
@@ -211,12 +211,7 @@ func TestStagedRollout(t *testing.T) {
 	if s.CurrentStep != 3 || s.State != rollout.StatePaused {
 		t.Fatalf("promote: %+v", s)
 	}
-	ledgers("the promote brought version 2 to step 3", func(c *stagedComponent) []string {
-		if c == late {
-			return []string{"1", "2"}
-		}
-		return []string{"1", "2"}
-	})
+	ledgers("the promote brought version 2 to step 3", func(*stagedComponent) []string { return []string{"1", "2"} })
 	if code, out := p.do(http.MethodPost, "/v1/policies/"+policyID+"/rollout/resume", map[string]any{"reason": "script fixed", "extra": 1}); code != http.StatusBadRequest {
 		t.Fatalf("unknown field in an action's body: %d %s", code, out)
 	}
