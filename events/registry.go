@@ -27,6 +27,7 @@ const (
 	SchemaDatacenter           = "policyflow.Datacenter"
 	SchemaDeployment           = "policyflow.Deployment"
 	SchemaBillingEvent         = "policyflow.BillingEvent"
+	SchemaPolicyRollout        = "policyflow.PolicyRollout"
 )
 
 func (*PdpNotification) SchemaName() string      { return SchemaPdpNotification }
@@ -54,6 +55,7 @@ func (*AppPolicy) SchemaName() string            { return SchemaAppPolicy }
 func (*Datacenter) SchemaName() string           { return SchemaDatacenter }
 func (*Deployment) SchemaName() string           { return SchemaDeployment }
 func (*BillingEvent) SchemaName() string         { return SchemaBillingEvent }
+func (*PolicyRollout) SchemaName() string        { return SchemaPolicyRollout }
 
 // newEvent returns a zero value of the Go type for a schema full name.
 var newEvent = map[string]func() Event{
@@ -84,6 +86,7 @@ var newEvent = map[string]func() Event{
 	SchemaBillingEvent:         func() Event { return new(BillingEvent) },
 	SchemaAdmissionNotice:      func() Event { return new(AdmissionNotice) },
 	SchemaAuditEntry:           func() Event { return new(AuditEntry) },
+	SchemaPolicyRollout:        func() Event { return new(PolicyRollout) },
 }
 
 // SchemaNames lists the full name of every event schema.

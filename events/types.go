@@ -652,3 +652,40 @@ type Datacenter struct {
 	Created      time.Time `avro:"created"`
 	Updated      time.Time `avro:"updated"`
 }
+
+// PolicyRollout is the staged rollout of one policy version, as
+// policy.rollouts holds it (keyed by policy_id); the rules are in
+// services/rollout.
+type PolicyRollout struct {
+	PolicyID         string             `avro:"policy_id" json:"policy_id"`
+	RolloutID        string             `avro:"rollout_id" json:"rollout_id"`
+	Version          string             `avro:"version" json:"version"`
+	BodyHash         string             `avro:"body_hash" json:"body_hash"`
+	PreviousVersion  string             `avro:"previous_version" json:"previous_version"`
+	PreviousBody     string             `avro:"previous_body" json:"-"`
+	PreviousHash     string             `avro:"previous_hash" json:"previous_hash"`
+	PreviousRevision int64              `avro:"previous_revision" json:"previous_revision"`
+	Tenant           string             `avro:"tenant" json:"tenant"`
+	Steps            []float64          `avro:"steps" json:"steps"`
+	Auto             bool               `avro:"auto" json:"auto"`
+	PauseS           int64              `avro:"pause_s" json:"pause_s"`
+	MaxFailed        int64              `avro:"max_failed" json:"max_failed"`
+	Step             int32              `avro:"step" json:"step"`
+	State            string             `avro:"state" json:"state"`
+	Reason           string             `avro:"reason" json:"reason"`
+	FailedBaseline   int64              `avro:"failed_baseline" json:"failed_baseline"`
+	StepStartedAt    time.Time          `avro:"step_started_at" json:"step_started_at"`
+	StepDoneAt       *time.Time         `avro:"step_done_at" json:"step_done_at"`
+	AbortRevision    int64              `avro:"abort_revision" json:"abort_revision"`
+	Counts           []RolloutStepCount `avro:"counts" json:"counts"`
+	UpdatedBy        string             `avro:"updated_by" json:"updated_by"`
+	UpdatedAt        time.Time          `avro:"updated_at" json:"updated_at"`
+}
+
+// RolloutStepCount is what the components that join a rollout at one
+// step did.
+type RolloutStepCount struct {
+	Components int64 `avro:"components" json:"components"`
+	Notified   int64 `avro:"notified" json:"notified"`
+	Failed     int64 `avro:"failed" json:"failed"`
+}

@@ -40,6 +40,7 @@ const (
 	Datacenters       = "placement.datacenters"
 	Deployments       = "deploy.deployments"
 	BillingEvents     = "billing.events"
+	PolicyRollouts    = "policy.rollouts"
 )
 
 // DeployRequestsKey is the key of every deploy.requests record: the
@@ -316,6 +317,11 @@ func Default() []Topic {
 			Name: NMPRecompute, Partitions: DefaultPartitions, Key: "org", ValueSchema: "policyflow.NodeRecompute",
 			Writers: l(StageNMPHub), Readers: l(StageNMPHub),
 			Doc: "a changed NMP, package or rollout pause copied to every partition, so that the owner of each agent.nodes partition recomputes its nodes' directives (co-partitioned with agent.nodes and agent.status)",
+		}),
+		compact(Topic{
+			Name: PolicyRollouts, Partitions: LowVolumePartitions, Key: "policy_id", ValueSchema: "policyflow.PolicyRollout",
+			Writers: l(RoleNorthAPI), Readers: l(StageMatcher, StageSegmenter, RoleNorthAPI),
+			Doc: "the staged rollout of a policy version: plan, previous version, current step, state and per step counts (see docs/rollouts.md)",
 		}),
 		compact(Topic{
 			Name: Schemas, Partitions: LowVolumePartitions, Key: "schema fingerprint (hex)", ValueSchema: "",

@@ -16,7 +16,7 @@ const (
 	policyPushSummary = "push full policy bodies (a JSON array or one object; - for stdin) with no PDP behind them"
 	pdpNotifySummary  = "send a PDP notification {loadedPolicies, removedPolicies} (ONAP shape; - for stdin)"
 	catchupSummary    = "ask for a catch-up of every deployment, or of one with --deployment"
-	rolloutSummary    = "where the latest version of a policy is: components that should hold it, in Consul, notified, failed (with ids), pending"
+	rolloutSummary    = "where the latest version of a policy is: components that should hold it, in Consul, notified, failed (with ids), pending; and its staged rollout's steps (rollout promote|pause|resume|abort act on it)"
 )
 
 func init() {
@@ -200,9 +200,14 @@ func waitCatchup(ctx context.Context, api *apiClient, id string, timeout time.Du
 }
 
 func runRollout(ctx context.Context, args []string) error {
+	if action, ok := rolloutAction(args); ok {
+		return runRolloutAction(ctx, action, rolloutActions[action], args[1:])
+	}
 	fs := newFlagSet(ctx, "rollout", rolloutSummary+
 		"\n\nComponents should hold a policy when they name its policy_id or one of their filters"+
-		"\nmatches its latest body; the lists of failed and pending components hold at most --limit ids.", "POLICY_ID")
+		"\nmatches its latest body; the lists of failed and pending components hold at most --limit ids."+
+		"\nA version published with a plan also shows its staged rollout (docs/rollouts.md); act on it with"+
+		"\npolicyctl rollout promote|pause|resume|abort POLICY_ID [--reason TEXT].", "POLICY_ID")
 	api := registerAPIFlags(fs)
 	limit := fs.Int("limit", 100, "most component ids listed as failed and as pending (0 to 10000)")
 	out := registerOutputFlag(fs, outputJSON)
@@ -223,5 +228,5 @@ func runRollout(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return printOutput(stdout(ctx), format, answer, nil)
+	return printOutput(stdout(ctx), format, answer, rolloutTable)
 }

@@ -35,11 +35,14 @@ type Matcher struct {
 	NewID func() string
 	// Now stamps PolicyMatch.CreatedAt (default time.Now).
 	Now func() time.Time
+	// rollouts and prevEntries: see rollout.go.
+	rollouts    Rollouts
+	prevEntries map[string]*entry
 }
 
 // New returns a matcher with an empty catalog view that owns no partition.
 func New() *Matcher {
-	return &Matcher{catalog: NewCatalog(), parts: map[int32]*Partition{}}
+	return &Matcher{catalog: NewCatalog(), parts: map[int32]*Partition{}, prevEntries: map[string]*entry{}}
 }
 
 // NewUpdateID returns 16 random bytes in hex.
@@ -346,6 +349,7 @@ func (m *Matcher) reconcileAll(p *Partition, comp *component, want map[string]st
 // body), or remove it (had, and no longer wanted or no longer in the
 // catalog). The holding is updated to match.
 func (m *Matcher) reconcileOne(p *Partition, h *holding, id string, e *entry, group string, wanted bool, b *builder) {
+	e = m.gated(h.component, e)
 	hv, has := h.policies.get(id)
 	switch {
 	case wanted && e != nil && !has:

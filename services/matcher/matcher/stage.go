@@ -47,6 +47,8 @@ type stage struct {
 	mu  sync.Mutex
 	m   *Matcher
 	log zerolog.Logger
+	// rollouts is policy.rollouts, followed (see rollout.go).
+	rollouts *runtime.Table[*events.PolicyRollout]
 }
 
 func (s *stage) setup(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
@@ -59,9 +61,18 @@ func (s *stage) setup(ctx context.Context, env runtime.Env) (runtime.Handler, fu
 		return nil, nil, err
 	}
 	m.SetCatalog(cat)
-	s.m = m
-	s.log.Info().Int("policies", cat.Len()).Msg("catalog view read")
-	return s.handler(), nil, nil
+	rollouts, err := runtime.FollowTable[*events.PolicyRollout](env, topology.PolicyRollouts, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("matcher: %w", err)
+	}
+	if err := rollouts.WaitCaughtUp(ctx); err != nil {
+		rollouts.Close()
+		return nil, nil, fmt.Errorf("matcher: read %s: %w", env.Kafka.Topic(topology.PolicyRollouts), err)
+	}
+	m.SetRollouts(rollouts)
+	s.m, s.rollouts = m, rollouts
+	s.log.Info().Int("policies", cat.Len()).Int("rollouts", rollouts.Len()).Msg("catalog view read")
+	return s.handler(), rollouts.Close, nil
 }
 
 // readCatalog reads policy.catalog (every partition) into a new view.
@@ -156,13 +167,19 @@ func (s *stage) revoked(_ context.Context, _ runtime.Env, revoked map[string][]i
 // uninstall); on the other inputs it is refused.
 func (s *stage) handler() runtime.Handler {
 	return runtime.Route(map[string]runtime.Handler{
-		topology.PolicyChanges: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.PolicyChange]) ([]runtime.Output, error) {
+		topology.PolicyChanges: runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyChange]) ([]runtime.Output, error) {
+			if err := s.rolloutsCurrent(ctx); err != nil {
+				return nil, err
+			}
 			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnChange(in.Partition, in.Value) })
 		}),
 		topology.DeployComponents: runtime.Typed(runtime.PassTombstones, func(_ context.Context, in runtime.Msg[*events.Component]) ([]runtime.Output, error) {
 			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
 		}),
-		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(_ context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+			if err := s.rolloutsCurrent(ctx); err != nil {
+				return nil, err
+			}
 			var count CatchupCount
 			notOwned := false
 			outs, err := s.decide(in.Input, func() (ms []events.PolicyMatch, err error) {
@@ -207,4 +224,18 @@ func (s *stage) decide(in runtime.Input, decision func() ([]events.PolicyMatch, 
 		}
 	}
 	return outs, nil
+}
+
+// rolloutsCurrent waits until the rollouts table holds every rollout
+// written before now: a version published with a plan has its rollout
+// written before it, and a step that moves on asks for a catch-up after
+// it, so the change or the catch-up is decided with the rollout in force.
+func (s *stage) rolloutsCurrent(ctx context.Context) error {
+	if s.rollouts == nil {
+		return nil
+	}
+	if err := s.rollouts.WaitCaughtUp(ctx); err != nil {
+		return fmt.Errorf("matcher: catch up with %s: %w", topology.PolicyRollouts, err)
+	}
+	return nil
 }

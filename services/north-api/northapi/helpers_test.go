@@ -129,7 +129,7 @@ func newStackWith(t *testing.T, opts Options, seed func(s *stack), skipTopics ..
 	for _, base := range []string{topology.PDPNotifications, topology.PolicyCatalog, topology.DeployComponents, topology.CatchupRequests, topology.ComponentApplied,
 		topology.CatchupProgress, topology.ACMSync, topology.ACMRuntime, topology.ACMParticipant,
 		topology.NMPPolicies, topology.AgentNodes, topology.AgentStatus, topology.AgentPackages, topology.AgentDirectives,
-		topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployRequests, topology.Datacenters, topology.Deployments, topology.AdmissionAudit} {
+		topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployRequests, topology.Datacenters, topology.Deployments, topology.AdmissionAudit, topology.PolicyRollouts} {
 		if !slices.Contains(skipTopics, base) {
 			topics = append(topics, base)
 		}

@@ -12,6 +12,10 @@ var routeOwners = map[string]web.Owner{
 	"POST /v1/pdp/notifications":                          web.NotTenants,
 	"POST /v1/policies":                                   web.NotTenants, // publishing; a tenant's dry run (dryRunners) writes nothing and shows its own components
 	"GET /v1/policies/{policy_id}/rollout":                web.ByPath("policy_id", web.OwnedPolicy),
+	"POST /v1/policies/{policy_id}/rollout/promote":       web.NotTenants,
+	"POST /v1/policies/{policy_id}/rollout/pause":         web.NotTenants,
+	"POST /v1/policies/{policy_id}/rollout/resume":        web.NotTenants,
+	"POST /v1/policies/{policy_id}/rollout/abort":         web.NotTenants,
 	"POST /v1/catchup":                                    web.NotTenants,
 	"GET /v1/catchup/{request_id}":                        web.NotTenants,
 	"GET /catch_up":                                       web.NotTenants,

@@ -36,6 +36,11 @@ func (s *Server) routeTable() []route {
 		{http.MethodPost, "/v1/pdp/notifications", s.pol.PdpNotifications, web.Operators},
 		{http.MethodPost, "/v1/policies", s.pol.PushPolicies, web.Operators},
 		{http.MethodGet, "/v1/policies/{policy_id}/rollout", s.pol.PolicyRollout, web.Readers},
+		// A staged rollout's actions: the same callers as the pushes.
+		{http.MethodPost, "/v1/policies/{policy_id}/rollout/promote", s.pol.RolloutAction("promote"), web.Operators},
+		{http.MethodPost, "/v1/policies/{policy_id}/rollout/pause", s.pol.RolloutAction("pause"), web.Operators},
+		{http.MethodPost, "/v1/policies/{policy_id}/rollout/resume", s.pol.RolloutAction("resume"), web.Operators},
+		{http.MethodPost, "/v1/policies/{policy_id}/rollout/abort", s.pol.RolloutAction("abort"), web.Operators},
 		{http.MethodPost, "/v1/catchup", s.pol.Catchup, web.Operators},
 		{http.MethodGet, "/v1/catchup/{request_id}", s.pol.CatchupStatus, web.Operators},
 		// The seed's policy-handler endpoint: a catch-up of everything.

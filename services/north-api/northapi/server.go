@@ -94,6 +94,9 @@ type Options struct {
 	// Hooks are the hosts application policies' endpoints (external
 	// engines, notice webhooks) may be on; the zero value allows none.
 	Hooks hooks.Config
+	// RolloutEvery is how often the running staged rollouts are moved on
+	// (default policyapi.DefaultRolloutEvery).
+	RolloutEvery time.Duration
 }
 
 // Server is the North API: a producer, the read views and the HTTP
@@ -237,7 +240,16 @@ func (s *Server) followViews() (err error) {
 
 // Run watches the read views catch up and keeps them marked on health
 // until ctx is done.
-func (s *Server) Run(ctx context.Context) error { return s.kit.Views.Run(ctx) }
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pol.DriveRollouts(ctx, s.opts.RolloutEvery)
+	}()
+	defer func() { cancel(); <-done }()
+	return s.kit.Views.Run(ctx)
+}
 
 // Close stops the read views and releases the producer. Call it after Run
 // returned.

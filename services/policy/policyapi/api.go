@@ -46,6 +46,7 @@ type API struct {
 	components *componentsView
 	applied    *appliedView
 	progress   *progressView
+	staged     *rolloutsView
 }
 
 // New starts the views of policy.catalog, deploy.components,
@@ -76,5 +77,9 @@ func New(kit *web.Kit, consul *capi.Client, opts Options) (_ *API, err error) {
 		return nil, err
 	}
 	add(s.progress)
+	if s.staged, err = followRollouts(kit.Env); err != nil {
+		return nil, err
+	}
+	add(s.staged)
 	return s, nil
 }

@@ -127,6 +127,16 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	if e := web.DecodeJSON(w, r, web.MaxPoliciesRequestBytes, &raw, false, policiesExample); e != nil {
 		return e
 	}
+	dry, e := web.DryRun(r)
+	if e != nil {
+		return e
+	}
+	if isPlanned(raw) {
+		if dry {
+			return s.whatIfPlanned(w, r, raw)
+		}
+		return s.pushPlanned(w, r, raw)
+	}
 	bodies := []json.RawMessage{raw}
 	if t := bytes.TrimSpace(raw); t[0] == '[' {
 		var err error
@@ -137,11 +147,13 @@ func (s *API) PushPolicies(w http.ResponseWriter, r *http.Request) *web.Error {
 	if len(bodies) == 0 {
 		return web.Errorf(http.StatusBadRequest, "the array holds no policy; send at least one policy_body, e.g. %s", policiesExample)
 	}
-	if dry, e := web.DryRun(r); e != nil || dry {
+	if dry {
+		out, e := s.whatIfOf(r, bodies)
 		if e != nil {
 			return e
 		}
-		return s.whatIfPush(w, r, bodies)
+		web.WriteJSON(w, http.StatusOK, out)
+		return nil
 	}
 	type group struct {
 		id       string

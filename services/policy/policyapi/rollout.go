@@ -57,6 +57,9 @@ type Rollout struct {
 	FailedComponents  []RolloutFailure `json:"failed_components"`
 	PendingComponents []RolloutPending `json:"pending_components"`
 	Truncated         bool             `json:"truncated"`
+	// Staged is the staged rollout of the policy (docs/rollouts.md), when
+	// it was published with a plan.
+	Staged *Staged `json:"staged,omitempty"`
 }
 
 // RolloutFailure is a component whose notification of the version failed.
@@ -118,6 +121,31 @@ func (s *API) PolicyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 		}
 		target = strconv.FormatInt(v, 10)
 	}
+	out, outcomes, werr := s.tally(r.Context(), e, target, p, limit)
+	if werr != nil {
+		return werr
+	}
+	s.withStaged(&out, e, target, outcomes)
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// The outcomes of one component in a tally.
+const (
+	outcomeNotified = "notified"
+	outcomeFailed   = "failed"
+	outcomePending  = "pending"
+	outcomeOther    = "other version"
+)
+
+// tally counts where version target of the catalog entry e is across the
+// components that should hold it and p may read, and says per
+// component_id its outcome (outcome*): the one rule of notified and
+// failed, for the answer of GET /v1/policies/{policy_id}/rollout and for
+// a staged rollout's progress.
+func (s *API) tally(ctx context.Context, e *catalogEntry, target string, p auth.Principal, limit int) (Rollout, map[string]string, *web.Error) {
+	id := e.PolicyID
+	outcomes := map[string]string{}
 	out := Rollout{PolicyID: id, Version: target, PolicyName: e.PolicyName, Status: e.Status,
 		OtherVersions: map[string]int{}, FailedComponents: []RolloutFailure{}, PendingComponents: []RolloutPending{}}
 	var told []rolloutTarget // in Consul, with a notify target: the claim says the rest
@@ -134,22 +162,25 @@ func (s *API) PolicyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 		}
 		switch {
 		case !has:
+			outcomes[c.ComponentID] = outcomePending
 			out.pending(limit, c.ComponentID, "not in its Consul folder yet")
 		case ap.Version != target:
+			outcomes[c.ComponentID] = outcomeOther
 			out.OtherVersions[ap.Version]++
 			out.pending(limit, c.ComponentID, "its Consul folder holds version "+ap.Version)
 		default:
 			out.InConsul++
 			if notifiesNothing(a.Notify) {
+				outcomes[c.ComponentID] = outcomeNotified
 				out.NoNotification++
 				continue
 			}
 			told = append(told, rolloutTarget{c: c, a: a, gen: ap.Generation})
 		}
 	}
-	claims, err := s.claims(r.Context(), told)
+	claims, err := s.claims(ctx, told)
 	if err != nil {
-		return err
+		return out, nil, err
 	}
 	for k, t := range told {
 		cl := claims[k]
@@ -159,12 +190,16 @@ func (s *API) PolicyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 		}
 		switch {
 		case cl == nil || cl.Generation < t.gen:
+			outcomes[t.c.ComponentID] = outcomePending
 			out.pending(limit, t.c.ComponentID, "not notified yet")
 		case !finished:
+			outcomes[t.c.ComponentID] = outcomePending
 			out.pending(limit, t.c.ComponentID, "notification running")
 		case ok:
+			outcomes[t.c.ComponentID] = outcomeNotified
 			out.Notified++
 		default:
+			outcomes[t.c.ComponentID] = outcomeFailed
 			out.Failed++
 			if len(out.FailedComponents) < limit {
 				out.FailedComponents = append(out.FailedComponents, RolloutFailure{ComponentID: t.c.ComponentID, ExitCode: cl.ExitCode, HTTPStatus: cl.HTTPStatus, At: cl.At})
@@ -173,8 +208,7 @@ func (s *API) PolicyRollout(w http.ResponseWriter, r *http.Request) *web.Error {
 			}
 		}
 	}
-	web.WriteJSON(w, http.StatusOK, out)
-	return nil
+	return out, outcomes, nil
 }
 
 func (r *Rollout) pending(limit int, id, why string) {

@@ -73,6 +73,9 @@ type PolicyRollout struct {
 	// with no notify target (none) that hold it in Consul.
 	Notified int `json:"notified"`
 	Failed   int `json:"failed"`
+	// Staged says where the version's staged rollout is ("paused at step
+	// 2 of 3"), when it was published with a plan.
+	Staged string `json:"staged,omitempty"`
 }
 
 // FailedNotification is a component whose last notification failed.
@@ -194,6 +197,9 @@ func (s *API) rollouts(comps []*events.Component, claims map[string]*consulkv.Cl
 	out := make([]PolicyRollout, 0, len(entries))
 	for _, e := range entries {
 		ro := PolicyRollout{PolicyID: e.PolicyID, Version: e.PolicyVersion, ChangedAt: e.ChangedAt.UTC()}
+		if r, ok := s.staged.Value(e.PolicyID); ok && r != nil && r.Version == e.PolicyVersion {
+			ro.Staged = stagedSummary(r)
+		}
 		for _, c := range comps {
 			if !wants(c, e, compiled) {
 				continue

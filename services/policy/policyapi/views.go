@@ -26,21 +26,23 @@ type catalogEntry struct {
 	// ChangedAt is when the entry was written to policy.catalog.
 	ChangedAt time.Time
 	// Tenant owns the policy; "" is global (policy.MayHold).
-	Tenant  string
-	decoded policy.Body
+	Tenant string
+	// BodyHash names Body; Revision is the catalog's revision of it.
+	BodyHash string
+	Revision int64
+	decoded  policy.Body
 	// What else the record says, for a decision on it as pdp-ingest and
 	// the matcher make it (record).
-	bodyHash, source string
-	revision         int64
-	updatedAt        time.Time
+	source    string
+	updatedAt time.Time
 }
 
 // record is the policy.catalog record the entry was read from.
 func (e *catalogEntry) record() *events.PolicyCatalogEntry {
 	r := &events.PolicyCatalogEntry{
 		PolicyID: e.PolicyID, PolicyName: e.PolicyName, PolicyVersion: e.PolicyVersion,
-		Body: string(e.Body), BodyHash: e.bodyHash, Status: e.Status, UpdatedAt: e.updatedAt,
-		Revision: e.revision, Tenant: e.Tenant, Source: e.source,
+		Body: string(e.Body), BodyHash: e.BodyHash, Status: e.Status, UpdatedAt: e.updatedAt,
+		Revision: e.Revision, Tenant: e.Tenant, Source: e.source,
 	}
 	if e.Error != "" {
 		r.Error = &e.Error
@@ -74,10 +76,10 @@ func followCatalog(env runtime.Env) (*catalogView, error) {
 			Body:          json.RawMessage(e.Body),
 			ChangedAt:     m.Timestamp,
 			Tenant:        e.Tenant,
+			BodyHash:      e.BodyHash,
+			Revision:      e.Revision,
 			decoded:       b,
-			bodyHash:      e.BodyHash,
 			source:        e.Source,
-			revision:      e.Revision,
 			updatedAt:     e.UpdatedAt,
 		}, nil
 	}, nil)

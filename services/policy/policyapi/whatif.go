@@ -14,6 +14,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/rollout"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -83,15 +84,15 @@ const (
 // whatIfViews are the views a what-if answers from.
 var whatIfViews = []string{topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied}
 
-// whatIfPush answers a dry run of POST /v1/policies: each body is checked
+// whatIfOf is the answer to a dry run of POST /v1/policies: each body is checked
 // as the publish checks it (checkPushed: a body policy.Check refuses is
 // answered 400, as the publish answers it; one older than the loaded
 // version is listed as refused), the catalog entry is decided
 // as pdp-ingest decides it (pdpingest.Decide), and the change is matched
 // as the matcher matches it (matcher.Preview).
-func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.RawMessage) *web.Error {
+func (s *API) whatIfOf(r *http.Request, bodies []json.RawMessage) (WhatIf, *web.Error) {
 	if e := s.Views.Need(whatIfViews...); e != nil {
-		return e
+		return WhatIf{}, e
 	}
 	out := newWhatIf()
 	var checked []policy.Checked
@@ -100,7 +101,7 @@ func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.R
 	for i, b := range bodies {
 		c, e := s.checkPushed(i, b)
 		if c.PolicyID == "" {
-			return e // a body policy.Check refuses is a bad request, dry or not
+			return WhatIf{}, e // a body policy.Check refuses is a bad request, dry or not
 		}
 		ids[c.PolicyID] = true
 		if latest.PolicyID == "" || c.Version > latest.Version {
@@ -116,7 +117,7 @@ func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.R
 		checked = append(checked, c)
 	}
 	if e := onePolicy(ids); e != nil {
-		return e
+		return WhatIf{}, e
 	}
 	out.PolicyID, out.Version = latest.PolicyID, latest.PolicyVersion
 	loaded := s.loaded(r, out.PolicyID, &out)
@@ -124,6 +125,41 @@ func (s *API) whatIfPush(w http.ResponseWriter, r *http.Request, bodies []json.R
 		out.diff(loaded.Body, latest.JSON, false)
 	}
 	s.decideAndMatch(r, &out, loaded, pdpingest.Request{Route: pdpingest.Route{PolicyID: out.PolicyID, Pushed: checked}})
+	return out, nil
+}
+
+// whatIfPlanned answers a dry run of a push with a staged rollout plan
+// ({"policy", "rollout"}): the plan is checked as the push checks it (400
+// with every reason), the body's what-if is computed as for a push
+// without a plan, and a note says how many of the components that would
+// change are in the first step's cohort (rollout.InCohort): the others
+// keep the version they have until their step.
+func (s *API) whatIfPlanned(w http.ResponseWriter, r *http.Request, raw []byte) *web.Error {
+	var req planned
+	if e := web.DecodeBytes(raw, &req, true, plannedExample); e != nil {
+		return e
+	}
+	if req.Rollout == nil {
+		return web.Errorf(http.StatusBadRequest, "rollout is missing: send the policy with a plan, e.g. %s, or the policy_body alone", plannedExample)
+	}
+	if reasons := req.Rollout.Check(); len(reasons) > 0 {
+		return web.Errorf(http.StatusBadRequest, "the rollout plan is refused: %s", joinReasons(reasons))
+	}
+	out, e := s.whatIfOf(r, []json.RawMessage{req.Policy})
+	if e != nil {
+		return e
+	}
+	first, changing := 0, 0
+	for _, c := range out.Components {
+		if c.Change == ChangeRemoved {
+			continue
+		}
+		changing++
+		if rollout.InCohort(c.ComponentID, req.Rollout.Steps, 0) {
+			first++
+		}
+	}
+	out.Notes = append(out.Notes, fmt.Sprintf("staged rollout: step 1 of %d (%g of the components) would give version %s to %d of the %d components it would reach; the others keep the version they have until their step", len(req.Rollout.Steps), req.Rollout.Steps[0], out.Version, first, changing))
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }

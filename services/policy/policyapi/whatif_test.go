@@ -32,7 +32,7 @@ func checkedBody(t *testing.T, v int, mc map[string]any, cfg map[string]any) pol
 // loadedEntry is the catalog view's entry of c.
 func loadedEntry(c policy.Checked, rev int64) *catalogEntry {
 	return &catalogEntry{PolicyID: c.PolicyID, PolicyName: c.PolicyName, PolicyVersion: c.PolicyVersion, Status: events.StatusValid,
-		Body: c.JSON, bodyHash: c.Header().BodyHash, revision: rev, source: events.SourcePushed, updatedAt: time.Unix(1, 0)}
+		Body: c.JSON, BodyHash: c.Header().BodyHash, Revision: rev, source: events.SourcePushed, updatedAt: time.Unix(1, 0)}
 }
 
 func whatIfComp(id, tenant string, ids []string, filters ...events.PolicyFilter) *events.Component {

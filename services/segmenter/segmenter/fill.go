@@ -68,7 +68,7 @@ func Fill(ctx context.Context, cat Catalog, m *events.PolicyMatch) ([]Filled, er
 	for _, p := range refs {
 		if e, ok := cat.Get(p.PolicyID); ok && e != nil && e.Body != "" && e.BodyHash == p.BodyHash {
 			p.Body = e.Body
-		} else {
+		} else if !fillPrevious(cat, p) {
 			missed = true
 		}
 	}
@@ -83,7 +83,7 @@ func Fill(ctx context.Context, cat Catalog, m *events.PolicyMatch) ([]Filled, er
 	for c := range m.Components {
 		d := &m.Components[c]
 		note := func(p *events.Policy) {
-			if p.Body != "" {
+			if p.Body != "" || fillPrevious(cat, p) {
 				return
 			}
 			n := Filled{ComponentID: d.ComponentID, PolicyID: p.PolicyID, WantVersion: p.PolicyVersion, WantHash: p.BodyHash}
@@ -127,4 +127,26 @@ func without(ps []events.Policy, gone map[*events.Policy]bool) []events.Policy {
 		}
 	}
 	return out
+}
+
+// Previous is what a Catalog may also offer: the body of an earlier
+// version a staged rollout keeps components at, or brings them back to
+// (policy.rollouts), by policy_id and body_hash. The matcher names such a
+// version while the catalog's latest is the one rolled out.
+type Previous interface {
+	Previous(policyID, bodyHash string) (body string, ok bool)
+}
+
+// fillPrevious fills the reference p in from the catalog's Previous, when
+// it has one and it holds that body.
+func fillPrevious(cat Catalog, p *events.Policy) bool {
+	prev, ok := cat.(Previous)
+	if !ok {
+		return false
+	}
+	if b, ok := prev.Previous(p.PolicyID, p.BodyHash); ok {
+		p.Body = b
+		return true
+	}
+	return false
 }

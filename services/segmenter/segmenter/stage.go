@@ -76,11 +76,22 @@ func StageWith(cfg Config) runtime.Stage {
 				cat.Close()
 				return nil, nil, fmt.Errorf("segmenter: read %s: %w", env.Kafka.Topic(topology.PolicyCatalog), err)
 			}
-			log.Info().Int("policies", cat.Len()).Msg("catalog read")
+			rollouts, err := runtime.FollowTable[*events.PolicyRollout](env, topology.PolicyRollouts, nil)
+			if err != nil {
+				cat.Close()
+				return nil, nil, fmt.Errorf("segmenter: %w", err)
+			}
+			closeAll := func() { cat.Close(); rollouts.Close() }
+			if err := rollouts.WaitCaughtUp(ctx); err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("segmenter: read %s: %w", env.Kafka.Topic(topology.PolicyRollouts), err)
+			}
+			log.Info().Int("policies", cat.Len()).Int("rollouts", rollouts.Len()).Msg("catalog read")
+			bodies := catalogAndRollouts{cat, rollouts}
 			max := c.MaxSegmentBytes
 			return runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
 				m := in.Value
-				notes, err := Fill(ctx, cat, m)
+				notes, err := Fill(ctx, bodies, m)
 				if err != nil {
 					return nil, fmt.Errorf("segmenter: %w", err)
 				}
@@ -102,9 +113,31 @@ func StageWith(cfg Config) runtime.Stage {
 						Int("pieces", len(outs)).Msg("policy match cut into pieces")
 				}
 				return outs, nil
-			}), cat.Close, nil
+			}), closeAll, nil
 		},
 	}
+}
+
+// catalogAndRollouts is where the stage finds bodies: policy.catalog, and
+// the previous versions of policy.rollouts (see Previous).
+type catalogAndRollouts struct {
+	*runtime.Table[*events.PolicyCatalogEntry]
+	rollouts *runtime.Table[*events.PolicyRollout]
+}
+
+func (c catalogAndRollouts) WaitCaughtUp(ctx context.Context) error {
+	if err := c.Table.WaitCaughtUp(ctx); err != nil {
+		return err
+	}
+	return c.rollouts.WaitCaughtUp(ctx)
+}
+
+func (c catalogAndRollouts) Previous(policyID, bodyHash string) (string, bool) {
+	r, ok := c.rollouts.Value(policyID)
+	if !ok || r == nil || r.PreviousBody == "" || r.PreviousHash != bodyHash {
+		return "", false
+	}
+	return r.PreviousBody, true
 }
 
 // Outputs are the policy.segments records of one match: its pieces in

@@ -25,7 +25,7 @@ func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
 	c := stagetest.NewCluster(t, partitions, topology.PolicySegments)
 	c.CreateTopics(t, map[string]string{"max.message.bytes": topology.MaxMessageBytes},
-		topology.PolicyMatches, topology.PolicyCatalog, topology.DLQ(topology.StageSegmenter))
+		topology.PolicyMatches, topology.PolicyCatalog, topology.PolicyRollouts, topology.DLQ(topology.StageSegmenter))
 	return c
 }
 

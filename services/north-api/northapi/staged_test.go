@@ -1,0 +1,130 @@
+package northapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/policy/policyapi"
+	"github.com/policyflow/policyflow/services/rollout"
+	"github.com/policyflow/policyflow/services/testkit"
+	"github.com/policyflow/policyflow/topology"
+)
+
+// A version pushed with a plan: a bad plan is refused with every reason
+// and nothing is written; a good one writes the rollout (with the loaded
+// version as the previous one) before the push; the actions move it and
+// refuse what its state does not allow; only operators may act.
+func TestStagedRolloutPlanAndActions(t *testing.T) {
+	const id = "DCAE.Config_STAGED"
+	v1 := pdpBody(id+".1.xml", "1", map[string]any{"v": 1})
+	s := newStack(t, func(s *stack) {
+		s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".1.xml", "1", v1))
+	})
+	v2 := pdpBody(id+".2.xml", "2", map[string]any{"v": 2})
+
+	code, out, _ := s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v2,
+		"rollout": map[string]any{"steps": []float64{0.5, 0.2}, "pause_s": -5, "max_failed": -1}})
+	wantError(t, "bad plan", code, out, http.StatusBadRequest, "not greater than the step before", "the last step is 1.0",
+		"pause_s is -5", "max_failed is -1", "nothing was published")
+	code, out, _ = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v2,
+		"rollout": map[string]any{"steps": []float64{1}, "canary": true}})
+	wantError(t, "unknown plan field", code, out, http.StatusBadRequest, "canary")
+	code, out, _ = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v1, "rollout": map[string]any{"steps": []float64{1}}})
+	wantError(t, "loaded version", code, out, http.StatusConflict, "already loaded")
+	code, out, _ = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/promote", nil)
+	wantError(t, "no rollout", code, out, http.StatusNotFound, "has no staged rollout")
+
+	// A dry run of a push with a plan is a what-if, even by a tenant: a
+	// bad plan is refused, a good one answered with the first step's
+	// share; nothing is written (the counts of records below hold one
+	// rollout and one push, those of the real push).
+	code, out, _ = s.call(t, http.MethodPost, "/v1/policies?dry_run=true", map[string]any{"policy": v2,
+		"rollout": map[string]any{"steps": []float64{0.5, 0.2}}})
+	wantError(t, "dry run of a bad plan", code, out, http.StatusBadRequest, "the last step is 1.0")
+	for _, token := range []string{adminToken, tenantToken} {
+		code, _, raw, _ := s.callAs(t, token, http.MethodPost, "/v1/policies?dry_run=true", map[string]any{"policy": v2,
+			"rollout": map[string]any{"steps": []float64{0.1, 0.5, 1}, "auto": true}})
+		var wi policyapi.WhatIf
+		if err := json.Unmarshal(raw, &wi); code != http.StatusOK || err != nil || wi.Version != "2" || !slices.ContainsFunc(wi.Notes, func(n string) bool {
+			return strings.HasPrefix(n, "staged rollout: step 1 of 3 (0.1 of the components)")
+		}) {
+			t.Fatalf("dry run of a push with a plan: %d %s", code, raw)
+		}
+	}
+
+	code, _, raw := s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v2,
+		"rollout": map[string]any{"steps": []float64{0.1, 0.5, 1}, "auto": true, "pause_s": 60, "max_failed": 2}})
+	if code != http.StatusAccepted {
+		t.Fatalf("push with a plan: %d %s", code, raw)
+	}
+	var acc policyapi.PushAccepted
+	if err := json.Unmarshal(raw, &acc); err != nil || acc.Rollout == nil || acc.Rollout.State != rollout.StateRunning || acc.Rollout.PreviousVersion != "1" {
+		t.Fatalf("answer %s (%v)", raw, err)
+	}
+	recs := s.records(t, topology.PolicyRollouts, 1)
+	if len(recs) != 1 {
+		t.Fatalf("%d rollout records, want 1", len(recs))
+	}
+	var r events.PolicyRollout
+	if err := s.env.Codec.DecodeInto(t.Context(), recs[0].Value, &r); err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := json.Marshal(v1)
+	if r.Version != "2" || r.PreviousVersion != "1" || r.PreviousHash != policy.BodyHash(r.PreviousBody) || r.PreviousBody == "" || r.Step != 0 || len(r.Counts) != 3 {
+		t.Fatalf("rollout record %+v (previous body of %s)", r, b1)
+	}
+	if n := len(s.records(t, topology.PDPNotifications, 1)); n != 1 {
+		t.Fatalf("%d pushes, want 1", n)
+	}
+
+	code, out, _, _ = s.callAs(t, tenantToken, http.MethodPost, "/v1/policies/"+id+"/rollout/pause", nil)
+	if code != http.StatusForbidden {
+		t.Fatalf("a tenant paused a rollout: %d %v", code, out)
+	}
+	code, out, _ = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/resume", nil)
+	wantError(t, "resume a running rollout", code, out, http.StatusConflict, "only a paused rollout can be resumed")
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/pause", map[string]any{"reason": "error rate"})
+	if code != http.StatusOK {
+		t.Fatalf("pause: %d %s", code, raw)
+	}
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/promote", nil)
+	var st policyapi.Staged
+	if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil || st.CurrentStep != 2 || st.State != rollout.StatePaused {
+		t.Fatalf("promote: %d %s", code, raw)
+	}
+	// The promote asked every matcher partition to compare its components.
+	if n := len(s.records(t, topology.CatchupRequests, testPartitions)); n != testPartitions {
+		t.Fatalf("%d catch-up requests after the promote, want one per partition (%d)", n, testPartitions)
+	}
+	// Version 3 with a plan supersedes the paused rollout: it starts from
+	// its own first step, and the components outside it keep version 1.
+	// pdp-ingest loaded version 2 meanwhile.
+	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".2.xml", "2", v2))
+	testkit.Eventually(t, 30*time.Second, func() error {
+		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "2" {
+			return fmt.Errorf("latest %v", out)
+		}
+		return nil
+	})
+	v3 := pdpBody(id+".3.xml", "3", map[string]any{"v": 3})
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v3, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
+	acc = policyapi.PushAccepted{}
+	if err := json.Unmarshal(raw, &acc); code != http.StatusAccepted || err != nil || acc.Rollout == nil || acc.Rollout.Version != "3" ||
+		acc.Rollout.PreviousVersion != "1" || acc.Rollout.CurrentStep != 1 || acc.Rollout.State != rollout.StateRunning {
+		t.Fatalf("superseding push: %d %s", code, raw)
+	}
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/abort", nil)
+	if err := json.Unmarshal(raw, &st); code != http.StatusOK || err != nil || st.State != rollout.StateAborted {
+		t.Fatalf("abort: %d %s", code, raw)
+	}
+	code, out, _ = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/promote", nil)
+	wantError(t, "promote an aborted rollout", code, out, http.StatusConflict, "aborted")
+}
