@@ -403,7 +403,11 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 			run.RatioTo = "Consul transactions, the best of the ceiling's ways of writing"
 		}
 		rep.Stages = append(rep.Stages, run)
-		progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
+		if run.RatioAvroSpread != nil {
+			progress("%s: %.0f records/s, ratio %s, of avro %s (medians of %d rounds, least-greatest)", st.name, run.RecordsPerSec, run.RatioSpread, run.RatioAvroSpread, len(run.Rounds))
+		} else {
+			progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
+		}
 		if st.name == o.until {
 			break
 		}
