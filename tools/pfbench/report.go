@@ -122,10 +122,10 @@ func (r Report) table(w io.Writer) {
 	fmt.Fprintf(w, "workload: %d components (%d per deployment), %d policies of %d B, %d changes x %d partitions\n",
 		s.Workload.Components, s.Workload.PerDeployment, s.Workload.Policies, s.Workload.BodyBytes, s.Workload.Changes, s.Partitions)
 	fmt.Fprintf(w, "load average (1/5/15 min): before %s, after %s (%s)\n\n", formatLoad(r.LoadBefore), formatLoad(r.LoadAfter), r.FinishedAt.Sub(r.StartedAt).Round(time.Second))
-	if s.Rounds > 1 {
-		fmt.Fprintf(w, "Kafka-to-Kafka stages: %d rounds of stage then ceilings, alternating; rate and ratios are medians (least-greatest)\n", s.Rounds)
-	}
 	if len(r.Stages) > 0 {
+		if s.Rounds > 1 {
+			fmt.Fprintf(w, "Kafka-to-Kafka stages: %d rounds of stage then ceilings, alternating; rate and ratios are medians (least-greatest)\n", s.Rounds)
+		}
 		if len(s.Members) > 0 && s.Members[0] > 1 {
 			fmt.Fprintf(w, "Kafka-to-Kafka stages alone with %d members each\n", s.Members[0])
 		}
