@@ -2,6 +2,7 @@ package executor
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -86,5 +87,40 @@ func TestRegistrationKeepsWhatNextReads(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Next from the kept registration\n %+v\nwant (from the record)\n %+v", got, want)
+	}
+}
+
+// TestCompactSharesPolicyLists: components holding the same policies
+// share one compacted list; another version of one of them is another
+// list; and a change computed from a shared list leaves the other holders'
+// collections as they were.
+func TestCompactSharesPolicyLists(t *testing.T) {
+	collection := func(id, versionB string) *events.ComponentPolicies {
+		ps := []events.Policy{pol("A", "1"), pol("B", versionB)}
+		for i := range ps {
+			ps[i].Body = string([]byte(ps[i].Body)) // a copy of its own, as decoded
+		}
+		return &events.ComponentPolicies{ComponentID: id, DeploymentID: "dep-1", ServiceComponentName: id, UpdateID: "u1", Generation: 1, Policies: ps}
+	}
+	a, b, c := compact(collection("c1", "1")), compact(collection("c2", "1")), compact(collection("c3", "2"))
+	if &a.Policies[0] != &b.Policies[0] {
+		t.Error("two components holding the same policies keep two lists")
+	}
+	if &a.Policies[0] == &c.Policies[0] {
+		t.Error("components holding other versions share a list")
+	}
+	if !reflect.DeepEqual(a.Policies, collection("c1", "1").Policies) || !reflect.DeepEqual(c.Policies, collection("c3", "2").Policies) {
+		t.Errorf("shared lists differ from the collections: %+v, %+v", a.Policies, c.Policies)
+	}
+	before := slices.Clone(b.Policies)
+	d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{pol("A", "2")},
+		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "B"}}}, UpdateID: "u2", DeploymentID: "dep-1"}
+	comp := component("c1", "c1")
+	comp.DeploymentID = "dep-1"
+	if _, err := Next(a, comp, d); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(b.Policies, before) {
+		t.Errorf("a change of c1 changed c2's shared list: %+v, was %+v", b.Policies, before)
 	}
 }
