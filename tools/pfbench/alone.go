@@ -242,6 +242,8 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 	}
 	topic := b.kafka.Topic(input)
 	allSeen := members == 1
+	// With one member the steady window is the whole run.
+	steadyCPU0, steadyIn0 := slices.Clone(stageCPU0), make([]float64, members)
 	for {
 		if err := alive(); err != nil {
 			return run, in, gs, err
@@ -250,7 +252,15 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 			return run, in, gs, fmt.Errorf("%s did not commit all %d records of %s within %s; see %s", name, run.InputRecords, input, b.timeout, logs)
 		}
 		if !allSeen {
-			_, allSeen = seen()
+			if _, allSeen = seen(); allSeen {
+				// Every member works from here on: the steady
+				// window's CPU and records start now.
+				for i, p := range procs {
+					steadyCPU0[i], _ = cpuSeconds(p.cmd.Process.Pid)
+					n, _ := p.recordsIn(ctx)
+					steadyIn0[i] = float64(n)
+				}
+			}
 		}
 		resp, err := b.adm.FetchOffsets(ctx, group)
 		if err == nil && resp.Error() == nil {
@@ -279,6 +289,10 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 		}
 		n, _ := p.recordsIn(ctx)
 		gs.Handled = append(gs.Handled, int(n))
+		if allSeen {
+			gs.SteadyCPU += c - steadyCPU0[i]
+			gs.SteadyRecords += int(float64(n) - steadyIn0[i])
+		}
 		if a, err := p.abortedTxns(ctx); err == nil {
 			gs.AbortedTxns += int(a)
 		}

@@ -217,7 +217,7 @@ func (r Report) table(w io.Writer) {
 // and says loudly which wrote other records than the stage's first run.
 func (r Report) scalingTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scaling\tmembers\trate/s\tx 1 member\tCPU s/1k rec\tCPU x 1 member\tCPU s per member\tpeak RSS MiB\tstart->first rec s\trecords handled\taborted txns\tsame output\t")
+	fmt.Fprintln(tw, "scaling\tmembers\trate/s\tx 1 member\tCPU s/1k rec\tCPU x 1 member\tsteady CPU s/1k (x 1)\tCPU s per member\tpeak RSS MiB\tstart->first rec s\trecords handled\taborted txns\tsame output\t")
 	// The runs of a stage together, stages in pipeline order.
 	rows := slices.Clone(r.Scaling)
 	slices.SortStableFunc(rows, func(a, b ScaleRun) int { return stageOrder(a.Stage) - stageOrder(b.Stage) })
@@ -229,6 +229,13 @@ func (r Report) scalingTable(w io.Writer) {
 		}
 		if sr.CPUToOne > 0 {
 			cpuRatio = fmt.Sprintf("%.2f", sr.CPUToOne)
+		}
+		steady := "-"
+		if sr.SteadyCPUPer1k > 0 {
+			steady = fmt.Sprintf("%.3f", sr.SteadyCPUPer1k)
+			if sr.SteadyToOne > 0 {
+				steady += fmt.Sprintf(" (%.2f)", sr.SteadyToOne)
+			}
 		}
 		cpus := make([]string, len(sr.CPU))
 		for i, c := range sr.CPU {
@@ -256,8 +263,8 @@ func (r Report) scalingTable(w io.Writer) {
 			same = "NO !"
 			differ = append(differ, sr)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.3f\t%s\t%s\t%.0f\t%s\t%s\t%d\t%s\t\n", sr.Stage, sr.Members, sr.RecordsPerSec, ratio,
-			sr.CPUPer1k, cpuRatio, strings.Join(cpus, "+"), sr.PeakRSSMiB, first, handled, sr.AbortedTxns, same)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.3f\t%s\t%s\t%s\t%.0f\t%s\t%s\t%d\t%s\t\n", sr.Stage, sr.Members, sr.RecordsPerSec, ratio,
+			sr.CPUPer1k, cpuRatio, steady, strings.Join(cpus, "+"), sr.PeakRSSMiB, first, handled, sr.AbortedTxns, same)
 	}
 	tw.Flush()
 	for _, sr := range differ {

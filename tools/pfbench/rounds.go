@@ -29,6 +29,9 @@ type Round struct {
 	// MemberCPU is each member's CPU seconds while the round was timed.
 	MemberCPU  []float64 `json:"member_cpu_s"`
 	PeakRSSMiB float64   `json:"peak_rss_mib"`
+	// SteadyCPUPer1k is the members' CPU per 1,000 records handled once
+	// every member worked (Membership.SteadyCPU); 0 when one handled none.
+	SteadyCPUPer1k float64 `json:"steady_cpu_s_per_1k_records,omitempty"`
 	// Ceiling rates of the copies after the stage (0: none measured, as in
 	// the scaling runs), and the stage's rate over them.
 	PlainPerSec float64 `json:"plain_per_sec,omitempty"`
@@ -149,6 +152,9 @@ func (b *bench) stageRounds(ctx context.Context, st aloneStage, members, rounds 
 			return run, m, outputDigest{}, err
 		}
 		r := Round{Seconds: run.Seconds, RecordsPerSec: run.RecordsPerSec, StageCPU: run.StageCPU, MemberCPU: m.CPU, PeakRSSMiB: run.PeakRSSMiB, Load: load}
+		if m.SteadyRecords > 0 {
+			r.SteadyCPUPer1k = m.SteadyCPU / float64(m.SteadyRecords) * 1000
+		}
 		if ceilings {
 			if copies == nil {
 				progress("%s ceilings: pass-through of %d-byte records", st.name, in.meanBytes())

@@ -64,8 +64,8 @@ func TestRoundsGiveMediansAndSpread(t *testing.T) {
 // with one member.
 func TestScalingComparesCPUPer1k(t *testing.T) {
 	r := Report{Scaling: []ScaleRun{
-		{Stage: "matcher", Membership: Membership{Members: 1}, RecordsPerSec: 100, CPUPer1k: 0.2},
-		{Stage: "matcher", RecordsPerSec: 150, CPUPer1k: 0.22, Membership: Membership{Members: 2, CPU: []float64{1.5, 1.25}}},
+		{Stage: "matcher", Membership: Membership{Members: 1}, RecordsPerSec: 100, CPUPer1k: 0.2, SteadyCPUPer1k: 0.2},
+		{Stage: "matcher", RecordsPerSec: 150, CPUPer1k: 0.22, SteadyCPUPer1k: 0.21, Membership: Membership{Members: 2, CPU: []float64{1.5, 1.25}}},
 	}}
 	r.scalingRatios()
 	if got := r.Scaling[1].CPUToOne; got < 1.099 || got > 1.101 {
@@ -73,7 +73,10 @@ func TestScalingComparesCPUPer1k(t *testing.T) {
 	}
 	var b strings.Builder
 	r.scalingTable(&b)
-	if !strings.Contains(b.String(), "1.10") || !strings.Contains(b.String(), "1.5+1.2") {
+	if got := r.Scaling[1].SteadyToOne; got < 1.049 || got > 1.051 {
+		t.Errorf("steady CPU per 1k against 1 member = %v, want 1.05", got)
+	}
+	if !strings.Contains(b.String(), "1.10") || !strings.Contains(b.String(), "1.5+1.2") || !strings.Contains(b.String(), "0.210 (1.05)") {
 		t.Errorf("scaling table lacks the CPU ratio or the per-member CPU:\n%s", b.String())
 	}
 }

@@ -37,6 +37,14 @@ type Membership struct {
 	// CPU is each member's CPU seconds while the run was timed: with
 	// Handled, how evenly the work spread over the members.
 	CPU []float64 `json:"cpu_s_per_member"`
+	// SteadyCPU and SteadyRecords are the members' CPU seconds and
+	// records handled, summed, from the moment every member had handled
+	// one to the end: the work once the group has settled, without the
+	// rebalance of a member joining late (the embedded broker, unlike
+	// Kafka's group.initial.rebalance.delay.ms, does not wait for the
+	// members starting together). Zero when a member handled none.
+	SteadyCPU     float64 `json:"steady_cpu_s,omitempty"`
+	SteadyRecords int     `json:"steady_records,omitempty"`
 	// AbortedTxns are the transactions the members aborted, summed.
 	AbortedTxns int `json:"aborted_transactions"`
 }
@@ -79,6 +87,11 @@ type ScaleRun struct {
 	// CPUToOne is CPUPer1k over that of the stage's first run with one
 	// member: what a further member costs (1 is nothing).
 	CPUToOne float64 `json:"cpu_per_1k_to_1_member,omitempty"`
+	// SteadyCPUPer1k is the members' CPU per 1,000 records handled once
+	// every member worked (see Membership.SteadyCPU), and SteadyToOne
+	// that over the first run's with one member.
+	SteadyCPUPer1k float64 `json:"steady_cpu_s_per_1k_records,omitempty"`
+	SteadyToOne    float64 `json:"steady_cpu_per_1k_to_1_member,omitempty"`
 	// Rounds are the runs CPUPer1k and RecordsPerSec are the medians of.
 	Rounds     []Round `json:"rounds,omitempty"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"` // the largest member's
@@ -100,6 +113,11 @@ func newScaleRun(run StageRun, m Membership, d outputDigest, ref *ScaleRun) Scal
 		OutputDigest: d.String(), Reference: ref == nil, SameOutput: true, Rounds: run.Rounds}
 	if run.InputRecords > 0 {
 		s.CPUPer1k = run.StageCPU / float64(run.InputRecords) * 1000
+	}
+	if len(run.Rounds) > 0 {
+		s.SteadyCPUPer1k = spreadOf(roundsOf(run.Rounds, func(r Round) float64 { return r.SteadyCPUPer1k })).Median
+	} else if m.SteadyRecords > 0 {
+		s.SteadyCPUPer1k = m.SteadyCPU / float64(m.SteadyRecords) * 1000
 	}
 	if ref != nil {
 		s.SameOutput = ref.OutputDigest == s.OutputDigest && ref.OutputRecords == s.OutputRecords
@@ -136,6 +154,9 @@ func (r *Report) scalingRatios() {
 		}
 		if base.CPUPer1k > 0 {
 			r.Scaling[i].CPUToOne = r.Scaling[i].CPUPer1k / base.CPUPer1k
+		}
+		if base.SteadyCPUPer1k > 0 && r.Scaling[i].SteadyCPUPer1k > 0 {
+			r.Scaling[i].SteadyToOne = r.Scaling[i].SteadyCPUPer1k / base.SteadyCPUPer1k
 		}
 	}
 }
