@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,13 @@ type StageRun struct {
 	// RatioAvro is RecordsPerSec over CeilingAvro's: what the stage costs
 	// beyond decoding its input and encoding its output.
 	RatioAvro float64 `json:"ratio_to_avro,omitempty"`
+	// Rounds are the stage's runs alone (--rounds), each followed by one
+	// copy of each ceiling; RecordsPerSec, Ratio and RatioAvro are their
+	// medians, the spreads their medians with the least and greatest.
+	Rounds          []Round `json:"rounds,omitempty"`
+	RateSpread      *Spread `json:"records_per_sec_spread,omitempty"`
+	RatioSpread     *Spread `json:"ratio_spread,omitempty"`
+	RatioAvroSpread *Spread `json:"ratio_to_avro_spread,omitempty"`
 }
 
 // inputInfo is what was read of a prepared input topic.
@@ -234,6 +242,8 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 	}
 	topic := b.kafka.Topic(input)
 	allSeen := members == 1
+	// With one member the steady window is the whole run.
+	steadyCPU0, steadyIn0 := slices.Clone(stageCPU0), make([]float64, members)
 	for {
 		if err := alive(); err != nil {
 			return run, in, gs, err
@@ -242,7 +252,15 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 			return run, in, gs, fmt.Errorf("%s did not commit all %d records of %s within %s; see %s", name, run.InputRecords, input, b.timeout, logs)
 		}
 		if !allSeen {
-			_, allSeen = seen()
+			if _, allSeen = seen(); allSeen {
+				// Every member works from here on: the steady
+				// window's CPU and records start now.
+				for i, p := range procs {
+					steadyCPU0[i], _ = cpuSeconds(p.cmd.Process.Pid)
+					n, _ := p.recordsIn(ctx)
+					steadyIn0[i] = float64(n)
+				}
+			}
 		}
 		resp, err := b.adm.FetchOffsets(ctx, group)
 		if err == nil && resp.Error() == nil {
@@ -261,14 +279,20 @@ func (b *bench) runAlone(ctx context.Context, name, input string, members int, e
 	}
 	t1 := time.Now()
 	for i, p := range procs {
-		if c, err := cpuSeconds(p.cmd.Process.Pid); err == nil {
+		c, err := cpuSeconds(p.cmd.Process.Pid)
+		if err == nil {
 			run.StageCPU += c - stageCPU0[i]
 		}
+		gs.CPU = append(gs.CPU, c-stageCPU0[i])
 		if rss, err := p.peakRSS(); err == nil {
 			run.PeakRSSMiB = max(run.PeakRSSMiB, float64(rss)/(1<<20))
 		}
 		n, _ := p.recordsIn(ctx)
 		gs.Handled = append(gs.Handled, int(n))
+		if allSeen {
+			gs.SteadyCPU += c - steadyCPU0[i]
+			gs.SteadyRecords += int(float64(n) - steadyIn0[i])
+		}
 		if a, err := p.abortedTxns(ctx); err == nil {
 			gs.AbortedTxns += int(a)
 		}
@@ -310,79 +334,83 @@ func (b *bench) countApplied(ctx context.Context, base string) (n, keys int, err
 	return n, keys, err
 }
 
-// ceilings measures pass-through copies of records like the stage's
-// input: the input's own records, cycled up to a size that takes long
-// enough to time, copied as bytes (plain and transactional) and
-// transactionally with each value Avro-decoded and encoded again.
-func (b *bench) ceilings(ctx context.Context, run *StageRun, in inputInfo) error {
+// ceilingCopies are the pass-through ceilings of one stage's input: the
+// input's own records, cycled up to a size that takes long enough to time,
+// in a topic of their own, copied as bytes (plain and transactional) and
+// transactionally with each value Avro-decoded and encoded again. Each
+// round of the stage is followed by one copy of each kind, so that stage
+// and ceilings alternate and each ratio is taken within one round.
+type ceilingCopies struct {
+	b        *bench
+	stage    string
+	src, dst string
+	opts     []kgo.Opt
+}
+
+// newCeilingCopies fills the ceilings' source topic with in's records; close
+// deletes its topics.
+func (b *bench) newCeilingCopies(ctx context.Context, stage, input string, in inputInfo) (*ceilingCopies, error) {
 	n := max(len(in.records), b.ceilingRecords)
 	if mean := max(in.meanBytes(), 1); n*mean > b.ceilingBytes {
 		n = max(len(in.records), b.ceilingBytes/mean)
 	}
-	src, dst := b.kafka.Topic("bench.ceiling."+run.Stage), b.kafka.Topic("bench.ceiling."+run.Stage+".out")
+	c := &ceilingCopies{b: b, stage: stage, src: b.kafka.Topic("bench.ceiling." + stage), dst: b.kafka.Topic("bench.ceiling." + stage + ".out")}
 	parts := int32(len(in.last))
-	if pc, err := runtime.PartitionCount(ctx, b.adm, b.kafka.Topic(run.Input)); err == nil {
+	if pc, err := runtime.PartitionCount(ctx, b.adm, b.kafka.Topic(input)); err == nil {
 		parts = pc
 	}
 	cfg := map[string]*string{"max.message.bytes": ptr(topology.MaxMessageBytes)}
-	for _, t := range []string{src, dst} {
+	for _, t := range []string{c.src, c.dst} {
 		if _, err := b.adm.CreateTopic(ctx, parts, 1, cfg, t); err != nil {
-			return fmt.Errorf("create %s: %w", t, err)
+			return nil, fmt.Errorf("create %s: %w", t, err)
 		}
 	}
-	defer func() {
-		_, _ = b.adm.DeleteTopics(context.WithoutCancel(ctx), src, dst)
-	}()
 	opts, err := b.kafka.ClientOpts()
 	if err != nil {
-		return err
+		c.close(ctx)
+		return nil, err
 	}
-	opts = append(opts, kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*topology.MaxRecordBytes))
-	fill, err := kgo.NewClient(append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedRecords(50_000))...)
+	c.opts = append(opts, kgo.ProducerBatchMaxBytes(topology.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*topology.MaxRecordBytes))
+	fill, err := kgo.NewClient(append(slices.Clip(c.opts), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedRecords(50_000))...)
 	if err != nil {
-		return err
+		c.close(ctx)
+		return nil, err
 	}
-	_, err = fillTopic(ctx, fill, src, in.records, n)
+	_, err = fillTopic(ctx, fill, c.src, in.records, n)
 	fill.Close()
 	if err != nil {
-		return fmt.Errorf("fill %s: %w", src, err)
+		c.close(ctx)
+		return nil, fmt.Errorf("fill %s: %w", c.src, err)
 	}
-	// A ceiling is the best of a few copies: one copy alone moves with
-	// whatever else the machine does.
-	best := func(mode string, transactional bool, tf *valueTransform) (PassThrough, error) {
-		var top PassThrough
-		for i := 0; i < ceilingRuns; i++ {
-			pt, err := kafkaPassThrough(ctx, opts, src, dst, fmt.Sprintf("pfbench-ceiling-%s-%s-%d", mode, run.Stage, i), transactional, b.pollRecords, tf)
-			if err != nil {
-				return top, fmt.Errorf("%s pass-through ceiling: %w", mode, err)
-			}
-			if pt.RecordsPerSec > top.RecordsPerSec {
-				top = pt
-			}
-		}
-		return top, nil
-	}
-	plain, err := best("plain", false, nil)
-	if err != nil {
-		return err
-	}
-	txn, err := best("txn", true, nil)
-	if err != nil {
-		return err
-	}
-	avro, err := best("avro", true, avroRecode(b.codec))
-	if err != nil {
-		return err
-	}
-	run.CeilingPlain, run.CeilingTransactional, run.CeilingAvro = &plain, &txn, &avro
-	run.RatioTo = "transactional pass-through of the same records"
-	run.Ratio = run.RecordsPerSec / txn.RecordsPerSec
-	run.RatioAvro = run.RecordsPerSec / avro.RecordsPerSec
-	return nil
+	return c, nil
 }
 
-// ceilingRuns is how many copies a pass-through ceiling takes the best of.
-const ceilingRuns = 3
+func (c *ceilingCopies) close(ctx context.Context) {
+	_, _ = c.b.adm.DeleteTopics(context.WithoutCancel(ctx), c.src, c.dst)
+}
+
+// copyOnce runs one copy of each kind (round i names their groups).
+func (c *ceilingCopies) copyOnce(ctx context.Context, i int) (plain, txn, avro PassThrough, err error) {
+	one := func(mode string, transactional bool, tf *valueTransform) (PassThrough, error) {
+		pt, err := kafkaPassThrough(ctx, c.opts, c.src, c.dst, fmt.Sprintf("pfbench-ceiling-%s-%s-%d", mode, c.stage, i), transactional, c.b.pollRecords, tf)
+		if err != nil {
+			return pt, fmt.Errorf("%s pass-through ceiling: %w", mode, err)
+		}
+		return pt, nil
+	}
+	if plain, err = one("plain", false, nil); err != nil {
+		return
+	}
+	if txn, err = one("txn", true, nil); err != nil {
+		return
+	}
+	avro, err = one("avro", true, avroRecode(c.b.codec))
+	return
+}
+
+// consulCeilingRuns is how many runs the Consul ceiling's fastest way of
+// writing is the best of.
+const consulCeilingRuns = 3
 
 func ptr[T any](v T) *T { return &v }
 

@@ -118,7 +118,7 @@ func (c *counter) total() (calls, components int) {
 
 func (b *bench) catchUp(ctx context.Context, n int, memoryLimit string, progress func(string, ...any)) (CatchupRun, error) {
 	res := CatchupRun{Components: n, MemoryLimit: memoryLimit, PoliciesEach: catchupPolicies, DistinctPolicies: catchupByID + catchupFilters,
-		BodyBytes: b.bodyBytes, GoalUnchangedS: 10, GoalRSSMiB: 512, PeakRSSMiB: map[string]float64{}}
+		BodyBytes: b.bodyBytes, GoalUnchangedS: 10, GoalRSSMiB: 256, PeakRSSMiB: map[string]float64{}}
 	hooks := &counter{n: map[string]int{}}
 	sim, base, stopSim, err := serveSimAndHooks(hooks)
 	if err != nil {
@@ -166,6 +166,16 @@ func (b *bench) catchUp(ctx context.Context, n int, memoryLimit string, progress
 		procs = append(procs, p)
 	}
 	defer func() { stopAll(procs) }()
+	// The matcher's and the executor's heap as their memory peaks: the
+	// profile at the end shows what they keep, this one what they held
+	// at their worst.
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		b.watchPeaks(wctx, procs, topology.StageMatcher, topology.StageExecutor)
+	}()
+	defer func() { stopWatch(); <-watched }()
 	alive := func() error {
 		for _, p := range procs {
 			if err := p.exited(); err != nil {
@@ -286,6 +296,8 @@ func (b *bench) catchUp(ctx context.Context, n int, memoryLimit string, progress
 			res.Drifted.Restored++
 		}
 	}
+	stopWatch()
+	<-watched
 	for _, p := range procs {
 		if rss, err := p.peakRSS(); err == nil {
 			res.PeakRSSMiB[p.name] = float64(rss) / (1 << 20)
@@ -456,4 +468,31 @@ func (c CatchupRun) table(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "  peak RSS MiB: %s (goal: matcher and executor <= %.0f; every stage with --memory-limit %s)\n", strings.Join(parts, ", "), c.GoalRSSMiB, c.MemoryLimit)
+}
+
+// watchPeaks saves a heap profile of each named stage whenever its
+// resident memory has grown 16 MiB past the most it had before, as
+// <stage>.catchup.peak.heap.pprof (the last one written is from nearest
+// its peak), until ctx ends.
+func (b *bench) watchPeaks(ctx context.Context, procs []*stageProc, names ...string) {
+	top := map[*stageProc]int64{}
+	for {
+		for _, p := range procs {
+			if !slices.Contains(names, p.name) {
+				continue
+			}
+			rss, err := p.rss()
+			if err != nil || rss < top[p]+16<<20 {
+				continue
+			}
+			top[p] = rss
+			path := filepath.Join(b.logDir, p.name+".catchup.peak.heap.pprof")
+			if err := saveProfile(ctx, "http://"+p.http+"/debug/pprof/heap", path); err != nil && ctx.Err() == nil {
+				b.log.Warn().Err(err).Str("stage", p.name).Msg("peak heap profile not saved")
+			}
+		}
+		if sleep(ctx, 500*time.Millisecond) != nil {
+			return
+		}
+	}
 }

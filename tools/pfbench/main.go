@@ -50,6 +50,7 @@ type options struct {
 	consulOpsPerTxn    intList
 	consulClients      intList
 	members            intList
+	rounds             int
 	timeout            time.Duration
 	skipAlone          bool
 	skipEndToEnd       bool
@@ -90,6 +91,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Var(&o.consulClients, "consul-clients", "concurrent writers the Consul ceiling tries, comma-separated (the best way of writing is the ceiling)")
 	o.members = intList{1, 2}
 	fs.Var(&o.members, "members", "member processes of each Kafka-to-Kafka stage, comma-separated: the first is the stage-alone run (with its ceilings); each further one repeats the matcher, segmenter and executor on a fresh stack with that many members, to compare with the first")
+	fs.IntVar(&o.rounds, "rounds", 3, "runs of each Kafka-to-Kafka stage alone, each followed by one copy of each pass-through ceiling (stage and ceiling alternate): every rate and ratio is the median of the rounds, printed with its spread (least-greatest); the scaling runs take as many")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "longest wait for one measured step")
 	fs.BoolVar(&o.skipAlone, "skip-alone", false, "skip the stage-alone runs, their ceilings and the scaling runs")
 	fs.BoolVar(&o.skipEndToEnd, "skip-e2e", false, "skip the end-to-end runs")
@@ -125,6 +127,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("--acm-changes %d (at least 100), --acm-rate %d, --acm-elements %d, --acm-ops %d (at least 1)", o.acmChanges, o.acmRate, o.acmElements, o.acmOps)
 	case o.work.BodyBytes < 200:
 		return fmt.Errorf("--body-bytes %d: want at least 200", o.work.BodyBytes)
+	case o.rounds < 1:
+		return fmt.Errorf("--rounds %d: want at least 1 (3 or more for a median)", o.rounds)
 	case o.reps < 1 || o.fleet < 1:
 		return errors.New("--reps and --fleet must be at least 1")
 	case o.placementReps < 1:
@@ -154,6 +158,7 @@ type bench struct {
 	binDir, logDir string
 	timeout        time.Duration
 	pollRecords    int
+	partitions     int
 	ceilingRecords int
 	ceilingBytes   int
 	bodyBytes      int
@@ -225,7 +230,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "%s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
 
-	rep := Report{StartedAt: started, Settings: settings(o, root)}
+	rep := Report{StartedAt: started, Settings: settings(o, root), LoadBefore: loadAverage()}
+	progress("load average before: %s", formatLoad(rep.LoadBefore))
 	if !o.skipAlone {
 		if err := withStack(ctx, o, logDir, log, func(b *bench) error {
 			progress("stage-alone runs: loading %d components, %d policies, %d changes x %d partitions",
@@ -288,7 +294,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		rep.ACM = &a
 	}
-	rep.FinishedAt = time.Now().UTC()
+	rep.FinishedAt, rep.LoadAfter = time.Now().UTC(), loadAverage()
 	rep.Logs = logDir
 	path := filepath.Join(o.outDir, "bench-"+stamp+".json")
 	data, err := json.MarshalIndent(rep, "", "  ")
@@ -338,7 +344,7 @@ func withStack(ctx context.Context, o options, logDir string, log zerolog.Logger
 	}
 	env := runtime.NewEnv(k, log)
 	b := &bench{kafka: k, adm: adm, prod: prod, codec: env.Codec, consulAddr: agent.Addr, consul: cl,
-		binDir: o.binDir, logDir: logDir, timeout: o.timeout, pollRecords: env.PollRecords,
+		binDir: o.binDir, logDir: logDir, timeout: o.timeout, pollRecords: env.PollRecords, partitions: o.partitions,
 		ceilingRecords: o.ceilingRecords, ceilingBytes: o.ceilingMiB << 20, bodyBytes: o.work.BodyBytes, log: log, profile: o.profile}
 	if err := runtime.PublishSchemas(ctx, env); err != nil {
 		return fmt.Errorf("publish schemas: %w", err)
@@ -361,7 +367,7 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 		}
 		if st.name == topology.StageConsulWriter {
 			progress("consul ceiling: %d keys of %d bytes, %v writers x %v per transaction", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn)
-			c, sweep, err := bestConsulCeiling(ctx, b.consul, "pfbench-ceiling/", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn, ceilingRuns-1)
+			c, sweep, err := bestConsulCeiling(ctx, b.consul, "pfbench-ceiling/", o.consulKeys, o.work.BodyBytes, o.consulClients, o.consulOpsPerTxn, consulCeilingRuns-1)
 			if err != nil {
 				return fmt.Errorf("consul ceiling: %w", err)
 			}
@@ -371,24 +377,24 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 		if st.kafkaToKafka() {
 			members = o.members[0]
 		}
-		progress("%s alone on %s", st.name, st.input)
-		run, in, m, err := b.runAlone(ctx, st.name, st.input, members)
-		run.Stage, run.Target = st.name, st.target
-		if err != nil {
-			return err
-		}
+		var run StageRun
 		if st.kafkaToKafka() {
-			digest, err := b.digestOutput(ctx, st.output)
+			progress("%s alone on %s, %d rounds alternating with its ceilings", st.name, st.input, o.rounds)
+			r, m, digest, err := b.stageRounds(ctx, st, members, o.rounds, true, progress)
+			run = r
+			run.Stage, run.Target = st.name, st.target
 			if err != nil {
-				return fmt.Errorf("%s: digest of %s: %w", st.name, st.output, err)
-			}
-			run.OutputRecords = digest.records
-			progress("%s ceilings: pass-through of %d-byte records", st.name, in.meanBytes())
-			if err := b.ceilings(ctx, &run, in); err != nil {
-				return fmt.Errorf("%s: %w", st.name, err)
+				return err
 			}
 			rep.Scaling = append(rep.Scaling, newScaleRun(run, m, digest, nil))
 		} else {
+			progress("%s alone on %s", st.name, st.input)
+			r, _, _, err := b.runAlone(ctx, st.name, st.input, members)
+			run = r
+			run.Stage, run.Target = st.name, st.target
+			if err != nil {
+				return err
+			}
 			if run.OutputRecords, run.KeysWritten, err = b.countApplied(ctx, st.output); err != nil {
 				return fmt.Errorf("%s: count outputs on %s: %w", st.name, st.output, err)
 			}
@@ -397,7 +403,11 @@ func (b *bench) alone(ctx context.Context, o options, rep *Report, progress func
 			run.RatioTo = "Consul transactions, the best of the ceiling's ways of writing"
 		}
 		rep.Stages = append(rep.Stages, run)
-		progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
+		if run.RatioAvroSpread != nil {
+			progress("%s: %.0f records/s, ratio %s, of avro %s (medians of %d rounds, least-greatest)", st.name, run.RecordsPerSec, run.RatioSpread, run.RatioAvroSpread, len(run.Rounds))
+		} else {
+			progress("%s: %.0f records/s, ratio %.2f", st.name, run.RecordsPerSec, run.Ratio)
+		}
 		if st.name == o.until {
 			break
 		}

@@ -60,7 +60,13 @@ func stopAll(procs []*stageProc) {
 }
 
 // peakRSS is the process's resident-set high-water mark (VmHWM) in bytes.
-func (p *stageProc) peakRSS() (int64, error) {
+func (p *stageProc) peakRSS() (int64, error) { return p.status("VmHWM:") }
+
+// rss is the process's resident set now (VmRSS) in bytes.
+func (p *stageProc) rss() (int64, error) { return p.status("VmRSS:") }
+
+// status is a size in kB from the process's /proc status, in bytes.
+func (p *stageProc) status(field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
@@ -68,15 +74,15 @@ func (p *stageProc) peakRSS() (int64, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("parse VmHWM %q: %w", rest, err)
+				return 0, fmt.Errorf("parse %s %q: %w", field, rest, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, errors.New("no VmHWM in /proc status (peak memory is read on Linux only)")
+	return 0, fmt.Errorf("no %s in /proc status (memory is read on Linux only)", field)
 }
 
 // recordsIn sums the stage's policyflow_records_in_total from /metrics.

@@ -18,8 +18,12 @@ import (
 
 // Report is one run's JSON report.
 type Report struct {
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt time.Time  `json:"finished_at"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	// LoadBefore and LoadAfter are the machine's load average (1, 5, 15
+	// minutes) as the bench started and finished: the machine may be shared.
+	LoadBefore [3]float64 `json:"load_average_before"`
+	LoadAfter  [3]float64 `json:"load_average_after"`
 	Settings   Settings   `json:"settings"`
 	Ceilings   Ceilings   `json:"ceilings"`
 	Stages     []StageRun `json:"stages"`
@@ -51,6 +55,7 @@ type Settings struct {
 	Workload   workload          `json:"workload"`
 	Partitions int               `json:"partitions"`
 	Members    []int             `json:"members"`
+	Rounds     int               `json:"rounds"`
 	Reps       int               `json:"e2e_reps"`
 	Fleet      int               `json:"e2e_fleet"`
 	Backend    string            `json:"backend"`
@@ -66,7 +71,7 @@ type Settings struct {
 
 func settings(o options, root string) Settings {
 	s := Settings{
-		Workload: o.work, Partitions: o.partitions, Members: o.members, Reps: o.reps, Fleet: o.fleet,
+		Workload: o.work, Partitions: o.partitions, Members: o.members, Rounds: o.rounds, Reps: o.reps, Fleet: o.fleet,
 		Backend:    "embedded: kfake in this process (in memory), Consul agent -dev; every stage its own process",
 		Go:         goruntime.Version(),
 		OSArch:     goruntime.GOOS + "/" + goruntime.GOARCH,
@@ -114,9 +119,13 @@ func cpuModel() string {
 func (r Report) table(w io.Writer) {
 	s := r.Settings
 	fmt.Fprintf(w, "policyflow bench  %s  commit %s  %s, %d cores  %s\n", r.StartedAt.Format(time.RFC3339), s.Commit, s.Go, s.Cores, s.CPU)
-	fmt.Fprintf(w, "workload: %d components (%d per deployment), %d policies of %d B, %d changes x %d partitions\n\n",
+	fmt.Fprintf(w, "workload: %d components (%d per deployment), %d policies of %d B, %d changes x %d partitions\n",
 		s.Workload.Components, s.Workload.PerDeployment, s.Workload.Policies, s.Workload.BodyBytes, s.Workload.Changes, s.Partitions)
+	fmt.Fprintf(w, "load average (1/5/15 min): before %s, after %s (%s)\n\n", formatLoad(r.LoadBefore), formatLoad(r.LoadAfter), r.FinishedAt.Sub(r.StartedAt).Round(time.Second))
 	if len(r.Stages) > 0 {
+		if s.Rounds > 1 {
+			fmt.Fprintf(w, "Kafka-to-Kafka stages: %d rounds of stage then ceilings, alternating; rate and ratios are medians (least-greatest)\n", s.Rounds)
+		}
 		if len(s.Members) > 0 && s.Members[0] > 1 {
 			fmt.Fprintf(w, "Kafka-to-Kafka stages alone with %d members each\n", s.Members[0])
 		}
@@ -136,9 +145,16 @@ func (r Report) table(w io.Writer) {
 			avro, ofAvro := "-", "-"
 			if st.CeilingAvro != nil {
 				avro, ofAvro = fmt.Sprintf("%.0f", st.CeilingAvro.RecordsPerSec), fmt.Sprintf("%.2f", st.RatioAvro)
+				if sp := st.RatioAvroSpread; sp != nil && len(st.Rounds) > 1 {
+					ofAvro = sp.String()
+				}
 			}
-			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%.2f%s\t%.1f\t%s\t%s\t%.0f\t%.2f/%.2f in %.2f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
-				rate, unit, ceiling, st.Ratio, miss(st.Ratio >= st.Target), st.Target, avro, ofAvro, st.PeakRSSMiB, st.StageCPU, st.BenchCPU, st.Seconds)
+			ratio := fmt.Sprintf("%.2f", st.Ratio)
+			if sp := st.RatioSpread; sp != nil && len(st.Rounds) > 1 {
+				ratio = sp.String()
+			}
+			fmt.Fprintf(tw, "%s\t%d rec\t%d\t%.0f %s\t%.0f\t%s%s\t%.1f\t%s\t%s\t%.0f\t%.2f/%.2f in %.2f\t\n", st.Stage, st.InputRecords, st.InputRecordBytes,
+				rate, unit, ceiling, ratio, miss(st.Ratio >= st.Target), st.Target, avro, ofAvro, st.PeakRSSMiB, st.StageCPU, st.BenchCPU, st.Seconds)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
@@ -201,15 +217,29 @@ func (r Report) table(w io.Writer) {
 // and says loudly which wrote other records than the stage's first run.
 func (r Report) scalingTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scaling\tmembers\trate/s\tx 1 member\tCPU s/1k rec\tpeak RSS MiB\tstart->first rec s\trecords handled\taborted txns\tsame output\t")
+	fmt.Fprintln(tw, "scaling\tmembers\trate/s\tx 1 member\tCPU s/1k rec\tCPU x 1 member\tsteady CPU s/1k (x 1)\tCPU s per member\tpeak RSS MiB\tstart->first rec s\trecords handled\taborted txns\tsame output\t")
 	// The runs of a stage together, stages in pipeline order.
 	rows := slices.Clone(r.Scaling)
 	slices.SortStableFunc(rows, func(a, b ScaleRun) int { return stageOrder(a.Stage) - stageOrder(b.Stage) })
 	var differ []ScaleRun
 	for _, sr := range rows {
-		ratio := "-"
+		ratio, cpuRatio := "-", "-"
 		if sr.RatioToOne > 0 {
 			ratio = fmt.Sprintf("%.2f", sr.RatioToOne)
+		}
+		if sr.CPUToOne > 0 {
+			cpuRatio = fmt.Sprintf("%.2f", sr.CPUToOne)
+		}
+		steady := "-"
+		if sr.SteadyCPUPer1k > 0 {
+			steady = fmt.Sprintf("%.3f", sr.SteadyCPUPer1k)
+			if sr.SteadyToOne > 0 {
+				steady += fmt.Sprintf(" (%.2f)", sr.SteadyToOne)
+			}
+		}
+		cpus := make([]string, len(sr.CPU))
+		for i, c := range sr.CPU {
+			cpus[i] = fmt.Sprintf("%.1f", c)
 		}
 		first := fmt.Sprintf("%.2f", sr.StartToFirstRecord)
 		handled := strconv.Itoa(sr.handled())
@@ -233,8 +263,8 @@ func (r Report) scalingTable(w io.Writer) {
 			same = "NO !"
 			differ = append(differ, sr)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.3f\t%.0f\t%s\t%s\t%d\t%s\t\n", sr.Stage, sr.Members, sr.RecordsPerSec, ratio,
-			sr.CPUPer1k, sr.PeakRSSMiB, first, handled, sr.AbortedTxns, same)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.3f\t%s\t%s\t%s\t%.0f\t%s\t%s\t%d\t%s\t\n", sr.Stage, sr.Members, sr.RecordsPerSec, ratio,
+			sr.CPUPer1k, cpuRatio, steady, strings.Join(cpus, "+"), sr.PeakRSSMiB, first, handled, sr.AbortedTxns, same)
 	}
 	tw.Flush()
 	for _, sr := range differ {

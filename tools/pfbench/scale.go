@@ -34,6 +34,17 @@ type Membership struct {
 	// their sum exceeds the input when a rebalance had records handled
 	// again by a partition's next owner.
 	Handled []int `json:"records_handled_per_member"`
+	// CPU is each member's CPU seconds while the run was timed: with
+	// Handled, how evenly the work spread over the members.
+	CPU []float64 `json:"cpu_s_per_member"`
+	// SteadyCPU and SteadyRecords are the members' CPU seconds and
+	// records handled, summed, from the moment every member had handled
+	// one to the end: the work once the group has settled, without the
+	// rebalance of a member joining late (the embedded broker, unlike
+	// Kafka's group.initial.rebalance.delay.ms, does not wait for the
+	// members starting together). Zero when a member handled none.
+	SteadyCPU     float64 `json:"steady_cpu_s,omitempty"`
+	SteadyRecords int     `json:"steady_records,omitempty"`
 	// AbortedTxns are the transactions the members aborted, summed.
 	AbortedTxns int `json:"aborted_transactions"`
 }
@@ -73,6 +84,16 @@ type ScaleRun struct {
 	// summed; CPUPer1k is that per 1,000 input records.
 	CPUSeconds float64 `json:"cpu_s"`
 	CPUPer1k   float64 `json:"cpu_s_per_1k_records"`
+	// CPUToOne is CPUPer1k over that of the stage's first run with one
+	// member: what a further member costs (1 is nothing).
+	CPUToOne float64 `json:"cpu_per_1k_to_1_member,omitempty"`
+	// SteadyCPUPer1k is the members' CPU per 1,000 records handled once
+	// every member worked (see Membership.SteadyCPU), and SteadyToOne
+	// that over the first run's with one member.
+	SteadyCPUPer1k float64 `json:"steady_cpu_s_per_1k_records,omitempty"`
+	SteadyToOne    float64 `json:"steady_cpu_per_1k_to_1_member,omitempty"`
+	// Rounds are the runs CPUPer1k and RecordsPerSec are the medians of.
+	Rounds     []Round `json:"rounds,omitempty"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"` // the largest member's
 	// OutputDigest names the output topic's records as a multiset of
 	// (key, record without what is random by design); see outputDigest.
@@ -89,9 +110,14 @@ type ScaleRun struct {
 func newScaleRun(run StageRun, m Membership, d outputDigest, ref *ScaleRun) ScaleRun {
 	s := ScaleRun{Stage: run.Stage, Membership: m, InputRecords: run.InputRecords, OutputRecords: d.records,
 		Seconds: run.Seconds, RecordsPerSec: run.RecordsPerSec, CPUSeconds: run.StageCPU, PeakRSSMiB: run.PeakRSSMiB,
-		OutputDigest: d.String(), Reference: ref == nil, SameOutput: true}
+		OutputDigest: d.String(), Reference: ref == nil, SameOutput: true, Rounds: run.Rounds}
 	if run.InputRecords > 0 {
 		s.CPUPer1k = run.StageCPU / float64(run.InputRecords) * 1000
+	}
+	if len(run.Rounds) > 0 {
+		s.SteadyCPUPer1k = spreadOf(roundsOf(run.Rounds, func(r Round) float64 { return r.SteadyCPUPer1k })).Median
+	} else if m.SteadyRecords > 0 {
+		s.SteadyCPUPer1k = m.SteadyCPU / float64(m.SteadyRecords) * 1000
 	}
 	if ref != nil {
 		s.SameOutput = ref.OutputDigest == s.OutputDigest && ref.OutputRecords == s.OutputRecords
@@ -112,15 +138,25 @@ func (r *Report) reference(stage string) *ScaleRun {
 // scalingRatios sets each entry's rate against the stage's first run with
 // one member.
 func (r *Report) scalingRatios() {
-	one := map[string]float64{}
+	one := map[string]ScaleRun{}
 	for _, s := range r.Scaling {
 		if _, ok := one[s.Stage]; !ok && s.Members == 1 {
-			one[s.Stage] = s.RecordsPerSec
+			one[s.Stage] = s
 		}
 	}
 	for i := range r.Scaling {
-		if base := one[r.Scaling[i].Stage]; base > 0 {
-			r.Scaling[i].RatioToOne = r.Scaling[i].RecordsPerSec / base
+		base, ok := one[r.Scaling[i].Stage]
+		if !ok {
+			continue
+		}
+		if base.RecordsPerSec > 0 {
+			r.Scaling[i].RatioToOne = r.Scaling[i].RecordsPerSec / base.RecordsPerSec
+		}
+		if base.CPUPer1k > 0 {
+			r.Scaling[i].CPUToOne = r.Scaling[i].CPUPer1k / base.CPUPer1k
+		}
+		if base.SteadyCPUPer1k > 0 && r.Scaling[i].SteadyCPUPer1k > 0 {
+			r.Scaling[i].SteadyToOne = r.Scaling[i].SteadyCPUPer1k / base.SteadyCPUPer1k
 		}
 	}
 }
@@ -144,14 +180,10 @@ func (b *bench) scaleOut(ctx context.Context, o options, members int, rep *Repor
 		if err := b.prepare(ctx, st, w); err != nil {
 			return err
 		}
-		progress("%s alone with %d members on %s", st.name, members, st.input)
-		run, _, m, err := b.runAlone(ctx, st.name, st.input, members)
+		progress("%s alone with %d members on %s, %d rounds", st.name, members, st.input, o.rounds)
+		run, m, d, err := b.stageRounds(ctx, st, members, o.rounds, false, progress)
 		if err != nil {
 			return err
-		}
-		d, err := b.digestOutput(ctx, st.output)
-		if err != nil {
-			return fmt.Errorf("%s: digest of %s: %w", st.name, st.output, err)
 		}
 		s := newScaleRun(run, m, d, ref)
 		rep.Scaling = append(rep.Scaling, s)

@@ -332,3 +332,36 @@ func TestOpSize(t *testing.T) {
 		}
 	}
 }
+
+// A body is checked once, and only a JSON object is remembered: a body
+// that is not one is refused every time it comes, also after valid ones
+// filled the memory and it started over.
+func TestObjectMemoRemembersOnlyObjects(t *testing.T) {
+	m := objectMemo{limit: 40}
+	ok := func(body string) bool { return m.valid(body, []byte(body)) }
+	for i := 0; i < 2; i++ {
+		if !ok(`{"a":1}`) {
+			t.Fatalf("pass %d: a JSON object refused", i)
+		}
+		if ok(`not json`) || ok(`"x"`) || ok(`{"a":`) {
+			t.Fatalf("pass %d: a body that is not a JSON object accepted", i)
+		}
+	}
+	if _, seen := m.seen[`{"a":1}`]; !seen {
+		t.Error("a valid body was not remembered")
+	}
+	for _, bad := range []string{`not json`, `"x"`, `{"a":`} {
+		if _, seen := m.seen[bad]; seen {
+			t.Errorf("%q remembered as valid", bad)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		ok(fmt.Sprintf(`{"key":%d}`, i))
+	}
+	if m.bytes > m.limit {
+		t.Errorf("remembers %d bytes, over its limit of %d", m.bytes, m.limit)
+	}
+	if ok(`not json`) {
+		t.Error("after starting over, a body that is not a JSON object accepted")
+	}
+}

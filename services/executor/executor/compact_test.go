@@ -1,11 +1,14 @@
 package executor
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/runtime"
 )
 
 // TestCompactSharesBodies checks what keeps the executor's memory flat in
@@ -40,5 +43,84 @@ func TestCompactSharesBodies(t *testing.T) {
 	}
 	if compact(nil) != nil {
 		t.Error("compact(nil) is not nil")
+	}
+}
+
+// TestRegistrationKeepsWhatNextReads checks the executor's view of
+// deploy.components: what it keeps of a registration gives the same
+// collection as the record itself, shares no memory with the decoded record
+// (which would keep the decoder's slabs alive), and leaves out the filters,
+// policy ids and config, which the executor never reads.
+func TestRegistrationKeepsWhatNextReads(t *testing.T) {
+	full := component("c1", "scn-c1")
+	full.DeploymentID, full.Tenant = "dep-1", "acme"
+	full.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://hook/c1", TimeoutMs: 500}
+	full.PolicyIDs = []string{"A", "B"}
+	full.PolicyFilters = []events.PolicyFilter{{FilterID: "f", PolicyName: "DCAE.*"}}
+	full.Config = strings.Repeat("x", 2048)
+	kept, err := registration(runtime.Msg[*events.Component]{Value: full}, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept.PolicyIDs != nil || kept.PolicyFilters != nil || kept.Config != "" {
+		t.Errorf("registration keeps what the executor never reads: ids %v, filters %v, config of %d bytes", kept.PolicyIDs, kept.PolicyFilters, len(kept.Config))
+	}
+	for name, pair := range map[string][2]string{
+		"component_id": {full.ComponentID, kept.ComponentID}, "service_component_name": {full.ServiceComponentName, kept.ServiceComponentName},
+		"webhook_url": {full.Notify.WebhookURL, kept.Notify.WebhookURL},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("%s: kept %q, want %q", name, pair[1], pair[0])
+		} else if unsafe.StringData(pair[0]) == unsafe.StringData(pair[1]) {
+			t.Errorf("%s shares memory with the decoded record", name)
+		}
+	}
+	d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{pol("A", "1")}}}},
+		UpdateID: "u1", DeploymentID: "dep-1"}
+	want, err := Next(nil, full, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Next(nil, kept, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Next from the kept registration\n %+v\nwant (from the record)\n %+v", got, want)
+	}
+}
+
+// TestCompactSharesPolicyLists: components holding the same policies
+// share one compacted list; another version of one of them is another
+// list; and a change computed from a shared list leaves the other holders'
+// collections as they were.
+func TestCompactSharesPolicyLists(t *testing.T) {
+	collection := func(id, versionB string) *events.ComponentPolicies {
+		ps := []events.Policy{pol("A", "1"), pol("B", versionB)}
+		for i := range ps {
+			ps[i].Body = string([]byte(ps[i].Body)) // a copy of its own, as decoded
+		}
+		return &events.ComponentPolicies{ComponentID: id, DeploymentID: "dep-1", ServiceComponentName: id, UpdateID: "u1", Generation: 1, Policies: ps}
+	}
+	a, b, c := compact(collection("c1", "1")), compact(collection("c2", "1")), compact(collection("c3", "2"))
+	if &a.Policies[0] != &b.Policies[0] {
+		t.Error("two components holding the same policies keep two lists")
+	}
+	if &a.Policies[0] == &c.Policies[0] {
+		t.Error("components holding other versions share a list")
+	}
+	if !reflect.DeepEqual(a.Policies, collection("c1", "1").Policies) || !reflect.DeepEqual(c.Policies, collection("c3", "2").Policies) {
+		t.Errorf("shared lists differ from the collections: %+v, %+v", a.Policies, c.Policies)
+	}
+	before := slices.Clone(b.Policies)
+	d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", UpdatedPolicies: []events.Policy{pol("A", "2")},
+		RemovedPolicies: []events.RemovedPolicy{{PolicyID: "B"}}}, UpdateID: "u2", DeploymentID: "dep-1"}
+	comp := component("c1", "c1")
+	comp.DeploymentID = "dep-1"
+	if _, err := Next(a, comp, d); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(b.Policies, before) {
+		t.Errorf("a change of c1 changed c2's shared list: %+v, was %+v", b.Policies, before)
 	}
 }

@@ -145,7 +145,7 @@ func (e *executor) setup(ctx context.Context, env runtime.Env) (runtime.Handler,
 	e.cols = newCollectionStore(e.log, env.Codec)
 
 	var err error
-	if e.comps, err = runtime.FollowTable[*events.Component](env, topology.DeployComponents, nil); err != nil {
+	if e.comps, err = runtime.FollowTableOf(env, topology.DeployComponents, registration, nil); err != nil {
 		return nil, nil, fmt.Errorf("executor: %w", err)
 	}
 	e.cols.comps = e.comps

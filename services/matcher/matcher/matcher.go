@@ -459,20 +459,13 @@ func (m *Matcher) wantedOne(p *Partition, comp *component) map[string]string {
 	return w
 }
 
-// prefilter is the filter's anchored policyName expression, compiled once:
-// a name it does not match (and that is not the policyName literally) cannot
-// match the filter. nil when it cannot be compiled here (then every name is
-// a candidate).
+// prefilter is the filter's anchored policyName expression: a name it
+// does not match (and that is not the policyName literally) cannot match
+// the filter. It is the compiled filter's own, shared by every filter with
+// the same policyName; nil when the filter has none (then every name is a
+// candidate).
 func (sf *sharedFilter) prefilter() *regexp.Regexp {
-	if sf.re == nil && !sf.reFailed {
-		re, err := regexp.Compile(sf.cf.Pattern())
-		if err != nil {
-			sf.reFailed = true
-			return nil
-		}
-		sf.re = re
-	}
-	return sf.re
+	return sf.cf.NameRegexp()
 }
 
 // wantedMany computes the wanted sets of the given components in one pass

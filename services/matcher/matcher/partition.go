@@ -1,7 +1,6 @@
 package matcher
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 	"unique"
@@ -24,10 +23,6 @@ type sharedFilter struct {
 	spec  filterSpec
 	cf    *policy.CompiledFilter
 	users map[*component]int // how many of the component's filters it is
-	// re is the anchored policyName expression compiled for the
-	// name pre-check of wantedOne, on first use.
-	re       *regexp.Regexp
-	reFailed bool
 }
 
 // compFilter is one of a component's filters, in declared order.
@@ -144,6 +139,9 @@ func (p *Partition) RestoreHas(componentID string, cp *events.ComponentPolicies)
 		return
 	}
 	h := p.holding(componentID, keep(cp.DeploymentID))
+	// Exactly the room the collection needs: growing by appends would
+	// leave up to twice the entries' room per component.
+	h.policies = make(heldSet, 0, len(cp.Policies))
 	for _, pol := range cp.Policies {
 		p.setHeld(h, keep(pol.PolicyID), held{version: keep(pol.PolicyVersion), hash: unique.Make(pol.BodyHash), rev: pol.Revision})
 	}
