@@ -179,8 +179,14 @@ func TestAdmissionSeedExamples(t *testing.T) {
 			return nil
 		}))
 
+		settings := "/policy_latest/admission." + cid
+		if code, out := p.do(http.MethodGet, settings, nil); code != http.StatusOK {
+			t.Fatalf("GET %s before the deletion: %d %s", settings, code, out)
+		}
+
 		// Deleted: the verdict goes, the component is uninstalled and
-		// its Consul folder wiped.
+		// its Consul folder wiped, its settings policy leaves the
+		// catalog.
 		p.must(http.MethodDelete, "/v1/deployments/"+v.DeploymentID, nil)
 		testkit.Eventually(p.t, time.Minute, testkit.Named(v.DeploymentID+" deleted", func() error {
 			if code, out := p.do(http.MethodGet, "/v1/deployments/"+v.DeploymentID, nil); code != http.StatusNotFound {
@@ -191,6 +197,12 @@ func TestAdmissionSeedExamples(t *testing.T) {
 		testkit.Eventually(p.t, 2*time.Minute, testkit.Named(scn+" wiped", func() error {
 			if items := p.items(scn); len(items) != 0 {
 				return fmt.Errorf("items %v", keys(items))
+			}
+			return nil
+		}))
+		testkit.Eventually(p.t, time.Minute, testkit.Named("admission."+cid+" out of the catalog", func() error {
+			if code, out := p.do(http.MethodGet, settings, nil); code != http.StatusNotFound {
+				return fmt.Errorf("GET %s: %d %s", settings, code, out)
 			}
 			return nil
 		}))

@@ -1,7 +1,9 @@
 package admission
 
 import (
+	"context"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/placement"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -229,5 +232,63 @@ func TestRewoundForgetsAbortedDecisions(t *testing.T) {
 	}
 	if _, ok := a.deps.Get("kept"); !ok {
 		t.Error("the committed deployment is gone after Rewound")
+	}
+}
+
+// TestRemoveWithdrawsSettingsPolicies: deleting a deployment removes each
+// component's settings policy admission.<component_id> from the catalog,
+// in the deletion's outputs (its transaction): a removal on
+// pdp.notifications for the deployment's tenant, keyed by the policy,
+// from the admission source, naming a version after the admitted one.
+func TestRemoveWithdrawsSettingsPolicies(t *testing.T) {
+	ctx := context.Background()
+	dr := request("r1", "d1", "t1", `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"a","class":"x.A"},{"name":"b","class":"x.B"}]}`)
+	now := time.UnixMilli(1_700_000_000_500).UTC()
+	outs, err := Decide(ctx, dr, nil, State{Owners: NewNames(), Deployed: admit.DeployedSet{}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, deps := NewNames(), admit.DeployedSet{}
+	pushed := map[string]int64{}
+	for _, o := range outs {
+		switch v := o.Value.(type) {
+		case *events.Component:
+			names.ApplyComponent(string(o.Key), v)
+		case *events.Deployment:
+			deps[string(o.Key)] = v
+		case *events.PdpNotification:
+			c, err := policy.Check([]byte(v.PushedBodies[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pushed[c.PolicyID], _ = policy.ParseVersion(c.PolicyVersion)
+		}
+	}
+	if len(pushed) != 2 {
+		t.Fatalf("settings policies pushed: %v", pushed)
+	}
+	del := deletion("del-1", "d1", "t1")
+	del.SubmittedAt = now.Add(time.Second)
+	outs, err = Remove(del, names, deps, now.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := map[string]bool{}
+	for _, o := range outs {
+		n, ok := o.Value.(*events.PdpNotification)
+		if o.Topic != topology.PDPNotifications || !ok {
+			continue
+		}
+		if len(n.RemovedPolicies) != 1 || len(n.PushedBodies) != 0 || len(n.LoadedPolicies) != 0 || n.Tenant != "t1" || n.Source != events.NotifierAdmission {
+			t.Fatalf("removal %+v", n)
+		}
+		id, v, err := policy.CheckName(n.RemovedPolicies[0].PolicyName)
+		if err != nil || id != string(o.Key) || v <= pushed[id] || n.RemovedPolicies[0].VersionNo != strconv.FormatInt(v, 10) {
+			t.Fatalf("removal of %s keyed %s, version %d (pushed %d): %v", id, o.Key, v, pushed[id], err)
+		}
+		removed[id] = true
+	}
+	if !removed["admission.d1.a"] || !removed["admission.d1.b"] || len(removed) != 2 {
+		t.Errorf("the deletion removes settings policies %v; want admission.d1.a and admission.d1.b", removed)
 	}
 }

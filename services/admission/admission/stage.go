@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,10 +225,9 @@ func (st *stageConfig) stage() runtime.Stage {
 		Settings: &st.hooks,
 		Name:     topology.StageAdmission,
 		Mode:     runtime.Transactional,
-		// app.policies and admission.verdicts are inputs too, besides
-		// tables: a policy written or a verdict deleted refreshes the
-		// audit reports in its own transaction.
-		Inputs: []string{topology.DeployRequests, topology.AppPolicies, topology.AdmissionVerdicts},
+		// app.policies is an input too, besides a table: a policy
+		// written refreshes its audit report in its own transaction.
+		Inputs: []string{topology.DeployRequests, topology.AppPolicies},
 		// A request costs an evaluation of its tenant's policies and up
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
@@ -298,9 +298,8 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Strs("hook_allow", rules.Allowed()).
 		Msg("application policies, datacenters, components, verdicts and deployments read")
 	return runtime.Route(map[string]runtime.Handler{
-		topology.DeployRequests:    runtime.Typed(runtime.RefuseTombstones, a.decide),
-		topology.AppPolicies:       a.policyWritten,
-		topology.AdmissionVerdicts: a.verdictWritten,
+		topology.DeployRequests: runtime.Typed(runtime.RefuseTombstones, a.decide),
+		topology.AppPolicies:    a.policyWritten,
 	}), a.close, nil
 }
 
@@ -341,16 +340,16 @@ func (a *admitter) open(ctx context.Context) error {
 		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionVerdicts, func(dep string, v *events.AdmissionVerdict) {
-			a.names.ApplyVerdict(dep, v)
-			a.reports.ApplyVerdict(dep, v)
-		})
+		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
 	}
 	if err == nil {
 		err = follow(env, &a.ts, topology.AdmissionAudit, a.reports.ApplyEntry)
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.Deployments, a.deps.Apply)
+		err = follow(env, &a.ts, topology.Deployments, func(dep string, d *events.Deployment) {
+			a.deps.Apply(dep, d)
+			a.reports.ApplyDeployment(dep, d)
+		})
 	}
 	if err != nil {
 		return err
@@ -402,6 +401,11 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 			return nil, err
 		}
 		a.took(outs)
+		if len(outs) > 0 {
+			// A deleted deployment leaves every audit report, in the
+			// transaction that tombstones its record.
+			outs = append(a.reports.deploymentDeleted(in.Value.DeploymentID), outs...)
+		}
 		a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
 			Int("outputs", len(outs)).Msg("deployment deleted")
 		return outs, nil
@@ -444,7 +448,7 @@ func (a *admitter) took(outs []runtime.Output) {
 }
 
 // Source names the admission stage in the events it writes.
-const Source = "admission"
+const Source = events.NotifierAdmission
 
 // State is what a request is decided against: the application
 // policies, the datacenter models, who holds which name and what is
@@ -552,7 +556,9 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 // delete): its record on deploy.deployments, its components on
 // deploy.components (each a tombstone, as DELETE
 // /v1/components/{component_id} writes: the pipeline uninstalls the
-// component and wipes its Consul folder) and its verdict on
+// component and wipes its Consul folder), each component's settings
+// policy (a removal for the tenant on pdp.notifications, which
+// pdp-ingest applies as the owner's) and its verdict on
 // admission.verdicts are tombstoned, releasing its capacity, its
 // instances and its names, and a billing event says what it ran. A
 // deployment that holds nothing (deleted already) gives no output. A
@@ -572,8 +578,21 @@ func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedS
 		return nil, runtime.Permanentf("admission: deletion %s of deployment %s by tenant %q: the deployment is tenant %q's; it is not deleted", dr.RequestID, dep, dr.Tenant, rec.Tenant)
 	}
 	var outs []runtime.Output
+	// Each component's settings policy leaves the catalog with it: a
+	// removal for the tenant, up to this deletion's version (the greater
+	// of its submission time and now, in milliseconds: after every
+	// settings version the deployment was admitted with).
+	version := strconv.FormatInt(max(dr.SubmittedAt.UnixMilli(), now.UnixMilli()), 10)
 	for _, h := range names.ComponentsOf(dep) {
-		outs = append(outs, runtime.Output{Topic: topology.DeployComponents, Key: []byte(h.ComponentID)})
+		id := admit.SettingsPolicyID(h.ComponentID)
+		outs = append(outs,
+			runtime.Output{Topic: topology.DeployComponents, Key: []byte(h.ComponentID)},
+			runtime.Output{Topic: topology.PDPNotifications, Key: []byte(id), Value: &events.PdpNotification{
+				NotificationID: dr.RequestID + "/" + id, Source: Source, ReceivedAt: now.UTC(),
+				LoadedPolicies: []events.LoadedPolicy{}, PushedBodies: []string{},
+				RemovedPolicies: []events.UnloadedPolicy{{PolicyName: id + "." + version + ".json", VersionNo: version}},
+				Tenant:          dr.Tenant,
+			}})
 	}
 	held := len(names.Deployment(dep)) > 0
 	if rec == nil && !held {

@@ -214,7 +214,8 @@ func already(n int, ids []string) string {
 // it: its environment, applications as admitted (mutated), VMs and, when
 // it names a datacenter, its resources on their leaves with their demands
 // and the bandwidth it takes on each network edge (use, from
-// placement.Model.Use on the datacenter's model).
+// placement.Model.Use on the datacenter's model), and the request itself
+// as JSON, which the audit reports check.
 func Record(requestID string, r *Request, use placement.Use, components []string, at time.Time) *events.Deployment {
 	e := &events.Deployment{
 		DeploymentID: r.DeploymentID, Tenant: r.Tenant, Environment: r.Environment, RequestID: requestID,
@@ -223,6 +224,9 @@ func Record(requestID string, r *Request, use placement.Use, components []string
 	}
 	if e.Components == nil {
 		e.Components = []string{}
+	}
+	if b, err := r.JSON(); err == nil {
+		e.Request = string(b)
 	}
 	for _, a := range r.Applications {
 		inh := slices.Clone(a.Inherits)
