@@ -269,7 +269,7 @@ func TestRemoveWithdrawsSettingsPolicies(t *testing.T) {
 	}
 	del := deletion("del-1", "d1", "t1")
 	del.SubmittedAt = now.Add(time.Second)
-	outs, err = Remove(del, names, deps, now.Add(2*time.Second))
+	outs, err = Remove(del, names, deps, nil, now.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,5 +290,46 @@ func TestRemoveWithdrawsSettingsPolicies(t *testing.T) {
 	}
 	if !removed["admission.d1.a"] || !removed["admission.d1.b"] || len(removed) != 2 {
 		t.Errorf("the deletion removes settings policies %v; want admission.d1.a and admission.d1.b", removed)
+	}
+}
+
+// TestRemoveRefusedByRequiredApplication: the stage refuses a deletion
+// that would leave an environment with deployments but without its
+// required application: its one output is a denied verdict naming the
+// rule, and nothing is tombstoned.
+func TestRemoveRefusedByRequiredApplication(t *testing.T) {
+	p, err := admit.Compile("need-mon", []byte(`{"application":"io.policyflow.Monitoring","?":{"type":"io.policyflow.admission.RequiredApplication"}}`), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := admit.DeployedSet{}
+	names := NewNames()
+	for _, js := range []string{
+		`{"deployment_id":"mon","tenant":"t1","environment":"e1","applications":[{"name":"mon","class":"io.policyflow.Monitoring"}]}`,
+		`{"deployment_id":"web","tenant":"t1","environment":"e1","applications":[{"name":"web","class":"com.example.Web"}]}`,
+	} {
+		req, err := admit.ParseRequest([]byte(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps[req.DeploymentID] = admit.Record("r-"+req.DeploymentID, req, placement.Use{}, []string{req.DeploymentID + "." + req.Applications[0].Name}, time.Now())
+		names.ApplyComponent(req.DeploymentID+"."+req.Applications[0].Name, &events.Component{ComponentID: req.DeploymentID + "." + req.Applications[0].Name, DeploymentID: req.DeploymentID, Tenant: "t1"})
+	}
+	outs, err := Remove(deletion("del-mon", "mon", "t1"), names, deps, []*admit.Compiled{p}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, refused := deletionRefused(outs)
+	if !refused || outs[0].Topic != topology.AdmissionVerdicts || string(outs[0].Key) != "mon" || v.RequestID != "del-mon" || len(v.Violations) != 1 ||
+		!strings.Contains(v.Violations[0].Message, `environment "e1": deleting deployment mon would leave it without io.policyflow.Monitoring`) {
+		t.Fatalf("deleting mon: %+v; want only a denied verdict", outs)
+	}
+	// web goes without a word; then mon is the environment's last.
+	if outs, err := Remove(deletion("del-web", "web", "t1"), names, deps, []*admit.Compiled{p}, time.Now()); err != nil || len(outs) < 3 {
+		t.Fatalf("deleting web: %v %+v", err, outs)
+	}
+	delete(deps, "web")
+	if outs, err := Remove(deletion("del-mon2", "mon", "t1"), names, deps, []*admit.Compiled{p}, time.Now()); err != nil || len(outs) < 3 {
+		t.Fatalf("deleting mon, the last of e1: %v %+v", err, outs)
 	}
 }

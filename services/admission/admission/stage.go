@@ -396,11 +396,16 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		a.caughtUp, a.covered = began, ends
 	}
 	if in.Value.Action == events.ActionDelete {
-		outs, err := Remove(in.Value, a.names, a.deps.Snapshot(), time.Now())
+		outs, err := Remove(in.Value, a.names, a.deps.Snapshot(), a.pols.All(), time.Now())
 		if err != nil {
 			return nil, err
 		}
 		a.took(outs)
+		if v, refused := deletionRefused(outs); refused {
+			a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
+				Int("violations", len(v.Violations)).Msg("deletion refused")
+			return outs, nil
+		}
 		if len(outs) > 0 {
 			// A deleted deployment leaves every audit report, in the
 			// transaction that tombstones its record.
@@ -445,6 +450,16 @@ func (a *admitter) took(outs []runtime.Output) {
 			a.deps.Apply(string(o.Key), d)
 		}
 	}
+}
+
+// deletionRefused is the denied verdict among a deletion's outputs, when
+// the deletion was refused (its only output).
+func deletionRefused(outs []runtime.Output) (*events.AdmissionVerdict, bool) {
+	if len(outs) != 1 {
+		return nil, false
+	}
+	v, ok := outs[0].Value.(*events.AdmissionVerdict)
+	return v, ok && !v.Admitted
 }
 
 // Source names the admission stage in the events it writes.
@@ -564,8 +579,12 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 // deployment that holds nothing (deleted already) gives no output. A
 // record that names no deployment, or a deployment another tenant holds
 // (the North API checked the caller against the holder, and writes the
-// holder's tenant), is an error (dead-lettered with the reason).
-func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedSet, now time.Time) ([]runtime.Output, error) {
+// holder's tenant), is an error (dead-lettered with the reason). A
+// deletion that a policy refuses (admit.EvaluateDeletion against the
+// tenant's other deployments: an environment that keeps deployments
+// would lose its required application) deletes nothing: its one output
+// is a denied verdict for the deployment, naming the rule.
+func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedSet, policies []*admit.Compiled, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		return nil, runtime.Permanentf("admission: deletion %s names no deployment_id", dr.RequestID)
@@ -576,6 +595,14 @@ func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedS
 	rec := deployed[dep]
 	if rec != nil && rec.Tenant != dr.Tenant {
 		return nil, runtime.Permanentf("admission: deletion %s of deployment %s by tenant %q: the deployment is tenant %q's; it is not deleted", dr.RequestID, dep, dr.Tenant, rec.Tenant)
+	}
+	if rec != nil {
+		// A deletion that would break a policy (an environment left
+		// without its required application) is refused: a denied
+		// verdict, and the deployment stays.
+		if v := admit.EvaluateDeletion(rec, deployed.Others(rec), policies); !v.Admitted {
+			return []runtime.Output{{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: admit.DeletionVerdict(dr.RequestID, rec, v, now)}}, nil
+		}
 	}
 	var outs []runtime.Output
 	// Each component's settings policy leaves the catalog with it: a

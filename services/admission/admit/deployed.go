@@ -61,6 +61,19 @@ func (s DeployedSet) For(req *Request, dcs Datacenters) *Deployed {
 	return d
 }
 
+// Others are the deployments of dep's tenant other than dep, by id: what
+// the deletion of dep is decided against (EvaluateDeletion).
+func (s DeployedSet) Others(dep *events.Deployment) []*events.Deployment {
+	var out []*events.Deployment
+	for id, e := range s {
+		if id != dep.DeploymentID && e.Tenant == dep.Tenant {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *events.Deployment) int { return strings.Compare(a.DeploymentID, b.DeploymentID) })
+	return out
+}
+
 // UseOf is what a deployment record says it uses of its datacenter.
 func UseOf(e *events.Deployment) placement.Use {
 	u := placement.Use{Leaves: map[string][]float64{}, Links: map[string]float64{}}

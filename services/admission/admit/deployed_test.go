@@ -182,3 +182,44 @@ func BenchmarkDecideAgainst10000Deployments(b *testing.B) {
 		}
 	}
 }
+
+// TestDeletionKeepsTheRequiredApplication: deleting the only deployment
+// of an environment that runs the required application, while other
+// deployments of the tenant remain in it, is refused naming them; the
+// deletion is allowed when another deployment there runs it, when the
+// deployment deleted does not run it, when nothing else remains in the
+// environment, for another tenant's policy, and in audit mode (a
+// warning).
+func TestDeletionKeepsTheRequiredApplication(t *testing.T) {
+	const model = `{"application":"io.policyflow.Monitoring","?":{"type":"io.policyflow.admission.RequiredApplication"}}`
+	p := mustCompile(t, "need-mon", model, "")
+	mon := `{"deployment_id":"mon","tenant":"t1","environment":"e1","applications":[{"name":"mon","class":"com.example.Zabbix","inherits":["io.policyflow.Monitoring"]}]}`
+	web := `{"deployment_id":"web","tenant":"t1","environment":"e1","applications":[{"name":"web","class":"com.example.Web"}]}`
+	set := deployedOf(t, mon, web,
+		`{"deployment_id":"mon-e2","tenant":"t1","environment":"e2","applications":[{"name":"mon","class":"io.policyflow.Monitoring"}]}`,
+		`{"deployment_id":"other","tenant":"t2","environment":"e1","applications":[{"name":"web","class":"com.example.Web"}]}`)
+	del := func(set DeployedSet, dep string, ps ...*Compiled) Verdict {
+		return EvaluateDeletion(set[dep], set.Others(set[dep]), ps)
+	}
+	v := del(set, "mon", p)
+	want := `deleting deployment mon would leave it without io.policyflow.Monitoring, which every environment must have: web is still deployed in it and none runs io.policyflow.Monitoring; deploy io.policyflow.Monitoring there first, or delete it first`
+	if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Message != want || v.Violations[0].Rule != "required-application" || v.Violations[0].PolicyID != "need-mon" || v.Violations[0].Object != `environment "e1"` {
+		t.Errorf("deleting mon: %+v; want refused: %s", v, want)
+	}
+	if v := del(set, "web", p); !v.Admitted {
+		t.Errorf("deleting web, which does not run monitoring: %+v", v.Violations)
+	}
+	if v := del(set, "mon-e2", p); !v.Admitted {
+		t.Errorf("deleting the last deployment of e2: %+v", v.Violations)
+	}
+	if v := del(set, "mon", mustCompile(t, "t2-only", model, "", "t2")); !v.Admitted {
+		t.Errorf("another tenant's policy: %+v", v.Violations)
+	}
+	if v := del(set, "mon", mustCompile(t, "audit", model, ModeAudit)); !v.Admitted || len(v.Warnings) != 1 {
+		t.Errorf("audit mode: %+v; want allowed with a warning", v)
+	}
+	both := deployedOf(t, mon, web, `{"deployment_id":"mon2","tenant":"t1","environment":"e1","applications":[{"name":"m","class":"io.policyflow.Monitoring"}]}`)
+	if v := del(both, "mon", p); !v.Admitted {
+		t.Errorf("deleting mon while mon2 runs monitoring in e1: %+v", v.Violations)
+	}
+}

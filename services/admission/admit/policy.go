@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/policy"
 )
@@ -63,6 +64,16 @@ type ruleSet struct {
 	cel []celProgram
 	// endpoints are the URLs the rules call.
 	endpoints []Endpoint
+	// deletions find what deleting a deployment would break.
+	deletions []deletionRule
+}
+
+// deletionRule finds what deleting deployment dep would break, given the
+// tenant's other deployments (rest); each finding is emitted with its
+// object.
+type deletionRule struct {
+	rule string
+	fn   func(dep *events.Deployment, rest []*events.Deployment, emit func(object, msg string))
 }
 
 // mutator changes a request, reporting each change. A rule that
