@@ -203,7 +203,7 @@ func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 			val.fn(b, r, func(object, msg string) {
 				f := Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg}
 				report(p, val.notice || b.soft, f)
-				if val.notice {
+				if val.notice || val.raises {
 					v.Notices = append(v.Notices, Notice{Finding: f, Webhook: val.webhook})
 				}
 			})

@@ -44,8 +44,8 @@ var kinds = map[string]kind{
 		compile: compileRequiredApp,
 	},
 	KindInstanceQuota: {
-		doc:     "denies more than maxInstances instances (only of the listed applications, when applications is given) per application (scope application, the default), or per environment or per tenant (scope environment, tenant) counting what is already deployed there; the VMs a placement carries count as instances",
-		params:  []string{"maxInstances", "applications", "scope"},
+		doc:     "denies more than maxInstances instances (only of the listed applications, when applications is given) per application (scope application, the default), or per environment or per tenant (scope environment, tenant) counting what is already deployed there; the VMs a placement carries count as instances; each finding is also an event on admission.notices, delivered to webhook (a host the operator allows) when given",
+		params:  []string{"maxInstances", "applications", "scope", "webhook"},
 		compile: compileInstanceQuota,
 	},
 	KindFlavorLimit: {
@@ -232,7 +232,14 @@ func compileInstanceQuota(p params) (ruleSet, error) {
 	default:
 		return ruleSet{}, paramErr("scope", "%q is not a scope: give %s (each application, the default), %s (the environment, with what is deployed in it) or %s (all the tenant's deployments)", scope, ScopeApplication, ScopeEnvironment, ScopeTenant)
 	}
-	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(b *budget, r *Request, emit func(string, string)) {
+	hook, eps, err := webhookParam(p)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	// A quota exceeded is also a notice (seed 001's "send notification
+	// when the number of instances exceeds a quota"): it denies (or
+	// warns, in audit mode) and is raised on admission.notices.
+	return ruleSet{endpoints: eps, validators: []validator{{rule: "instance-quota", raises: true, webhook: hook, fn: func(b *budget, r *Request, emit func(string, string)) {
 		switch scope {
 		case ScopeApplication:
 			for i := range r.Applications {
@@ -398,21 +405,27 @@ func compileScriptInjection(p params) (ruleSet, error) {
 	}}}}, nil
 }
 
+// webhookParam is the optional webhook a policy delivers its notices to,
+// checked as an endpoint the operator must allow.
+func webhookParam(p params) (string, []Endpoint, error) {
+	hook, err := p.str("webhook", false)
+	if err != nil || hook == "" {
+		return "", nil, err
+	}
+	if err := checkEndpoint("webhook", hook); err != nil {
+		return "", nil, err
+	}
+	return hook, []Endpoint{{Field: "objectModel.webhook", URL: hook}}, nil
+}
+
 func compileInstanceNotice(p params) (ruleSet, error) {
 	maxN, err := p.count("maxInstances")
 	if err != nil {
 		return ruleSet{}, err
 	}
-	hook, err := p.str("webhook", false)
+	hook, eps, err := webhookParam(p)
 	if err != nil {
 		return ruleSet{}, err
-	}
-	var eps []Endpoint
-	if hook != "" {
-		if err := checkEndpoint("webhook", hook); err != nil {
-			return ruleSet{}, err
-		}
-		eps = []Endpoint{{Field: "objectModel.webhook", URL: hook}}
 	}
 	return ruleSet{endpoints: eps, validators: []validator{{rule: "instance-notice", notice: true, webhook: hook, fn: func(b *budget, r *Request, emit func(string, string)) {
 		mine := r.Instances()

@@ -89,7 +89,12 @@ type validator struct {
 	rule string
 	// notice marks findings that never deny (the quota notification).
 	notice bool
-	// webhook, of a notice, is where the notice is sent ("" nowhere).
+	// raises marks findings that deny (or warn, in audit mode) as any
+	// validator's do and are also raised as notices (the instance
+	// quota).
+	raises bool
+	// webhook, of a notice or a rule that raises, is where the notice
+	// is sent ("" nowhere).
 	webhook string
 	// external marks a rule that asks an external engine: it is asked
 	// when a request is decided, not when a policy is audited.
