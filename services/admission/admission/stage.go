@@ -396,7 +396,11 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		a.caughtUp, a.covered = began, ends
 	}
 	if in.Value.Action == events.ActionDelete {
-		outs, err := Remove(in.Value, a.names, a.deps.Snapshot(), a.pols.All(), time.Now())
+		var outs []runtime.Output
+		var err error
+		a.deps.With(func(deployed admit.DeployedState) {
+			outs, err = Remove(in.Value, a.names, deployed, a.pols.All(), time.Now())
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -415,7 +419,11 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 			Int("outputs", len(outs)).Msg("deployment deleted")
 		return outs, nil
 	}
-	outs, err := Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: a.deps.Snapshot(), External: a.ext.External}, time.Now())
+	var outs []runtime.Output
+	var err error
+	a.deps.With(func(deployed admit.DeployedState) {
+		outs, err = Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: deployed, External: a.ext.External}, time.Now())
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +480,8 @@ type State struct {
 	Policies    []*admit.Compiled
 	Datacenters admit.Datacenters
 	Owners      admit.Owners
-	Deployed    admit.DeployedSet
+	// Deployed is what is deployed (nil: nothing).
+	Deployed admit.DeployedState
 	// External calls the external engines of External policies (nil:
 	// none can be called; each fails as its failurePolicy says).
 	External admit.ExternalCaller
@@ -521,6 +530,9 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 	}
 	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
+	}
+	if st.Deployed == nil {
+		st.Deployed = admit.DeployedSet{}
 	}
 	deployed := st.Deployed.For(req, dcs)
 	v, err := admit.EvaluateWith(ctx, req, policies, admit.Env{External: st.External, Deployed: deployed})
@@ -584,7 +596,7 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 // tenant's other deployments: an environment that keeps deployments
 // would lose its required application) deletes nothing: its one output
 // is a denied verdict for the deployment, naming the rule.
-func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedSet, policies []*admit.Compiled, now time.Time) ([]runtime.Output, error) {
+func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedState, policies []*admit.Compiled, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		return nil, runtime.Permanentf("admission: deletion %s names no deployment_id", dr.RequestID)
@@ -592,7 +604,7 @@ func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedS
 	if c := admit.CheckClaim(admit.Claim{Tenant: dr.Tenant, DeploymentID: dep}, names); c != nil {
 		return nil, runtime.Permanentf("admission: deletion %s: %v; it is not deleted", dr.RequestID, c)
 	}
-	rec := deployed[dep]
+	rec, _ := deployed.Lookup(dep)
 	if rec != nil && rec.Tenant != dr.Tenant {
 		return nil, runtime.Permanentf("admission: deletion %s of deployment %s by tenant %q: the deployment is tenant %q's; it is not deleted", dr.RequestID, dep, dr.Tenant, rec.Tenant)
 	}
