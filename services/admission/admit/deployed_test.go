@@ -274,6 +274,13 @@ func TestLedgerAgreesWithTheSet(t *testing.T) {
 			e := record(dep, "t"+strconv.Itoa(rng.IntN(3)), []string{"", "dc1", "dc2"}[rng.IntN(3)], 1+rng.IntN(3))
 			set[dep] = e
 			l.Apply(dep, e)
+			if rng.IntN(2) == 0 {
+				// The same record read back from the topic.
+				back := *e
+				back.AdmittedAt = e.AdmittedAt.Truncate(time.Millisecond)
+				l.Apply(dep, &back)
+				set[dep] = &back
+			}
 		}
 		req := &Request{DeploymentID: "d" + strconv.Itoa(rng.IntN(40)), Tenant: "t" + strconv.Itoa(rng.IntN(3))}
 		req.Datacenter = []string{"", "dc1", "dc2"}[rng.IntN(3)]

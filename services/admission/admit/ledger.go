@@ -48,8 +48,9 @@ func NewLedger() *Ledger {
 // deployment's earlier record, if any, is taken back first.
 func (l *Ledger) Apply(id string, e *events.Deployment) {
 	if old := l.byID[id]; old != nil {
-		if e != nil && old.RequestID == e.RequestID && old.AdmittedAt.Equal(e.AdmittedAt) {
-			// The same record read back: nothing changes.
+		if e != nil && old.RequestID == e.RequestID && old.Tenant == e.Tenant && old.AdmittedAt.UnixMilli() == e.AdmittedAt.UnixMilli() {
+			// The same record read back (the topic keeps times to the
+			// millisecond): nothing changes.
 			l.byID[id] = e
 			l.byTenant[e.Tenant][id] = e
 			return
