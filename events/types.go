@@ -108,6 +108,13 @@ type PdpNotification struct {
 	Tenant string `avro:"tenant"`
 }
 
+// NotifierAdmission is the Source of the notifications the admission stage
+// writes: the settings policies (admission.<component_id>) of the
+// components it admits, pushed for their tenant, and their removal, for
+// the same tenant, when the deployment is deleted. pdp-ingest applies such
+// a removal itself, without asking the PDP (see pdpingest.Route.Withdraw).
+const NotifierAdmission = "admission"
+
 // PolicyCatalogEntry is the latest valid policy_body of one policy_id.
 type PolicyCatalogEntry struct {
 	PolicyID      string    `avro:"policy_id"`
@@ -534,6 +541,9 @@ type Deployment struct {
 	Links        []LinkUse             `avro:"links"`
 	Components   []string              `avro:"components"`
 	AdmittedAt   time.Time             `avro:"admitted_at"`
+	// Request is the admitted request as mutated (JSON): what the audit
+	// reports check; "" in records written before it was added.
+	Request string `avro:"request"`
 }
 
 // DeployedApplication is one application of a Deployment, as admitted.

@@ -211,7 +211,7 @@ func Default() []Topic {
 		compact(Topic{
 			Name: Deployments, Partitions: LowVolumePartitions, Key: "deployment_id", ValueSchema: "policyflow.Deployment",
 			Writers: l(StageAdmission), Readers: l(StageAdmission, RoleNorthAPI),
-			Doc: "what each admitted deployment holds (environment, applications, instances, resources on leaves with demands, bandwidth); tombstone when deleted",
+			Doc: "what each admitted deployment holds (environment, applications, instances, resources on leaves with demands, bandwidth, the admitted request); tombstone when deleted",
 		}),
 		del(Topic{
 			Name: BillingEvents, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.BillingEvent",
@@ -226,7 +226,7 @@ func Default() []Topic {
 		del(Topic{
 			Name: AdmissionNotices, Partitions: DefaultPartitions, Key: "deployment_id", ValueSchema: "policyflow.AdmissionNotice",
 			Writers: l(StageAdmission), Readers: l(RoleOperators),
-			Doc: "notices raised on deployment requests (an environment's instances over an InstanceNotice threshold), written with the verdict; the admission stage also delivers each to its policy's webhook",
+			Doc: "notices raised on deployment requests (an environment's instances over an InstanceNotice threshold, an InstanceQuota exceeded), written with the verdict; the admission stage also delivers each to its policy's webhook",
 		}),
 		compact(Topic{
 			Name: AdmissionAudit, Partitions: DefaultPartitions, Key: "policy_id/deployment_id", ValueSchema: "policyflow.AuditEntry",

@@ -179,8 +179,14 @@ func TestAdmissionSeedExamples(t *testing.T) {
 			return nil
 		}))
 
+		settings := "/policy_latest/admission." + cid
+		if code, out := p.do(http.MethodGet, settings, nil); code != http.StatusOK {
+			t.Fatalf("GET %s before the deletion: %d %s", settings, code, out)
+		}
+
 		// Deleted: the verdict goes, the component is uninstalled and
-		// its Consul folder wiped.
+		// its Consul folder wiped, its settings policy leaves the
+		// catalog.
 		p.must(http.MethodDelete, "/v1/deployments/"+v.DeploymentID, nil)
 		testkit.Eventually(p.t, time.Minute, testkit.Named(v.DeploymentID+" deleted", func() error {
 			if code, out := p.do(http.MethodGet, "/v1/deployments/"+v.DeploymentID, nil); code != http.StatusNotFound {
@@ -191,6 +197,12 @@ func TestAdmissionSeedExamples(t *testing.T) {
 		testkit.Eventually(p.t, 2*time.Minute, testkit.Named(scn+" wiped", func() error {
 			if items := p.items(scn); len(items) != 0 {
 				return fmt.Errorf("items %v", keys(items))
+			}
+			return nil
+		}))
+		testkit.Eventually(p.t, time.Minute, testkit.Named("admission."+cid+" out of the catalog", func() error {
+			if code, out := p.do(http.MethodGet, settings, nil); code != http.StatusNotFound {
+				return fmt.Errorf("GET %s: %d %s", settings, code, out)
 			}
 			return nil
 		}))
@@ -237,5 +249,55 @@ func TestAdmissionSeedExamples(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("deleting an environment's only monitoring deployment is refused while others remain", func(t *testing.T) {
+		need := p.appPolicy(map[string]any{
+			"description": "every environment of tenant-d runs monitoring", "tenantIds": []string{"tenant-d"},
+			"objectModel": map[string]any{"application": "io.policyflow.Monitoring", "?": map[string]any{"type": "io.policyflow.admission.RequiredApplication"}},
+		})
+		mon := p.deploy(dep("mon", "tenant-d", app("mon", "com.example.Zabbix", map[string]any{"inherits": []string{"io.policyflow.Monitoring"}})))
+		web := p.deploy(dep("web", "tenant-d", app("web", "com.example.Web", nil)))
+		if !mon.Admitted || !web.Admitted {
+			t.Fatalf("mon %+v, web %+v: want both admitted", mon, web)
+		}
+		want := `deleting deployment ` + mon.DeploymentID + ` would leave it without io.policyflow.Monitoring, which every environment must have: ` + web.DeploymentID + ` is still deployed in it`
+		// The API refuses it from its view (409); a view that had not
+		// read web's record yet lets it through to the stage, which
+		// refuses it with a denied verdict. Either way mon stays.
+		switch code, out := p.do(http.MethodDelete, "/v1/deployments/"+mon.DeploymentID, nil); code {
+		case http.StatusConflict:
+			if !strings.Contains(out, want) || !strings.Contains(out, "(rule required-application of policy "+need+")") {
+				t.Fatalf("DELETE mon: 409 %s; want %q", out, want)
+			}
+		case http.StatusAccepted:
+			testkit.Eventually(t, time.Minute, testkit.Named("the stage refuses deleting mon", func() error {
+				_, out := p.do(http.MethodGet, "/v1/deployments/"+mon.DeploymentID, nil)
+				if !strings.Contains(out, want) {
+					return fmt.Errorf("verdict %s", out)
+				}
+				return nil
+			}))
+		default:
+			t.Fatalf("DELETE mon: %d %s", code, out)
+		}
+		p.must(http.MethodDelete, "/v1/deployments/"+web.DeploymentID, nil)
+		for _, id := range []string{web.DeploymentID, mon.DeploymentID} {
+			if id == mon.DeploymentID {
+				// The environment's last deployment may go.
+				testkit.Eventually(t, time.Minute, testkit.Named("DELETE mon accepted", func() error {
+					if code, out := p.do(http.MethodDelete, "/v1/deployments/"+id, nil); code != http.StatusAccepted {
+						return fmt.Errorf("%d %s", code, out)
+					}
+					return nil
+				}))
+			}
+			testkit.Eventually(t, time.Minute, testkit.Named(id+" deleted", func() error {
+				if code, out := p.do(http.MethodGet, "/v1/deployments/"+id, nil); code != http.StatusNotFound {
+					return fmt.Errorf("%d %s", code, out)
+				}
+				return nil
+			}))
+		}
 	})
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -102,6 +103,69 @@ func (u *Usage) TakeLink(deployment, vertex string, bytesPerSecond float64) {
 	u.user("network "+vertex, deployment)
 }
 
+// Remove takes back what one deployment uses (use, as Add counted it):
+// its demands come off the leaves and edges, and it is no longer named
+// as their user. A leaf or edge with no user left is not in use at all
+// (exactly zero, whatever rounding the additions left). A running total
+// kept with Add and Remove equals the sum of what remains.
+func (u *Usage) Remove(deployment string, use Use) {
+	if u.leaves == nil {
+		return
+	}
+	for l, d := range use.Leaves {
+		us := u.drop(l, deployment)
+		if len(us) == 0 {
+			delete(u.leaves, l)
+			continue
+		}
+		s := slices.Clone(u.leaves[l])
+		for k := range min(len(d), len(s)) {
+			s[k] = max(0, s[k]-d[k])
+		}
+		u.leaves[l] = s
+	}
+	for v, bw := range use.Links {
+		if us := u.drop("network "+v, deployment); len(us) == 0 {
+			delete(u.links, v)
+			continue
+		}
+		u.links[v] = max(0, u.links[v]-bw)
+	}
+}
+
+// drop removes a deployment from the users of a leaf or edge and returns
+// those left. The list is replaced, not changed in place: a copy made by
+// Without may share it.
+func (u *Usage) drop(at, deployment string) []string {
+	old := u.users[at]
+	us := make([]string, 0, len(old))
+	for _, d := range old {
+		if d != deployment {
+			us = append(us, d)
+		}
+	}
+	if len(us) == 0 {
+		delete(u.users, at)
+	} else {
+		u.users[at] = us
+	}
+	return us
+}
+
+// Without is the usage without one deployment's use: u itself when the
+// deployment uses nothing, otherwise a copy (its maps copied, their
+// values shared), so u is left as it is. The copy is valid until u next
+// changes (Take adds to the shared values in place).
+func (u *Usage) Without(deployment string, use Use) *Usage {
+	if u == nil || len(use.Leaves) == 0 && len(use.Links) == 0 {
+		return u
+	}
+	c := &Usage{leaves: maps.Clone(u.leaves), links: maps.Clone(u.links), users: maps.Clone(u.users)}
+	c.init()
+	c.Remove(deployment, use)
+	return c
+}
+
 func (u *Usage) init() {
 	if u.leaves == nil {
 		u.leaves, u.links, u.users = map[string][]float64{}, map[string]float64{}, map[string][]string{}
@@ -130,6 +194,28 @@ func (u *Usage) Leaves() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// String is what is in use, sorted: each leaf's demand and users, then
+// each network edge's bandwidth and users, numbers to six significant
+// digits.
+func (u *Usage) String() string {
+	if u.Empty() {
+		return ""
+	}
+	var b strings.Builder
+	for _, l := range u.Leaves() {
+		fmt.Fprintf(&b, "%s %.6g by %s; ", l, u.leaves[l], strings.Join(u.Users(l), ","))
+	}
+	links := make([]string, 0, len(u.links))
+	for v := range u.links {
+		links = append(links, v)
+	}
+	slices.Sort(links)
+	for _, v := range links {
+		fmt.Fprintf(&b, "network %s %.6g by %s; ", v, u.links[v], strings.Join(sortedUsers(u.users["network "+v]), ","))
+	}
+	return strings.TrimSuffix(b.String(), "; ")
 }
 
 // Users are the deployments on a leaf, sorted.

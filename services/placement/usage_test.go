@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +175,31 @@ func TestHoldsWhatIsInUse(t *testing.T) {
 	want := "leaf r1-pm1: 12 vcpu in use by deployment d1, its capacity would be 8\nnetwork edge tor1-core: 5000000000 bytes/s in use by deployment d1, its bandwidth would be 1000000000"
 	if got != want {
 		t.Errorf("Holds = %q\nwant %q", got, want)
+	}
+}
+
+// A running total kept with Add and Remove is the sum of what remains,
+// users included; Without leaves the total as it is.
+func TestUsageRemoveKeepsARunningTotal(t *testing.T) {
+	a := Use{Leaves: map[string][]float64{"pm1": {4, 8}, "pm2": {2, 2}}, Links: map[string]float64{"r1": 100}}
+	b := Use{Leaves: map[string][]float64{"pm1": {1, 1}}, Links: map[string]float64{"r1": 50}}
+	total := &Usage{}
+	total.Add("a", a)
+	total.Add("b", b)
+	without := total.Without("a", a)
+	if got := total.Users("pm1"); strings.Join(got, ",") != "a,b" || total.leaves["pm1"][0] != 5 || total.links["r1"] != 150 {
+		t.Fatalf("total after Without: users %v, pm1 %v, r1 %v", got, total.leaves["pm1"], total.links["r1"])
+	}
+	total.Remove("a", a)
+	only := &Usage{}
+	only.Add("b", b)
+	for _, u := range []*Usage{total, without} {
+		if !reflect.DeepEqual(u.leaves, only.leaves) || !reflect.DeepEqual(u.links, only.links) || !reflect.DeepEqual(u.users, only.users) {
+			t.Errorf("without a: %+v; want %+v", u, only)
+		}
+	}
+	total.Remove("b", b)
+	if !total.Empty() || len(total.users) != 0 {
+		t.Errorf("nothing left: %+v", total)
 	}
 }

@@ -17,10 +17,11 @@ import (
 // Reports are the policies' audit reports (what each policy, enforced,
 // would deny among the admitted deployments), kept on admission.audit as
 // one entry per policy and deployment, and what they are computed from:
-// each deployment's latest admitted request, followed from
-// admission.verdicts. The stage writes the entries in the transaction of
+// each deployment's admitted request, followed from the record of what is
+// deployed (deploy.deployments), so that compacting admission.verdicts
+// loses no deployment. The stage writes the entries in the transaction of
 // what changes them: a deployment decided, a policy written or deleted,
-// a deployment's verdict deleted.
+// a deployment deleted.
 type Reports struct {
 	mu sync.Mutex
 	// entries: policy id -> deployment id -> entry, as committed on
@@ -96,29 +97,44 @@ func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	m[dep] = e
 }
 
-// ApplyVerdict folds one admission.verdicts record (a tombstone: nil) in:
-// an admitted verdict replaces the deployment's admitted request, a
-// denial leaves the one admitted before (it stays deployed), a tombstone
-// (the deployment deleted) drops it.
-func (r *Reports) ApplyVerdict(dep string, v *events.AdmissionVerdict) {
-	if v != nil && !v.Admitted {
-		return
-	}
+// ApplyDeployment folds one deploy.deployments record (a tombstone: nil)
+// in: the record holds the deployment's admitted request (a denial
+// leaves the record, so what was admitted before stays, as it stays
+// deployed), a tombstone (the deployment deleted) drops it. A record that
+// does not say what it was admitted with is left out.
+func (r *Reports) ApplyDeployment(dep string, d *events.Deployment) {
 	var ar admittedRequest
-	if v != nil {
-		req, err := admit.ParseRequest([]byte(v.Request))
-		if err != nil {
-			return
-		}
-		ar = admittedRequest{requestID: v.RequestID, tenant: v.Tenant, req: req}
+	ok := false
+	if d != nil {
+		ar, ok = admittedOf(d)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v == nil {
+	if !ok {
 		delete(r.admitted, dep)
 		return
 	}
 	r.admitted[dep] = ar
+}
+
+// admittedOf is the admitted request a deployment record holds. A record
+// written before records carried their request holds what the policies
+// read of an application but its image, properties and scripts: its
+// applications as admitted.
+func admittedOf(d *events.Deployment) (admittedRequest, bool) {
+	if d.Request != "" {
+		req, err := admit.ParseRequest([]byte(d.Request))
+		if err != nil {
+			return admittedRequest{}, false
+		}
+		return admittedRequest{requestID: d.RequestID, tenant: d.Tenant, req: req}, true
+	}
+	req := &admit.Request{DeploymentID: d.DeploymentID, Tenant: d.Tenant, Environment: d.Environment, Applications: make([]admit.Application, 0, len(d.Applications))}
+	for _, a := range d.Applications {
+		req.Applications = append(req.Applications, admit.Application{Name: a.Name, Package: a.Package, Class: a.Class,
+			Inherits: slices.Clone(a.Inherits), Instances: int(a.Instances), Flavor: a.Flavor})
+	}
+	return admittedRequest{requestID: d.RequestID, tenant: d.Tenant, req: req}, true
 }
 
 // entryOutput is the output that sets a policy's entry for a deployment
@@ -208,8 +224,8 @@ func (r *Reports) policyChanged(ctx context.Context, id string, p *admit.Compile
 	return outs
 }
 
-// deploymentDeleted drops a deployment (its verdict's tombstone) from
-// every report.
+// deploymentDeleted drops a deployment (deleted: its record's tombstone
+// is written in the same transaction) from every report.
 func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -247,14 +263,4 @@ func (a *admitter) policyWritten(ctx context.Context, in runtime.Input) ([]runti
 		a.log.Info().Str("policy_id", id).Int("entries_changed", len(outs)).Msg("audit report refreshed")
 	}
 	return outs, nil
-}
-
-// verdictWritten drops a deleted deployment (a tombstone on
-// admission.verdicts) from every audit report; a verdict itself was
-// accounted for when it was made.
-func (a *admitter) verdictWritten(_ context.Context, in runtime.Input) ([]runtime.Output, error) {
-	if in.Value != nil || len(in.Raw) > 0 {
-		return nil, nil
-	}
-	return a.reports.deploymentDeleted(string(in.Key)), nil
 }

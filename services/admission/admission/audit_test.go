@@ -12,6 +12,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -41,19 +42,22 @@ func keysOf(m map[string]*events.AuditEntry) string {
 // TestStageKeepsAuditReports: a policy in audit mode gets a persisted
 // report of the admitted deployments it would deny, built when the
 // policy is written, extended when a deployment is decided, and
-// shrunk when a deployment no longer violates it or its verdict is
-// deleted (a tombstone on admission.verdicts), or the policy is deleted.
+// shrunk when a deployment no longer violates it or is deleted, or the
+// policy is deleted. The deployments are read from the record of what is
+// deployed (deploy.deployments): these have no verdict at all, as when
+// admission.verdicts was compacted, and one record predates records
+// carrying their request.
 func TestStageKeepsAuditReports(t *testing.T) {
 	c := stagetest.NewCluster(t, 1, stageTopics...)
-	admitted := func(dep, tenant, flavor string) *events.AdmissionVerdict {
-		return &events.AdmissionVerdict{RequestID: "old-" + dep, DeploymentID: dep, Tenant: tenant, Admitted: true,
-			Request:    fmt.Sprintf(`{"deployment_id":%q,"tenant":%q,"applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":%q}]}`, dep, tenant, flavor),
-			Violations: []events.AdmissionFinding{}, Warnings: []events.AdmissionFinding{}, Mutations: []events.AdmissionMutation{},
-			Components: []string{dep + ".web"}, Policies: []string{}, DecidedAt: time.Now()}
+	deployed := func(dep, tenant, flavor string) *events.Deployment {
+		req := &admit.Request{DeploymentID: dep, Tenant: tenant, Applications: []admit.Application{{Name: "web", Class: "com.example.Web", Instances: 1, Flavor: flavor}}}
+		return admit.Record("old-"+dep, req, placement.Use{}, []string{dep + ".web"}, time.Now())
 	}
-	c.Produce(t, topology.AdmissionVerdicts, "d-old", admitted("d-old", "t1", "m1.xlarge"))
-	c.Produce(t, topology.AdmissionVerdicts, "d-t2", admitted("d-t2", "t2", "m1.large"))
-	c.Produce(t, topology.AdmissionVerdicts, "d-small", admitted("d-small", "t1", "m1.small"))
+	old := deployed("d-old", "t1", "m1.xlarge")
+	old.Request = "" // written before records carried their request
+	c.Produce(t, topology.Deployments, "d-old", old)
+	c.Produce(t, topology.Deployments, "d-t2", deployed("d-t2", "t2", "m1.large"))
+	c.Produce(t, topology.Deployments, "d-small", deployed("d-small", "t1", "m1.small"))
 	c.Produce(t, topology.AppPolicies, "flavor", &events.AppPolicy{PolicyID: "flavor", Mode: "audit",
 		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
 	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
@@ -84,8 +88,14 @@ func TestStageKeepsAuditReports(t *testing.T) {
 	)
 	wait("deployments decided", "flavor/d-new flavor/d-old")
 
-	// A deleted deployment (its verdict's tombstone) leaves it.
-	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AdmissionVerdicts), Key: []byte("d-old")})
+	// A verdict's tombstone changes nothing: the record of what is
+	// deployed says what runs. A deleted deployment (its record's
+	// tombstone) leaves the report in the deletion's transaction.
+	c.ProduceRecords(t, &kgo.Record{Topic: c.Kafka.Topic(topology.AdmissionVerdicts), Key: []byte("d-new")})
+	c.ProduceRecords(t, requestRecord(t, c, deletion("del-old", "d-old", "t1")))
+	c.ReadUntil(t, topology.Deployments, 60*time.Second, func(recs []*kgo.Record) bool {
+		return len(recs) > 0 && string(recs[len(recs)-1].Key) == "d-old" && recs[len(recs)-1].Value == nil
+	})
 	wait("deployment deleted", "flavor/d-new")
 
 	// The policy replaced to allow m1.large: the report is rebuilt.
@@ -146,7 +156,7 @@ func BenchmarkReportRebuild(b *testing.B) {
 			flavor = "m1.xlarge"
 		}
 		dep := fmt.Sprintf("d%05d", i)
-		r.ApplyVerdict(dep, &events.AdmissionVerdict{RequestID: "r" + dep, DeploymentID: dep, Tenant: "t1", Admitted: true,
+		r.ApplyDeployment(dep, &events.Deployment{RequestID: "r" + dep, DeploymentID: dep, Tenant: "t1",
 			Request: fmt.Sprintf(`{"deployment_id":%q,"tenant":"t1","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":%q}]}`, dep, flavor)})
 	}
 	p, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: "flavor", Mode: "audit", ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})

@@ -1,7 +1,9 @@
 package admission
 
 import (
+	"context"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/placement"
+	"github.com/policyflow/policyflow/services/policy"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -229,5 +232,104 @@ func TestRewoundForgetsAbortedDecisions(t *testing.T) {
 	}
 	if _, ok := a.deps.Get("kept"); !ok {
 		t.Error("the committed deployment is gone after Rewound")
+	}
+}
+
+// TestRemoveWithdrawsSettingsPolicies: deleting a deployment removes each
+// component's settings policy admission.<component_id> from the catalog,
+// in the deletion's outputs (its transaction): a removal on
+// pdp.notifications for the deployment's tenant, keyed by the policy,
+// from the admission source, naming a version after the admitted one.
+func TestRemoveWithdrawsSettingsPolicies(t *testing.T) {
+	ctx := context.Background()
+	dr := request("r1", "d1", "t1", `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"a","class":"x.A"},{"name":"b","class":"x.B"}]}`)
+	now := time.UnixMilli(1_700_000_000_500).UTC()
+	outs, err := Decide(ctx, dr, nil, State{Owners: NewNames(), Deployed: admit.DeployedSet{}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, deps := NewNames(), admit.DeployedSet{}
+	pushed := map[string]int64{}
+	for _, o := range outs {
+		switch v := o.Value.(type) {
+		case *events.Component:
+			names.ApplyComponent(string(o.Key), v)
+		case *events.Deployment:
+			deps[string(o.Key)] = v
+		case *events.PdpNotification:
+			c, err := policy.Check([]byte(v.PushedBodies[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pushed[c.PolicyID], _ = policy.ParseVersion(c.PolicyVersion)
+		}
+	}
+	if len(pushed) != 2 {
+		t.Fatalf("settings policies pushed: %v", pushed)
+	}
+	del := deletion("del-1", "d1", "t1")
+	del.SubmittedAt = now.Add(time.Second)
+	outs, err = Remove(del, names, deps, nil, now.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := map[string]bool{}
+	for _, o := range outs {
+		n, ok := o.Value.(*events.PdpNotification)
+		if o.Topic != topology.PDPNotifications || !ok {
+			continue
+		}
+		if len(n.RemovedPolicies) != 1 || len(n.PushedBodies) != 0 || len(n.LoadedPolicies) != 0 || n.Tenant != "t1" || n.Source != events.NotifierAdmission {
+			t.Fatalf("removal %+v", n)
+		}
+		id, v, err := policy.CheckName(n.RemovedPolicies[0].PolicyName)
+		if err != nil || id != string(o.Key) || v <= pushed[id] || n.RemovedPolicies[0].VersionNo != strconv.FormatInt(v, 10) {
+			t.Fatalf("removal of %s keyed %s, version %d (pushed %d): %v", id, o.Key, v, pushed[id], err)
+		}
+		removed[id] = true
+	}
+	if !removed["admission.d1.a"] || !removed["admission.d1.b"] || len(removed) != 2 {
+		t.Errorf("the deletion removes settings policies %v; want admission.d1.a and admission.d1.b", removed)
+	}
+}
+
+// TestRemoveRefusedByRequiredApplication: the stage refuses a deletion
+// that would leave an environment with deployments but without its
+// required application: its one output is a denied verdict naming the
+// rule, and nothing is tombstoned.
+func TestRemoveRefusedByRequiredApplication(t *testing.T) {
+	p, err := admit.Compile("need-mon", []byte(`{"application":"io.policyflow.Monitoring","?":{"type":"io.policyflow.admission.RequiredApplication"}}`), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := admit.DeployedSet{}
+	names := NewNames()
+	for _, js := range []string{
+		`{"deployment_id":"mon","tenant":"t1","environment":"e1","applications":[{"name":"mon","class":"io.policyflow.Monitoring"}]}`,
+		`{"deployment_id":"web","tenant":"t1","environment":"e1","applications":[{"name":"web","class":"com.example.Web"}]}`,
+	} {
+		req, err := admit.ParseRequest([]byte(js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps[req.DeploymentID] = admit.Record("r-"+req.DeploymentID, req, placement.Use{}, []string{req.DeploymentID + "." + req.Applications[0].Name}, time.Now())
+		names.ApplyComponent(req.DeploymentID+"."+req.Applications[0].Name, &events.Component{ComponentID: req.DeploymentID + "." + req.Applications[0].Name, DeploymentID: req.DeploymentID, Tenant: "t1"})
+	}
+	outs, err := Remove(deletion("del-mon", "mon", "t1"), names, deps, []*admit.Compiled{p}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, refused := deletionRefused(outs)
+	if !refused || outs[0].Topic != topology.AdmissionVerdicts || string(outs[0].Key) != "mon" || v.RequestID != "del-mon" || len(v.Violations) != 1 ||
+		!strings.Contains(v.Violations[0].Message, `environment "e1": deleting deployment mon would leave it without io.policyflow.Monitoring`) {
+		t.Fatalf("deleting mon: %+v; want only a denied verdict", outs)
+	}
+	// web goes without a word; then mon is the environment's last.
+	if outs, err := Remove(deletion("del-web", "web", "t1"), names, deps, []*admit.Compiled{p}, time.Now()); err != nil || len(outs) < 3 {
+		t.Fatalf("deleting web: %v %+v", err, outs)
+	}
+	delete(deps, "web")
+	if outs, err := Remove(deletion("del-mon2", "mon", "t1"), names, deps, []*admit.Compiled{p}, time.Now()); err != nil || len(outs) < 3 {
+		t.Fatalf("deleting mon, the last of e1: %v %+v", err, outs)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,12 +17,22 @@ import (
 )
 
 // noticeOutputs are the notices of a verdict as events on
-// admission.notices, keyed by deployment.
+// admission.notices, keyed by deployment. A notice's id is
+// <request_id>/<policy_id>/<rule>, the same when the request is decided
+// again; a rule that raises several (an application quota exceeded by
+// several applications) numbers the second and later ones, /2, /3, in the
+// order the decision found them.
 func noticeOutputs(requestID string, req *admit.Request, v admit.Verdict, now time.Time) []runtime.Output {
 	var outs []runtime.Output
+	seen := map[string]int{}
 	for _, n := range v.Notices {
+		id := requestID + "/" + n.PolicyID + "/" + n.Rule
+		seen[id]++
+		if k := seen[id]; k > 1 {
+			id += "/" + strconv.Itoa(k)
+		}
 		outs = append(outs, runtime.Output{Topic: topology.AdmissionNotices, Key: []byte(req.DeploymentID), Value: &events.AdmissionNotice{
-			NoticeID: requestID + "/" + n.PolicyID + "/" + n.Rule, RequestID: requestID, DeploymentID: req.DeploymentID,
+			NoticeID: id, RequestID: requestID, DeploymentID: req.DeploymentID,
 			Tenant: req.Tenant, Environment: req.Environment, PolicyID: n.PolicyID, Rule: n.Rule, Object: n.Object,
 			Message: n.Text(req.Tenant), WebhookURL: n.Webhook, Admitted: v.Admitted, RaisedAt: now.UTC(),
 		}})

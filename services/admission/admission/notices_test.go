@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/admission/admit"
 	"github.com/policyflow/policyflow/services/admission/hooks"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/topology"
@@ -91,5 +92,49 @@ func TestStageAsksEnginesAndSendsNotices(t *testing.T) {
 			t.Fatalf("the webhook got no notice (%d calls)", calls)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestInstanceQuotaRaisesNotices: an InstanceQuota finding denies and is
+// also a notice on admission.notices (admitted false), with the policy's
+// webhook when it names one and as an event alone when it does not; two
+// applications over the quota raise two notices with distinct ids.
+func TestInstanceQuotaRaisesNotices(t *testing.T) {
+	hooked, err := admit.Compile("q-hook", []byte(`{"maxInstances":2,"webhook":"http://hooks.example/quota","?":{"type":"io.policyflow.admission.InstanceQuota"}}`), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := admit.Compile("q-env", []byte(`{"maxInstances":4,"scope":"environment","?":{"type":"io.policyflow.admission.InstanceQuota"}}`), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := request("r1", "d1", "t1", `{"deployment_id":"d1","tenant":"t1","environment":"prod","applications":[{"name":"a","class":"x.A","instances":3},{"name":"b","class":"x.B","instances":3}]}`)
+	outs, err := Decide(t.Context(), dr, nil, State{Policies: []*admit.Compiled{hooked, plain}, Owners: NewNames(), Deployed: admit.DeployedSet{}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*events.AdmissionNotice{}
+	for _, o := range outs {
+		if n, ok := o.Value.(*events.AdmissionNotice); ok {
+			if o.Topic != topology.AdmissionNotices || string(o.Key) != "d1" {
+				t.Errorf("notice on %s keyed %s", o.Topic, o.Key)
+			}
+			got[n.NoticeID] = n
+		}
+	}
+	v := outs[len(outs)-1].Value.(*events.AdmissionVerdict)
+	if v.Admitted || len(v.Violations) != 3 {
+		t.Fatalf("verdict %+v; want denied by three quota findings", v)
+	}
+	a, b, env := got["r1/q-hook/instance-quota"], got["r1/q-hook/instance-quota/2"], got["r1/q-env/instance-quota"]
+	if len(got) != 3 || a == nil || b == nil || env == nil {
+		t.Fatalf("notices %v; want one per finding", got)
+	}
+	if a.Admitted || a.WebhookURL != "http://hooks.example/quota" || a.Rule != "instance-quota" || a.Object != `application "a" (x.A)` ||
+		a.Message != `tenant "t1": application "a" (x.A): asks for 3 instances; the quota is 2 per application (rule instance-quota of policy q-hook)` {
+		t.Errorf("notice of a = %+v", a)
+	}
+	if b.Object != `application "b" (x.B)` || env.WebhookURL != "" || env.Environment != "prod" || env.Admitted {
+		t.Errorf("notices of b %+v, of the environment %+v", b, env)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,10 +225,9 @@ func (st *stageConfig) stage() runtime.Stage {
 		Settings: &st.hooks,
 		Name:     topology.StageAdmission,
 		Mode:     runtime.Transactional,
-		// app.policies and admission.verdicts are inputs too, besides
-		// tables: a policy written or a verdict deleted refreshes the
-		// audit reports in its own transaction.
-		Inputs: []string{topology.DeployRequests, topology.AppPolicies, topology.AdmissionVerdicts},
+		// app.policies is an input too, besides a table: a policy
+		// written refreshes its audit report in its own transaction.
+		Inputs: []string{topology.DeployRequests, topology.AppPolicies},
 		// A request costs an evaluation of its tenant's policies and up
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
@@ -298,9 +298,8 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 	log.Info().Int("policies", len(a.pols.All())).Int("datacenters", a.dcs.Len()).Int("deployments", a.deps.Len()).Strs("hook_allow", rules.Allowed()).
 		Msg("application policies, datacenters, components, verdicts and deployments read")
 	return runtime.Route(map[string]runtime.Handler{
-		topology.DeployRequests:    runtime.Typed(runtime.RefuseTombstones, a.decide),
-		topology.AppPolicies:       a.policyWritten,
-		topology.AdmissionVerdicts: a.verdictWritten,
+		topology.DeployRequests: runtime.Typed(runtime.RefuseTombstones, a.decide),
+		topology.AppPolicies:    a.policyWritten,
 	}), a.close, nil
 }
 
@@ -341,16 +340,16 @@ func (a *admitter) open(ctx context.Context) error {
 		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionVerdicts, func(dep string, v *events.AdmissionVerdict) {
-			a.names.ApplyVerdict(dep, v)
-			a.reports.ApplyVerdict(dep, v)
-		})
+		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
 	}
 	if err == nil {
 		err = follow(env, &a.ts, topology.AdmissionAudit, a.reports.ApplyEntry)
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.Deployments, a.deps.Apply)
+		err = follow(env, &a.ts, topology.Deployments, func(dep string, d *events.Deployment) {
+			a.deps.Apply(dep, d)
+			a.reports.ApplyDeployment(dep, d)
+		})
 	}
 	if err != nil {
 		return err
@@ -397,16 +396,34 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		a.caughtUp, a.covered = began, ends
 	}
 	if in.Value.Action == events.ActionDelete {
-		outs, err := Remove(in.Value, a.names, a.deps.Snapshot(), time.Now())
+		var outs []runtime.Output
+		var err error
+		a.deps.With(func(deployed admit.DeployedState) {
+			outs, err = Remove(in.Value, a.names, deployed, a.pols.All(), time.Now())
+		})
 		if err != nil {
 			return nil, err
 		}
 		a.took(outs)
+		if v, refused := deletionRefused(outs); refused {
+			a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
+				Int("violations", len(v.Violations)).Msg("deletion refused")
+			return outs, nil
+		}
+		if len(outs) > 0 {
+			// A deleted deployment leaves every audit report, in the
+			// transaction that tombstones its record.
+			outs = append(a.reports.deploymentDeleted(in.Value.DeploymentID), outs...)
+		}
 		a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
 			Int("outputs", len(outs)).Msg("deployment deleted")
 		return outs, nil
 	}
-	outs, err := Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: a.deps.Snapshot(), External: a.ext.External}, time.Now())
+	var outs []runtime.Output
+	var err error
+	a.deps.With(func(deployed admit.DeployedState) {
+		outs, err = Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: deployed, External: a.ext.External}, time.Now())
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -443,8 +460,18 @@ func (a *admitter) took(outs []runtime.Output) {
 	}
 }
 
+// deletionRefused is the denied verdict among a deletion's outputs, when
+// the deletion was refused (its only output).
+func deletionRefused(outs []runtime.Output) (*events.AdmissionVerdict, bool) {
+	if len(outs) != 1 {
+		return nil, false
+	}
+	v, ok := outs[0].Value.(*events.AdmissionVerdict)
+	return v, ok && !v.Admitted
+}
+
 // Source names the admission stage in the events it writes.
-const Source = "admission"
+const Source = events.NotifierAdmission
 
 // State is what a request is decided against: the application
 // policies, the datacenter models, who holds which name and what is
@@ -453,7 +480,8 @@ type State struct {
 	Policies    []*admit.Compiled
 	Datacenters admit.Datacenters
 	Owners      admit.Owners
-	Deployed    admit.DeployedSet
+	// Deployed is what is deployed (nil: nothing).
+	Deployed admit.DeployedState
 	// External calls the external engines of External policies (nil:
 	// none can be called; each fails as its failurePolicy says).
 	External admit.ExternalCaller
@@ -502,6 +530,9 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 	}
 	if req.DeploymentID != dep || req.Tenant != dr.Tenant {
 		return refuse(fmt.Sprintf("the record is for deployment %q of tenant %q but its request for deployment %q of tenant %q", dep, dr.Tenant, req.DeploymentID, req.Tenant)), nil
+	}
+	if st.Deployed == nil {
+		st.Deployed = admit.DeployedSet{}
 	}
 	deployed := st.Deployed.For(req, dcs)
 	v, err := admit.EvaluateWith(ctx, req, policies, admit.Env{External: st.External, Deployed: deployed})
@@ -552,14 +583,20 @@ func Decide(ctx context.Context, dr *events.DeploymentRequest, key []byte, st St
 // delete): its record on deploy.deployments, its components on
 // deploy.components (each a tombstone, as DELETE
 // /v1/components/{component_id} writes: the pipeline uninstalls the
-// component and wipes its Consul folder) and its verdict on
+// component and wipes its Consul folder), each component's settings
+// policy (a removal for the tenant on pdp.notifications, which
+// pdp-ingest applies as the owner's) and its verdict on
 // admission.verdicts are tombstoned, releasing its capacity, its
 // instances and its names, and a billing event says what it ran. A
 // deployment that holds nothing (deleted already) gives no output. A
 // record that names no deployment, or a deployment another tenant holds
 // (the North API checked the caller against the holder, and writes the
-// holder's tenant), is an error (dead-lettered with the reason).
-func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedSet, now time.Time) ([]runtime.Output, error) {
+// holder's tenant), is an error (dead-lettered with the reason). A
+// deletion that a policy refuses (admit.EvaluateDeletion against the
+// tenant's other deployments: an environment that keeps deployments
+// would lose its required application) deletes nothing: its one output
+// is a denied verdict for the deployment, naming the rule.
+func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedState, policies []*admit.Compiled, now time.Time) ([]runtime.Output, error) {
 	dep := dr.DeploymentID
 	if dep == "" {
 		return nil, runtime.Permanentf("admission: deletion %s names no deployment_id", dr.RequestID)
@@ -567,13 +604,34 @@ func Remove(dr *events.DeploymentRequest, names *Names, deployed admit.DeployedS
 	if c := admit.CheckClaim(admit.Claim{Tenant: dr.Tenant, DeploymentID: dep}, names); c != nil {
 		return nil, runtime.Permanentf("admission: deletion %s: %v; it is not deleted", dr.RequestID, c)
 	}
-	rec := deployed[dep]
+	rec, _ := deployed.Lookup(dep)
 	if rec != nil && rec.Tenant != dr.Tenant {
 		return nil, runtime.Permanentf("admission: deletion %s of deployment %s by tenant %q: the deployment is tenant %q's; it is not deleted", dr.RequestID, dep, dr.Tenant, rec.Tenant)
 	}
+	if rec != nil {
+		// A deletion that would break a policy (an environment left
+		// without its required application) is refused: a denied
+		// verdict, and the deployment stays.
+		if v := admit.EvaluateDeletion(rec, deployed.Others(rec), policies); !v.Admitted {
+			return []runtime.Output{{Topic: topology.AdmissionVerdicts, Key: []byte(dep), Value: admit.DeletionVerdict(dr.RequestID, rec, v, now)}}, nil
+		}
+	}
 	var outs []runtime.Output
+	// Each component's settings policy leaves the catalog with it: a
+	// removal for the tenant, up to this deletion's version (the greater
+	// of its submission time and now, in milliseconds: after every
+	// settings version the deployment was admitted with).
+	version := strconv.FormatInt(max(dr.SubmittedAt.UnixMilli(), now.UnixMilli()), 10)
 	for _, h := range names.ComponentsOf(dep) {
-		outs = append(outs, runtime.Output{Topic: topology.DeployComponents, Key: []byte(h.ComponentID)})
+		id := admit.SettingsPolicyID(h.ComponentID)
+		outs = append(outs,
+			runtime.Output{Topic: topology.DeployComponents, Key: []byte(h.ComponentID)},
+			runtime.Output{Topic: topology.PDPNotifications, Key: []byte(id), Value: &events.PdpNotification{
+				NotificationID: dr.RequestID + "/" + id, Source: Source, ReceivedAt: now.UTC(),
+				LoadedPolicies: []events.LoadedPolicy{}, PushedBodies: []string{},
+				RemovedPolicies: []events.UnloadedPolicy{{PolicyName: id + "." + version + ".json", VersionNo: version}},
+				Tenant:          dr.Tenant,
+			}})
 	}
 	held := len(names.Deployment(dep)) > 0
 	if rec == nil && !held {

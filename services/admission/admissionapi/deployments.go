@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -202,13 +203,15 @@ type DeploymentDeleting struct {
 // DeleteDeployment queues the deletion of a deployment on deploy.requests,
 // in order with every request: the admission stage releases its record
 // (its capacity, instances and names) and removes its components. 404 for
-// a deployment nobody holds, 403 for another tenant's.
+// a deployment nobody holds, 403 for another tenant's, 409 for a deletion
+// a policy refuses (admit.EvaluateDeletion: the environment would keep
+// deployments but lose its required application).
 func (s *API) DeleteDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	id := r.PathValue("deployment_id")
 	if err := check.ID("deployment_id", id); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v: the last segment of /v1/deployments/{deployment_id} names the deployment", err)
 	}
-	if e := s.Views.Need(topology.AdmissionVerdicts, topology.DeployComponents, topology.Deployments); e != nil {
+	if e := s.Views.Need(topology.AppPolicies, topology.AdmissionVerdicts, topology.DeployComponents, topology.Deployments); e != nil {
 		return e
 	}
 	holders := s.opts.Owners.Deployment(id)
@@ -225,6 +228,16 @@ func (s *API) DeleteDeployment(w http.ResponseWriter, r *http.Request) *web.Erro
 	tenant := holders[0]
 	if caller.Role == auth.RoleTenant && tenant != caller.Tenant {
 		return web.Errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", id, tenant, caller.Name, caller.Tenant)
+	}
+	// A deletion that would break a policy (an environment left with
+	// deployments but without its required application) is refused now;
+	// the stage decides it again, in order with every request, for what
+	// this view has not read yet.
+	if rec, ok := s.deps.get(id); ok {
+		set := s.deps.set()
+		if v := admit.EvaluateDeletion(rec, set.Others(rec), s.appPols.compiled()); !v.Admitted {
+			return web.Errorf(http.StatusConflict, "deployment %s is not deleted: %s", id, strings.Join(admit.Texts(rec.Tenant, v.Violations), "; "))
+		}
 	}
 	dr := &events.DeploymentRequest{
 		RequestID: web.NewID(), DeploymentID: id, Tenant: tenant, Request: "", Action: events.ActionDelete,

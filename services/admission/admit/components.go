@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,6 +141,30 @@ func VerdictEvent(requestID string, r *Request, v Verdict, components []string, 
 		e.Request = string(b)
 	}
 	return e, nil
+}
+
+// DeletionVerdict is the verdict on a deletion of deployment e that
+// EvaluateDeletion refused: denied, with the findings; the deployment
+// stays as it is, so the verdict carries the request it was admitted
+// with and the components it holds.
+func DeletionVerdict(requestID string, e *events.Deployment, v Verdict, at time.Time) *events.AdmissionVerdict {
+	req := e.Request
+	if req == "" {
+		req = "{}"
+	}
+	comps := slices.Clone(e.Components)
+	if comps == nil {
+		comps = []string{}
+	}
+	pols := slices.Clone(v.Policies)
+	if pols == nil {
+		pols = []string{}
+	}
+	return &events.AdmissionVerdict{
+		RequestID: requestID, DeploymentID: e.DeploymentID, Tenant: e.Tenant, Admitted: v.Admitted,
+		Violations: findingEvents(e.Tenant, v.Violations), Warnings: findingEvents(e.Tenant, v.Warnings),
+		Mutations: []events.AdmissionMutation{}, Request: req, Components: comps, Policies: pols, DecidedAt: at.UTC(),
+	}
 }
 
 // findingEvents turns findings into records whose message is the full

@@ -61,6 +61,19 @@ func (s DeployedSet) For(req *Request, dcs Datacenters) *Deployed {
 	return d
 }
 
+// Others are the deployments of dep's tenant other than dep, by id: what
+// the deletion of dep is decided against (EvaluateDeletion).
+func (s DeployedSet) Others(dep *events.Deployment) []*events.Deployment {
+	var out []*events.Deployment
+	for id, e := range s {
+		if id != dep.DeploymentID && e.Tenant == dep.Tenant {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *events.Deployment) int { return strings.Compare(a.DeploymentID, b.DeploymentID) })
+	return out
+}
+
 // UseOf is what a deployment record says it uses of its datacenter.
 func UseOf(e *events.Deployment) placement.Use {
 	u := placement.Use{Leaves: map[string][]float64{}, Links: map[string]float64{}}
@@ -214,7 +227,8 @@ func already(n int, ids []string) string {
 // it: its environment, applications as admitted (mutated), VMs and, when
 // it names a datacenter, its resources on their leaves with their demands
 // and the bandwidth it takes on each network edge (use, from
-// placement.Model.Use on the datacenter's model).
+// placement.Model.Use on the datacenter's model), and the request itself
+// as JSON, which the audit reports check.
 func Record(requestID string, r *Request, use placement.Use, components []string, at time.Time) *events.Deployment {
 	e := &events.Deployment{
 		DeploymentID: r.DeploymentID, Tenant: r.Tenant, Environment: r.Environment, RequestID: requestID,
@@ -223,6 +237,9 @@ func Record(requestID string, r *Request, use placement.Use, components []string
 	}
 	if e.Components == nil {
 		e.Components = []string{}
+	}
+	if b, err := r.JSON(); err == nil {
+		e.Request = string(b)
 	}
 	for _, a := range r.Applications {
 		inh := slices.Clone(a.Inherits)

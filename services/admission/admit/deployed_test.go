@@ -3,7 +3,10 @@ package admit
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +152,23 @@ func TestRecordAndBilling(t *testing.T) {
 // PM): cutting the set (DeployedSet.For), taking their use off the model
 // (placement.Model.Remaining) and the placement check on it.
 func BenchmarkDecideAgainst10000Deployments(b *testing.B) {
+	benchDecide(b, func(set DeployedSet) DeployedState { return set })
+}
+
+// BenchmarkDecideAgainst10000DeploymentsLedger is the same decision on
+// the running totals the stage keeps (Ledger): the tenant's deployments
+// and the datacenter's usage are not summed again.
+func BenchmarkDecideAgainst10000DeploymentsLedger(b *testing.B) {
+	benchDecide(b, func(set DeployedSet) DeployedState {
+		l := NewLedger()
+		for id, e := range set {
+			l.Apply(id, e)
+		}
+		return l
+	})
+}
+
+func benchDecide(b *testing.B, state func(DeployedSet) DeployedState) {
 	m, err := placement.Compile(placement.SyntheticDatacenter(100, 100))
 	if err != nil {
 		b.Fatal(err)
@@ -171,14 +191,102 @@ func BenchmarkDecideAgainst10000Deployments(b *testing.B) {
 		set[r.DeploymentID] = Record("r", r, placement.Use{}, nil, time.Unix(0, 0))
 	}
 	req := request("new", "t1", 0, []float64{4, 8})
+	st := state(set)
 	dcs := func(string) (*placement.Model, bool) { return m, true }
 	b.ResetTimer()
 	for range b.N {
-		d := set.For(req, dcs)
+		d := st.For(req, dcs)
 		v := Verdict{Request: req}
 		CheckPlacement(&v, dcs, d.Usage)
 		if len(d.Tenant) != 100 || len(v.Violations) != 0 {
 			b.Fatalf("%d deployments of the tenant, violations %v", len(d.Tenant), v.Violations)
+		}
+	}
+}
+
+// TestDeletionKeepsTheRequiredApplication: deleting the only deployment
+// of an environment that runs the required application, while other
+// deployments of the tenant remain in it, is refused naming them; the
+// deletion is allowed when another deployment there runs it, when the
+// deployment deleted does not run it, when nothing else remains in the
+// environment, for another tenant's policy, and in audit mode (a
+// warning).
+func TestDeletionKeepsTheRequiredApplication(t *testing.T) {
+	const model = `{"application":"io.policyflow.Monitoring","?":{"type":"io.policyflow.admission.RequiredApplication"}}`
+	p := mustCompile(t, "need-mon", model, "")
+	mon := `{"deployment_id":"mon","tenant":"t1","environment":"e1","applications":[{"name":"mon","class":"com.example.Zabbix","inherits":["io.policyflow.Monitoring"]}]}`
+	web := `{"deployment_id":"web","tenant":"t1","environment":"e1","applications":[{"name":"web","class":"com.example.Web"}]}`
+	set := deployedOf(t, mon, web,
+		`{"deployment_id":"mon-e2","tenant":"t1","environment":"e2","applications":[{"name":"mon","class":"io.policyflow.Monitoring"}]}`,
+		`{"deployment_id":"other","tenant":"t2","environment":"e1","applications":[{"name":"web","class":"com.example.Web"}]}`)
+	del := func(set DeployedSet, dep string, ps ...*Compiled) Verdict {
+		return EvaluateDeletion(set[dep], set.Others(set[dep]), ps)
+	}
+	v := del(set, "mon", p)
+	want := `deleting deployment mon would leave it without io.policyflow.Monitoring, which every environment must have: web is still deployed in it and none runs io.policyflow.Monitoring; deploy io.policyflow.Monitoring there first, or delete it first`
+	if v.Admitted || len(v.Violations) != 1 || v.Violations[0].Message != want || v.Violations[0].Rule != "required-application" || v.Violations[0].PolicyID != "need-mon" || v.Violations[0].Object != `environment "e1"` {
+		t.Errorf("deleting mon: %+v; want refused: %s", v, want)
+	}
+	if v := del(set, "web", p); !v.Admitted {
+		t.Errorf("deleting web, which does not run monitoring: %+v", v.Violations)
+	}
+	if v := del(set, "mon-e2", p); !v.Admitted {
+		t.Errorf("deleting the last deployment of e2: %+v", v.Violations)
+	}
+	if v := del(set, "mon", mustCompile(t, "t2-only", model, "", "t2")); !v.Admitted {
+		t.Errorf("another tenant's policy: %+v", v.Violations)
+	}
+	if v := del(set, "mon", mustCompile(t, "audit", model, ModeAudit)); !v.Admitted || len(v.Warnings) != 1 {
+		t.Errorf("audit mode: %+v; want allowed with a warning", v)
+	}
+	both := deployedOf(t, mon, web, `{"deployment_id":"mon2","tenant":"t1","environment":"e1","applications":[{"name":"m","class":"io.policyflow.Monitoring"}]}`)
+	if v := del(both, "mon", p); !v.Admitted {
+		t.Errorf("deleting mon while mon2 runs monitoring in e1: %+v", v.Violations)
+	}
+}
+
+// TestLedgerAgreesWithTheSet: the running totals give every decision
+// what summing the set gives, as deployments are admitted, replaced
+// (moving between datacenters and tenants' leaves) and deleted.
+func TestLedgerAgreesWithTheSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	set, l := DeployedSet{}, NewLedger()
+	record := func(dep, tenant, dc string, n int) *events.Deployment {
+		r := &Request{DeploymentID: dep, Tenant: tenant, Environment: "e" + strconv.Itoa(rng.IntN(2)),
+			Applications: []Application{{Name: "a", Class: "x.A", Instances: n}}}
+		if dc != "" {
+			r.Datacenter, r.Placement = dc, map[string]string{}
+			for j := range n {
+				id := "vm" + strconv.Itoa(j)
+				r.Resources = append(r.Resources, placement.Resource{ID: id, Kind: "vm", Demand: []float64{float64(rng.IntN(4)), 0.1}})
+				r.Placement[id] = "pm" + strconv.Itoa(rng.IntN(5))
+			}
+		}
+		return Record("r"+strconv.Itoa(rng.IntN(1e9)), r, placement.Use{Links: map[string]float64{"r" + strconv.Itoa(rng.IntN(2)): 0.3}}, nil, time.Unix(int64(rng.IntN(1e6)), 0))
+	}
+	usageOf := func(u *placement.Usage) string { return u.String() }
+	for i := range 2000 {
+		dep := "d" + strconv.Itoa(rng.IntN(40))
+		if rng.IntN(4) == 0 {
+			delete(set, dep)
+			l.Apply(dep, nil)
+		} else {
+			e := record(dep, "t"+strconv.Itoa(rng.IntN(3)), []string{"", "dc1", "dc2"}[rng.IntN(3)], 1+rng.IntN(3))
+			set[dep] = e
+			l.Apply(dep, e)
+			if rng.IntN(2) == 0 {
+				// The same record read back from the topic.
+				back := *e
+				back.AdmittedAt = e.AdmittedAt.Truncate(time.Millisecond)
+				l.Apply(dep, &back)
+				set[dep] = &back
+			}
+		}
+		req := &Request{DeploymentID: "d" + strconv.Itoa(rng.IntN(40)), Tenant: "t" + strconv.Itoa(rng.IntN(3))}
+		req.Datacenter = []string{"", "dc1", "dc2"}[rng.IntN(3)]
+		want, got := set.For(req, nil), l.For(req, nil)
+		if !slices.Equal(want.Tenant, got.Tenant) || usageOf(want.Usage) != usageOf(got.Usage) {
+			t.Fatalf("step %d, request %+v:\n set    %d deployments, usage %s\n ledger %d deployments, usage %s", i, req, len(want.Tenant), usageOf(want.Usage), len(got.Tenant), usageOf(got.Usage))
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/google/cel-go/cel"
+
+	"github.com/policyflow/policyflow/events"
 )
 
 // RequestBudget is the CEL cost (in the units of CostLimit) one request
@@ -201,7 +203,7 @@ func evaluate(b *budget, req *Request, policies []*Compiled) (Verdict, error) {
 			val.fn(b, r, func(object, msg string) {
 				f := Finding{PolicyID: p.ID, Rule: val.rule, Object: object, Message: msg}
 				report(p, val.notice || b.soft, f)
-				if val.notice {
+				if val.notice || val.raises {
 					v.Notices = append(v.Notices, Notice{Finding: f, Webhook: val.webhook})
 				}
 			})
@@ -222,6 +224,32 @@ func (b *budget) verdict(v Verdict, r *Request) (Verdict, error) {
 	v.Request = r
 	v.Admitted = len(v.Violations) == 0
 	return v, nil
+}
+
+// EvaluateDeletion decides the deletion of deployment dep of a tenant
+// against the policies (those of other tenants are left out), rest being
+// the tenant's other deployments: each policy's deletion rules (today
+// RequiredApplication's: an environment that keeps deployments keeps its
+// required application) find what the deletion would break. A finding of
+// a policy in enforce mode refuses the deletion (Admitted false), one in
+// audit mode warns. The verdict's Request is nil.
+func EvaluateDeletion(dep *events.Deployment, rest []*events.Deployment, policies []*Compiled) Verdict {
+	v := Verdict{Violations: []Finding{}, Warnings: []Finding{}, Mutations: []Mutation{}, Policies: []string{}}
+	for _, p := range Applicable(policies, dep.Tenant) {
+		v.Policies = append(v.Policies, p.ID)
+		for _, d := range p.rules.deletions {
+			d.fn(dep, rest, func(object, msg string) {
+				f := Finding{PolicyID: p.ID, Rule: d.rule, Object: object, Message: msg}
+				if p.Mode == ModeAudit {
+					v.Warnings = append(v.Warnings, f)
+				} else {
+					v.Violations = append(v.Violations, f)
+				}
+			})
+		}
+	}
+	v.Admitted = len(v.Violations) == 0
+	return v
 }
 
 // Audit is what one policy, enforced, would find in a request that was

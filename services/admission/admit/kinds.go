@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/policyflow/policyflow/events"
 )
 
 // The built-in policy kinds (objectModel "?".type).
@@ -42,8 +44,8 @@ var kinds = map[string]kind{
 		compile: compileRequiredApp,
 	},
 	KindInstanceQuota: {
-		doc:     "denies more than maxInstances instances (only of the listed applications, when applications is given) per application (scope application, the default), or per environment or per tenant (scope environment, tenant) counting what is already deployed there; the VMs a placement carries count as instances",
-		params:  []string{"maxInstances", "applications", "scope"},
+		doc:     "denies more than maxInstances instances (only of the listed applications, when applications is given) per application (scope application, the default), or per environment or per tenant (scope environment, tenant) counting what is already deployed there; the VMs a placement carries count as instances; each finding is also an event on admission.notices, delivered to webhook (a host the operator allows) when given",
+		params:  []string{"maxInstances", "applications", "scope", "webhook"},
 		compile: compileInstanceQuota,
 	},
 	KindFlavorLimit: {
@@ -135,7 +137,8 @@ func compileRequiredApp(p params) (ruleSet, error) {
 	if !classRE.MatchString(name) {
 		return ruleSet{}, paramErr("application", "%q is not a qualified class name", name)
 	}
-	return ruleSet{validators: []validator{{rule: "required-application", fn: func(b *budget, r *Request, emit func(string, string)) {
+	const rule = "required-application"
+	return ruleSet{validators: []validator{{rule: rule, fn: func(b *budget, r *Request, emit func(string, string)) {
 		for i := range r.Applications {
 			if r.Applications[i].Is(name) {
 				return
@@ -143,15 +146,70 @@ func compileRequiredApp(p params) (ruleSet, error) {
 		}
 		// An earlier deployment into the environment that runs it
 		// counts: the rule is per environment, not per request.
-		for _, e := range b.deployed.inEnvironment(r.Environment) {
-			for i := range e.Applications {
-				if deployedApp(&e.Applications[i]).Is(name) {
-					return
-				}
-			}
+		if len(runningIn(b.deployed.inEnvironment(r.Environment), name)) > 0 {
+			return
 		}
 		emit(fmt.Sprintf("environment %q", r.Environment), fmt.Sprintf("deploys no %s, which every environment must have, and no earlier deployment into it does", name))
+	}}}, deletions: []deletionRule{{rule: rule, fn: func(dep *events.Deployment, rest []*events.Deployment, emit func(string, string)) {
+		// Deleting the environment's last deployment empties it: no
+		// environment is left to hold to the rule.
+		if len(runningIn([]*events.Deployment{dep}, name)) == 0 {
+			return
+		}
+		var left []*events.Deployment
+		for _, e := range rest {
+			if e.Environment == dep.Environment {
+				left = append(left, e)
+			}
+		}
+		if len(left) == 0 || len(runningIn(left, name)) > 0 {
+			return
+		}
+		ids := make([]string, len(left))
+		for i, e := range left {
+			ids[i] = e.DeploymentID
+		}
+		emit(fmt.Sprintf("environment %q", dep.Environment), fmt.Sprintf("deleting deployment %s would leave it without %s, which every environment must have: %s %s still deployed in it and none runs %s; deploy %s there first, or delete %s first",
+			dep.DeploymentID, name, listed(ids), isAre(len(ids)), name, name, itThem(len(ids))))
 	}}}}, nil
+}
+
+// runningIn are the deployments of es that run an application that is,
+// or inherits from, class.
+func runningIn(es []*events.Deployment, class string) []*events.Deployment {
+	var out []*events.Deployment
+	for _, e := range es {
+		for i := range e.Applications {
+			if deployedApp(&e.Applications[i]).Is(class) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// listed names at most five ids, and how many more.
+func listed(ids []string) string {
+	const most = 5
+	if len(ids) > most {
+		return fmt.Sprintf("%s and %d more", strings.Join(ids[:most], ", "), len(ids)-most)
+	}
+	return strings.Join(ids, ", ")
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+func itThem(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 func compileInstanceQuota(p params) (ruleSet, error) {
@@ -174,7 +232,14 @@ func compileInstanceQuota(p params) (ruleSet, error) {
 	default:
 		return ruleSet{}, paramErr("scope", "%q is not a scope: give %s (each application, the default), %s (the environment, with what is deployed in it) or %s (all the tenant's deployments)", scope, ScopeApplication, ScopeEnvironment, ScopeTenant)
 	}
-	return ruleSet{validators: []validator{{rule: "instance-quota", fn: func(b *budget, r *Request, emit func(string, string)) {
+	hook, eps, err := webhookParam(p)
+	if err != nil {
+		return ruleSet{}, err
+	}
+	// A quota exceeded is also a notice (seed 001's "send notification
+	// when the number of instances exceeds a quota"): it denies (or
+	// warns, in audit mode) and is raised on admission.notices.
+	return ruleSet{endpoints: eps, validators: []validator{{rule: "instance-quota", raises: true, webhook: hook, fn: func(b *budget, r *Request, emit func(string, string)) {
 		switch scope {
 		case ScopeApplication:
 			for i := range r.Applications {
@@ -340,21 +405,27 @@ func compileScriptInjection(p params) (ruleSet, error) {
 	}}}}, nil
 }
 
+// webhookParam is the optional webhook a policy delivers its notices to,
+// checked as an endpoint the operator must allow.
+func webhookParam(p params) (string, []Endpoint, error) {
+	hook, err := p.str("webhook", false)
+	if err != nil || hook == "" {
+		return "", nil, err
+	}
+	if err := checkEndpoint("webhook", hook); err != nil {
+		return "", nil, err
+	}
+	return hook, []Endpoint{{Field: "objectModel.webhook", URL: hook}}, nil
+}
+
 func compileInstanceNotice(p params) (ruleSet, error) {
 	maxN, err := p.count("maxInstances")
 	if err != nil {
 		return ruleSet{}, err
 	}
-	hook, err := p.str("webhook", false)
+	hook, eps, err := webhookParam(p)
 	if err != nil {
 		return ruleSet{}, err
-	}
-	var eps []Endpoint
-	if hook != "" {
-		if err := checkEndpoint("webhook", hook); err != nil {
-			return ruleSet{}, err
-		}
-		eps = []Endpoint{{Field: "objectModel.webhook", URL: hook}}
 	}
 	return ruleSet{endpoints: eps, validators: []validator{{rule: "instance-notice", notice: true, webhook: hook, fn: func(b *budget, r *Request, emit func(string, string)) {
 		mine := r.Instances()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/policy"
 )
@@ -63,6 +64,16 @@ type ruleSet struct {
 	cel []celProgram
 	// endpoints are the URLs the rules call.
 	endpoints []Endpoint
+	// deletions find what deleting a deployment would break.
+	deletions []deletionRule
+}
+
+// deletionRule finds what deleting deployment dep would break, given the
+// tenant's other deployments (rest); each finding is emitted with its
+// object.
+type deletionRule struct {
+	rule string
+	fn   func(dep *events.Deployment, rest []*events.Deployment, emit func(object, msg string))
 }
 
 // mutator changes a request, reporting each change. A rule that
@@ -78,7 +89,12 @@ type validator struct {
 	rule string
 	// notice marks findings that never deny (the quota notification).
 	notice bool
-	// webhook, of a notice, is where the notice is sent ("" nowhere).
+	// raises marks findings that deny (or warn, in audit mode) as any
+	// validator's do and are also raised as notices (the instance
+	// quota).
+	raises bool
+	// webhook, of a notice or a rule that raises, is where the notice
+	// is sent ("" nowhere).
 	webhook string
 	// external marks a rule that asks an external engine: it is asked
 	// when a request is decided, not when a policy is audited.

@@ -44,8 +44,9 @@ type Verdict struct {
 	// Policies are the ids of the policies that applied, in the order
 	// they were evaluated.
 	Policies []string `json:"policies"`
-	// Notices are the notices found (also among Warnings), to be sent
-	// as events.
+	// Notices are the notices found (also among Warnings, or among
+	// Violations for a rule that raises them as it denies: the instance
+	// quota), to be sent as events.
 	Notices []Notice `json:"-"`
 }
 

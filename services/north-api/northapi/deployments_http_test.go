@@ -97,3 +97,29 @@ func TestDeleteDeploymentAndFreeCapacity(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteDeploymentKeepsTheRequiredApplication: deleting the only
+// deployment of an environment that runs the application a
+// RequiredApplication policy requires, while another deployment of the
+// tenant remains there, answers 409 naming the rule and what remains;
+// the other deployment may go.
+func TestDeleteDeploymentKeepsTheRequiredApplication(t *testing.T) {
+	s := newStack(t, func(s *stack) {
+		s.Produce(t, topology.AppPolicies, "need-mon", &events.AppPolicy{PolicyID: "need-mon", Name: "need-mon", Mode: "enforce",
+			ObjectModel: `{"application": "io.policyflow.Monitoring", "?": {"type": "io.policyflow.admission.RequiredApplication"}}`})
+		for dep, class := range map[string]string{"mon": "io.policyflow.Monitoring", "web": "com.example.Web"} {
+			s.Produce(t, topology.AdmissionVerdicts, dep, &events.AdmissionVerdict{RequestID: "r-" + dep, DeploymentID: dep, Tenant: "t1", Admitted: true,
+				Request:    `{"deployment_id":"` + dep + `","tenant":"t1","environment":"e1","applications":[{"name":"a","class":"` + class + `","instances":1}]}`,
+				Components: []string{dep + ".a"}, DecidedAt: time.Now()})
+			s.Produce(t, topology.Deployments, dep, &events.Deployment{DeploymentID: dep, Tenant: "t1", Environment: "e1", RequestID: "r-" + dep,
+				Applications: []events.DeployedApplication{{Name: "a", Class: class, Instances: 1}}, Components: []string{dep + ".a"}, AdmittedAt: time.Now()})
+		}
+	})
+	code, out, _, _ := s.callAs(t, tenantToken, http.MethodDelete, "/v1/deployments/mon", nil)
+	wantError(t, "DELETE the environment's monitoring", code, out, http.StatusConflict,
+		`deployment mon is not deleted: tenant "t1": environment "e1": deleting deployment mon would leave it without io.policyflow.Monitoring, which every environment must have: web is still deployed in it`,
+		"(rule required-application of policy need-mon)")
+	if code, _, raw, _ := s.callAs(t, tenantToken, http.MethodDelete, "/v1/deployments/web", nil); code != http.StatusAccepted {
+		t.Fatalf("DELETE web: %d %s", code, raw)
+	}
+}

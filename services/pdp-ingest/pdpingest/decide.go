@@ -56,8 +56,10 @@ type Decision struct {
 //
 // Pushed bodies belong to the notification's tenant ("": global), what
 // the PDP answers is global. A tenant's policy is changed only by pushes
-// of that tenant: any other notification for it is refused (permanent),
-// so no one takes over another tenant's policy. A global entry may become
+// of that tenant, and removed only by the admission stage's removal for
+// that tenant (Route.Withdraw, see withdraw): any other notification for
+// it is refused (permanent), so no one takes over or removes another
+// tenant's policy; a removal that asks the PDP is global. A global entry may become
 // a tenant's: the only tenant writer is the admission stage, writing the
 // settings policy admission.<component_id> of a component it admitted,
 // and a global body published under that id must not block it.
@@ -67,6 +69,9 @@ type Decision struct {
 // notification changes nothing.
 func Decide(req Request) (Decision, error) {
 	id := req.Route.PolicyID
+	if req.Route.Withdraw {
+		return withdraw(req)
+	}
 	// writer is the tenant the notification writes for: what the PDP
 	// answers is global.
 	writer := req.Route.Tenant
@@ -126,6 +131,30 @@ func Decide(req Request) (Decision, error) {
 		erroredOnly = ""
 	}
 	return diff(d, id, req.Current, after, head, erroredOnly, req.Now, req.ChangeID), nil
+}
+
+// withdraw is the admission stage's removal of a settings policy it
+// pushed for a tenant (Route.Withdraw): the entry is removed when that
+// tenant holds it, and its version is not newer than the removal's. A
+// global entry, or another tenant's, is refused (permanent): a tenant
+// removes only its own policies.
+func withdraw(req Request) (Decision, error) {
+	id, tenant, cur := req.Route.PolicyID, req.Route.Tenant, req.Current
+	var d Decision
+	switch {
+	case cur == nil:
+		d.Notes = append(d.Notes, fmt.Sprintf("the removal of %s by tenant %q: the catalog holds no such policy", id, tenant))
+		return d, nil
+	case cur.Tenant == "":
+		return Decision{}, fmt.Errorf("policy %s is global; a removal of tenant %q may not remove it", id, tenant)
+	case cur.Tenant != tenant:
+		return Decision{}, fmt.Errorf("policy %s belongs to tenant %q; a removal of tenant %q may not remove it", id, cur.Tenant, tenant)
+	}
+	if v, ok := policy.ParseVersion(cur.PolicyVersion); ok && v > req.Route.WithdrawVersion {
+		d.Notes = append(d.Notes, fmt.Sprintf("the removal of %s up to version %d: the catalog holds the newer version %s; kept", id, req.Route.WithdrawVersion, cur.PolicyVersion))
+		return d, nil
+	}
+	return diff(d, id, cur, nil, policy.Header{}, "", req.Now, req.ChangeID), nil
 }
 
 // diff turns the entry before and after into outputs; head is the header

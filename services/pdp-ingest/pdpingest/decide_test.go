@@ -446,3 +446,70 @@ func show(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestWithdraw: the admission stage removes a settings policy it pushed
+// for a tenant when the deployment is deleted. The owner's removal is
+// applied without asking the PDP; another tenant's removal, a removal of
+// a global policy, and a removal from any other source (which asks the
+// PDP, so it is global) are refused; a removal older than the entry
+// keeps it.
+func TestWithdraw(t *testing.T) {
+	const id = "admission.dep-1.web"
+	e5 := owned(pushedEntry(catalogEntry(t, pdpBody(id, "5", `{"a":1}`))), "acme")
+	removal := func(source, tenant, version string) *events.PdpNotification {
+		return &events.PdpNotification{NotificationID: "n-5", Source: source, Tenant: tenant,
+			RemovedPolicies: []events.UnloadedPolicy{{PolicyName: id + "." + version + ".json", VersionNo: version}}}
+	}
+	tests := []struct {
+		name     string
+		n        *events.PdpNotification
+		current  *events.PolicyCatalogEntry
+		withdraw bool
+		remove   bool
+		wantErr  string
+	}{
+		{name: "the owner's removal is applied", n: removal(events.NotifierAdmission, "acme", "7"), current: e5, withdraw: true, remove: true},
+		{name: "the same version is removed", n: removal(events.NotifierAdmission, "acme", "5"), current: e5, withdraw: true, remove: true},
+		{name: "a removal older than the entry keeps it", n: removal(events.NotifierAdmission, "acme", "4"), current: e5, withdraw: true},
+		{name: "nothing to remove", n: removal(events.NotifierAdmission, "acme", "7"), withdraw: true},
+		{name: "another tenant's removal is refused", n: removal(events.NotifierAdmission, "globex", "7"), current: e5, withdraw: true,
+			wantErr: `policy admission.dep-1.web belongs to tenant "acme"; a removal of tenant "globex" may not remove it`},
+		{name: "a tenant may not remove a global policy", n: removal(events.NotifierAdmission, "acme", "7"), current: owned(e5, ""), withdraw: true,
+			wantErr: `policy admission.dep-1.web is global; a removal of tenant "acme" may not remove it`},
+		{name: "another source asks the PDP: global, refused", n: removal("north-api", "acme", "7"), current: e5,
+			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
+		{name: "a removal with no tenant asks the PDP: global, refused", n: removal(events.NotifierAdmission, "", "7"), current: e5,
+			wantErr: `belongs to tenant "acme"; a global notification may not change it`},
+	}
+	now := time.UnixMilli(9).UTC()
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := RouteNotification([]byte(id), tc.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Withdraw != tc.withdraw || r.Withdraw && r.AskPDP {
+				t.Fatalf("route %+v: withdraw %v, want %v without asking the PDP", r, r.Withdraw, tc.withdraw)
+			}
+			d, err := Decide(Request{Route: r, Current: tc.current, Now: now, ChangeID: "c-9"})
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, want an error saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Remove != tc.remove || d.Catalog != nil {
+				t.Fatalf("decision %+v: remove %v, want %v and no catalog write", d, d.Remove, tc.remove)
+			}
+			if tc.remove && (d.Change == nil || d.Change.Action != events.ActionRemoved || d.Change.PolicyID != id || deref(d.Change.OldVersion) != "5") {
+				t.Fatalf("change %s, want REMOVED of version 5", show(d.Change))
+			}
+			if !tc.remove && d.Change != nil {
+				t.Fatalf("change %s, want none", show(d.Change))
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ package pdpingest
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/policy"
@@ -37,6 +38,22 @@ type Route struct {
 	// Tenant owns the pushed bodies ("" global); what the PDP answers is
 	// always global.
 	Tenant string
+	// Withdraw says the notification is the admission stage's removal of
+	// a settings policy it pushed for Tenant (Source
+	// events.NotifierAdmission, a tenant, removed entries only, a
+	// policy_id under policy.AdmissionPrefix): the PDP never had the
+	// policy, so it is not asked; the entry is removed when Tenant holds
+	// it and its version is at most WithdrawVersion (the greatest
+	// version the removal names).
+	Withdraw        bool
+	WithdrawVersion int64
+}
+
+// withdrawal reports whether n, about the one policy_id id, is the
+// admission stage's removal of its tenant's settings policy.
+func withdrawal(id string, n *events.PdpNotification) bool {
+	return n.Source == events.NotifierAdmission && n.Tenant != "" && strings.HasPrefix(id, policy.AdmissionPrefix) &&
+		len(n.RemovedPolicies) > 0 && len(n.LoadedPolicies) == 0 && len(n.PushedBodies) == 0
 }
 
 // RouteNotification checks a notification received under key and says how
@@ -107,6 +124,14 @@ func RouteNotification(key []byte, n *events.PdpNotification) (Route, error) {
 			out.Resend = append(out.Resend, Keyed{PolicyID: id, Notification: p})
 		}
 		return out, nil
+	}
+	if withdrawal(ids[0], n) {
+		r := Route{PolicyID: ids[0], Tenant: n.Tenant, Withdraw: true}
+		for _, rp := range n.RemovedPolicies {
+			_, v, _ := policy.CheckName(rp.PolicyName) // checked above
+			r.WithdrawVersion = max(r.WithdrawVersion, v)
+		}
+		return r, nil
 	}
 	return Route{
 		PolicyID: ids[0],
