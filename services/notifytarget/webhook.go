@@ -279,12 +279,16 @@ func (r Rules) dialContext(base *net.Dialer) func(ctx context.Context, network, 
 // where the rules allow, checked on the resolved address when it dials;
 // it uses no proxy (a proxy would connect on its behalf); it follows no
 // redirect (a 3xx answer is returned as it is). maxIdlePerHost bounds
-// the connections kept per host.
+// the connections kept per host, and the connections kept in all are at
+// least as many: the default 100 in all would close, after each call,
+// the connections of calls in flight beyond it to one busy host, and the
+// next calls would connect again.
 func (r Rules) Client(maxIdlePerHost int) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
 	tr.DialContext = r.dialContext(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	tr.MaxIdleConnsPerHost = maxIdlePerHost
+	tr.MaxIdleConns = max(tr.MaxIdleConns, maxIdlePerHost)
 	return &http.Client{
 		Transport:     tr,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
