@@ -193,7 +193,7 @@ var e2eStages = []string{topology.StagePDPIngest, topology.StageMatcher, topolog
 	topology.StageExecutor, topology.StageConsulWriter, topology.StageAgentNotifier}
 
 func (b *bench) endToEnd(ctx context.Context, reps, fleet int) (EndToEnd, error) {
-	res := EndToEnd{Reps: reps, FleetSize: fleet, FleetNotify: events.NotifyWebhook, TargetP99Ms: 50, TargetFleetS: 2,
+	res := EndToEnd{Reps: reps, FleetSize: fleet, FleetNotify: events.NotifyWebhook, TargetP99Ms: 25, TargetFleetS: 1,
 		PeakRSSMiB: map[string]float64{}}
 	arr := newArrivals()
 
