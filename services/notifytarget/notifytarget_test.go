@@ -352,3 +352,26 @@ func TestMaskTextGlued(t *testing.T) {
 		}
 	}
 }
+
+// TestClientKeepsEveryHostConnection: the webhook client keeps as many
+// idle connections in all as it keeps per host, so that calls in flight
+// to one busy host above the transport's default of 100 in all do not
+// close their connections and dial again.
+func TestClientKeepsEveryHostConnection(t *testing.T) {
+	for _, n := range []int{1, 32, 256} {
+		tr := loopbackRules(t).Client(n).Transport.(*http.Transport)
+		if tr.MaxIdleConnsPerHost != n || tr.MaxIdleConns < n {
+			t.Fatalf("Client(%d): %d idle connections per host, %d in all; want %d and at least as many", n, tr.MaxIdleConnsPerHost, tr.MaxIdleConns, n)
+		}
+	}
+}
+
+// loopbackRules are rules allowing webhooks to 127.0.0.1.
+func loopbackRules(t *testing.T) Rules {
+	t.Helper()
+	r, err := Config{WebhookAllow: []string{"127.0.0.1"}}.Rules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
