@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // newCluster is an in-process Kafka with the topics of the tests' stages.
@@ -62,10 +64,17 @@ func TestTransactionalEchoWithPoisonRecord(t *testing.T) {
 	k := c.Kafka
 	produce(t, c, 100, 42)
 	var calls atomic.Int64
-	stop := stagetest.Run(t, echoStage(&calls), stagetest.Env(k))
+	env := stagetest.Env(k)
+	stop := stagetest.Run(t, echoStage(&calls), env)
 
 	out := c.Read(t, "out", 99, 60*time.Second)
 	dlq := c.Read(t, "dlq.echo", 1, 30*time.Second)
+	// Outputs are counted by topic once their transaction committed
+	// (the records themselves are not kept until then).
+	testkit.Eventually(t, 10*time.Second, testkit.Holds("records out counted", func() bool {
+		return testutil.ToFloat64(env.Metrics.RecordsOut.WithLabelValues("echo", "out")) == 99 &&
+			testutil.ToFloat64(env.Metrics.RecordsOut.WithLabelValues("echo", "dlq.echo")) == 1
+	}))
 	stop()
 	if len(out) != 99 {
 		t.Fatalf("got %d outputs, want 99 (100 inputs, one poison)", len(out))
