@@ -56,6 +56,13 @@ type Env struct {
 	// batch larger than it is still fetched, alone (KIP-74). Default
 	// DefaultFetchMaxBytes.
 	FetchMaxBytes int32
+	// MaxBufferedOutputs bounds the output records a stage's producer
+	// holds before the broker acknowledged them (kgo's
+	// MaxBufferedRecords): producing waits beyond it. The outputs of a
+	// transaction were encoded, batched and compressed ahead of the
+	// broker, three copies of them at once; 0 leaves franz-go's 50,000.
+	// Default DefaultMaxBufferedOutputs.
+	MaxBufferedOutputs int
 	// MaxRecordBytes is the largest record a stage may produce
 	// (default topology.MaxRecordBytes, which topics are created with).
 	MaxRecordBytes int32
@@ -95,6 +102,11 @@ func (b Backoff) Next(attempt int) time.Duration {
 // of decompressed batches in a stage of a few partitions.
 const DefaultFetchMaxBytes = 256 << 10
 
+// DefaultMaxBufferedOutputs is Env.MaxBufferedOutputs unless set. The
+// executor's outputs (a component's policies, bodies included, about
+// 5 KiB) held ahead of the broker were 60 MiB of its heap at 50,000.
+const DefaultMaxBufferedOutputs = 1000
+
 // NewEnv builds an Env with a fresh metrics registry and health tracker.
 func NewEnv(k Kafka, log zerolog.Logger) Env {
 	codec := events.Default()
@@ -110,6 +122,7 @@ func NewEnv(k Kafka, log zerolog.Logger) Env {
 		TransactionTimeout: 30 * time.Second,
 		PollRecords:        5000,
 		FetchMaxBytes:      DefaultFetchMaxBytes,
+		MaxBufferedOutputs: DefaultMaxBufferedOutputs,
 		LagInterval:        DefaultLagInterval,
 		MaxRecordBytes:     topology.MaxRecordBytes,
 	}

@@ -39,3 +39,31 @@ func TestConsumerFetchesAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestProducerBuffersAreBounded: the stage's producer holds at most
+// Env.MaxBufferedOutputs unacknowledged outputs, NewEnv sets the default,
+// and 0 leaves franz-go's own.
+func TestProducerBuffersAreBounded(t *testing.T) {
+	if got := NewEnv(Kafka{}, NewLogger(nil, "error", false)).MaxBufferedOutputs; got != DefaultMaxBufferedOutputs {
+		t.Fatalf("NewEnv's MaxBufferedOutputs = %d, want DefaultMaxBufferedOutputs %d", got, DefaultMaxBufferedOutputs)
+	}
+	for _, tc := range []struct{ set, want int }{{set: 100, want: 100}, {set: 0, want: 50000}} {
+		r := &runner{
+			stage: Stage{Name: "echo", Mode: Transactional, Inputs: []string{"in"}},
+			env:   Env{Kafka: Kafka{Brokers: []string{"127.0.0.1:1"}}, MaxBufferedOutputs: tc.set},
+		}
+		opts, err := r.consumeOpts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cl.OptValue(kgo.MaxBufferedRecords)
+		cl.Close()
+		if got != int64(tc.want) {
+			t.Errorf("MaxBufferedOutputs %d: the producer buffers %v records (%T), want %d", tc.set, got, got, tc.want)
+		}
+	}
+}

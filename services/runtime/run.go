@@ -172,6 +172,7 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(r.env.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*r.env.MaxRecordBytes))
 	}
 	opts = append(opts, r.env.fetchOpts()...)
+	opts = append(opts, r.env.bufferOpts()...)
 	if r.stage.CoPartitioned {
 		opts = append(opts, kgo.Balancers(kgo.RangeBalancer()))
 	}
@@ -581,4 +582,13 @@ func (e Env) fetchOpts() []kgo.Opt {
 		return nil
 	}
 	return []kgo.Opt{kgo.FetchMaxBytes(e.FetchMaxBytes), kgo.FetchMaxPartitionBytes(e.FetchMaxBytes)}
+}
+
+// bufferOpts bound the outputs a stage's producer holds unacknowledged
+// (see MaxBufferedOutputs).
+func (e Env) bufferOpts() []kgo.Opt {
+	if e.MaxBufferedOutputs <= 0 {
+		return nil
+	}
+	return []kgo.Opt{kgo.MaxBufferedRecords(e.MaxBufferedOutputs)}
 }

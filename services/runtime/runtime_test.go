@@ -426,3 +426,30 @@ func TestStaticMemberTakesItsPartitionsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionalOutputsBeyondTheProducerBuffer: a transaction with far
+// more outputs than the producer may hold unacknowledged
+// (Env.MaxBufferedOutputs) waits for room instead of failing, and commits
+// every output once.
+func TestTransactionalOutputsBeyondTheProducerBuffer(t *testing.T) {
+	c := newCluster(t)
+	produce(t, c, 200, -1)
+	var calls atomic.Int64
+	env := stagetest.Env(c.Kafka)
+	env.PollRecords = 200
+	env.MaxBufferedOutputs = 3
+	stop := stagetest.Run(t, echoStage(&calls), env)
+	out := c.Read(t, "out", 200, 60*time.Second)
+	stop()
+	seen := map[string]bool{}
+	for _, r := range out {
+		id := stagetest.Decode[*events.CatchupRequest](t, r).RequestID
+		if seen[id] {
+			t.Fatalf("duplicate output %s", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 200 {
+		t.Fatalf("got %d distinct outputs, want 200", len(seen))
+	}
+}
