@@ -47,6 +47,22 @@ type Env struct {
 	LagInterval time.Duration
 	// PollRecords caps the records handled per poll (and per transaction).
 	PollRecords int
+	// FetchMaxBytes bounds the (compressed) bytes one fetch of the
+	// stage's consumer asks for, in all and per partition (kgo's
+	// FetchMaxBytes and FetchMaxPartitionBytes); 0 leaves franz-go's
+	// defaults (50 MiB and 1 MiB a partition). A fetch is decompressed
+	// whole and kept until its records are handled, so this, with the
+	// compression ratio, sets the stage's memory for records in hand. A
+	// batch larger than it is still fetched, alone (KIP-74). Default
+	// DefaultFetchMaxBytes.
+	FetchMaxBytes int32
+	// MaxBufferedOutputs bounds the output records a stage's producer
+	// holds before the broker acknowledged them (kgo's
+	// MaxBufferedRecords): producing waits beyond it. The outputs of a
+	// transaction were encoded, batched and compressed ahead of the
+	// broker, three copies of them at once; 0 leaves franz-go's 50,000.
+	// Default DefaultMaxBufferedOutputs.
+	MaxBufferedOutputs int
 	// MaxRecordBytes is the largest record a stage may produce
 	// (default topology.MaxRecordBytes, which topics are created with).
 	MaxRecordBytes int32
@@ -80,6 +96,17 @@ func (b Backoff) Next(attempt int) time.Duration {
 	return d
 }
 
+// DefaultFetchMaxBytes is Env.FetchMaxBytes unless set: 256 KiB of
+// compressed batches a fetch. Policy bodies compress well (padded JSON
+// twenty-fold and more), so franz-go's 1 MiB a partition held tens of MiB
+// of decompressed batches in a stage of a few partitions.
+const DefaultFetchMaxBytes = 256 << 10
+
+// DefaultMaxBufferedOutputs is Env.MaxBufferedOutputs unless set. The
+// executor's outputs (a component's policies, bodies included, about
+// 5 KiB) held ahead of the broker were 60 MiB of its heap at 50,000.
+const DefaultMaxBufferedOutputs = 1000
+
 // NewEnv builds an Env with a fresh metrics registry and health tracker.
 func NewEnv(k Kafka, log zerolog.Logger) Env {
 	codec := events.Default()
@@ -94,6 +121,8 @@ func NewEnv(k Kafka, log zerolog.Logger) Env {
 		Retry:              Backoff{Initial: 100 * time.Millisecond, Max: 10 * time.Second},
 		TransactionTimeout: 30 * time.Second,
 		PollRecords:        5000,
+		FetchMaxBytes:      DefaultFetchMaxBytes,
+		MaxBufferedOutputs: DefaultMaxBufferedOutputs,
 		LagInterval:        DefaultLagInterval,
 		MaxRecordBytes:     topology.MaxRecordBytes,
 	}

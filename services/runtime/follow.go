@@ -60,6 +60,10 @@ func Follow(k Kafka, log zerolog.Logger, apply map[string]ApplyFunc) (*Follower,
 		// Control records (transaction markers) are kept so that a
 		// partition ending in markers is seen to reach its end.
 		kgo.KeepControlRecords(),
+		// Bounded like a stage's own fetches (see Env.FetchMaxBytes):
+		// the state it restores is what the stage keeps, not the
+		// decompressed batches it came in.
+		kgo.FetchMaxBytes(DefaultFetchMaxBytes), kgo.FetchMaxPartitionBytes(DefaultFetchMaxBytes),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("follow %s: %w", strings.Join(topics, ", "), err)

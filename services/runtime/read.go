@@ -56,6 +56,10 @@ func ReadRange(ctx context.Context, k Kafka, base string, from, to map[int32]int
 		// Control records (transaction markers) are kept so that a
 		// partition ending in markers is seen to reach its end.
 		kgo.KeepControlRecords(),
+		// Bounded like a stage's own fetches (see Env.FetchMaxBytes):
+		// the state it restores is what the stage keeps, not the
+		// decompressed batches it came in.
+		kgo.FetchMaxBytes(DefaultFetchMaxBytes), kgo.FetchMaxPartitionBytes(DefaultFetchMaxBytes),
 	)...)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", topic, err)

@@ -171,6 +171,8 @@ func (r *runner) consumeOpts() ([]kgo.Opt, error) {
 	if r.env.MaxRecordBytes > 0 {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(r.env.MaxRecordBytes), kgo.BrokerMaxWriteBytes(2*r.env.MaxRecordBytes))
 	}
+	opts = append(opts, r.env.fetchOpts()...)
+	opts = append(opts, r.env.bufferOpts()...)
 	if r.stage.CoPartitioned {
 		opts = append(opts, kgo.Balancers(kgo.RangeBalancer()))
 	}
@@ -553,4 +555,40 @@ func (r *runner) countOut(recs []*kgo.Record) {
 	for _, rec := range recs {
 		r.env.Metrics.RecordsOut.WithLabelValues(r.stage.Name, strings.TrimPrefix(rec.Topic, r.env.Kafka.Prefix)).Inc()
 	}
+}
+
+// outCounts counts a transaction's outputs by topic until it commits,
+// without holding the records: kgo releases each once the broker has
+// acknowledged it, and a transaction's outputs (a change matched against
+// 100,000 components) were the largest thing a stage held.
+type outCounts map[string]int
+
+func (c outCounts) add(recs []*kgo.Record) {
+	for _, rec := range recs {
+		c[rec.Topic]++
+	}
+}
+
+func (r *runner) countOutBy(c outCounts) {
+	for topic, n := range c {
+		r.env.Metrics.RecordsOut.WithLabelValues(r.stage.Name, strings.TrimPrefix(topic, r.env.Kafka.Prefix)).Add(float64(n))
+	}
+}
+
+// fetchOpts bound what one fetch of a stage's consumer asks for (see
+// FetchMaxBytes).
+func (e Env) fetchOpts() []kgo.Opt {
+	if e.FetchMaxBytes <= 0 {
+		return nil
+	}
+	return []kgo.Opt{kgo.FetchMaxBytes(e.FetchMaxBytes), kgo.FetchMaxPartitionBytes(e.FetchMaxBytes)}
+}
+
+// bufferOpts bound the outputs a stage's producer holds unacknowledged
+// (see MaxBufferedOutputs).
+func (e Env) bufferOpts() []kgo.Opt {
+	if e.MaxBufferedOutputs <= 0 {
+		return nil
+	}
+	return []kgo.Opt{kgo.MaxBufferedRecords(e.MaxBufferedOutputs)}
 }

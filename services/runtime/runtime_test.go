@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // newCluster is an in-process Kafka with the topics of the tests' stages.
@@ -62,10 +64,17 @@ func TestTransactionalEchoWithPoisonRecord(t *testing.T) {
 	k := c.Kafka
 	produce(t, c, 100, 42)
 	var calls atomic.Int64
-	stop := stagetest.Run(t, echoStage(&calls), stagetest.Env(k))
+	env := stagetest.Env(k)
+	stop := stagetest.Run(t, echoStage(&calls), env)
 
 	out := c.Read(t, "out", 99, 60*time.Second)
 	dlq := c.Read(t, "dlq.echo", 1, 30*time.Second)
+	// Outputs are counted by topic once their transaction committed
+	// (the records themselves are not kept until then).
+	testkit.Eventually(t, 10*time.Second, testkit.Holds("records out counted", func() bool {
+		return testutil.ToFloat64(env.Metrics.RecordsOut.WithLabelValues("echo", "out")) == 99 &&
+			testutil.ToFloat64(env.Metrics.RecordsOut.WithLabelValues("echo", "dlq.echo")) == 1
+	}))
 	stop()
 	if len(out) != 99 {
 		t.Fatalf("got %d outputs, want 99 (100 inputs, one poison)", len(out))
@@ -415,5 +424,32 @@ func TestStaticMemberTakesItsPartitionsBack(t *testing.T) {
 		if n := counts["k"+strconv.Itoa(i)]; n != 1 {
 			t.Errorf("input k%d has %d committed outputs, want exactly 1", i, n)
 		}
+	}
+}
+
+// TestTransactionalOutputsBeyondTheProducerBuffer: a transaction with far
+// more outputs than the producer may hold unacknowledged
+// (Env.MaxBufferedOutputs) waits for room instead of failing, and commits
+// every output once.
+func TestTransactionalOutputsBeyondTheProducerBuffer(t *testing.T) {
+	c := newCluster(t)
+	produce(t, c, 200, -1)
+	var calls atomic.Int64
+	env := stagetest.Env(c.Kafka)
+	env.PollRecords = 200
+	env.MaxBufferedOutputs = 3
+	stop := stagetest.Run(t, echoStage(&calls), env)
+	out := c.Read(t, "out", 200, 60*time.Second)
+	stop()
+	seen := map[string]bool{}
+	for _, r := range out {
+		id := stagetest.Decode[*events.CatchupRequest](t, r).RequestID
+		if seen[id] {
+			t.Fatalf("duplicate output %s", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 200 {
+		t.Fatalf("got %d distinct outputs, want 200", len(seen))
 	}
 }

@@ -87,8 +87,8 @@ func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSessio
 	// The first produce error, if any; a failure aborts what is still
 	// buffered, so the batch is given up quickly.
 	promise := kgo.AbortingFirstErrPromise(sess.Client())
-	all, complete := r.produceBatch(ctx, sess, data, promise)
-	committed, err := r.endTransaction(ctx, sess, promise, complete, all)
+	outs, complete := r.produceBatch(ctx, sess, data, promise)
+	committed, err := r.endTransaction(ctx, sess, promise, complete, outs)
 	if err != nil {
 		return false, err
 	}
@@ -105,9 +105,11 @@ func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSessio
 }
 
 // produceBatch handles data in decode windows and produces each record's
-// outputs into the open transaction. It returns the outputs, and whether
+// outputs into the open transaction. It returns the outputs' counts by
+// topic (not the outputs, which kgo frees once acknowledged), and whether
 // every record was handled (false: the stage is stopping).
-func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise) (all []*kgo.Record, complete bool) {
+func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise) (outs outCounts, complete bool) {
+	outs = outCounts{}
 	// The batch in hand is finished on shutdown too: its outputs are
 	// produced without the stage's context, which a signal cancels.
 	pctx := context.WithoutCancel(ctx)
@@ -118,15 +120,15 @@ func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSessio
 			recs, ok := r.process(ctx, rec, ins[i])
 			ins[i] = Input{} // its decoded value is no longer needed
 			if !ok {
-				return all, false
+				return outs, false
 			}
 			for _, out := range recs {
 				sess.Produce(pctx, out, promise.Promise())
 			}
-			all = append(all, recs...)
+			outs.add(recs)
 		}
 	}
-	return all, true
+	return outs, true
 }
 
 // endTransaction flushes the transaction's records and ends it: it
@@ -134,7 +136,7 @@ func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSessio
 // aborts otherwise. committed is false on an abort and on an End that
 // failed; an error means the transaction End left open could not be
 // aborted either.
-func (r *runner) endTransaction(ctx context.Context, sess *kgo.GroupTransactSession, promise *kgo.FirstErrPromise, complete bool, all []*kgo.Record) (committed bool, err error) {
+func (r *runner) endTransaction(ctx context.Context, sess *kgo.GroupTransactSession, promise *kgo.FirstErrPromise, complete bool, outs outCounts) (committed bool, err error) {
 	// End flushes the produced records first. It gets its own deadline
 	// so a shutdown still commits (or aborts) the batch in hand.
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.env.TransactionTimeout)
@@ -169,7 +171,7 @@ func (r *runner) endTransaction(ctx context.Context, sess *kgo.GroupTransactSess
 		return false, nil
 	case committed:
 		r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "committed").Inc()
-		r.countOut(all)
+		r.countOutBy(outs)
 	default:
 		r.env.Metrics.Txns.WithLabelValues(r.stage.Name, "aborted").Inc()
 		if failed != nil {
