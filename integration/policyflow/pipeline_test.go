@@ -323,7 +323,10 @@ func (p *pipeline) newRecorder() *recorder {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "reconfigure.sh")
-	script := "#!/bin/sh\nn=$(ls " + dir + "/call.* 2>/dev/null | wc -l)\nn=$((n+1))\nprintf '%s' \"$#\" > " + dir + "/argc.$n\nprintf '%s' \"$1\" > " + dir + "/arg1.$n\nprintf '%s' \"$2\" > " + dir + "/call.$n\n"
+	// call.N appears whole (written aside, then renamed): the test reads
+	// the calls while the script may be running, and a file the shell
+	// has created but not yet written would read as an empty call.
+	script := "#!/bin/sh\nn=$(ls " + dir + "/call.* 2>/dev/null | wc -l)\nn=$((n+1))\nprintf '%s' \"$#\" > " + dir + "/argc.$n\nprintf '%s' \"$1\" > " + dir + "/arg1.$n\nprintf '%s' \"$2\" > " + dir + "/.call.$n.tmp && mv " + dir + "/.call.$n.tmp " + dir + "/call.$n\n"
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
