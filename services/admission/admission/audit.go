@@ -30,11 +30,15 @@ type Reports struct {
 	// pending are the entries the stage wrote that the table has not
 	// read back yet (a nil entry: removed), by key: they count for the
 	// next decision at once, and are dropped when a transaction aborts
-	// (rewind).
-	pending map[string]*events.AuditEntry
+	// (rewind). Keyed by policy and deployment, not by the record's
+	// key, so that looking an entry up builds no string.
+	pending map[auditKey]*events.AuditEntry
 	// admitted: deployment id -> its latest admitted request.
 	admitted map[string]admittedRequest
 }
+
+// auditKey is a policy's entry for a deployment (events.AuditKey, split).
+type auditKey struct{ policy, dep string }
 
 // admittedRequest is a deployment's latest admitted request, as mutated.
 type admittedRequest struct {
@@ -44,7 +48,7 @@ type admittedRequest struct {
 
 // NewReports is an empty set.
 func NewReports() *Reports {
-	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[string]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
+	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
 }
 
 // ApplyEntry folds one admission.audit record (a tombstone: nil) in.
@@ -56,7 +60,7 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applyEntry(policyID, dep, e)
-	delete(r.pending, key)
+	delete(r.pending, auditKey{policyID, dep})
 }
 
 // rewind forgets the entries written in a transaction that aborted: what
@@ -69,7 +73,7 @@ func (r *Reports) rewind() {
 
 // entry is a policy's entry for a deployment, as last written.
 func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
-	if e, ok := r.pending[events.AuditKey(policyID, dep)]; ok {
+	if e, ok := r.pending[auditKey{policyID, dep}]; ok {
 		return e
 	}
 	return r.entries[policyID][dep]
@@ -145,7 +149,7 @@ func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runt
 	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
 		return nil
 	}
-	r.pending[events.AuditKey(policyID, dep)] = e
+	r.pending[auditKey{policyID, dep}] = e
 	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
 	if e != nil {
 		o.Value = e
@@ -154,8 +158,11 @@ func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runt
 }
 
 // check is the entry of policy p for an admitted request: nil when p
-// would deny nothing.
+// would deny nothing (a policy of other tenants finds nothing).
 func check(ctx context.Context, p *admit.Compiled, dep string, ar admittedRequest, now time.Time) *events.AuditEntry {
+	if !p.AppliesTo(ar.req.Tenant) {
+		return nil
+	}
 	fs := admit.Audit(ctx, ar.req, p)
 	if len(fs) == 0 {
 		return nil
@@ -205,9 +212,9 @@ func (r *Reports) policyChanged(ctx context.Context, id string, p *admit.Compile
 		}
 	}
 	for key := range r.pending {
-		if p, dep, _ := strings.Cut(key, "/"); p == id {
-			if _, ok := r.admitted[dep]; !ok {
-				deps = append(deps, dep)
+		if key.policy == id {
+			if _, ok := r.admitted[key.dep]; !ok {
+				deps = append(deps, key.dep)
 			}
 		}
 	}
@@ -235,8 +242,7 @@ func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
 		ids = append(ids, id)
 	}
 	for key := range r.pending {
-		p, _, _ := strings.Cut(key, "/")
-		ids = append(ids, p)
+		ids = append(ids, key.policy)
 	}
 	sort.Strings(ids)
 	ids = slices.Compact(ids)
