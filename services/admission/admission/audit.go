@@ -33,6 +33,10 @@ type Reports struct {
 	// (rewind). Keyed by policy and deployment, not by the record's
 	// key, so that looking an entry up builds no string.
 	pending map[auditKey]*events.AuditEntry
+	// committed and pendingOf count, per deployment, its entries in
+	// entries and its keys in pending: a deployment with neither has
+	// no entry for a policy to remove.
+	committed, pendingOf map[string]int
 	// admitted: deployment id -> its latest admitted request.
 	admitted map[string]admittedRequest
 }
@@ -48,7 +52,7 @@ type admittedRequest struct {
 
 // NewReports is an empty set.
 func NewReports() *Reports {
-	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
+	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
 }
 
 // ApplyEntry folds one admission.audit record (a tombstone: nil) in.
@@ -60,7 +64,7 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applyEntry(policyID, dep, e)
-	delete(r.pending, auditKey{policyID, dep})
+	r.unpend(auditKey{policyID, dep})
 }
 
 // rewind forgets the entries written in a transaction that aborted: what
@@ -69,7 +73,30 @@ func (r *Reports) rewind() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.pending)
+	clear(r.pendingOf)
 }
+
+// unpend drops a key from pending.
+func (r *Reports) unpend(k auditKey) {
+	if _, ok := r.pending[k]; !ok {
+		return
+	}
+	delete(r.pending, k)
+	count(r.pendingOf, k.dep, -1)
+}
+
+// count adds d to m[k], deleting it at zero.
+func count(m map[string]int, k string, d int) {
+	if n := m[k] + d; n > 0 {
+		m[k] = n
+	} else {
+		delete(m, k)
+	}
+}
+
+// mayHold reports whether some policy may have an entry for a
+// deployment, as last written.
+func (r *Reports) mayHold(dep string) bool { return r.committed[dep] > 0 || r.pendingOf[dep] > 0 }
 
 // entry is a policy's entry for a deployment, as last written.
 func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
@@ -86,6 +113,9 @@ func (r *Reports) has(policyID, dep string) bool { return r.entry(policyID, dep)
 func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	if e == nil {
 		if m := r.entries[policyID]; m != nil {
+			if _, ok := m[dep]; ok {
+				count(r.committed, dep, -1)
+			}
 			delete(m, dep)
 			if len(m) == 0 {
 				delete(r.entries, policyID)
@@ -97,6 +127,9 @@ func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	if m == nil {
 		m = map[string]*events.AuditEntry{}
 		r.entries[policyID] = m
+	}
+	if _, ok := m[dep]; !ok {
+		count(r.committed, dep, 1)
 	}
 	m[dep] = e
 }
@@ -149,7 +182,11 @@ func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runt
 	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
 		return nil
 	}
-	r.pending[auditKey{policyID, dep}] = e
+	k := auditKey{policyID, dep}
+	if _, ok := r.pending[k]; !ok {
+		count(r.pendingOf, dep, 1)
+	}
+	r.pending[k] = e
 	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
 	if e != nil {
 		o.Value = e
@@ -189,8 +226,15 @@ func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerd
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.admitted[v.DeploymentID] = ar
+	// A policy that does not apply to the tenant finds nothing: it only
+	// removes an entry the deployment holds, so when it holds none only
+	// the policies that apply are checked.
+	held := r.mayHold(v.DeploymentID)
 	var outs []runtime.Output
 	for _, p := range policies {
+		if !held && !p.AppliesTo(req.Tenant) {
+			continue
+		}
 		outs = append(outs, r.entryOutput(p.ID, v.DeploymentID, check(ctx, p, v.DeploymentID, ar, now))...)
 	}
 	return outs

@@ -171,3 +171,41 @@ func BenchmarkReportRebuild(b *testing.B) {
 		}
 	}
 }
+
+// TestDecidedRemovesEntryOfPolicyNoLongerApplying: a deployment decided
+// again has the entry of a policy that no longer applies to its tenant
+// removed, whether that entry was read from admission.audit or written
+// by this stage and not read back yet, while a deployment holding no
+// entry writes none for such a policy.
+func TestDecidedRemovesEntryOfPolicyNoLongerApplying(t *testing.T) {
+	other, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: "other", Mode: "audit", TenantIDs: &[]string{"t2"},
+		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":"m1.xlarge"}]}`
+	v := &events.AdmissionVerdict{Admitted: true, RequestID: "r2", DeploymentID: "d1", Tenant: "t1", Request: req}
+	old := &events.AuditEntry{PolicyID: "other", DeploymentID: "d1", RequestID: "r1", Tenant: "t1", Findings: []events.AuditFinding{{Rule: "flavor-limit"}}}
+	for _, how := range []string{"committed", "pending", "none"} {
+		r := NewReports()
+		switch how {
+		case "committed":
+			r.ApplyEntry(events.AuditKey("other", "d1"), old)
+		case "pending":
+			r.entryOutput("other", "d1", old)
+		}
+		outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{other}, time.Now())
+		if how == "none" {
+			if len(outs) != 0 {
+				t.Errorf("%s: outputs %+v, want none", how, outs)
+			}
+			continue
+		}
+		if len(outs) != 1 || string(outs[0].Key) != "other/d1" || outs[0].Value != nil {
+			t.Errorf("%s: outputs %+v, want the tombstone of other/d1", how, outs)
+		}
+		if r.has("other", "d1") {
+			t.Errorf("%s: the entry is still held", how)
+		}
+	}
+}
