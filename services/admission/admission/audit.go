@@ -50,6 +50,9 @@ type admittedRequest struct {
 	req               *admit.Request
 }
 
+// tenantOf is the tenant the request is checked for (admit.Audit's).
+func (ar admittedRequest) tenantOf() string { return ar.req.Tenant }
+
 // NewReports is an empty set.
 func NewReports() *Reports {
 	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
@@ -246,20 +249,22 @@ func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerd
 func (r *Reports) policyChanged(ctx context.Context, id string, p *admit.Compiled, now time.Time) []runtime.Output {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	deps := make([]string, 0, len(r.admitted)+len(r.entries[id]))
-	for dep := range r.admitted {
-		deps = append(deps, dep)
-	}
-	for dep := range r.entries[id] {
-		if _, ok := r.admitted[dep]; !ok {
+	// A deployment the policy does not apply to (or every deployment,
+	// when the policy is gone) gets no entry: only one it holds is
+	// removed, so only those it applies to and those holding an entry
+	// are checked.
+	var deps []string
+	for dep, ar := range r.admitted {
+		if p != nil && p.AppliesTo(ar.tenantOf()) {
 			deps = append(deps, dep)
 		}
 	}
+	for dep := range r.entries[id] {
+		deps = append(deps, dep)
+	}
 	for key := range r.pending {
 		if key.policy == id {
-			if _, ok := r.admitted[key.dep]; !ok {
-				deps = append(deps, key.dep)
-			}
+			deps = append(deps, key.dep)
 		}
 	}
 	sort.Strings(deps)

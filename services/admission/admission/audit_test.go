@@ -209,3 +209,30 @@ func TestDecidedRemovesEntryOfPolicyNoLongerApplying(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyNarrowedRemovesEntries: a policy rewritten to apply to
+// other tenants removes its entries for the deployments it no longer
+// applies to, read back or not yet, and adds none for them.
+func TestPolicyNarrowedRemovesEntries(t *testing.T) {
+	other, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: "p", Mode: "audit", TenantIDs: &[]string{"t2"},
+		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReports()
+	for _, dep := range []string{"d1", "d2", "d3"} {
+		req := &admit.Request{DeploymentID: dep, Tenant: "t1", Applications: []admit.Application{{Name: "web", Class: "com.example.Web", Instances: 1, Flavor: "m1.xlarge"}}}
+		r.ApplyDeployment(dep, admit.Record("r-"+dep, req, placement.Use{}, []string{dep + ".web"}, time.Now()))
+	}
+	old := &events.AuditEntry{PolicyID: "p", RequestID: "r", Tenant: "t1", Findings: []events.AuditFinding{{Rule: "flavor-limit"}}}
+	r.ApplyEntry(events.AuditKey("p", "d1"), old)
+	r.entryOutput("p", "d2", old)
+	outs := r.policyChanged(t.Context(), "p", other, time.Now())
+	var got []string
+	for _, o := range outs {
+		got = append(got, fmt.Sprintf("%s=%v", o.Key, o.Value != nil))
+	}
+	if want := "p/d1=false p/d2=false"; strings.Join(got, " ") != want {
+		t.Errorf("outputs %q, want %q", got, want)
+	}
+}
