@@ -30,11 +30,19 @@ type Reports struct {
 	// pending are the entries the stage wrote that the table has not
 	// read back yet (a nil entry: removed), by key: they count for the
 	// next decision at once, and are dropped when a transaction aborts
-	// (rewind).
-	pending map[string]*events.AuditEntry
+	// (rewind). Keyed by policy and deployment, not by the record's
+	// key, so that looking an entry up builds no string.
+	pending map[auditKey]*events.AuditEntry
+	// committed and pendingOf count, per deployment, its entries in
+	// entries and its keys in pending: a deployment with neither has
+	// no entry for a policy to remove.
+	committed, pendingOf map[string]int
 	// admitted: deployment id -> its latest admitted request.
 	admitted map[string]admittedRequest
 }
+
+// auditKey is a policy's entry for a deployment (events.AuditKey, split).
+type auditKey struct{ policy, dep string }
 
 // admittedRequest is a deployment's latest admitted request, as mutated.
 type admittedRequest struct {
@@ -42,9 +50,12 @@ type admittedRequest struct {
 	req               *admit.Request
 }
 
+// tenantOf is the tenant the request is checked for (admit.Audit's).
+func (ar admittedRequest) tenantOf() string { return ar.req.Tenant }
+
 // NewReports is an empty set.
 func NewReports() *Reports {
-	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[string]*events.AuditEntry{}, admitted: map[string]admittedRequest{}}
+	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
 }
 
 // ApplyEntry folds one admission.audit record (a tombstone: nil) in.
@@ -56,7 +67,7 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.applyEntry(policyID, dep, e)
-	delete(r.pending, key)
+	r.unpend(auditKey{policyID, dep})
 }
 
 // rewind forgets the entries written in a transaction that aborted: what
@@ -65,11 +76,34 @@ func (r *Reports) rewind() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.pending)
+	clear(r.pendingOf)
 }
+
+// unpend drops a key from pending.
+func (r *Reports) unpend(k auditKey) {
+	if _, ok := r.pending[k]; !ok {
+		return
+	}
+	delete(r.pending, k)
+	count(r.pendingOf, k.dep, -1)
+}
+
+// count adds d to m[k], deleting it at zero.
+func count(m map[string]int, k string, d int) {
+	if n := m[k] + d; n > 0 {
+		m[k] = n
+	} else {
+		delete(m, k)
+	}
+}
+
+// mayHold reports whether some policy may have an entry for a
+// deployment, as last written.
+func (r *Reports) mayHold(dep string) bool { return r.committed[dep] > 0 || r.pendingOf[dep] > 0 }
 
 // entry is a policy's entry for a deployment, as last written.
 func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
-	if e, ok := r.pending[events.AuditKey(policyID, dep)]; ok {
+	if e, ok := r.pending[auditKey{policyID, dep}]; ok {
 		return e
 	}
 	return r.entries[policyID][dep]
@@ -82,6 +116,9 @@ func (r *Reports) has(policyID, dep string) bool { return r.entry(policyID, dep)
 func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	if e == nil {
 		if m := r.entries[policyID]; m != nil {
+			if _, ok := m[dep]; ok {
+				count(r.committed, dep, -1)
+			}
 			delete(m, dep)
 			if len(m) == 0 {
 				delete(r.entries, policyID)
@@ -93,6 +130,9 @@ func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	if m == nil {
 		m = map[string]*events.AuditEntry{}
 		r.entries[policyID] = m
+	}
+	if _, ok := m[dep]; !ok {
+		count(r.committed, dep, 1)
 	}
 	m[dep] = e
 }
@@ -145,7 +185,11 @@ func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runt
 	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
 		return nil
 	}
-	r.pending[events.AuditKey(policyID, dep)] = e
+	k := auditKey{policyID, dep}
+	if _, ok := r.pending[k]; !ok {
+		count(r.pendingOf, dep, 1)
+	}
+	r.pending[k] = e
 	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
 	if e != nil {
 		o.Value = e
@@ -154,8 +198,11 @@ func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runt
 }
 
 // check is the entry of policy p for an admitted request: nil when p
-// would deny nothing.
+// would deny nothing (a policy of other tenants finds nothing).
 func check(ctx context.Context, p *admit.Compiled, dep string, ar admittedRequest, now time.Time) *events.AuditEntry {
+	if !p.AppliesTo(ar.req.Tenant) {
+		return nil
+	}
 	fs := admit.Audit(ctx, ar.req, p)
 	if len(fs) == 0 {
 		return nil
@@ -182,8 +229,15 @@ func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerd
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.admitted[v.DeploymentID] = ar
+	// A policy that does not apply to the tenant finds nothing: it only
+	// removes an entry the deployment holds, so when it holds none only
+	// the policies that apply are checked.
+	held := r.mayHold(v.DeploymentID)
 	var outs []runtime.Output
 	for _, p := range policies {
+		if !held && !p.AppliesTo(req.Tenant) {
+			continue
+		}
 		outs = append(outs, r.entryOutput(p.ID, v.DeploymentID, check(ctx, p, v.DeploymentID, ar, now))...)
 	}
 	return outs
@@ -195,20 +249,22 @@ func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerd
 func (r *Reports) policyChanged(ctx context.Context, id string, p *admit.Compiled, now time.Time) []runtime.Output {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	deps := make([]string, 0, len(r.admitted)+len(r.entries[id]))
-	for dep := range r.admitted {
-		deps = append(deps, dep)
-	}
-	for dep := range r.entries[id] {
-		if _, ok := r.admitted[dep]; !ok {
+	// A deployment the policy does not apply to (or every deployment,
+	// when the policy is gone) gets no entry: only one it holds is
+	// removed, so only those it applies to and those holding an entry
+	// are checked.
+	var deps []string
+	for dep, ar := range r.admitted {
+		if p != nil && p.AppliesTo(ar.tenantOf()) {
 			deps = append(deps, dep)
 		}
 	}
+	for dep := range r.entries[id] {
+		deps = append(deps, dep)
+	}
 	for key := range r.pending {
-		if p, dep, _ := strings.Cut(key, "/"); p == id {
-			if _, ok := r.admitted[dep]; !ok {
-				deps = append(deps, dep)
-			}
+		if key.policy == id {
+			deps = append(deps, key.dep)
 		}
 	}
 	sort.Strings(deps)
@@ -235,8 +291,7 @@ func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
 		ids = append(ids, id)
 	}
 	for key := range r.pending {
-		p, _, _ := strings.Cut(key, "/")
-		ids = append(ids, p)
+		ids = append(ids, key.policy)
 	}
 	sort.Strings(ids)
 	ids = slices.Compact(ids)

@@ -171,3 +171,68 @@ func BenchmarkReportRebuild(b *testing.B) {
 		}
 	}
 }
+
+// TestDecidedRemovesEntryOfPolicyNoLongerApplying: a deployment decided
+// again has the entry of a policy that no longer applies to its tenant
+// removed, whether that entry was read from admission.audit or written
+// by this stage and not read back yet, while a deployment holding no
+// entry writes none for such a policy.
+func TestDecidedRemovesEntryOfPolicyNoLongerApplying(t *testing.T) {
+	other, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: "other", Mode: "audit", TenantIDs: &[]string{"t2"},
+		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := `{"deployment_id":"d1","tenant":"t1","applications":[{"name":"web","class":"com.example.Web","instances":1,"flavor":"m1.xlarge"}]}`
+	v := &events.AdmissionVerdict{Admitted: true, RequestID: "r2", DeploymentID: "d1", Tenant: "t1", Request: req}
+	old := &events.AuditEntry{PolicyID: "other", DeploymentID: "d1", RequestID: "r1", Tenant: "t1", Findings: []events.AuditFinding{{Rule: "flavor-limit"}}}
+	for _, how := range []string{"committed", "pending", "none"} {
+		r := NewReports()
+		switch how {
+		case "committed":
+			r.ApplyEntry(events.AuditKey("other", "d1"), old)
+		case "pending":
+			r.entryOutput("other", "d1", old)
+		}
+		outs := r.deploymentDecided(t.Context(), v, []*admit.Compiled{other}, time.Now())
+		if how == "none" {
+			if len(outs) != 0 {
+				t.Errorf("%s: outputs %+v, want none", how, outs)
+			}
+			continue
+		}
+		if len(outs) != 1 || string(outs[0].Key) != "other/d1" || outs[0].Value != nil {
+			t.Errorf("%s: outputs %+v, want the tombstone of other/d1", how, outs)
+		}
+		if r.has("other", "d1") {
+			t.Errorf("%s: the entry is still held", how)
+		}
+	}
+}
+
+// TestPolicyNarrowedRemovesEntries: a policy rewritten to apply to
+// other tenants removes its entries for the deployments it no longer
+// applies to, read back or not yet, and adds none for them.
+func TestPolicyNarrowedRemovesEntries(t *testing.T) {
+	other, err := admit.CompilePolicy(&events.AppPolicy{PolicyID: "p", Mode: "audit", TenantIDs: &[]string{"t2"},
+		ObjectModel: `{"maxFlavor":"m1.medium","?":{"type":"io.policyflow.admission.FlavorLimit"}}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReports()
+	for _, dep := range []string{"d1", "d2", "d3"} {
+		req := &admit.Request{DeploymentID: dep, Tenant: "t1", Applications: []admit.Application{{Name: "web", Class: "com.example.Web", Instances: 1, Flavor: "m1.xlarge"}}}
+		r.ApplyDeployment(dep, admit.Record("r-"+dep, req, placement.Use{}, []string{dep + ".web"}, time.Now()))
+	}
+	old := &events.AuditEntry{PolicyID: "p", RequestID: "r", Tenant: "t1", Findings: []events.AuditFinding{{Rule: "flavor-limit"}}}
+	r.ApplyEntry(events.AuditKey("p", "d1"), old)
+	r.entryOutput("p", "d2", old)
+	outs := r.policyChanged(t.Context(), "p", other, time.Now())
+	var got []string
+	for _, o := range outs {
+		got = append(got, fmt.Sprintf("%s=%v", o.Key, o.Value != nil))
+	}
+	if want := "p/d1=false p/d2=false"; strings.Join(got, " ") != want {
+		t.Errorf("outputs %q, want %q", got, want)
+	}
+}

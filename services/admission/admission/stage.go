@@ -36,11 +36,15 @@ type Policies struct {
 	byID    map[string]*admit.Compiled
 	refused map[string]string // policy id -> why it was left out
 	sorted  []*admit.Compiled // cached, nil when stale
+	// tenants caches, per tenant, the policies that apply to it in the
+	// order they are evaluated (admit.Applicable); emptied when a policy
+	// is applied.
+	tenants map[string][]*admit.Compiled
 }
 
 // NewPolicies is an empty set.
 func NewPolicies(log zerolog.Logger) *Policies {
-	return &Policies{log: log, byID: map[string]*admit.Compiled{}, refused: map[string]string{}}
+	return &Policies{log: log, byID: map[string]*admit.Compiled{}, refused: map[string]string{}, tenants: map[string][]*admit.Compiled{}}
 }
 
 // Apply folds one app.policies record (a tombstone: nil value) in.
@@ -53,6 +57,7 @@ func (p *Policies) Apply(id string, v *events.AppPolicy) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.sorted = nil
+	clear(p.tenants)
 	delete(p.byID, id)
 	delete(p.refused, id)
 	switch {
@@ -81,6 +86,29 @@ func (p *Policies) All() []*admit.Compiled {
 	}
 	sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID })
 	p.sorted = s
+	return s
+}
+
+// ForTenant returns the policies that apply to a tenant, in the order
+// they are evaluated (admit.Applicable of All): what a request of the
+// tenant is decided against, computed once per tenant until a policy is
+// applied rather than once per request.
+func (p *Policies) ForTenant(tenant string) []*admit.Compiled {
+	p.mu.RLock()
+	s, ok := p.tenants[tenant]
+	p.mu.RUnlock()
+	if ok {
+		return s
+	}
+	all := p.All()
+	s = admit.Applicable(all, tenant)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A policy applied since All was read leaves the cache cleared: keep
+	// what was computed only when the set is still the one read.
+	if p.sorted != nil && len(p.sorted) == len(all) && (len(all) == 0 || &p.sorted[0] == &all[0]) {
+		p.tenants[tenant] = s
+	}
 	return s
 }
 
@@ -399,7 +427,7 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		var outs []runtime.Output
 		var err error
 		a.deps.With(func(deployed admit.DeployedState) {
-			outs, err = Remove(in.Value, a.names, deployed, a.pols.All(), time.Now())
+			outs, err = Remove(in.Value, a.names, deployed, a.pols.ForTenant(in.Value.Tenant), time.Now())
 		})
 		if err != nil {
 			return nil, err
@@ -422,7 +450,7 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 	var outs []runtime.Output
 	var err error
 	a.deps.With(func(deployed admit.DeployedState) {
-		outs, err = Decide(ctx, in.Value, in.Key, State{Policies: a.pols.All(), Datacenters: a.dcs.Get, Owners: a.names, Deployed: deployed, External: a.ext.External}, time.Now())
+		outs, err = Decide(ctx, in.Value, in.Key, State{Policies: a.pols.ForTenant(in.Value.Tenant), Datacenters: a.dcs.Get, Owners: a.names, Deployed: deployed, External: a.ext.External}, time.Now())
 	})
 	if err != nil {
 		return nil, err
