@@ -210,9 +210,13 @@ type tables struct {
 }
 
 // follow follows base as a table, each record folded in by apply (a
-// tombstone with a nil value), and adds it to ts.
+// tombstone with a nil value), and adds it to ts. The table keeps no
+// record: apply folds each into the stage's own indexes (policies,
+// datacenters, names, deployments, reports), and keeping the decoded
+// records too held every deployment's request twice more on the heap.
 func follow[V events.Event](env runtime.Env, ts *tables, base string, apply func(key string, v V)) error {
-	t, err := runtime.FollowTable(env, base, func(m runtime.Msg[V]) { apply(string(m.Key), m.Value) })
+	keep := func(runtime.Msg[V], struct{}, bool) (struct{}, error) { return struct{}{}, nil }
+	t, err := runtime.FollowTableOf(env, base, keep, func(m runtime.Msg[V]) { apply(string(m.Key), m.Value) })
 	if err != nil {
 		return fmt.Errorf("admission: %w", err)
 	}
