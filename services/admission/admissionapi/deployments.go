@@ -32,10 +32,10 @@ type DeploymentAccepted struct {
 	Status string `json:"status"`
 }
 
-// DryRunVerdict is the answer of POST /v1/deployments?dry_run=true: what
-// admission would decide now, and nothing deployed.
-type DryRunVerdict struct {
-	DryRun       bool                       `json:"dry_run"`
+// Decision is what a verdict says, in the answers that show one: the
+// deployment, its tenant, admitted or not and why, what the policies
+// changed, and the request as they mutated it.
+type Decision struct {
 	DeploymentID string                     `json:"deployment_id"`
 	Tenant       string                     `json:"tenant"`
 	Admitted     bool                       `json:"admitted"`
@@ -48,20 +48,26 @@ type DryRunVerdict struct {
 	Request json.RawMessage `json:"request"`
 }
 
+// decisionOf is what verdict v says.
+func decisionOf(v *events.AdmissionVerdict) Decision {
+	return Decision{DeploymentID: v.DeploymentID, Tenant: v.Tenant, Admitted: v.Admitted,
+		Violations: v.Violations, Warnings: v.Warnings, Mutations: v.Mutations, Policies: v.Policies,
+		Components: v.Components, Request: json.RawMessage(v.Request)}
+}
+
+// DryRunVerdict is the answer of POST /v1/deployments?dry_run=true: what
+// admission would decide now, and nothing deployed.
+type DryRunVerdict struct {
+	DryRun bool `json:"dry_run"`
+	Decision
+}
+
 // DeploymentVerdict is the answer of GET /v1/deployments/{deployment_id}:
 // the latest verdict on the deployment.
 type DeploymentVerdict struct {
-	DeploymentID string                     `json:"deployment_id"`
-	RequestID    string                     `json:"request_id"`
-	Tenant       string                     `json:"tenant"`
-	Admitted     bool                       `json:"admitted"`
-	Violations   []events.AdmissionFinding  `json:"violations"`
-	Warnings     []events.AdmissionFinding  `json:"warnings"`
-	Mutations    []events.AdmissionMutation `json:"mutations"`
-	Policies     []string                   `json:"policies"`
-	Components   []string                   `json:"components"`
-	Request      json.RawMessage            `json:"request"`
-	DecidedAt    string                     `json:"decided_at"`
+	RequestID string `json:"request_id"`
+	Decision
+	DecidedAt string `json:"decided_at"`
 }
 
 func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
@@ -147,11 +153,8 @@ func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Requ
 	if err != nil {
 		return web.Errorf(http.StatusInternalServerError, "dry run: %v", err)
 	}
-	out := DryRunVerdict{
-		DryRun: true, DeploymentID: req.DeploymentID, Tenant: req.Tenant, Admitted: v.Admitted,
-		Violations: ve.Violations, Warnings: ve.Warnings, Mutations: ve.Mutations, Policies: ve.Policies,
-		Components: []string{}, Request: json.RawMessage(ve.Request),
-	}
+	out := DryRunVerdict{DryRun: true, Decision: decisionOf(ve)}
+	out.Components = []string{}
 	if v.Admitted {
 		comps, err := admit.Components(v.Request, 0, time.Now())
 		if err != nil {
@@ -181,11 +184,7 @@ func (s *API) GetDeployment(w http.ResponseWriter, r *http.Request) *web.Error {
 	if caller.Role == auth.RoleTenant && v.Tenant != caller.Tenant {
 		return web.Errorf(http.StatusForbidden, "deployment %s belongs to tenant %q; token %s is scoped to tenant %q", id, v.Tenant, caller.Name, caller.Tenant)
 	}
-	web.WriteJSON(w, http.StatusOK, DeploymentVerdict{
-		DeploymentID: v.DeploymentID, RequestID: v.RequestID, Tenant: v.Tenant, Admitted: v.Admitted,
-		Violations: v.Violations, Warnings: v.Warnings, Mutations: v.Mutations, Policies: v.Policies,
-		Components: v.Components, Request: json.RawMessage(v.Request), DecidedAt: v.DecidedAt.UTC().Format(time.RFC3339Nano),
-	})
+	web.WriteJSON(w, http.StatusOK, DeploymentVerdict{RequestID: v.RequestID, Decision: decisionOf(v), DecidedAt: v.DecidedAt.UTC().Format(time.RFC3339Nano)})
 	return nil
 }
 
