@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -175,7 +177,25 @@ func TestStageAdmitsOneOfTwoRacingRequests(t *testing.T) {
 	verdicts := c.Reader(t, topology.AdmissionVerdicts)
 	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
 	stagetest.Run(t, Stage(), stagetest.Env(c.Kafka))
-	time.Sleep(3 * time.Second) // both members in the group
+	// Both members in the group, each holding partitions, before the
+	// requests race: otherwise one member alone decides them.
+	group := Stage().GroupIn(c.Kafka)
+	testkit.Eventually(t, 30*time.Second, testkit.Named("two members with partitions in "+group, func() error {
+		gs, err := c.Admin.DescribeGroups(t.Context(), group)
+		if err != nil {
+			return err
+		}
+		g := gs[group]
+		if g.State != "Stable" || len(g.Members) != 2 {
+			return fmt.Errorf("group %s is %s with %d members", group, g.State, len(g.Members))
+		}
+		for _, m := range g.Members {
+			if a, ok := m.Assigned.AsConsumer(); !ok || len(a.Topics) == 0 {
+				return fmt.Errorf("member %s holds no partition", m.MemberID)
+			}
+		}
+		return nil
+	}))
 	var wg sync.WaitGroup
 	for _, dep := range []string{"race-a", "race-b"} {
 		wg.Add(1)
