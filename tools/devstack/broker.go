@@ -322,6 +322,7 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 		return nil, fmt.Errorf("start broker on %s: %w", listen, err)
 	}
 	b := &Broker{Cluster: c, Addrs: c.ListenAddrs(), ports: bound}
+	answerEpochsAsKafka(c)
 
 	if o.DataDir != "" {
 		if err := b.restartCompaction(o.adminOpts(), cfgs["log.cleaner.backoff.ms"]); err != nil {
@@ -331,6 +332,41 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	}
 	o.Logger.Debug().Strs("addrs", b.Addrs).Str("data_dir", o.DataDir).Msg("broker started")
 	return b, nil
+}
+
+// answerEpochsAsKafka makes the cluster answer a consumer's check of its
+// position after a leader change (OffsetForLeaderEpoch, KIP-320) as Kafka
+// does. kfake knows an epoch only from the batches written in it: once a
+// partition's leader moved (ShufflePartitionLeaders, a broker stopped in a
+// rolling restart) and nothing was written since, it answers "epoch
+// unknown" for the epoch every caught-up consumer last read at, and
+// franz-go then resets the consumer to its reset offset, the start of the
+// partition for every stage: each leader move replayed whole topics
+// through the pipeline (a fault matrix saw a partition still replaying two
+// minutes on). Kafka answers with that epoch's end offset, the log end
+// when no later epoch wrote. Asking about the partition's current epoch
+// gets that answer from kfake (its high watermark), so a question about
+// an older epoch of a client that knows the current one is asked about
+// the current one. That end is never before the older epoch's, so no
+// loss is reported that did not happen, and a log that really lost
+// records (a restart after a crash, before they reached the disk) still
+// reads as loss, from where the log now ends instead of from offset 0.
+func answerEpochsAsKafka(c *kfake.Cluster) {
+	c.ControlKey(int16(kmsg.OffsetForLeaderEpoch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r, ok := req.(*kmsg.OffsetForLeaderEpochRequest)
+		if !ok || r.ReplicaID >= 0 {
+			return nil, nil, false
+		}
+		for i := range r.Topics {
+			for j := range r.Topics[i].Partitions {
+				p := &r.Topics[i].Partitions[j]
+				if p.CurrentLeaderEpoch >= 0 && p.LeaderEpoch < p.CurrentLeaderEpoch {
+					p.LeaderEpoch = p.CurrentLeaderEpoch
+				}
+			}
+		}
+		return nil, nil, false // kfake answers the question as rewritten
+	})
 }
 
 // Close stops the broker and, with a DataDir, writes its state to disk. It

@@ -423,3 +423,48 @@ func TestBrokerRestartIsARollingRestart(t *testing.T) {
 		t.Fatal("restarting broker 3 of a cluster of 3 worked, want an error")
 	}
 }
+
+// A consumer that read everything keeps its place when partition leaders
+// move while nothing is written: it checks its position with the cluster
+// (KIP-320) and must be told its epoch ends where the log ends, not that
+// the epoch is unknown, which franz-go answers by resetting it to the
+// start of the partition: every record read again after each move.
+func TestBrokerConsumersKeepTheirPlaceWhenLeadersMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := startBroker(t, BrokerOptions{Listen: "127.0.0.1:0"})
+	defer b.Close()
+	createTopic(ctx, t, b, "moved", 3, nil)
+	pcl := testClient(t, b)
+	defer pcl.Close()
+	for i := 0; i < 30; i++ {
+		produce(ctx, t, pcl, "moved", "k"+strconv.Itoa(i), "before")
+	}
+	cl := testClient(t, b, kgo.ConsumeTopics("moved"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	defer cl.Close()
+	consumeN(ctx, t, cl, 30)
+
+	for round := 0; round < 3; round++ {
+		// Leaders move twice with nothing written in between, then a
+		// record per key: the consumer gets these and nothing else.
+		b.Cluster.ShufflePartitionLeaders()
+		b.Cluster.ShufflePartitionLeaders()
+		for i := 0; i < 30; i++ {
+			produce(ctx, t, pcl, "moved", "k"+strconv.Itoa(i), "after-"+strconv.Itoa(round))
+		}
+		got := consumeN(ctx, t, cl, 30)
+		// Anything read again arrives in the same polls or just after.
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		got = append(got, cl.PollFetches(pctx).Records()...)
+		pcancel()
+		again := 0
+		for _, r := range got {
+			if string(r.Value) != "after-"+strconv.Itoa(round) {
+				again++
+			}
+		}
+		if again > 0 || len(got) != 30 {
+			t.Fatalf("round %d: after two leader moves the consumer read %d records, %d of them read before; want the 30 new ones only", round, len(got), again)
+		}
+	}
+}
