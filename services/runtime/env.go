@@ -170,6 +170,13 @@ type Metrics struct {
 	Latency    *prometheus.HistogramVec
 	Lag        *prometheus.GaugeVec
 	Txns       *prometheus.CounterVec
+	// Rewinds counts the times the broker told a stage's consumer that
+	// records it had read are gone (franz-go's ErrDataLoss: an unclean
+	// leader election, a broker that lost unsynced writes), and the
+	// consumer went back to where the log now ends or to its reset
+	// offset, reading again what it had handled. A leader move alone
+	// never does this on a healthy cluster.
+	Rewinds *prometheus.CounterVec
 	// Notifications and NotifySeconds count and time the notifications
 	// of components (script or webhook) by outcome: ok, failed,
 	// timed_out.
@@ -242,6 +249,9 @@ func NewMetrics() *Metrics {
 		Txns: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_transactions_total", Help: "Transactions ended by a stage, by outcome.",
 		}, []string{"stage", "outcome"}),
+		Rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "policyflow_consumer_rewinds_total", Help: "Times a stage's consumer was moved back on an input partition because the broker reported records it had read as lost (data loss after a leader change): what follows is read again.",
+		}, []string{"stage", "topic"}),
 		Notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "policyflow_notifications_total", Help: "Notifications of components by script or webhook, by outcome: ok, failed, timed_out.",
 		}, []string{"stage", "kind", "outcome"}),
@@ -261,7 +271,7 @@ func NewMetrics() *Metrics {
 			Buckets: endToEndBuckets,
 		}, []string{"milestone", "origin"}),
 	}
-	r.MustRegister(m.RecordsIn, m.RecordsOut, m.Errors, m.DLQ, m.Retries, m.Latency, m.Lag, m.Txns,
+	r.MustRegister(m.RecordsIn, m.RecordsOut, m.Errors, m.DLQ, m.Retries, m.Latency, m.Lag, m.Txns, m.Rewinds,
 		m.Notifications, m.NotifySeconds, m.ConsulWrites, m.ConsulSeconds, m.EndToEnd)
 	return m
 }
@@ -271,6 +281,7 @@ func (m *Metrics) start(s Stage) {
 	for _, t := range s.Inputs {
 		m.RecordsIn.WithLabelValues(s.Name, t)
 		m.DLQ.WithLabelValues(s.Name, t)
+		m.Rewinds.WithLabelValues(s.Name, t)
 	}
 	for _, t := range append([]string{topology.DLQ(s.Name)}, s.Outputs...) {
 		m.RecordsOut.WithLabelValues(s.Name, t)

@@ -99,13 +99,14 @@ func TestIdleLagReadsZero(t *testing.T) {
 
 	testkit.Eventually(t, time.Minute, testkit.Holds("both stages ready", func() bool { return len(env.Health.Status()) == 0 && len(env.Health.Detail()) == 2 }))
 	for name, want := range map[string][]string{
-		"policyflow_records_in_total":     {"stage=forward,topic=" + topology.CatchupRequests, "stage=sink,topic=out"},
-		"policyflow_records_out_total":    {"stage=forward,topic=out", "stage=forward,topic=dlq.forward", "stage=sink,topic=dlq.sink"},
-		"policyflow_dlq_total":            {"stage=forward,topic=" + topology.CatchupRequests, "stage=sink,topic=out"},
-		"policyflow_handler_errors_total": {"kind=permanent,stage=forward", "kind=transient,stage=sink"},
-		"policyflow_retries_total":        {"stage=forward", "stage=sink"},
-		"policyflow_handler_seconds":      {"stage=forward", "stage=sink"},
-		"policyflow_transactions_total":   {"outcome=committed,stage=forward", "outcome=aborted,stage=forward"},
+		"policyflow_records_in_total":       {"stage=forward,topic=" + topology.CatchupRequests, "stage=sink,topic=out"},
+		"policyflow_records_out_total":      {"stage=forward,topic=out", "stage=forward,topic=dlq.forward", "stage=sink,topic=dlq.sink"},
+		"policyflow_dlq_total":              {"stage=forward,topic=" + topology.CatchupRequests, "stage=sink,topic=out"},
+		"policyflow_handler_errors_total":   {"kind=permanent,stage=forward", "kind=transient,stage=sink"},
+		"policyflow_retries_total":          {"stage=forward", "stage=sink"},
+		"policyflow_handler_seconds":        {"stage=forward", "stage=sink"},
+		"policyflow_transactions_total":     {"outcome=committed,stage=forward", "outcome=aborted,stage=forward"},
+		"policyflow_consumer_rewinds_total": {"stage=forward,topic=" + topology.CatchupRequests, "stage=sink,topic=out"},
 	} {
 		got := series(t, env.Metrics, name)
 		for _, w := range want {

@@ -547,6 +547,12 @@ func (r *runner) logFetchErrors(fetches kgo.Fetches) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, kgo.ErrClientClosed) {
 			return
 		}
+		var loss *kgo.ErrDataLoss
+		if errors.As(err, &loss) {
+			r.env.Metrics.Rewinds.WithLabelValues(r.stage.Name, strings.TrimPrefix(t, r.env.Kafka.Prefix)).Inc()
+			r.log.Error().Err(err).Str("topic", t).Int32("partition", p).Msg("the broker lost records this stage had read; reading the partition again from where it now ends")
+			return
+		}
 		r.log.Warn().Err(err).Str("topic", t).Int32("partition", p).Msg("fetch error")
 	})
 }

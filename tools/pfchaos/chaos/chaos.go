@@ -177,12 +177,18 @@ type Row struct {
 	// Note says what the fault did, when it says more than its name
 	// (the cluster faults: moves made, errors injected).
 	Note string
+	// Rewound counts the times a stage's consumer was sent back over
+	// records it had read, the broker reporting them lost
+	// (policyflow_consumer_rewinds_total of every stage): a faithful
+	// broker does that on no fault here, and each time the pipeline
+	// handles the partition's history again.
+	Rewound int
 }
 
 // Failed reports a row with something counted or an error.
 func (r Row) Failed() bool {
 	return r.Lost != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
-		r.Unreadable != 0 || r.ReadyLied != 0 || r.LagHidden != 0 || r.Stall > r.Bound || r.Err != ""
+		r.Unreadable != 0 || r.ReadyLied != 0 || r.LagHidden != 0 || r.Rewound != 0 || r.Stall > r.Bound || r.Err != ""
 }
 
 // Matrix is the result of a run.
@@ -195,14 +201,14 @@ func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 // details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\tstall/bound\trecovery\ttook\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\trewound\tstall/bound\trecovery\ttook\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
-			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden, r.Rewound,
 			r.Stall.Seconds(), r.Bound.Seconds(), rec, r.Took.Seconds())
 	}
 	_ = tw.Flush()
@@ -322,6 +328,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 		row.Bound = s.o.ReplaceBound
 	}
 	s.obs.reset()
+	rewinds := s.rewinds()
 	from := time.Now()
 	pause := func(d time.Duration) {
 		select {
@@ -368,6 +375,9 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	}
 	row.Counters, row.Stall, row.Details = s.obs.verdict(from, s.o.OwedAfter, row.Bound, time.Now())
 	row.Details = append(row.Details, behind...)
+	var rewound []string
+	row.Rewound, rewound = rewindsSince(rewinds, s.rewinds())
+	row.Details = append(row.Details, rewound...)
 	if err := s.alive(); err != nil {
 		row.Err = err.Error()
 	}

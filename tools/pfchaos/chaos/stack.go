@@ -663,3 +663,41 @@ func metricSum(client *http.Client, url, name string) (float64, error) {
 	}
 	return sum, nil
 }
+
+// rewinds reads policyflow_consumer_rewinds_total of every stage running
+// now; a stage that does not answer is left out.
+func (s *stack) rewinds() map[string]float64 {
+	client := &http.Client{Timeout: time.Second}
+	out := map[string]float64{}
+	for _, name := range Stages {
+		s.procMu.Lock()
+		p := s.procs[name]
+		s.procMu.Unlock()
+		if p == nil {
+			continue
+		}
+		if v, err := metricSum(client, "http://"+p.HTTPAddr+"/metrics", "policyflow_consumer_rewinds_total"); err == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+// rewindsSince counts the rewinds between two readings of rewinds, with
+// what each stage did; a stage restarted in between (its count lower
+// than before) counts from 0.
+func rewindsSince(before, after map[string]float64) (int, []string) {
+	n := 0
+	var details []string
+	for _, name := range Stages {
+		d := after[name] - before[name]
+		if after[name] < before[name] {
+			d = after[name]
+		}
+		if d > 0 {
+			n += int(d)
+			details = append(details, fmt.Sprintf("%s: its consumer went back over records it had read %d times (the broker reported them lost)", name, int(d)))
+		}
+	}
+	return n, details
+}
