@@ -453,3 +453,43 @@ func TestTransactionalOutputsBeyondTheProducerBuffer(t *testing.T) {
 		t.Fatalf("got %d distinct outputs, want 200", len(seen))
 	}
 }
+
+// TestSlowPollsStayInsideTheTransactionTimeout: a poll whose records take
+// three times the transaction timeout to handle would be aborted by the
+// broker, which fences the stage's producer and stops the stage. The
+// stage aborts it itself at half the timeout and goes on in smaller
+// polls: every output once, the stage still running.
+func TestSlowPollsStayInsideTheTransactionTimeout(t *testing.T) {
+	c := newCluster(t)
+	produce(t, c, 40, -1)
+	var calls atomic.Int64
+	s := echoStage(&calls)
+	echo := s.Setup
+	s.Setup = func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+		h, done, err := echo(ctx, env)
+		return func(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
+			time.Sleep(150 * time.Millisecond)
+			return h(ctx, in)
+		}, done, err
+	}
+	env := stagetest.Env(c.Kafka)
+	env.PollRecords = 40
+	env.TransactionTimeout = 2 * time.Second
+	stop := stagetest.Run(t, s, env)
+	out := c.Read(t, "out", 40, 90*time.Second)
+	stop() // reports the stage's error, a fenced producer among them
+	seen := map[string]bool{}
+	for _, r := range out {
+		id := stagetest.Decode[*events.CatchupRequest](t, r).RequestID
+		if seen[id] {
+			t.Fatalf("duplicate output %s", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != 40 {
+		t.Fatalf("got %d distinct outputs, want 40", len(seen))
+	}
+	if got := testutil.ToFloat64(env.Metrics.Txns.WithLabelValues("echo", "aborted")); got == 0 {
+		t.Fatalf("no transaction was aborted: the poll of 40 slow records should have been cut")
+	}
+}
