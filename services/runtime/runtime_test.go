@@ -441,17 +441,7 @@ func TestTransactionalOutputsBeyondTheProducerBuffer(t *testing.T) {
 	stop := stagetest.Run(t, echoStage(&calls), env)
 	out := c.Read(t, "out", 200, 60*time.Second)
 	stop()
-	seen := map[string]bool{}
-	for _, r := range out {
-		id := stagetest.Decode[*events.CatchupRequest](t, r).RequestID
-		if seen[id] {
-			t.Fatalf("duplicate output %s", id)
-		}
-		seen[id] = true
-	}
-	if len(seen) != 200 {
-		t.Fatalf("got %d distinct outputs, want 200", len(seen))
-	}
+	eachOnce(t, out, 200)
 }
 
 // TestSlowPollsStayInsideTheTransactionTimeout: a poll whose records take
@@ -478,6 +468,16 @@ func TestSlowPollsStayInsideTheTransactionTimeout(t *testing.T) {
 	stop := stagetest.Run(t, s, env)
 	out := c.Read(t, "out", 40, 90*time.Second)
 	stop() // reports the stage's error, a fenced producer among them
+	eachOnce(t, out, 40)
+	if got := testutil.ToFloat64(env.Metrics.Txns.WithLabelValues("echo", "aborted")); got == 0 {
+		t.Fatalf("no transaction was aborted: the poll of 40 slow records should have been cut")
+	}
+}
+
+// eachOnce checks that the echo stage's outputs are n distinct requests,
+// none twice.
+func eachOnce(t *testing.T, out []*kgo.Record, n int) {
+	t.Helper()
 	seen := map[string]bool{}
 	for _, r := range out {
 		id := stagetest.Decode[*events.CatchupRequest](t, r).RequestID
@@ -486,10 +486,7 @@ func TestSlowPollsStayInsideTheTransactionTimeout(t *testing.T) {
 		}
 		seen[id] = true
 	}
-	if len(seen) != 40 {
-		t.Fatalf("got %d distinct outputs, want 40", len(seen))
-	}
-	if got := testutil.ToFloat64(env.Metrics.Txns.WithLabelValues("echo", "aborted")); got == 0 {
-		t.Fatalf("no transaction was aborted: the poll of 40 slow records should have been cut")
+	if len(seen) != n {
+		t.Fatalf("got %d distinct outputs, want %d", len(seen), n)
 	}
 }
