@@ -118,7 +118,7 @@ func (c *counter) total() (calls, components int) {
 
 func (b *bench) catchUp(ctx context.Context, n int, memoryLimit string, progress func(string, ...any)) (CatchupRun, error) {
 	res := CatchupRun{Components: n, MemoryLimit: memoryLimit, PoliciesEach: catchupPolicies, DistinctPolicies: catchupByID + catchupFilters,
-		BodyBytes: b.bodyBytes, GoalUnchangedS: 10, GoalRSSMiB: 256, PeakRSSMiB: map[string]float64{}}
+		BodyBytes: b.bodyBytes, GoalUnchangedS: 5, GoalRSSMiB: 256, PeakRSSMiB: map[string]float64{}}
 	hooks := &counter{n: map[string]int{}}
 	sim, base, stopSim, err := serveSimAndHooks(hooks)
 	if err != nil {
