@@ -2,6 +2,8 @@ package admission
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"slices"
 	"sort"
 	"strings"
@@ -24,15 +26,15 @@ import (
 // a deployment deleted.
 type Reports struct {
 	mu sync.Mutex
-	// entries: policy id -> deployment id -> entry, as committed on
-	// admission.audit.
-	entries map[string]map[string]*events.AuditEntry
+	// entries: policy id -> deployment id -> what is kept of its entry,
+	// as committed on admission.audit.
+	entries map[string]map[string]kept
 	// pending are the entries the stage wrote that the table has not
 	// read back yet (a nil entry: removed), by key: they count for the
 	// next decision at once, and are dropped when a transaction aborts
 	// (rewind). Keyed by policy and deployment, not by the record's
 	// key, so that looking an entry up builds no string.
-	pending map[auditKey]*events.AuditEntry
+	pending map[auditKey]*kept
 	// committed and pendingOf count, per deployment, its entries in
 	// entries and its keys in pending: a deployment with neither has
 	// no entry for a policy to remove.
@@ -43,6 +45,36 @@ type Reports struct {
 
 // auditKey is a policy's entry for a deployment (events.AuditKey, split).
 type auditKey struct{ policy, dep string }
+
+// kept is what a report keeps of an entry: what tells whether a new entry
+// says something else (entryOutput), its request and a digest of its
+// findings, not the findings' texts.
+type kept struct {
+	requestID string
+	findings  [sha256.Size]byte
+}
+
+// keep is what is kept of e (nil: none).
+func keep(e *events.AuditEntry) *kept {
+	if e == nil {
+		return nil
+	}
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	field := func(s string) {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(e.Findings)))])
+	for _, f := range e.Findings {
+		field(f.Rule)
+		field(f.Object)
+		field(f.Message)
+	}
+	k := &kept{requestID: strings.Clone(e.RequestID)}
+	h.Sum(k.findings[:0])
+	return k
+}
 
 // admittedRequest is a deployment's latest admitted request, as mutated.
 type admittedRequest struct {
@@ -55,7 +87,7 @@ func (ar admittedRequest) tenantOf() string { return ar.req.Tenant }
 
 // NewReports is an empty set.
 func NewReports() *Reports {
-	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
+	return &Reports{entries: map[string]map[string]kept{}, pending: map[auditKey]*kept{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
 }
 
 // ApplyEntry folds one admission.audit record (a tombstone: nil) in.
@@ -66,7 +98,7 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.applyEntry(policyID, dep, e)
+	r.applyEntry(policyID, dep, keep(e))
 	r.unpend(auditKey{policyID, dep})
 }
 
@@ -101,19 +133,23 @@ func count(m map[string]int, k string, d int) {
 // deployment, as last written.
 func (r *Reports) mayHold(dep string) bool { return r.committed[dep] > 0 || r.pendingOf[dep] > 0 }
 
-// entry is a policy's entry for a deployment, as last written.
-func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
+// entry is what is kept of a policy's entry for a deployment, as last
+// written (nil: none).
+func (r *Reports) entry(policyID, dep string) *kept {
 	if e, ok := r.pending[auditKey{policyID, dep}]; ok {
 		return e
 	}
-	return r.entries[policyID][dep]
+	if e, ok := r.entries[policyID][dep]; ok {
+		return &e
+	}
+	return nil
 }
 
 // has reports whether a policy has an entry for a deployment, as last
 // written.
 func (r *Reports) has(policyID, dep string) bool { return r.entry(policyID, dep) != nil }
 
-func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
+func (r *Reports) applyEntry(policyID, dep string, e *kept) {
 	if e == nil {
 		if m := r.entries[policyID]; m != nil {
 			if _, ok := m[dep]; ok {
@@ -128,13 +164,13 @@ func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	}
 	m := r.entries[policyID]
 	if m == nil {
-		m = map[string]*events.AuditEntry{}
+		m = map[string]kept{}
 		r.entries[policyID] = m
 	}
 	if _, ok := m[dep]; !ok {
 		count(r.committed, dep, 1)
 	}
-	m[dep] = e
+	m[dep] = *e
 }
 
 // ApplyDeployment folds one deploy.deployments record (a tombstone: nil)
@@ -155,6 +191,27 @@ func (r *Reports) ApplyDeployment(dep string, d *events.Deployment) {
 		return
 	}
 	r.admitted[dep] = ar
+}
+
+// applyAdmitted sets a deployment's admitted request, as ApplyDeployment
+// does from a record that holds it.
+func (r *Reports) applyAdmitted(dep string, ar admittedRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admitted[dep] = ar
+}
+
+// admittedAs is the admitted request held for a deployment when it is the
+// one the record d holds (the stage's own record of the decision that set
+// it: its request is the verdict's, parsed once), and nil otherwise.
+func (r *Reports) admittedAs(dep string, d *events.Deployment) *admittedRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ar, ok := r.admitted[dep]
+	if !ok || d.Request == "" || ar.requestID != d.RequestID || ar.tenant != d.Tenant {
+		return nil
+	}
+	return &ar
 }
 
 // admittedOf is the admitted request a deployment record holds. A record
@@ -181,15 +238,15 @@ func admittedOf(d *events.Deployment) (admittedRequest, bool) {
 // to e (nil: removes it), or nothing when it holds that already; it is
 // applied at once, so the next decision sees it before it commits.
 func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runtime.Output {
-	old := r.entry(policyID, dep)
-	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
+	old, now := r.entry(policyID, dep), keep(e)
+	if now == nil && old == nil || now != nil && old != nil && *old == *now {
 		return nil
 	}
 	k := auditKey{policyID, dep}
 	if _, ok := r.pending[k]; !ok {
 		count(r.pendingOf, dep, 1)
 	}
-	r.pending[k] = e
+	r.pending[k] = now
 	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
 	if e != nil {
 		o.Value = e
@@ -317,5 +374,5 @@ func (a *admitter) policyWritten(ctx context.Context, in runtime.Input) ([]runti
 	if len(outs) > 0 {
 		a.log.Info().Str("policy_id", id).Int("entries_changed", len(outs)).Msg("audit report refreshed")
 	}
-	return outs, nil
+	return a.written(outs), nil
 }

@@ -310,6 +310,9 @@ type admitter struct {
 	notices *delivery
 	// reports are the policies' audit reports.
 	reports *Reports
+	// own are the records this run wrote to the tables it follows, until
+	// they are read back.
+	own *ownWrites
 }
 
 // setup follows the tables, reads them to their ends and returns the
@@ -339,6 +342,7 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 func (a *admitter) start(ctx context.Context) error {
 	a.pols, a.dcs, a.names, a.deps = NewPolicies(a.log), NewDatacenters(a.log), NewNames(), NewDeployments()
 	a.reports = NewReports()
+	a.own = newOwnWrites()
 	a.ts = tables{}
 	if err := a.open(ctx); err != nil {
 		return err
@@ -368,19 +372,40 @@ func (a *admitter) open(ctx context.Context) error {
 	if err == nil {
 		err = follow(env, &a.ts, topology.Datacenters, a.dcs.Apply)
 	}
+	// The stage's own outputs come back on the topics it writes and
+	// follows: they were folded in as they were made (took), and are
+	// folded in again from what the stage made, not decoded.
 	if err == nil {
-		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
+		err = followOwn(env, &a.ts, topology.DeployComponents, a.own, a.names.ApplyComponent, func(id string, w ownWrite) {
+			c, _ := w.value.(*events.Component)
+			a.names.ApplyComponent(id, c)
+		})
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
+		err = followOwn(env, &a.ts, topology.AdmissionVerdicts, a.own, a.names.ApplyVerdict, func(dep string, w ownWrite) {
+			v, _ := w.value.(*events.AdmissionVerdict)
+			a.names.ApplyVerdict(dep, v)
+		})
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionAudit, a.reports.ApplyEntry)
+		err = followOwn(env, &a.ts, topology.AdmissionAudit, a.own, a.reports.ApplyEntry, func(key string, w ownWrite) {
+			e, _ := w.value.(*events.AuditEntry)
+			a.reports.ApplyEntry(key, e)
+		})
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.Deployments, func(dep string, d *events.Deployment) {
+		err = followOwn(env, &a.ts, topology.Deployments, a.own, func(dep string, d *events.Deployment) {
+			d = ownCopy(d)
 			a.deps.Apply(dep, d)
 			a.reports.ApplyDeployment(dep, d)
+		}, func(dep string, w ownWrite) {
+			d, _ := w.value.(*events.Deployment)
+			a.deps.Apply(dep, d)
+			if w.admitted != nil {
+				a.reports.applyAdmitted(dep, *w.admitted)
+			} else {
+				a.reports.ApplyDeployment(dep, d)
+			}
 		})
 	}
 	if err != nil {
@@ -440,7 +465,7 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		if v, refused := deletionRefused(outs); refused {
 			a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
 				Int("violations", len(v.Violations)).Msg("deletion refused")
-			return outs, nil
+			return a.written(outs), nil
 		}
 		if len(outs) > 0 {
 			// A deleted deployment leaves every audit report, in the
@@ -449,7 +474,7 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		}
 		a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
 			Int("outputs", len(outs)).Msg("deployment deleted")
-		return outs, nil
+		return a.written(outs), nil
 	}
 	var outs []runtime.Output
 	var err error
@@ -470,7 +495,28 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 	outs = append(a.reports.deploymentDecided(ctx, v, a.pols.All(), time.Now()), outs...)
 	a.log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
 		Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
-	return outs, nil
+	return a.written(outs), nil
+}
+
+// written marks the outputs to the topics the stage follows as this
+// run's (ownWrites), so that reading them back decodes nothing: a
+// deployment record with the admitted request the audit reports hold
+// for it.
+func (a *admitter) written(outs []runtime.Output) []runtime.Output {
+	for i := range outs {
+		o := &outs[i]
+		switch o.Topic {
+		case topology.DeployComponents, topology.AdmissionVerdicts, topology.AdmissionAudit:
+			a.own.mark(o, nil)
+		case topology.Deployments:
+			var ar *admittedRequest
+			if d, ok := o.Value.(*events.Deployment); ok {
+				ar = a.reports.admittedAs(string(o.Key), d)
+			}
+			a.own.mark(o, ar)
+		}
+	}
+	return outs
 }
 
 // took folds a decision's outputs into the tables at once, before the
