@@ -33,7 +33,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	r.joining()
 
 	for {
-		fetches := sess.PollRecords(ctx, r.pollRecords())
+		fetches := sess.PollRecords(ctx, r.pollCap())
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			return nil
 		}
@@ -87,10 +87,22 @@ func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSessio
 	// The first produce error, if any; a failure aborts what is still
 	// buffered, so the batch is given up quickly.
 	promise := kgo.AbortingFirstErrPromise(sess.Client())
-	outs, complete := r.produceBatch(ctx, sess, data, promise)
+	began := time.Now()
+	outs, handled, complete, overran := r.produceBatch(ctx, sess, data, promise)
 	committed, err := r.endTransaction(ctx, sess, promise, complete, outs)
 	if err != nil {
 		return false, err
+	}
+	if overran {
+		// The poll's records cost more than the budget: the transaction
+		// is aborted (the session rewinds to the committed offsets) and
+		// the next polls are smaller, so that none approaches the
+		// transaction timeout.
+		r.capped = max(1, handled/2)
+		r.log.Warn().Int("records", len(data)).Int("handled", handled).Dur("budget", r.pollBudget()).Int("next_poll_records", r.capped).
+			Msg("a poll's records took longer than the stage's budget; transaction aborted, polls made smaller")
+		r.rewound(ctx)
+		return false, nil
 	}
 	if !complete {
 		return true, nil
@@ -100,16 +112,25 @@ func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSessio
 		// aborted records moved forward is rebuilt before they come
 		// again.
 		r.rewound(ctx)
+		return false, nil
+	}
+	if r.capped > 0 && time.Since(began) < r.pollBudget()/4 {
+		if r.capped *= 2; r.capped >= r.pollRecords() && r.pollRecords() > 0 {
+			r.capped = 0
+		}
 	}
 	return false, nil
 }
 
 // produceBatch handles data in decode windows and produces each record's
 // outputs into the open transaction. It returns the outputs' counts by
-// topic (not the outputs, which kgo frees once acknowledged), and whether
-// every record was handled (false: the stage is stopping).
-func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise) (outs outCounts, complete bool) {
+// topic (not the outputs, which kgo frees once acknowledged), how many
+// records were handled, and whether every record was: not when the stage
+// is stopping, nor when (overran) the stage's PollBudget was spent before
+// the last record (checked before each record but the first).
+func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise) (outs outCounts, handled int, complete, overran bool) {
 	outs = outCounts{}
+	budget, began := r.pollBudget(), time.Now()
 	// The batch in hand is finished on shutdown too: its outputs are
 	// produced without the stage's context, which a signal cancels.
 	pctx := context.WithoutCancel(ctx)
@@ -117,18 +138,22 @@ func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSessio
 		window := data[start:min(start+decodeWindow, len(data))]
 		ins := r.inputsAhead(pctx, window)
 		for i, rec := range window {
+			if budget > 0 && handled > 0 && time.Since(began) > budget {
+				return outs, handled, false, true
+			}
 			recs, ok := r.process(ctx, rec, ins[i])
 			ins[i] = Input{} // its decoded value is no longer needed
 			if !ok {
-				return outs, false
+				return outs, handled, false, false
 			}
 			for _, out := range recs {
 				sess.Produce(pctx, out, promise.Promise())
 			}
 			outs.add(recs)
+			handled++
 		}
 	}
-	return outs, true
+	return outs, handled, true, false
 }
 
 // endTransaction flushes the transaction's records and ends it: it

@@ -2,8 +2,9 @@ package admission
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
+	"hash/maphash"
 	"slices"
 	"sort"
 	"strings"
@@ -51,28 +52,37 @@ type auditKey struct{ policy, dep string }
 // findings, not the findings' texts.
 type kept struct {
 	requestID string
-	findings  [sha256.Size]byte
+	findings  [2]uint64
 }
+
+// findingsSeeds seed the two halves of a findings digest (the digests
+// live in memory only, so the seeds may differ from run to run).
+var findingsSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
 // keep is what is kept of e (nil: none).
 func keep(e *events.AuditEntry) *kept {
 	if e == nil {
 		return nil
 	}
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	field := func(s string) {
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(s)))])
-		h.Write([]byte(s))
-	}
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(e.Findings)))])
-	for _, f := range e.Findings {
-		field(f.Rule)
-		field(f.Object)
-		field(f.Message)
-	}
 	k := &kept{requestID: strings.Clone(e.RequestID)}
-	h.Sum(k.findings[:0])
+	for i, seed := range findingsSeeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		var n [8]byte
+		field := func(s string) {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+			h.Write(n[:])
+			h.WriteString(s)
+		}
+		binary.LittleEndian.PutUint64(n[:], uint64(len(e.Findings)))
+		h.Write(n[:])
+		for _, f := range e.Findings {
+			field(f.Rule)
+			field(f.Object)
+			field(f.Message)
+		}
+		k.findings[i] = h.Sum64()
+	}
 	return k
 }
 
@@ -100,6 +110,33 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	defer r.mu.Unlock()
 	r.applyEntry(policyID, dep, keep(e))
 	r.unpend(auditKey{policyID, dep})
+}
+
+// applyKept folds in an admission.audit record the stage wrote itself,
+// from what was kept of it as it was written (nil: a tombstone), as
+// ApplyEntry does from the record.
+func (r *Reports) applyKept(key string, e *kept) {
+	policyID, dep, ok := strings.Cut(key, "/")
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.applyEntry(policyID, dep, e)
+	r.unpend(auditKey{policyID, dep})
+}
+
+// pendingKept is what was kept of the entry the stage wrote last under an
+// admission.audit key (nil: removed), and whether it wrote one.
+func (r *Reports) pendingKept(key string) (*kept, bool) {
+	policyID, dep, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.pending[auditKey{policyID, dep}]
+	return e, ok
 }
 
 // rewind forgets the entries written in a transaction that aborted: what
@@ -363,9 +400,16 @@ func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
 
 // policyWritten refreshes the audit report of the policy an app.policies
 // record (or tombstone) is for, from the policy as the table now holds
-// it.
+// it. The tables are caught up with first, unless a catch-up that began
+// more than ClockSkew after the record was written did (a poll of many
+// policies costs one catch-up, not one each): then only the record itself
+// is waited for in the table of app.policies.
 func (a *admitter) policyWritten(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
-	if err := a.ts.catchUp(ctx, a.env); err != nil {
+	if a.caughtUp.After(in.Timestamp.Add(ClockSkew)) {
+		if err := a.polsTable.WaitFor(ctx, in.Partition, in.Offset); err != nil {
+			return nil, fmt.Errorf("admission: read %s: %w", a.env.Kafka.Topic(topology.AppPolicies), err)
+		}
+	} else if err := a.catchUp(ctx); err != nil {
 		return nil, err
 	}
 	id := string(in.Key)

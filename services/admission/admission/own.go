@@ -41,6 +41,10 @@ type ownWrites struct {
 type ownWrite struct {
 	value    events.Event
 	admitted *admittedRequest
+	// entry, for an audit entry, is what the reports keep of it
+	// (keptEntry: whether it is known).
+	entry     *kept
+	keptEntry bool
 }
 
 func newOwnWrites() *ownWrites {
@@ -53,11 +57,12 @@ func newOwnWrites() *ownWrites {
 
 // mark tags o as written by this run and keeps its value until it is read
 // back.
-func (w *ownWrites) mark(o *runtime.Output, admitted *admittedRequest) {
+func (w *ownWrites) mark(o *runtime.Output, ow ownWrite) {
+	ow.value = o.Value
 	w.mu.Lock()
 	n := w.next
 	w.next++
-	w.m[n] = ownWrite{value: o.Value, admitted: admitted}
+	w.m[n] = ow
 	w.mu.Unlock()
 	v := make([]byte, 16)
 	copy(v, w.run[:])

@@ -214,14 +214,14 @@ type tables struct {
 // record: apply folds each into the stage's own indexes (policies,
 // datacenters, names, deployments, reports), and keeping the decoded
 // records too held every deployment's request twice more on the heap.
-func follow[V events.Event](env runtime.Env, ts *tables, base string, apply func(key string, v V)) error {
+func follow[V events.Event](env runtime.Env, ts *tables, base string, apply func(key string, v V)) (*runtime.TableOf[V, struct{}], error) {
 	keep := func(runtime.Msg[V], struct{}, bool) (struct{}, error) { return struct{}{}, nil }
 	t, err := runtime.FollowTableOf(env, base, keep, func(m runtime.Msg[V]) { apply(string(m.Key), m.Value) })
 	if err != nil {
-		return fmt.Errorf("admission: %w", err)
+		return nil, fmt.Errorf("admission: %w", err)
 	}
 	ts.bases, ts.ts = append(ts.bases, base), append(ts.ts, t)
-	return nil
+	return t, nil
 }
 
 // catchUp returns once every table holds what its topic held.
@@ -242,6 +242,10 @@ func (ts *tables) close() {
 
 // PollRecords caps the requests one transaction of the stage decides.
 const PollRecords = 1000
+
+// PollBudget bounds how long the stage handles one poll's records
+// (runtime.Stage.PollBudget; at most a third of the transaction timeout).
+const PollBudget = 10 * time.Second
 
 // Stage is the admission stage, its endpoint rules from the environment
 // (and from flags when run by runtime.Main).
@@ -264,7 +268,13 @@ func (st *stageConfig) stage() runtime.Stage {
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup:       st.setup,
+		// An app.policies record checks every admitted deployment of
+		// the policy's tenants again (a global policy: all of them), a
+		// thousand times what a request costs: a poll that takes longer
+		// than this is aborted and taken again in smaller polls, so that
+		// no transaction approaches the transaction timeout.
+		PollBudget: PollBudget,
+		Setup:      st.setup,
 		// The decisions of an aborted transaction were folded into the
 		// names, the deployments and the audit reports at once
 		// (admitter.took, Reports' pending entries): read the tables
@@ -295,9 +305,11 @@ type admitter struct {
 	deps  *Deployments
 	// ts are the tables the stage decides against: the policies, the
 	// datacenters, and who holds which names (components, deployments).
-	ts  tables
-	cl  *kgo.Client
-	adm *kadm.Client
+	ts tables
+	// polsTable is the table of app.policies (one of ts).
+	polsTable *runtime.TableOf[*events.AppPolicy, struct{}]
+	cl        *kgo.Client
+	adm       *kadm.Client
 	// caughtUp is when the last catch-up with the tables began; covered
 	// holds, per partition of deploy.requests, the end offset listed as
 	// it began: the requests before it were written before that
@@ -344,11 +356,27 @@ func (a *admitter) start(ctx context.Context) error {
 	a.reports = NewReports()
 	a.own = newOwnWrites()
 	a.ts = tables{}
+	began := time.Now()
 	if err := a.open(ctx); err != nil {
 		return err
 	}
 	a.adm = kadm.NewClient(a.cl)
-	a.caughtUp, a.covered = time.Now(), nil
+	a.caughtUp, a.covered = began, nil
+	return nil
+}
+
+// catchUp catches up with the tables, noting when it began and the end
+// offsets of deploy.requests as it began (see covers).
+func (a *admitter) catchUp(ctx context.Context) error {
+	began := time.Now()
+	ends, err := runtime.Ends(ctx, a.adm, a.env.Kafka.Topic(topology.DeployRequests))
+	if err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	if err := a.ts.catchUp(ctx, a.env); err != nil {
+		return err
+	}
+	a.caughtUp, a.covered = began, ends
 	return nil
 }
 
@@ -368,9 +396,10 @@ func (a *admitter) reread(ctx context.Context) error {
 // deploy.requests, and catches up with the tables.
 func (a *admitter) open(ctx context.Context) error {
 	env := a.env
-	err := follow(env, &a.ts, topology.AppPolicies, a.pols.Apply)
+	var err error
+	a.polsTable, err = follow(env, &a.ts, topology.AppPolicies, a.pols.Apply)
 	if err == nil {
-		err = follow(env, &a.ts, topology.Datacenters, a.dcs.Apply)
+		_, err = follow(env, &a.ts, topology.Datacenters, a.dcs.Apply)
 	}
 	// The stage's own outputs come back on the topics it writes and
 	// follows: they were folded in as they were made (took), and are
@@ -389,6 +418,10 @@ func (a *admitter) open(ctx context.Context) error {
 	}
 	if err == nil {
 		err = followOwn(env, &a.ts, topology.AdmissionAudit, a.own, a.reports.ApplyEntry, func(key string, w ownWrite) {
+			if w.keptEntry {
+				a.reports.applyKept(key, w.entry)
+				return
+			}
 			e, _ := w.value.(*events.AuditEntry)
 			a.reports.ApplyEntry(key, e)
 		})
@@ -442,15 +475,9 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 	// request was must decide it: catch up with the tables first,
 	// unless a catch-up that began after the request was written did.
 	if !covers(a.caughtUp, a.covered, in.Timestamp, in.Partition, in.Offset) {
-		began := time.Now()
-		ends, err := runtime.Ends(ctx, a.adm, a.env.Kafka.Topic(topology.DeployRequests))
-		if err != nil {
-			return nil, fmt.Errorf("admission: %w", err)
-		}
-		if err := a.ts.catchUp(ctx, a.env); err != nil {
+		if err := a.catchUp(ctx); err != nil {
 			return nil, err
 		}
-		a.caughtUp, a.covered = began, ends
 	}
 	if in.Value.Action == events.ActionDelete {
 		var outs []runtime.Output
@@ -506,14 +533,17 @@ func (a *admitter) written(outs []runtime.Output) []runtime.Output {
 	for i := range outs {
 		o := &outs[i]
 		switch o.Topic {
-		case topology.DeployComponents, topology.AdmissionVerdicts, topology.AdmissionAudit:
-			a.own.mark(o, nil)
+		case topology.DeployComponents, topology.AdmissionVerdicts:
+			a.own.mark(o, ownWrite{})
+		case topology.AdmissionAudit:
+			e, ok := a.reports.pendingKept(string(o.Key))
+			a.own.mark(o, ownWrite{entry: e, keptEntry: ok})
 		case topology.Deployments:
-			var ar *admittedRequest
+			var w ownWrite
 			if d, ok := o.Value.(*events.Deployment); ok {
-				ar = a.reports.admittedAs(string(o.Key), d)
+				w.admitted = a.reports.admittedAs(string(o.Key), d)
 			}
-			a.own.mark(o, ar)
+			a.own.mark(o, w)
 		}
 	}
 	return outs
