@@ -59,12 +59,15 @@ type kept struct {
 // live in memory only, so the seeds may differ from run to run).
 var findingsSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
 
-// keep is what is kept of e (nil: none).
+// keep is what is kept of e (nil: none). Its request id is e's: a
+// decoded entry's is copied by the caller (ApplyEntry), the stage's own
+// entries share their deployment's admitted request's (copied once, as it
+// is admitted).
 func keep(e *events.AuditEntry) *kept {
 	if e == nil {
 		return nil
 	}
-	k := &kept{requestID: strings.Clone(e.RequestID)}
+	k := &kept{requestID: e.RequestID}
 	for i, seed := range findingsSeeds {
 		var h maphash.Hash
 		h.SetSeed(seed)
@@ -108,7 +111,11 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.applyEntry(policyID, dep, keep(e))
+	k := keep(e)
+	if k != nil {
+		k.requestID = strings.Clone(k.requestID)
+	}
+	r.applyEntry(policyID, dep, k)
 	r.unpend(auditKey{policyID, dep})
 }
 
@@ -261,14 +268,14 @@ func admittedOf(d *events.Deployment) (admittedRequest, bool) {
 		if err != nil {
 			return admittedRequest{}, false
 		}
-		return admittedRequest{requestID: d.RequestID, tenant: d.Tenant, req: req}, true
+		return admittedRequest{requestID: strings.Clone(d.RequestID), tenant: strings.Clone(d.Tenant), req: req}, true
 	}
 	req := &admit.Request{DeploymentID: d.DeploymentID, Tenant: d.Tenant, Environment: d.Environment, Applications: make([]admit.Application, 0, len(d.Applications))}
 	for _, a := range d.Applications {
 		req.Applications = append(req.Applications, admit.Application{Name: a.Name, Package: a.Package, Class: a.Class,
 			Inherits: slices.Clone(a.Inherits), Instances: int(a.Instances), Flavor: a.Flavor})
 	}
-	return admittedRequest{requestID: d.RequestID, tenant: d.Tenant, req: req}, true
+	return admittedRequest{requestID: strings.Clone(d.RequestID), tenant: strings.Clone(d.Tenant), req: req}, true
 }
 
 // entryOutput is the output that sets a policy's entry for a deployment
@@ -319,7 +326,9 @@ func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerd
 	if err != nil {
 		return nil
 	}
-	ar := admittedRequest{requestID: v.RequestID, tenant: v.Tenant, req: req}
+	// The request id is kept by every entry of the deployment: copied
+	// out of the decoded record once.
+	ar := admittedRequest{requestID: strings.Clone(v.RequestID), tenant: strings.Clone(v.Tenant), req: req}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.admitted[v.DeploymentID] = ar

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -563,6 +564,11 @@ func (a *admitter) took(outs []runtime.Output) {
 			a.names.ApplyVerdict(string(o.Key), v)
 		case topology.Deployments:
 			d, _ := o.Value.(*events.Deployment)
+			if d != nil {
+				// The request id is the decoded request's, carved out of
+				// the buffer it was decoded from: the record is kept.
+				d.RequestID = strings.Clone(d.RequestID)
+			}
 			a.deps.Apply(string(o.Key), d)
 		}
 	}
