@@ -42,6 +42,10 @@ type runner struct {
 	// holds, in an at-least-once stage, keeps the offsets of effects
 	// that go on after their handler returned (Input.Hold).
 	holds *holds
+	// capped, when above 0, is how many records the next poll of a
+	// transactional stage takes, fewer than pollRecords: a poll overran
+	// the stage's PollBudget (see txn.go).
+	capped int
 }
 
 // Run runs the stage until ctx is done: it builds the handler, joins the

@@ -490,3 +490,51 @@ func eachOnce(t *testing.T, out []*kgo.Record, n int) {
 		t.Fatalf("got %d distinct outputs, want %d", len(seen), n)
 	}
 }
+
+// TestTransactionalPollBudget: a poll whose records take longer than the
+// stage's PollBudget is not committed whole: its transaction is aborted
+// once the budget is spent, the stage is rewound, and the records are
+// handled again in smaller polls, each output committed once.
+func TestTransactionalPollBudget(t *testing.T) {
+	c := newCluster(t)
+	var recs []*kgo.Record
+	for i := 0; i < 10; i++ {
+		recs = append(recs, c.Record(t, "in", "same", req("r"+strconv.Itoa(i))))
+	}
+	c.ProduceRecords(t, recs...)
+	env := stagetest.Env(c.Kafka)
+	var rewound atomic.Int64
+	stage := runtime.Stage{
+		Name:       "echo",
+		Mode:       runtime.Transactional,
+		Inputs:     []string{"in"},
+		PollBudget: 200 * time.Millisecond,
+		Setup: func(context.Context, runtime.Env) (runtime.Handler, func(), error) {
+			return runtime.Typed(runtime.SkipTombstones, func(_ context.Context, m runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
+				if m.Value.RequestID == "r2" {
+					time.Sleep(300 * time.Millisecond) // a costly record
+				}
+				return []runtime.Output{{Topic: "out", Key: m.Key, Value: req("out-" + m.Value.RequestID)}}, nil
+			}), nil, nil
+		},
+		Rewound: func(context.Context, runtime.Env, map[string][]int32) error {
+			rewound.Add(1)
+			return nil
+		},
+	}
+	stop := stagetest.Run(t, stage, env)
+	out := c.Read(t, "out", 10, 60*time.Second)
+	stop()
+	ids := map[string]int{}
+	for _, r := range out {
+		ids[stagetest.Decode[*events.CatchupRequest](t, r).RequestID]++
+	}
+	for i := 0; i < 10; i++ {
+		if id := "out-r" + strconv.Itoa(i); ids[id] != 1 {
+			t.Fatalf("%s committed %d times, want once (outputs %v)", id, ids[id], ids)
+		}
+	}
+	if rewound.Load() == 0 {
+		t.Fatalf("the poll that overran its budget was committed whole; want it aborted and the stage rewound")
+	}
+}

@@ -117,6 +117,19 @@ type Stage struct {
 	// whose records each cost far more than moving them, so that a
 	// transaction stays well within the transaction timeout.
 	PollRecords int
+	// PollBudget bounds how long a transactional stage handles one
+	// poll's records: a third of the transaction timeout unless set
+	// lower (0, or above that third, means that third). Once it is
+	// spent, the records left are not handled, the transaction is
+	// aborted and the stage is rewound (Rewound), and the poll is taken
+	// again with half the records handled in time, then twice as many
+	// after each transaction that took less than a quarter of it, up to
+	// PollRecords. Without it a poll that outlives the timeout on a busy
+	// machine is aborted by the broker, which fences the producer and
+	// stops the stage, to meet the same poll again when started. Set it
+	// lower for a stage whose records differ in cost by orders of
+	// magnitude.
+	PollBudget time.Duration
 	// DeadLetterHeaders go on every dead letter of the stage besides the
 	// reason and where the record came from (optional): who dead-lettered
 	// it, when several writers share one dead-letter topic.
@@ -152,6 +165,26 @@ func (r *runner) pollRecords() int {
 		return n
 	}
 	return r.env.PollRecords
+}
+
+// pollBudget is how long the handling of one poll may take: the stage's
+// PollBudget, at most a third of the transaction timeout (0: no limit,
+// when there is no timeout either).
+func (r *runner) pollBudget() time.Duration {
+	b, t := r.stage.PollBudget, r.env.TransactionTimeout/3
+	if t > 0 && (b <= 0 || b > t) {
+		b = t
+	}
+	return max(b, 0)
+}
+
+// pollCap is how many records the next poll of a transactional stage
+// takes: pollRecords, or fewer after a poll overran the budget.
+func (r *runner) pollCap() int {
+	if r.capped > 0 {
+		return r.capped
+	}
+	return r.pollRecords()
 }
 
 // GroupIn returns the stage's consumer group under a topic prefix.

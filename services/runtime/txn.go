@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,9 +32,8 @@ func (r *runner) runTransactional(ctx context.Context) error {
 	}
 	r.joining()
 
-	budget := newTxnBudget(r.pollRecords(), r.env.TransactionTimeout)
 	for {
-		fetches := sess.PollRecords(ctx, budget.records())
+		fetches := sess.PollRecords(ctx, r.pollCap())
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			return nil
 		}
@@ -50,7 +48,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 		// were all filtered does: the group's committed lag then reads 0
 		// once the partition is read, not the aborted records and marker
 		// until the next record comes.
-		stop, err := r.transactPoll(ctx, sess, data, budget)
+		stop, err := r.transactPoll(ctx, sess, data)
 		if stop || err != nil {
 			return err
 		}
@@ -82,49 +80,57 @@ func (r *runner) transactSession() (*kgo.GroupTransactSession, error) {
 // not be ended and the stage stops to be restarted clean. When the
 // transaction does not commit, the state its records moved forward is
 // rebuilt before the session, rewound, hands them again.
-func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, budget *txnBudget) (stop bool, err error) {
+func (r *runner) transactPoll(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record) (stop bool, err error) {
 	if err := sess.Begin(); err != nil {
 		return false, fmt.Errorf("stage %s: begin transaction: %w", r.stage.Name, err)
 	}
-	began := time.Now()
 	// The first produce error, if any; a failure aborts what is still
 	// buffered, so the batch is given up quickly.
 	promise := kgo.AbortingFirstErrPromise(sess.Client())
-	outs, handled, complete := r.produceBatch(ctx, sess, data, promise, began.Add(budget.handling()))
-	overdue := complete && handled < len(data)
-	committed, err := r.endTransaction(ctx, sess, promise, complete && !overdue, outs)
+	began := time.Now()
+	outs, handled, complete, overran := r.produceBatch(ctx, sess, data, promise)
+	committed, err := r.endTransaction(ctx, sess, promise, complete, outs)
 	if err != nil {
 		return false, err
 	}
+	if overran {
+		// The poll's records cost more than the budget: the transaction
+		// is aborted (the session rewinds to the committed offsets) and
+		// the next polls are smaller, so that none approaches the
+		// transaction timeout.
+		r.capped = max(1, handled/2)
+		r.log.Warn().Int("records", len(data)).Int("handled", handled).Dur("budget", r.pollBudget()).Int("next_poll_records", r.capped).
+			Msg("a poll's records took longer than the stage's budget; transaction aborted, polls made smaller")
+		r.rewound(ctx)
+		return false, nil
+	}
 	if !complete {
 		return true, nil
-	}
-	if overdue {
-		// The poll would have outlived the transaction's timeout (the
-		// broker would abort it and fence the stage): it is aborted
-		// here instead, and smaller polls follow until they are quick.
-		budget.overdue(handled)
-		r.log.Warn().Int("records", len(data)).Int("handled", handled).Dur("took", time.Since(began)).
-			Dur("transaction_timeout", r.env.TransactionTimeout).Int("next_poll_records", budget.records()).
-			Msg("a transaction was about to outlive its timeout: aborted, its records are handled again in smaller polls")
-	} else if committed {
-		budget.took(time.Since(began))
 	}
 	if !committed {
 		// The session rewinds to the committed offsets; state the
 		// aborted records moved forward is rebuilt before they come
 		// again.
 		r.rewound(ctx)
+		return false, nil
+	}
+	if r.capped > 0 && time.Since(began) < r.pollBudget()/4 {
+		if r.capped *= 2; r.capped >= r.pollRecords() && r.pollRecords() > 0 {
+			r.capped = 0
+		}
 	}
 	return false, nil
 }
 
 // produceBatch handles data in decode windows and produces each record's
 // outputs into the open transaction. It returns the outputs' counts by
-// topic (not the outputs, which kgo frees once acknowledged), and whether
-// every record was handled (false: the stage is stopping).
-func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise, deadline time.Time) (outs outCounts, handled int, complete bool) {
+// topic (not the outputs, which kgo frees once acknowledged), how many
+// records were handled, and whether every record was: not when the stage
+// is stopping, nor when (overran) the stage's PollBudget was spent before
+// the last record (checked before each record but the first).
+func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSession, data []*kgo.Record, promise *kgo.FirstErrPromise) (outs outCounts, handled int, complete, overran bool) {
 	outs = outCounts{}
+	budget, began := r.pollBudget(), time.Now()
 	// The batch in hand is finished on shutdown too: its outputs are
 	// produced without the stage's context, which a signal cancels.
 	pctx := context.WithoutCancel(ctx)
@@ -132,63 +138,22 @@ func (r *runner) produceBatch(ctx context.Context, sess *kgo.GroupTransactSessio
 		window := data[start:min(start+decodeWindow, len(data))]
 		ins := r.inputsAhead(pctx, window)
 		for i, rec := range window {
+			if budget > 0 && handled > 0 && time.Since(began) > budget {
+				return outs, handled, false, true
+			}
 			recs, ok := r.process(ctx, rec, ins[i])
 			ins[i] = Input{} // its decoded value is no longer needed
 			if !ok {
-				return outs, handled, false
+				return outs, handled, false, false
 			}
 			for _, out := range recs {
 				sess.Produce(pctx, out, promise.Promise())
 			}
 			outs.add(recs)
 			handled++
-			if handled < len(data) && time.Now().After(deadline) {
-				return outs, handled, true // overdue: the caller aborts
-			}
 		}
 	}
-	return outs, handled, true
-}
-
-// txnBudget keeps a transactional stage's transactions well inside the
-// broker's transaction timeout. A poll is handled in one transaction, and
-// one that outlives the timeout is aborted by the broker, which fences the
-// stage's producer: the stage stops, and started again it meets the same
-// poll on the same loaded machine. So handling stops at half the timeout
-// (the rest is for flushing and ending), the transaction is aborted, and
-// the next polls take half of what was handled in time; a transaction
-// that ends within a tenth of the timeout doubles the size again, up to
-// the stage's PollRecords.
-type txnBudget struct {
-	max, cap int
-	timeout  time.Duration
-}
-
-func newTxnBudget(max int, timeout time.Duration) *txnBudget {
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	if max <= 0 {
-		max = math.MaxInt32 // every record buffered, as kgo's 0
-	}
-	return &txnBudget{max: max, cap: max, timeout: timeout}
-}
-
-// records is the size of the next poll.
-func (b *txnBudget) records() int { return b.cap }
-
-// handling is how long records are handled before the transaction ends.
-func (b *txnBudget) handling() time.Duration { return b.timeout / 2 }
-
-// overdue shrinks the polls after a transaction that handled only
-// handled of its records in time.
-func (b *txnBudget) overdue(handled int) { b.cap = max(1, handled/2) }
-
-// took grows the polls again after a transaction that took d.
-func (b *txnBudget) took(d time.Duration) {
-	if d < b.timeout/10 && b.cap < b.max {
-		b.cap = min(b.max, b.cap*2)
-	}
+	return outs, handled, true, false
 }
 
 // endTransaction flushes the transaction's records and ends it: it

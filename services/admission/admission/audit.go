@@ -2,6 +2,9 @@ package admission
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
 	"slices"
 	"sort"
 	"strings"
@@ -24,15 +27,15 @@ import (
 // a deployment deleted.
 type Reports struct {
 	mu sync.Mutex
-	// entries: policy id -> deployment id -> entry, as committed on
-	// admission.audit.
-	entries map[string]map[string]*events.AuditEntry
+	// entries: policy id -> deployment id -> what is kept of its entry,
+	// as committed on admission.audit.
+	entries map[string]map[string]kept
 	// pending are the entries the stage wrote that the table has not
 	// read back yet (a nil entry: removed), by key: they count for the
 	// next decision at once, and are dropped when a transaction aborts
 	// (rewind). Keyed by policy and deployment, not by the record's
 	// key, so that looking an entry up builds no string.
-	pending map[auditKey]*events.AuditEntry
+	pending map[auditKey]*kept
 	// committed and pendingOf count, per deployment, its entries in
 	// entries and its keys in pending: a deployment with neither has
 	// no entry for a policy to remove.
@@ -43,6 +46,48 @@ type Reports struct {
 
 // auditKey is a policy's entry for a deployment (events.AuditKey, split).
 type auditKey struct{ policy, dep string }
+
+// kept is what a report keeps of an entry: what tells whether a new entry
+// says something else (entryOutput), its request and a digest of its
+// findings, not the findings' texts.
+type kept struct {
+	requestID string
+	findings  [2]uint64
+}
+
+// findingsSeeds seed the two halves of a findings digest (the digests
+// live in memory only, so the seeds may differ from run to run).
+var findingsSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+// keep is what is kept of e (nil: none). Its request id is e's: a
+// decoded entry's is copied by the caller (ApplyEntry), the stage's own
+// entries share their deployment's admitted request's (copied once, as it
+// is admitted).
+func keep(e *events.AuditEntry) *kept {
+	if e == nil {
+		return nil
+	}
+	k := &kept{requestID: e.RequestID}
+	for i, seed := range findingsSeeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		var n [8]byte
+		field := func(s string) {
+			binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+			h.Write(n[:])
+			h.WriteString(s)
+		}
+		binary.LittleEndian.PutUint64(n[:], uint64(len(e.Findings)))
+		h.Write(n[:])
+		for _, f := range e.Findings {
+			field(f.Rule)
+			field(f.Object)
+			field(f.Message)
+		}
+		k.findings[i] = h.Sum64()
+	}
+	return k
+}
 
 // admittedRequest is a deployment's latest admitted request, as mutated.
 type admittedRequest struct {
@@ -55,7 +100,7 @@ func (ar admittedRequest) tenantOf() string { return ar.req.Tenant }
 
 // NewReports is an empty set.
 func NewReports() *Reports {
-	return &Reports{entries: map[string]map[string]*events.AuditEntry{}, pending: map[auditKey]*events.AuditEntry{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
+	return &Reports{entries: map[string]map[string]kept{}, pending: map[auditKey]*kept{}, committed: map[string]int{}, pendingOf: map[string]int{}, admitted: map[string]admittedRequest{}}
 }
 
 // ApplyEntry folds one admission.audit record (a tombstone: nil) in.
@@ -66,8 +111,39 @@ func (r *Reports) ApplyEntry(key string, e *events.AuditEntry) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	k := keep(e)
+	if k != nil {
+		k.requestID = strings.Clone(k.requestID)
+	}
+	r.applyEntry(policyID, dep, k)
+	r.unpend(auditKey{policyID, dep})
+}
+
+// applyKept folds in an admission.audit record the stage wrote itself,
+// from what was kept of it as it was written (nil: a tombstone), as
+// ApplyEntry does from the record.
+func (r *Reports) applyKept(key string, e *kept) {
+	policyID, dep, ok := strings.Cut(key, "/")
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.applyEntry(policyID, dep, e)
 	r.unpend(auditKey{policyID, dep})
+}
+
+// pendingKept is what was kept of the entry the stage wrote last under an
+// admission.audit key (nil: removed), and whether it wrote one.
+func (r *Reports) pendingKept(key string) (*kept, bool) {
+	policyID, dep, ok := strings.Cut(key, "/")
+	if !ok {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.pending[auditKey{policyID, dep}]
+	return e, ok
 }
 
 // rewind forgets the entries written in a transaction that aborted: what
@@ -101,19 +177,23 @@ func count(m map[string]int, k string, d int) {
 // deployment, as last written.
 func (r *Reports) mayHold(dep string) bool { return r.committed[dep] > 0 || r.pendingOf[dep] > 0 }
 
-// entry is a policy's entry for a deployment, as last written.
-func (r *Reports) entry(policyID, dep string) *events.AuditEntry {
+// entry is what is kept of a policy's entry for a deployment, as last
+// written (nil: none).
+func (r *Reports) entry(policyID, dep string) *kept {
 	if e, ok := r.pending[auditKey{policyID, dep}]; ok {
 		return e
 	}
-	return r.entries[policyID][dep]
+	if e, ok := r.entries[policyID][dep]; ok {
+		return &e
+	}
+	return nil
 }
 
 // has reports whether a policy has an entry for a deployment, as last
 // written.
 func (r *Reports) has(policyID, dep string) bool { return r.entry(policyID, dep) != nil }
 
-func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
+func (r *Reports) applyEntry(policyID, dep string, e *kept) {
 	if e == nil {
 		if m := r.entries[policyID]; m != nil {
 			if _, ok := m[dep]; ok {
@@ -128,13 +208,13 @@ func (r *Reports) applyEntry(policyID, dep string, e *events.AuditEntry) {
 	}
 	m := r.entries[policyID]
 	if m == nil {
-		m = map[string]*events.AuditEntry{}
+		m = map[string]kept{}
 		r.entries[policyID] = m
 	}
 	if _, ok := m[dep]; !ok {
 		count(r.committed, dep, 1)
 	}
-	m[dep] = e
+	m[dep] = *e
 }
 
 // ApplyDeployment folds one deploy.deployments record (a tombstone: nil)
@@ -157,6 +237,27 @@ func (r *Reports) ApplyDeployment(dep string, d *events.Deployment) {
 	r.admitted[dep] = ar
 }
 
+// applyAdmitted sets a deployment's admitted request, as ApplyDeployment
+// does from a record that holds it.
+func (r *Reports) applyAdmitted(dep string, ar admittedRequest) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admitted[dep] = ar
+}
+
+// admittedAs is the admitted request held for a deployment when it is the
+// one the record d holds (the stage's own record of the decision that set
+// it: its request is the verdict's, parsed once), and nil otherwise.
+func (r *Reports) admittedAs(dep string, d *events.Deployment) *admittedRequest {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ar, ok := r.admitted[dep]
+	if !ok || d.Request == "" || ar.requestID != d.RequestID || ar.tenant != d.Tenant {
+		return nil
+	}
+	return &ar
+}
+
 // admittedOf is the admitted request a deployment record holds. A record
 // written before records carried their request holds what the policies
 // read of an application but its image, properties and scripts: its
@@ -167,29 +268,29 @@ func admittedOf(d *events.Deployment) (admittedRequest, bool) {
 		if err != nil {
 			return admittedRequest{}, false
 		}
-		return admittedRequest{requestID: d.RequestID, tenant: d.Tenant, req: req}, true
+		return admittedRequest{requestID: strings.Clone(d.RequestID), tenant: strings.Clone(d.Tenant), req: req}, true
 	}
 	req := &admit.Request{DeploymentID: d.DeploymentID, Tenant: d.Tenant, Environment: d.Environment, Applications: make([]admit.Application, 0, len(d.Applications))}
 	for _, a := range d.Applications {
 		req.Applications = append(req.Applications, admit.Application{Name: a.Name, Package: a.Package, Class: a.Class,
 			Inherits: slices.Clone(a.Inherits), Instances: int(a.Instances), Flavor: a.Flavor})
 	}
-	return admittedRequest{requestID: d.RequestID, tenant: d.Tenant, req: req}, true
+	return admittedRequest{requestID: strings.Clone(d.RequestID), tenant: strings.Clone(d.Tenant), req: req}, true
 }
 
 // entryOutput is the output that sets a policy's entry for a deployment
 // to e (nil: removes it), or nothing when it holds that already; it is
 // applied at once, so the next decision sees it before it commits.
 func (r *Reports) entryOutput(policyID, dep string, e *events.AuditEntry) []runtime.Output {
-	old := r.entry(policyID, dep)
-	if e == nil && old == nil || e != nil && old != nil && old.RequestID == e.RequestID && slices.Equal(old.Findings, e.Findings) {
+	old, now := r.entry(policyID, dep), keep(e)
+	if now == nil && old == nil || now != nil && old != nil && *old == *now {
 		return nil
 	}
 	k := auditKey{policyID, dep}
 	if _, ok := r.pending[k]; !ok {
 		count(r.pendingOf, dep, 1)
 	}
-	r.pending[k] = e
+	r.pending[k] = now
 	o := runtime.Output{Topic: topology.AdmissionAudit, Key: []byte(events.AuditKey(policyID, dep))}
 	if e != nil {
 		o.Value = e
@@ -225,7 +326,9 @@ func (r *Reports) deploymentDecided(ctx context.Context, v *events.AdmissionVerd
 	if err != nil {
 		return nil
 	}
-	ar := admittedRequest{requestID: v.RequestID, tenant: v.Tenant, req: req}
+	// The request id is kept by every entry of the deployment: copied
+	// out of the decoded record once.
+	ar := admittedRequest{requestID: strings.Clone(v.RequestID), tenant: strings.Clone(v.Tenant), req: req}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.admitted[v.DeploymentID] = ar
@@ -306,9 +409,16 @@ func (r *Reports) deploymentDeleted(dep string) []runtime.Output {
 
 // policyWritten refreshes the audit report of the policy an app.policies
 // record (or tombstone) is for, from the policy as the table now holds
-// it.
+// it. The tables are caught up with first, unless a catch-up that began
+// more than ClockSkew after the record was written did (a poll of many
+// policies costs one catch-up, not one each): then only the record itself
+// is waited for in the table of app.policies.
 func (a *admitter) policyWritten(ctx context.Context, in runtime.Input) ([]runtime.Output, error) {
-	if err := a.ts.catchUp(ctx, a.env); err != nil {
+	if a.caughtUp.After(in.Timestamp.Add(ClockSkew)) {
+		if err := a.polsTable.WaitFor(ctx, in.Partition, in.Offset); err != nil {
+			return nil, fmt.Errorf("admission: read %s: %w", a.env.Kafka.Topic(topology.AppPolicies), err)
+		}
+	} else if err := a.catchUp(ctx); err != nil {
 		return nil, err
 	}
 	id := string(in.Key)
@@ -317,5 +427,5 @@ func (a *admitter) policyWritten(ctx context.Context, in runtime.Input) ([]runti
 	if len(outs) > 0 {
 		a.log.Info().Str("policy_id", id).Int("entries_changed", len(outs)).Msg("audit report refreshed")
 	}
-	return outs, nil
+	return a.written(outs), nil
 }

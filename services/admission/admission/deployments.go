@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/policyflow/policyflow/events"
@@ -49,4 +51,51 @@ func (d *Deployments) Len() int {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.l.Len()
+}
+
+// ownCopy is a deployment record decoded from deploy.deployments, copied
+// out of the buffer it was decoded from: hamba/avro carves a record's
+// short strings out of shared buffers, and keeping one of them (a tenant,
+// a leaf) would keep every record decoded with it on the heap.
+func ownCopy(d *events.Deployment) *events.Deployment {
+	if d == nil {
+		return nil
+	}
+	c := &events.Deployment{
+		DeploymentID: strings.Clone(d.DeploymentID), Tenant: strings.Clone(d.Tenant), Environment: strings.Clone(d.Environment),
+		RequestID: strings.Clone(d.RequestID), VMs: d.VMs, Datacenter: strings.Clone(d.Datacenter),
+		Components: cloneStrings(d.Components), AdmittedAt: d.AdmittedAt, Request: strings.Clone(d.Request),
+	}
+	if d.Applications != nil {
+		c.Applications = make([]events.DeployedApplication, len(d.Applications))
+		for i, a := range d.Applications {
+			c.Applications[i] = events.DeployedApplication{Name: strings.Clone(a.Name), Class: strings.Clone(a.Class), Package: strings.Clone(a.Package),
+				Inherits: cloneStrings(a.Inherits), Instances: a.Instances, Flavor: strings.Clone(a.Flavor)}
+		}
+	}
+	if d.Resources != nil {
+		c.Resources = make([]events.PlacedResource, len(d.Resources))
+		for i, r := range d.Resources {
+			c.Resources[i] = events.PlacedResource{ResourceID: strings.Clone(r.ResourceID), Kind: strings.Clone(r.Kind), Leaf: strings.Clone(r.Leaf), Demand: slices.Clone(r.Demand)}
+		}
+	}
+	if d.Links != nil {
+		c.Links = make([]events.LinkUse, len(d.Links))
+		for i, l := range d.Links {
+			c.Links[i] = events.LinkUse{Vertex: strings.Clone(l.Vertex), BytesPerSecond: l.BytesPerSecond}
+		}
+	}
+	return c
+}
+
+// cloneStrings copies a slice of strings and each string (nil stays nil).
+func cloneStrings(s []string) []string {
+	if s == nil {
+		return nil
+	}
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strings.Clone(v)
+	}
+	return out
 }

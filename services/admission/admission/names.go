@@ -14,16 +14,21 @@ import (
 // outputs as it makes them): the admit.Owners the stage decides against.
 type Names struct {
 	mu    sync.RWMutex
-	comps map[string]*events.Component // component id -> registration
+	comps map[string]held // component id -> what its registration names
 	// byFolder and byDeployment index comps: name -> component id -> tenant.
 	byFolder     map[string]map[string]string
 	byDeployment map[string]map[string]string
 	verdicts     map[string]string // deployment id -> tenant of its latest verdict
 }
 
+// held is what Names keeps of a component's registration: the names it
+// holds and its tenant, copied out of the record (a decoded record's
+// strings share its buffer: keeping one would keep all of it).
+type held struct{ tenant, folder, deployment string }
+
 // NewNames is an empty set.
 func NewNames() *Names {
-	return &Names{comps: map[string]*events.Component{}, byFolder: map[string]map[string]string{},
+	return &Names{comps: map[string]held{}, byFolder: map[string]map[string]string{},
 		byDeployment: map[string]map[string]string{}, verdicts: map[string]string{}}
 }
 
@@ -31,17 +36,18 @@ func NewNames() *Names {
 func (n *Names) ApplyComponent(id string, c *events.Component) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if old := n.comps[id]; old != nil {
-		unindex(n.byFolder, old.ServiceComponentName, id)
-		unindex(n.byDeployment, old.DeploymentID, id)
+	if old, ok := n.comps[id]; ok {
+		unindex(n.byFolder, old.folder, id)
+		unindex(n.byDeployment, old.deployment, id)
 		delete(n.comps, id)
 	}
 	if c == nil {
 		return
 	}
-	n.comps[id] = c
-	index(n.byFolder, c.ServiceComponentName, id, c.Tenant)
-	index(n.byDeployment, c.DeploymentID, id, c.Tenant)
+	h := held{tenant: strings.Clone(c.Tenant), folder: strings.Clone(c.ServiceComponentName), deployment: strings.Clone(c.DeploymentID)}
+	n.comps[id] = h
+	index(n.byFolder, h.folder, id, h.tenant)
+	index(n.byDeployment, h.deployment, id, h.tenant)
 }
 
 // ApplyVerdict folds one admission.verdicts record (a tombstone: nil) in.
@@ -54,7 +60,10 @@ func (n *Names) ApplyVerdict(deploymentID string, v *events.AdmissionVerdict) {
 		delete(n.verdicts, deploymentID)
 		return
 	}
-	n.verdicts[deploymentID] = v.Tenant
+	if t, ok := n.verdicts[deploymentID]; ok && t == v.Tenant {
+		return
+	}
+	n.verdicts[strings.Clone(deploymentID)] = strings.Clone(v.Tenant)
 }
 
 func index(m map[string]map[string]string, name, id, tenant string) {
@@ -79,7 +88,7 @@ func (n *Names) Component(id string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return c.Tenant, true
+	return c.tenant, true
 }
 
 // Folder implements admit.Owners.

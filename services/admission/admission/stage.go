@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,14 +215,14 @@ type tables struct {
 // record: apply folds each into the stage's own indexes (policies,
 // datacenters, names, deployments, reports), and keeping the decoded
 // records too held every deployment's request twice more on the heap.
-func follow[V events.Event](env runtime.Env, ts *tables, base string, apply func(key string, v V)) error {
+func follow[V events.Event](env runtime.Env, ts *tables, base string, apply func(key string, v V)) (*runtime.TableOf[V, struct{}], error) {
 	keep := func(runtime.Msg[V], struct{}, bool) (struct{}, error) { return struct{}{}, nil }
 	t, err := runtime.FollowTableOf(env, base, keep, func(m runtime.Msg[V]) { apply(string(m.Key), m.Value) })
 	if err != nil {
-		return fmt.Errorf("admission: %w", err)
+		return nil, fmt.Errorf("admission: %w", err)
 	}
 	ts.bases, ts.ts = append(ts.bases, base), append(ts.ts, t)
-	return nil
+	return t, nil
 }
 
 // catchUp returns once every table holds what its topic held.
@@ -242,6 +243,10 @@ func (ts *tables) close() {
 
 // PollRecords caps the requests one transaction of the stage decides.
 const PollRecords = 1000
+
+// PollBudget bounds how long the stage handles one poll's records
+// (runtime.Stage.PollBudget; at most a third of the transaction timeout).
+const PollBudget = 10 * time.Second
 
 // Stage is the admission stage, its endpoint rules from the environment
 // (and from flags when run by runtime.Main).
@@ -264,7 +269,13 @@ func (st *stageConfig) stage() runtime.Stage {
 		// to seven outputs: polls of a thousand keep a transaction
 		// short on a busy machine.
 		PollRecords: PollRecords,
-		Setup:       st.setup,
+		// An app.policies record checks every admitted deployment of
+		// the policy's tenants again (a global policy: all of them), a
+		// thousand times what a request costs: a poll that takes longer
+		// than this is aborted and taken again in smaller polls, so that
+		// no transaction approaches the transaction timeout.
+		PollBudget: PollBudget,
+		Setup:      st.setup,
 		// The decisions of an aborted transaction were folded into the
 		// names, the deployments and the audit reports at once
 		// (admitter.took, Reports' pending entries): read the tables
@@ -295,9 +306,11 @@ type admitter struct {
 	deps  *Deployments
 	// ts are the tables the stage decides against: the policies, the
 	// datacenters, and who holds which names (components, deployments).
-	ts  tables
-	cl  *kgo.Client
-	adm *kadm.Client
+	ts tables
+	// polsTable is the table of app.policies (one of ts).
+	polsTable *runtime.TableOf[*events.AppPolicy, struct{}]
+	cl        *kgo.Client
+	adm       *kadm.Client
 	// caughtUp is when the last catch-up with the tables began; covered
 	// holds, per partition of deploy.requests, the end offset listed as
 	// it began: the requests before it were written before that
@@ -310,6 +323,9 @@ type admitter struct {
 	notices *delivery
 	// reports are the policies' audit reports.
 	reports *Reports
+	// own are the records this run wrote to the tables it follows, until
+	// they are read back.
+	own *ownWrites
 }
 
 // setup follows the tables, reads them to their ends and returns the
@@ -339,12 +355,29 @@ func (st *stageConfig) setup(ctx context.Context, env runtime.Env) (runtime.Hand
 func (a *admitter) start(ctx context.Context) error {
 	a.pols, a.dcs, a.names, a.deps = NewPolicies(a.log), NewDatacenters(a.log), NewNames(), NewDeployments()
 	a.reports = NewReports()
+	a.own = newOwnWrites()
 	a.ts = tables{}
+	began := time.Now()
 	if err := a.open(ctx); err != nil {
 		return err
 	}
 	a.adm = kadm.NewClient(a.cl)
-	a.caughtUp, a.covered = time.Now(), nil
+	a.caughtUp, a.covered = began, nil
+	return nil
+}
+
+// catchUp catches up with the tables, noting when it began and the end
+// offsets of deploy.requests as it began (see covers).
+func (a *admitter) catchUp(ctx context.Context) error {
+	began := time.Now()
+	ends, err := runtime.Ends(ctx, a.adm, a.env.Kafka.Topic(topology.DeployRequests))
+	if err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	if err := a.ts.catchUp(ctx, a.env); err != nil {
+		return err
+	}
+	a.caughtUp, a.covered = began, ends
 	return nil
 }
 
@@ -364,23 +397,49 @@ func (a *admitter) reread(ctx context.Context) error {
 // deploy.requests, and catches up with the tables.
 func (a *admitter) open(ctx context.Context) error {
 	env := a.env
-	err := follow(env, &a.ts, topology.AppPolicies, a.pols.Apply)
+	var err error
+	a.polsTable, err = follow(env, &a.ts, topology.AppPolicies, a.pols.Apply)
 	if err == nil {
-		err = follow(env, &a.ts, topology.Datacenters, a.dcs.Apply)
+		_, err = follow(env, &a.ts, topology.Datacenters, a.dcs.Apply)
+	}
+	// The stage's own outputs come back on the topics it writes and
+	// follows: they were folded in as they were made (took), and are
+	// folded in again from what the stage made, not decoded.
+	if err == nil {
+		err = followOwn(env, &a.ts, topology.DeployComponents, a.own, a.names.ApplyComponent, func(id string, w ownWrite) {
+			c, _ := w.value.(*events.Component)
+			a.names.ApplyComponent(id, c)
+		})
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.DeployComponents, a.names.ApplyComponent)
+		err = followOwn(env, &a.ts, topology.AdmissionVerdicts, a.own, a.names.ApplyVerdict, func(dep string, w ownWrite) {
+			v, _ := w.value.(*events.AdmissionVerdict)
+			a.names.ApplyVerdict(dep, v)
+		})
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionVerdicts, a.names.ApplyVerdict)
+		err = followOwn(env, &a.ts, topology.AdmissionAudit, a.own, a.reports.ApplyEntry, func(key string, w ownWrite) {
+			if w.keptEntry {
+				a.reports.applyKept(key, w.entry)
+				return
+			}
+			e, _ := w.value.(*events.AuditEntry)
+			a.reports.ApplyEntry(key, e)
+		})
 	}
 	if err == nil {
-		err = follow(env, &a.ts, topology.AdmissionAudit, a.reports.ApplyEntry)
-	}
-	if err == nil {
-		err = follow(env, &a.ts, topology.Deployments, func(dep string, d *events.Deployment) {
+		err = followOwn(env, &a.ts, topology.Deployments, a.own, func(dep string, d *events.Deployment) {
+			d = ownCopy(d)
 			a.deps.Apply(dep, d)
 			a.reports.ApplyDeployment(dep, d)
+		}, func(dep string, w ownWrite) {
+			d, _ := w.value.(*events.Deployment)
+			a.deps.Apply(dep, d)
+			if w.admitted != nil {
+				a.reports.applyAdmitted(dep, *w.admitted)
+			} else {
+				a.reports.ApplyDeployment(dep, d)
+			}
 		})
 	}
 	if err != nil {
@@ -417,15 +476,9 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 	// request was must decide it: catch up with the tables first,
 	// unless a catch-up that began after the request was written did.
 	if !covers(a.caughtUp, a.covered, in.Timestamp, in.Partition, in.Offset) {
-		began := time.Now()
-		ends, err := runtime.Ends(ctx, a.adm, a.env.Kafka.Topic(topology.DeployRequests))
-		if err != nil {
-			return nil, fmt.Errorf("admission: %w", err)
-		}
-		if err := a.ts.catchUp(ctx, a.env); err != nil {
+		if err := a.catchUp(ctx); err != nil {
 			return nil, err
 		}
-		a.caughtUp, a.covered = began, ends
 	}
 	if in.Value.Action == events.ActionDelete {
 		var outs []runtime.Output
@@ -440,7 +493,7 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		if v, refused := deletionRefused(outs); refused {
 			a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
 				Int("violations", len(v.Violations)).Msg("deletion refused")
-			return outs, nil
+			return a.written(outs), nil
 		}
 		if len(outs) > 0 {
 			// A deleted deployment leaves every audit report, in the
@@ -449,7 +502,7 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 		}
 		a.log.Info().Str("request_id", in.Value.RequestID).Str("deployment_id", in.Value.DeploymentID).Str("tenant", in.Value.Tenant).
 			Int("outputs", len(outs)).Msg("deployment deleted")
-		return outs, nil
+		return a.written(outs), nil
 	}
 	var outs []runtime.Output
 	var err error
@@ -470,7 +523,31 @@ func (a *admitter) decide(ctx context.Context, in runtime.Msg[*events.Deployment
 	outs = append(a.reports.deploymentDecided(ctx, v, a.pols.All(), time.Now()), outs...)
 	a.log.Info().Str("request_id", v.RequestID).Str("deployment_id", v.DeploymentID).Str("tenant", v.Tenant).
 		Bool("admitted", v.Admitted).Int("violations", len(v.Violations)).Int("mutations", len(v.Mutations)).Msg("deployment request decided")
-	return outs, nil
+	return a.written(outs), nil
+}
+
+// written marks the outputs to the topics the stage follows as this
+// run's (ownWrites), so that reading them back decodes nothing: a
+// deployment record with the admitted request the audit reports hold
+// for it.
+func (a *admitter) written(outs []runtime.Output) []runtime.Output {
+	for i := range outs {
+		o := &outs[i]
+		switch o.Topic {
+		case topology.DeployComponents, topology.AdmissionVerdicts:
+			a.own.mark(o, ownWrite{})
+		case topology.AdmissionAudit:
+			e, ok := a.reports.pendingKept(string(o.Key))
+			a.own.mark(o, ownWrite{entry: e, keptEntry: ok})
+		case topology.Deployments:
+			var w ownWrite
+			if d, ok := o.Value.(*events.Deployment); ok {
+				w.admitted = a.reports.admittedAs(string(o.Key), d)
+			}
+			a.own.mark(o, w)
+		}
+	}
+	return outs
 }
 
 // took folds a decision's outputs into the tables at once, before the
@@ -487,6 +564,11 @@ func (a *admitter) took(outs []runtime.Output) {
 			a.names.ApplyVerdict(string(o.Key), v)
 		case topology.Deployments:
 			d, _ := o.Value.(*events.Deployment)
+			if d != nil {
+				// The request id is the decoded request's, carved out of
+				// the buffer it was decoded from: the record is kept.
+				d.RequestID = strings.Clone(d.RequestID)
+			}
 			a.deps.Apply(string(o.Key), d)
 		}
 	}

@@ -304,7 +304,7 @@ func compileFlavorLimit(p params) (ruleSet, error) {
 			case at < 0:
 				emit(a.describe(), fmt.Sprintf("flavor %s is not one of %s, so it cannot be shown to be at most %s", a.Flavor, strings.Join(order, ", "), maxF))
 			case at > limit:
-				emit(a.describe(), fmt.Sprintf("flavor %s is larger than %s, the largest allowed to applications not approved", a.Flavor, maxF))
+				emit(a.describe(), "flavor "+a.Flavor+" is larger than "+maxF+", the largest allowed to applications not approved")
 			}
 		}
 	}}}}, nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/policyflow/policyflow/services/check"
@@ -319,5 +320,6 @@ func (a *Application) InNamespace(ns string) bool {
 
 // describe names the application in messages.
 func (a *Application) describe() string {
-	return fmt.Sprintf("application %q (%s)", a.Name, a.Class)
+	// fmt.Sprintf("application %q (%s)", a.Name, a.Class), without fmt.
+	return "application " + strconv.Quote(a.Name) + " (" + a.Class + ")"
 }
