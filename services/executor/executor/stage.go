@@ -36,6 +36,15 @@ const (
 	// componentWait bounds how long a record waits for deploy.components
 	// to catch up before an unknown component is reported (and retried).
 	componentWait = 10 * time.Second
+	// gcPercent is the executor's garbage collector target (see
+	// runtime.Stage.GCPercent). Its live heap is mostly what it keeps
+	// (every registration and the collections of its components, about
+	// 100 MiB at 100,000 components) and the heap grew to twice that
+	// between collections, the process to about 2.4 times: above 256 MiB
+	// while catching 100,000 components up. The garbage it makes (decoded
+	// records, encoded outputs) is short-lived and small beside what it
+	// keeps, so collecting more often costs little.
+	gcPercent = 40
 )
 
 // Config is the executor's own configuration.
@@ -86,16 +95,17 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 func StageWith(cfg Config) runtime.Stage {
 	e := &executor{cfg: cfg}
 	s := runtime.Stage{
-		Name:     topology.StageExecutor,
-		Mode:     runtime.Transactional,
-		Inputs:   []string{topology.PolicySegments},
-		Outputs:  []string{topology.ComponentPolicies},
-		Flags:    e.cfg.RegisterFlags,
-		Settings: &e.cfg,
-		Setup:    e.setup,
-		Assigned: e.assigned,
-		Revoked:  e.revoked,
-		Rewound:  e.rewound,
+		Name:      topology.StageExecutor,
+		Mode:      runtime.Transactional,
+		Inputs:    []string{topology.PolicySegments},
+		Outputs:   []string{topology.ComponentPolicies},
+		GCPercent: gcPercent,
+		Flags:     e.cfg.RegisterFlags,
+		Settings:  &e.cfg,
+		Setup:     e.setup,
+		Assigned:  e.assigned,
+		Revoked:   e.revoked,
+		Rewound:   e.rewound,
 	}
 	e.self = s
 	return s
