@@ -52,41 +52,42 @@ func TestCompactSharesBodies(t *testing.T) {
 // (which would keep the decoder's slabs alive), and leaves out the filters,
 // policy ids and config, which the executor never reads.
 func TestRegistrationKeepsWhatNextReads(t *testing.T) {
-	full := component("c1", "scn-c1")
-	full.DeploymentID, full.Tenant = "dep-1", "acme"
-	full.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://hook/c1", TimeoutMs: 500}
-	full.PolicyIDs = []string{"A", "B"}
-	full.PolicyFilters = []events.PolicyFilter{{FilterID: "f", PolicyName: "DCAE.*"}}
-	full.Config = strings.Repeat("x", 2048)
-	kept, err := registration(runtime.Msg[*events.Component]{Value: full}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kept.PolicyIDs != nil || kept.PolicyFilters != nil || kept.Config != "" {
-		t.Errorf("registration keeps what the executor never reads: ids %v, filters %v, config of %d bytes", kept.PolicyIDs, kept.PolicyFilters, len(kept.Config))
-	}
-	for name, pair := range map[string][2]string{
-		"component_id": {full.ComponentID, kept.ComponentID}, "service_component_name": {full.ServiceComponentName, kept.ServiceComponentName},
-		"webhook_url": {full.Notify.WebhookURL, kept.Notify.WebhookURL},
-	} {
-		if pair[0] != pair[1] {
-			t.Errorf("%s: kept %q, want %q", name, pair[1], pair[0])
-		} else if unsafe.StringData(pair[0]) == unsafe.StringData(pair[1]) {
-			t.Errorf("%s shares memory with the decoded record", name)
+	for _, scn := range []string{"scn-c1", "c1"} {
+		full := component("c1", scn)
+		full.DeploymentID, full.Tenant = "dep-1", "acme"
+		full.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://hook/c1", TimeoutMs: 500}
+		full.PolicyIDs = []string{"A", "B"}
+		full.PolicyFilters = []events.PolicyFilter{{FilterID: "f", PolicyName: "DCAE.*"}}
+		full.Config = strings.Repeat("x", 2048)
+		reg, err := registration(runtime.Msg[*events.Component]{Input: runtime.Input{Key: []byte("c1")}, Value: full}, nil, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{pol("A", "1")}}}},
-		UpdateID: "u1", DeploymentID: "dep-1"}
-	want, err := Next(nil, full, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Next(nil, kept, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Next from the kept registration\n %+v\nwant (from the record)\n %+v", got, want)
+		for name, s := range map[string]string{"service_component_name": reg.scn, "webhook_url": reg.notify.WebhookURL} {
+			if s != "" && (unsafe.StringData(s) == unsafe.StringData(full.ServiceComponentName) || unsafe.StringData(s) == unsafe.StringData(full.Notify.WebhookURL)) {
+				t.Errorf("%s: %s shares memory with the decoded record", scn, name)
+			}
+		}
+		kept := reg.component("c1")
+		if kept.PolicyIDs != nil || kept.PolicyFilters != nil || kept.Config != "" {
+			t.Errorf("registration keeps what the executor never reads: ids %v, filters %v, config of %d bytes", kept.PolicyIDs, kept.PolicyFilters, len(kept.Config))
+		}
+		if kept.ComponentID != "c1" || kept.ServiceComponentName != scn || kept.DeploymentID != "dep-1" || kept.Notify != full.Notify {
+			t.Errorf("%s: kept %+v, want the record's id, deployment, service_component_name and notify target", scn, kept)
+		}
+		d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{pol("A", "1")}}}},
+			UpdateID: "u1", DeploymentID: "dep-1"}
+		want, err := Next(nil, full, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Next(nil, kept, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Next from the kept registration\n %+v\nwant (from the record)\n %+v", got, want)
+		}
 	}
 }
 

@@ -136,7 +136,7 @@ type executor struct {
 	// comps is deploy.components; tables follows component.policies from
 	// the first assignment on (nil before), and is started anew when the
 	// member gains partitions (see follow).
-	comps  *runtime.Table[*events.Component]
+	comps  *runtime.TableOf[*events.Component, *registered]
 	tables *runtime.Follower
 
 	// cols holds the collections of the components this member may
@@ -199,8 +199,11 @@ func (e *executor) component(ctx context.Context, id string) (*events.Component,
 
 // componentRow is what the table says of a component, if anything.
 func (e *executor) componentRow(id string) (componentRow, bool) {
-	c, found := e.comps.Get(id)
-	return componentRow{comp: c, deleted: found && c == nil}, found
+	r, found := e.comps.Get(id)
+	if r == nil {
+		return componentRow{deleted: found}, found
+	}
+	return componentRow{comp: r.component(id)}, true
 }
 
 func (e *executor) handle(ctx context.Context, in runtime.Msg[*events.PolicySegment]) ([]runtime.Output, error) {

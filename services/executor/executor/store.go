@@ -29,7 +29,7 @@ type collectionStore struct {
 	codec *events.Codec
 	// comps is deploy.components, read by keep to place a component by
 	// its registration.
-	comps *runtime.Table[*events.Component]
+	comps *runtime.TableOf[*events.Component, *registered]
 
 	mu sync.Mutex
 	// committed holds component.policies as read, compacted (see
@@ -126,8 +126,8 @@ func (s *collectionStore) keep(key string, cp *events.ComponentPolicies) bool {
 	if s.ownsDeployment(cp.DeploymentID) {
 		return true
 	}
-	c, _ := s.comps.Get(key)
-	return c != nil && s.ownsDeployment(c.DeploymentID)
+	r, _ := s.comps.Get(key)
+	return r != nil && s.ownsDeployment(r.deploymentID)
 }
 
 // ownsDeployment says whether the deployment's updates come to this
