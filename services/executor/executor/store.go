@@ -37,7 +37,7 @@ type collectionStore struct {
 	// with every string and body shared with the other components that
 	// hold the same policy. The executor's own writes coming back are
 	// recognised by their bytes as they are read.
-	committed map[string]*events.ComponentPolicies
+	committed map[string]*kept
 	overlay   map[string]overlayEntry // own writes not yet read back
 	// owned are the policy.segments partitions this member holds, of
 	// segParts; committed keeps only the collections of components whose
@@ -63,7 +63,7 @@ func newCollectionStore(log zerolog.Logger, codec *events.Codec) *collectionStor
 	return &collectionStore{
 		log:       log,
 		codec:     codec,
-		committed: map[string]*events.ComponentPolicies{},
+		committed: map[string]*kept{},
 		overlay:   map[string]overlayEntry{},
 		owned:     map[int32]bool{},
 		elsewhere: map[string]struct{}{},
@@ -110,8 +110,8 @@ func (s *collectionStore) apply(ctx context.Context, rec *kgo.Record) error {
 // may update the component, and otherwise notes that it has one
 // elsewhere. Callers hold mu.
 func (s *collectionStore) store(key string, cp *events.ComponentPolicies) {
-	if s.keep(key, cp) {
-		s.committed[key] = compact(cp)
+	if s.keep(key, cp.DeploymentID) {
+		s.committed[key] = compact(key, cp, s.registration(key))
 		delete(s.elsewhere, key)
 		return
 	}
@@ -122,12 +122,22 @@ func (s *collectionStore) store(key string, cp *events.ComponentPolicies) {
 // keep says whether this member may update the component: its
 // collection's deployment, or the one it is registered in now, lives on a
 // policy.segments partition it holds. Callers hold mu.
-func (s *collectionStore) keep(key string, cp *events.ComponentPolicies) bool {
-	if s.ownsDeployment(cp.DeploymentID) {
+func (s *collectionStore) keep(key, deploymentID string) bool {
+	if s.ownsDeployment(deploymentID) {
 		return true
 	}
-	r, _ := s.comps.Get(key)
+	r := s.registration(key)
 	return r != nil && s.ownsDeployment(r.deploymentID)
+}
+
+// registration is what deploy.components holds of the component, if
+// anything.
+func (s *collectionStore) registration(key string) *registered {
+	if s.comps == nil {
+		return nil
+	}
+	r, _ := s.comps.Get(key)
+	return r
 }
 
 // ownsDeployment says whether the deployment's updates come to this
@@ -156,7 +166,7 @@ func (s *collectionStore) lookup(id string) (cp *events.ComponentPolicies, elsew
 		return o.cp, false
 	}
 	_, other := s.elsewhere[id]
-	return s.committed[id], other
+	return s.committed[id].collection(id), other
 }
 
 // fetched keeps the collection executor.fetch read for a component
@@ -165,8 +175,8 @@ func (s *collectionStore) lookup(id string) (cp *events.ComponentPolicies, elsew
 func (s *collectionStore) fetched(ctx context.Context, id string, latest []byte) *events.ComponentPolicies {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cp, ok := s.committed[id]; ok { // the follower got there first
-		return cp
+	if k, ok := s.committed[id]; ok { // the follower got there first
+		return k.collection(id)
 	}
 	delete(s.elsewhere, id)
 	if latest == nil {
@@ -177,10 +187,11 @@ func (s *collectionStore) fetched(ctx context.Context, id string, latest []byte)
 		s.log.Error().Err(err).Str("component_id", id).Msg("committed collection unreadable; the component gathers anew")
 		return nil
 	}
-	s.committed[id] = compact(cp)
+	k := compact(id, cp, s.registration(id))
+	s.committed[id] = k
 	s.log.Info().Str("component_id", id).Int64("generation", cp.Generation).
 		Msg("read the collection of a component that moved to a deployment of this member's")
-	return s.committed[id]
+	return k.collection(id)
 }
 
 // own adds policy.segments partitions (of n) to those held and says
@@ -206,8 +217,8 @@ func (s *collectionStore) disown(lost []int32) {
 	for _, p := range lost {
 		delete(s.owned, p)
 	}
-	for key, cp := range s.committed {
-		if !s.keep(key, cp) {
+	for key, k := range s.committed {
+		if !s.keep(key, k.deploymentID) {
 			delete(s.committed, key)
 			s.elsewhere[key] = struct{}{}
 		}
@@ -244,8 +255,8 @@ func (s *collectionStore) counts() (kept, elsewhere int) {
 }
 
 // current is the component's latest collection: our own latest write, or
-// the committed one (compacted: its updated and removed policies are left
-// out). A committed value that could not be decoded counts as none, so
+// the committed one (compacted: only what Next reads, see kept). A
+// committed value that could not be decoded counts as none, so
 // the component gathers its whole collection anew. The caller must not
 // change what it returns.
 func (e *executor) current(ctx context.Context, id string) (*events.ComponentPolicies, error) {
