@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 
@@ -52,12 +53,30 @@ type collectionStore struct {
 
 // overlayEntry is a collection this executor produced and has not yet
 // seen come back committed; partition is the policy.segments partition
-// whose update produced it.
+// whose update produced it. It is kept compacted, as it will be once read
+// back, and the record as produced by its length and hash (sumOf), not
+// its bytes: at 100,000 components the records in flight and their
+// decoded updates, kept until read back, were about 25 MiB of the
+// executor's heap.
 type overlayEntry struct {
-	cp        *events.ComponentPolicies
-	raw       []byte // cp as produced
+	k         *kept
+	updateID  string
+	size      int
+	sum       uint64
 	partition int32
 }
+
+// overlaySeed seeds the hashes of the records an executor produced.
+var overlaySeed = maphash.MakeSeed()
+
+// sumOf is the hash that recognises a record as one this executor
+// produced (with its length): 64 bits of a hash seeded at random per
+// process, so two records of one component that differ and hash alike
+// are as likely as 2^-64.
+func sumOf(raw []byte) uint64 { return maphash.Bytes(overlaySeed, raw) }
+
+// mine says whether raw is the record o was produced as.
+func (o overlayEntry) mine(raw []byte) bool { return len(raw) == o.size && sumOf(raw) == o.sum }
 
 func newCollectionStore(log zerolog.Logger, codec *events.Codec) *collectionStore {
 	return &collectionStore{
@@ -82,10 +101,10 @@ func (s *collectionStore) apply(ctx context.Context, rec *kgo.Record) error {
 		delete(s.elsewhere, key)
 		return nil
 	}
-	if o, ok := s.overlay[key]; ok && bytes.Equal(o.raw, rec.Value) {
+	if o, ok := s.overlay[key]; ok && o.mine(rec.Value) {
 		// Committed caught up with our own write: keep what we wrote.
 		delete(s.overlay, key)
-		s.store(key, o.cp)
+		s.storeKept(key, o.k)
 		return nil
 	}
 	cp, err := s.decode(ctx, key, rec.Value)
@@ -99,7 +118,7 @@ func (s *collectionStore) apply(ctx context.Context, rec *kgo.Record) error {
 	}
 	// Written by another member, or read back from an older run: compare
 	// what it is.
-	if o, ok := s.overlay[key]; ok && o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
+	if o, ok := s.overlay[key]; ok && o.k.generation == cp.Generation && o.updateID == cp.UpdateID {
 		delete(s.overlay, key)
 	}
 	s.store(key, cp)
@@ -115,6 +134,22 @@ func (s *collectionStore) store(key string, cp *events.ComponentPolicies) {
 		delete(s.elsewhere, key)
 		return
 	}
+	s.notKept(key)
+}
+
+// storeKept is store of a collection already compacted. Callers hold mu.
+func (s *collectionStore) storeKept(key string, k *kept) {
+	if s.keep(key, k.deploymentID) {
+		s.committed[key] = k
+		delete(s.elsewhere, key)
+		return
+	}
+	s.notKept(key)
+}
+
+// notKept notes that the component has a collection, kept elsewhere.
+// Callers hold mu.
+func (s *collectionStore) notKept(key string) {
 	delete(s.committed, key)
 	s.elsewhere[strings.Clone(key)] = struct{}{}
 }
@@ -163,7 +198,7 @@ func (s *collectionStore) lookup(id string) (cp *events.ComponentPolicies, elsew
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if o, ok := s.overlay[id]; ok {
-		return o.cp, false
+		return o.k.collection(id), false
 	}
 	_, other := s.elsewhere[id]
 	return s.committed[id].collection(id), other
@@ -228,10 +263,16 @@ func (s *collectionStore) disown(lost []int32) {
 // wrote records the collections produced for an update read from a
 // policy.segments partition, until they are read back.
 func (s *collectionStore) wrote(writes []written, partition int32) {
+	entries := make([]overlayEntry, len(writes))
+	for i, w := range writes {
+		id := w.cp.ComponentID
+		entries[i] = overlayEntry{k: compact(id, w.cp, s.registration(id)), updateID: strings.Clone(w.cp.UpdateID),
+			size: len(w.raw), sum: sumOf(w.raw), partition: partition}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range writes {
-		s.overlay[w.cp.ComponentID] = overlayEntry{cp: w.cp, raw: w.raw, partition: partition}
+	for i, w := range writes {
+		s.overlay[strings.Clone(w.cp.ComponentID)] = entries[i]
 	}
 }
 
