@@ -38,12 +38,11 @@ const (
 	componentWait = 10 * time.Second
 	// gcPercent is the executor's garbage collector target (see
 	// runtime.Stage.GCPercent). Its live heap is mostly what it keeps
-	// (every registration and the collections of its components, about
-	// 100 MiB at 100,000 components) and the heap grew to twice that
-	// between collections, the process to about 2.4 times: above 256 MiB
-	// while catching 100,000 components up. The garbage it makes (decoded
-	// records, encoded outputs) is short-lived and small beside what it
-	// keeps, so collecting more often costs little.
+	// (every registration and the collections of its components) and,
+	// with Go's default of 100, its process grew to about 2.4 times that
+	// while catching 100,000 components up: above 256 MiB. The garbage it
+	// makes (decoded records, encoded outputs) is short-lived, so
+	// collecting more often costs little.
 	gcPercent = 40
 )
 
