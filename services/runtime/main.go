@@ -193,6 +193,7 @@ func Main(s Stage) {
 		log.Error().Err(err).Msg("invalid configuration")
 		os.Exit(2)
 	}
+	s.SetGCPercent(log)
 	ctx, cancel := SignalContext(context.Background())
 	defer cancel()
 	env := NewEnv(o.Kafka, log)

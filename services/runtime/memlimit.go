@@ -126,3 +126,29 @@ func (o Options) SetMemoryLimit(log zerolog.Logger) error {
 	}
 	return nil
 }
+
+// ApplyGCPercent sets the garbage collector's target percentage to a
+// stage's own (Stage.GCPercent) and returns what it set and why (for the
+// start-up log); 0 when it set nothing: the stage has none, or GOGC is
+// set, which wins. Under a soft memory limit far above the live heap the
+// heap grows to twice what is live between collections (GOGC=100), and
+// the process to more; a lower target keeps it nearer the live heap, for
+// more collections.
+func ApplyGCPercent(stage int) (int, string) {
+	if stage <= 0 {
+		return 0, "Go's default"
+	}
+	if os.Getenv("GOGC") != "" {
+		return 0, "GOGC is set"
+	}
+	rtdebug.SetGCPercent(stage)
+	return stage, "the stage's own"
+}
+
+// SetGCPercent applies the stage's GCPercent (ApplyGCPercent) and logs
+// what it set.
+func (s Stage) SetGCPercent(log zerolog.Logger) {
+	if pct, why := ApplyGCPercent(s.GCPercent); pct > 0 {
+		log.Info().Int("percent", pct).Str("from", why).Msg("garbage collector target set")
+	}
+}

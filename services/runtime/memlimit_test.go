@@ -83,3 +83,23 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Errorf("auto with GOMEMLIMIT set: set %d (%s), want GOMEMLIMIT left to the runtime", n, why)
 	}
 }
+
+// TestApplyGCPercent sets a stage's own garbage collector target, and
+// leaves Go's default when the stage has none or GOGC is set.
+func TestApplyGCPercent(t *testing.T) {
+	before := rtdebug.SetGCPercent(100)
+	t.Cleanup(func() { rtdebug.SetGCPercent(before) })
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+
+	if pct, why := ApplyGCPercent(30); pct != 30 || rtdebug.SetGCPercent(100) != 30 {
+		t.Errorf("a stage's 30: set %d (%s)", pct, why)
+	}
+	if pct, _ := ApplyGCPercent(0); pct != 0 || rtdebug.SetGCPercent(100) != 100 {
+		t.Errorf("no stage target: set %d, want Go's default left", pct)
+	}
+	t.Setenv("GOGC", "200")
+	if pct, why := ApplyGCPercent(30); pct != 0 || !strings.Contains(why, "GOGC") || rtdebug.SetGCPercent(100) != 100 {
+		t.Errorf("with GOGC set: set %d (%s), want GOGC left to the runtime", pct, why)
+	}
+}

@@ -130,6 +130,12 @@ type Stage struct {
 	// lower for a stage whose records differ in cost by orders of
 	// magnitude.
 	PollBudget time.Duration
+	// GCPercent, when above 0, is the garbage collector's target for
+	// the stage's process (runtime/debug.SetGCPercent) in place of Go's
+	// default of 100, unless GOGC is set: a stage whose live heap is
+	// large lets its heap grow by this share of it between collections
+	// instead of doubling it (see ApplyGCPercent).
+	GCPercent int
 	// DeadLetterHeaders go on every dead letter of the stage besides the
 	// reason and where the record came from (optional): who dead-lettered
 	// it, when several writers share one dead-letter topic.

@@ -27,11 +27,11 @@ func BenchmarkCompact(b *testing.B) {
 		recs[i] = &events.ComponentPolicies{ComponentID: fmt.Sprintf("c%05d", i), DeploymentID: fmt.Sprintf("d%04d", i/10),
 			ServiceComponentName: fmt.Sprintf("scn-%05d", i), UpdateID: "u1", Generation: 1, Policies: ps}
 	}
-	kept := make([]*events.ComponentPolicies, comps)
+	kept := make([]*kept, comps)
 	var heap float64
 	for b.Loop() {
 		for i, rec := range recs {
-			kept[i] = compact(rec)
+			kept[i] = compact(rec.ComponentID, rec, nil)
 		}
 		b.StopTimer()
 		var before, after runtime.MemStats
@@ -39,7 +39,7 @@ func BenchmarkCompact(b *testing.B) {
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		for i, rec := range recs {
-			kept[i] = compact(rec)
+			kept[i] = compact(rec.ComponentID, rec, nil)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

@@ -225,7 +225,7 @@ func TestNext(t *testing.T) {
 			}
 			// The executor keeps committed collections compacted: the
 			// next collection must not depend on what compact leaves out.
-			fromCompact, err := Next(compact(tc.cur), tc.comp, tc.d)
+			fromCompact, err := Next(compacted(tc.cur), tc.comp, tc.d)
 			if err != nil || !reflect.DeepEqual(fromCompact, tc.want) {
 				t.Errorf("from the compacted collection: got %+v (%v)\nwant %+v", fromCompact, err, tc.want)
 			}

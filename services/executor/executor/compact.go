@@ -14,36 +14,78 @@ import (
 	"github.com/policyflow/policyflow/services/runtime"
 )
 
-// compact is what the executor keeps of a component's committed
-// collection: what Next and the read-back of its own writes need (the
-// policies, generation, update, registration fields), without the updated
-// and removed policies, which only the consul-writer and the notifier
-// read. Every string of the policies and of the registration is
-// canonicalised with package unique, so the components that hold the
-// same version of a policy share one copy of its body: at 100,000
-// components that hold the same few policies the executor keeps each body
-// once instead of 100,000 times. A body no collection holds any more is
-// freed by the garbage collector.
-func compact(cp *events.ComponentPolicies) *events.ComponentPolicies {
+// kept is what the executor keeps of a component's committed collection:
+// what Next reads of it (its deployment, service_component_name, notify
+// target, generation, policies and whether it is uninstalled). The
+// updated and removed policies, which only the consul-writer and the
+// notifier read, and the update id, catch-up mark and time of the
+// update, which Next does not read, are left out; the component id is
+// the store's key. At 100,000 components this is 80 bytes where the
+// events.ComponentPolicies of copies was 240 and its strings.
+type kept struct {
+	deploymentID string
+	// scn is the service_component_name; "" when it is the component
+	// id (scnIsID).
+	scn string
+	// policies are shared with the other components that hold the same
+	// (see compactPolicies); read only.
+	policies []events.Policy
+	// notify is the registration's when it is the same (see
+	// registered), else a copy of its own; read only.
+	notify      *events.NotifyTarget
+	generation  int64
+	uninstalled bool
+	scnIsID     bool
+}
+
+// compact is what the executor keeps of component id's committed
+// collection cp (see kept), given its registration, if any (reg; nil
+// when none is known). Every string of the policies and of the
+// collection is canonicalised with package unique, or shared with the
+// registration, so the components that hold the same version of a policy
+// share one copy of its body: at 100,000 components that hold the same
+// few policies the executor keeps each body once instead of 100,000
+// times. A body no collection holds any more is freed by the garbage
+// collector.
+func compact(id string, cp *events.ComponentPolicies, reg *registered) *kept {
 	if cp == nil {
 		return nil
 	}
-	out := &events.ComponentPolicies{
-		ComponentID:          strings.Clone(cp.ComponentID),
-		DeploymentID:         intern(cp.DeploymentID),
-		ServiceComponentName: strings.Clone(cp.ServiceComponentName),
-		// An update id is shared by one deployment's components at most:
-		// a copy costs less than an entry in unique's map.
-		UpdateID:   strings.Clone(cp.UpdateID),
-		CatchUp:    cp.CatchUp,
-		Generation: cp.Generation,
-		Policies:   compactPolicies(cp.Policies),
-		Notify: events.NotifyTarget{Kind: intern(cp.Notify.Kind), ScriptPath: intern(cp.Notify.ScriptPath),
-			WebhookURL: strings.Clone(cp.Notify.WebhookURL), TimeoutMs: cp.Notify.TimeoutMs},
-		Uninstalled: cp.Uninstalled,
-		UpdatedAt:   cp.UpdatedAt,
+	k := &kept{
+		deploymentID: intern(cp.DeploymentID),
+		policies:     compactPolicies(cp.Policies),
+		generation:   cp.Generation,
+		uninstalled:  cp.Uninstalled,
 	}
-	return out
+	switch scn := cp.ServiceComponentName; {
+	case scn != "" && scn == id:
+		k.scnIsID = true
+	case reg != nil && !reg.scnIsID && reg.scn == scn:
+		k.scn = reg.scn
+	default:
+		k.scn = strings.Clone(scn)
+	}
+	if reg != nil && reg.notify == cp.Notify {
+		k.notify = &reg.notify
+	} else {
+		k.notify = &events.NotifyTarget{Kind: intern(cp.Notify.Kind), ScriptPath: intern(cp.Notify.ScriptPath),
+			WebhookURL: strings.Clone(cp.Notify.WebhookURL), TimeoutMs: cp.Notify.TimeoutMs}
+	}
+	return k
+}
+
+// collection is the kept collection of component id as Next reads it;
+// nil when k is. The caller must not change its policies.
+func (k *kept) collection(id string) *events.ComponentPolicies {
+	if k == nil {
+		return nil
+	}
+	scn := k.scn
+	if k.scnIsID {
+		scn = id
+	}
+	return &events.ComponentPolicies{ComponentID: id, DeploymentID: k.deploymentID, ServiceComponentName: scn,
+		Generation: k.generation, Policies: k.policies, Notify: *k.notify, Uninstalled: k.uninstalled}
 }
 
 // policySets are the policy lists of compacted collections, keyed by
@@ -123,25 +165,48 @@ func appendPolicySetKey(b []byte, ps []events.Policy) []byte {
 	return b
 }
 
-// registration is what the executor keeps of a component's record of
+// registered is what the executor keeps of a component's record of
 // deploy.components: the fields Next and the collection store read (its
-// deployment, service_component_name, tenant and notify target), copied
-// out of the decoded record. Keeping the decoded record itself would keep
-// its filters, policy ids and config, and the decoder's shared string
-// slabs with them: about 3 KiB per component, 300 MiB of the executor's
-// heap at 100,000 components.
-func registration(m runtime.Msg[*events.Component], _ *events.Component, _ bool) (*events.Component, error) {
+// deployment, service_component_name and notify target), copied out of
+// the decoded record. Keeping the decoded record itself would keep its
+// filters, policy ids and config, and the decoder's shared string slabs
+// with them: about 3 KiB per component, 300 MiB of the executor's heap at
+// 100,000 components; keeping an events.Component of the copies, 224
+// bytes where this is 96, was 13 MiB more at 100,000. The component id
+// is the table's key, not kept again.
+type registered struct {
+	deploymentID string
+	// scn is the service_component_name; "" when it is the component
+	// id (scnIsID), as it often is, so that it is not kept twice.
+	scn     string
+	notify  events.NotifyTarget
+	scnIsID bool
+}
+
+// registration is the Build of the executor's view of deploy.components.
+func registration(m runtime.Msg[*events.Component], _ *registered, _ bool) (*registered, error) {
 	c := m.Value
-	return &events.Component{
-		ComponentID:          strings.Clone(c.ComponentID),
-		DeploymentID:         intern(c.DeploymentID),
-		ServiceComponentName: strings.Clone(c.ServiceComponentName),
-		Tenant:               intern(c.Tenant),
-		Notify: events.NotifyTarget{Kind: intern(c.Notify.Kind), ScriptPath: intern(c.Notify.ScriptPath),
+	r := &registered{
+		deploymentID: intern(c.DeploymentID),
+		notify: events.NotifyTarget{Kind: intern(c.Notify.Kind), ScriptPath: intern(c.Notify.ScriptPath),
 			WebhookURL: strings.Clone(c.Notify.WebhookURL), TimeoutMs: c.Notify.TimeoutMs},
-		Generation: c.Generation,
-		UpdatedAt:  c.UpdatedAt,
-	}, nil
+	}
+	if c.ServiceComponentName == string(m.Key) && c.ServiceComponentName != "" {
+		r.scnIsID = true
+	} else {
+		r.scn = strings.Clone(c.ServiceComponentName)
+	}
+	return r, nil
+}
+
+// component is the registration as Next reads it: the component id's
+// record with what the executor keeps of it (see registered).
+func (r *registered) component(id string) *events.Component {
+	scn := r.scn
+	if r.scnIsID {
+		scn = id
+	}
+	return &events.Component{ComponentID: id, DeploymentID: r.deploymentID, ServiceComponentName: scn, Notify: r.notify}
 }
 
 // intern is s's canonical copy.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/policyflow/policyflow/events"
@@ -28,7 +29,7 @@ func TestCompactSharesBodies(t *testing.T) {
 	if unsafe.StringData(a.Policies[0].Body) == unsafe.StringData(b.Policies[0].Body) {
 		t.Fatal("the test's bodies share memory before compact; it would prove nothing")
 	}
-	ca, cb := compact(a), compact(b)
+	ca, cb := compacted(a), compacted(b)
 	if unsafe.StringData(ca.Policies[0].Body) != unsafe.StringData(cb.Policies[0].Body) {
 		t.Error("two compacted collections holding the same body keep two copies of it")
 	}
@@ -38,10 +39,10 @@ func TestCompactSharesBodies(t *testing.T) {
 	if len(ca.UpdatedPolicies) != 0 || len(ca.RemovedPolicies) != 0 {
 		t.Errorf("compacted collection keeps updated %v and removed %v", ca.UpdatedPolicies, ca.RemovedPolicies)
 	}
-	if ca.ComponentID != "c1" || ca.Generation != 3 || ca.UpdateID != "u1" || ca.ServiceComponentName != "c1" {
+	if ca.ComponentID != "c1" || ca.Generation != 3 || ca.ServiceComponentName != "c1" || ca.DeploymentID != "dep-1" {
 		t.Errorf("compacted collection lost its identity: %+v", ca)
 	}
-	if compact(nil) != nil {
+	if compacted(nil) != nil {
 		t.Error("compact(nil) is not nil")
 	}
 }
@@ -52,41 +53,42 @@ func TestCompactSharesBodies(t *testing.T) {
 // (which would keep the decoder's slabs alive), and leaves out the filters,
 // policy ids and config, which the executor never reads.
 func TestRegistrationKeepsWhatNextReads(t *testing.T) {
-	full := component("c1", "scn-c1")
-	full.DeploymentID, full.Tenant = "dep-1", "acme"
-	full.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://hook/c1", TimeoutMs: 500}
-	full.PolicyIDs = []string{"A", "B"}
-	full.PolicyFilters = []events.PolicyFilter{{FilterID: "f", PolicyName: "DCAE.*"}}
-	full.Config = strings.Repeat("x", 2048)
-	kept, err := registration(runtime.Msg[*events.Component]{Value: full}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kept.PolicyIDs != nil || kept.PolicyFilters != nil || kept.Config != "" {
-		t.Errorf("registration keeps what the executor never reads: ids %v, filters %v, config of %d bytes", kept.PolicyIDs, kept.PolicyFilters, len(kept.Config))
-	}
-	for name, pair := range map[string][2]string{
-		"component_id": {full.ComponentID, kept.ComponentID}, "service_component_name": {full.ServiceComponentName, kept.ServiceComponentName},
-		"webhook_url": {full.Notify.WebhookURL, kept.Notify.WebhookURL},
-	} {
-		if pair[0] != pair[1] {
-			t.Errorf("%s: kept %q, want %q", name, pair[1], pair[0])
-		} else if unsafe.StringData(pair[0]) == unsafe.StringData(pair[1]) {
-			t.Errorf("%s shares memory with the decoded record", name)
+	for _, scn := range []string{"scn-c1", "c1"} {
+		full := component("c1", scn)
+		full.DeploymentID, full.Tenant = "dep-1", "acme"
+		full.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://hook/c1", TimeoutMs: 500}
+		full.PolicyIDs = []string{"A", "B"}
+		full.PolicyFilters = []events.PolicyFilter{{FilterID: "f", PolicyName: "DCAE.*"}}
+		full.Config = strings.Repeat("x", 2048)
+		reg, err := registration(runtime.Msg[*events.Component]{Input: runtime.Input{Key: []byte("c1")}, Value: full}, nil, false)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{pol("A", "1")}}}},
-		UpdateID: "u1", DeploymentID: "dep-1"}
-	want, err := Next(nil, full, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Next(nil, kept, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Next from the kept registration\n %+v\nwant (from the record)\n %+v", got, want)
+		for name, s := range map[string]string{"service_component_name": reg.scn, "webhook_url": reg.notify.WebhookURL} {
+			if s != "" && (unsafe.StringData(s) == unsafe.StringData(full.ServiceComponentName) || unsafe.StringData(s) == unsafe.StringData(full.Notify.WebhookURL)) {
+				t.Errorf("%s: %s shares memory with the decoded record", scn, name)
+			}
+		}
+		kept := reg.component("c1")
+		if kept.PolicyIDs != nil || kept.PolicyFilters != nil || kept.Config != "" {
+			t.Errorf("registration keeps what the executor never reads: ids %v, filters %v, config of %d bytes", kept.PolicyIDs, kept.PolicyFilters, len(kept.Config))
+		}
+		if kept.ComponentID != "c1" || kept.ServiceComponentName != scn || kept.DeploymentID != "dep-1" || kept.Notify != full.Notify {
+			t.Errorf("%s: kept %+v, want the record's id, deployment, service_component_name and notify target", scn, kept)
+		}
+		d := Delta{ComponentDelta: events.ComponentDelta{ComponentID: "c1", AddedPolicies: []events.FilterMatch{{FilterID: "f", Policies: []events.Policy{pol("A", "1")}}}},
+			UpdateID: "u1", DeploymentID: "dep-1"}
+		want, err := Next(nil, full, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Next(nil, kept, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("Next from the kept registration\n %+v\nwant (from the record)\n %+v", got, want)
+		}
 	}
 }
 
@@ -102,7 +104,7 @@ func TestCompactSharesPolicyLists(t *testing.T) {
 		}
 		return &events.ComponentPolicies{ComponentID: id, DeploymentID: "dep-1", ServiceComponentName: id, UpdateID: "u1", Generation: 1, Policies: ps}
 	}
-	a, b, c := compact(collection("c1", "1")), compact(collection("c2", "1")), compact(collection("c3", "2"))
+	a, b, c := compacted(collection("c1", "1")), compacted(collection("c2", "1")), compacted(collection("c3", "2"))
 	if &a.Policies[0] != &b.Policies[0] {
 		t.Error("two components holding the same policies keep two lists")
 	}
@@ -122,5 +124,57 @@ func TestCompactSharesPolicyLists(t *testing.T) {
 	}
 	if !reflect.DeepEqual(b.Policies, before) {
 		t.Errorf("a change of c1 changed c2's shared list: %+v, was %+v", b.Policies, before)
+	}
+}
+
+// compacted is cp as the executor keeps it, with no registration known,
+// read back as Next reads it.
+func compacted(cp *events.ComponentPolicies) *events.ComponentPolicies {
+	if cp == nil {
+		return nil
+	}
+	return compact(cp.ComponentID, cp, nil).collection(cp.ComponentID)
+}
+
+// TestCompactSharesWithTheRegistration: a kept collection whose
+// service_component_name or notify target are the registration's shares
+// them with it, keeps none of the decoded record's memory, and reads back
+// as what was committed; one whose service_component_name is its id
+// keeps no copy of it.
+func TestCompactSharesWithTheRegistration(t *testing.T) {
+	for _, scn := range []string{"scn-c1", "c1"} {
+		comp := component("c1", scn)
+		comp.DeploymentID = "dep-1"
+		comp.Notify = events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://hook/c1", TimeoutMs: 500}
+		reg, err := registration(runtime.Msg[*events.Component]{Input: runtime.Input{Key: []byte("c1")}, Value: comp}, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := pol("A", "1")
+		cp := &events.ComponentPolicies{ComponentID: "c1", DeploymentID: "dep-1", ServiceComponentName: string([]byte(scn)), UpdateID: "u1",
+			Generation: 2, Policies: []events.Policy{p}, Notify: comp.Notify, UpdatedAt: time.UnixMilli(1000).UTC()}
+		cp.Notify.WebhookURL = string([]byte(cp.Notify.WebhookURL)) // as decoded: a copy of its own
+		k := compact("c1", cp, reg)
+		if k.notify != &reg.notify {
+			t.Errorf("%s: the kept collection copies the registration's notify target", scn)
+		}
+		switch {
+		case scn == "c1" && (!k.scnIsID || k.scn != ""):
+			t.Errorf("%s: keeps a copy of its service_component_name, its id", scn)
+		case scn != "c1" && unsafe.StringData(k.scn) != unsafe.StringData(reg.scn):
+			t.Errorf("%s: keeps a service_component_name of its own, not the registration's", scn)
+		}
+		want := &events.ComponentPolicies{ComponentID: "c1", DeploymentID: "dep-1", ServiceComponentName: scn, Generation: 2,
+			Policies: []events.Policy{p}, Notify: comp.Notify}
+		if got := k.collection("c1"); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: read back\n %+v\nwant\n %+v", scn, got, want)
+		}
+		// Another notify target than the registration's is the
+		// collection's own, copied.
+		cp.Notify.TimeoutMs = 900
+		if k := compact("c1", cp, reg); k.notify == &reg.notify || *k.notify != cp.Notify ||
+			unsafe.StringData(k.notify.WebhookURL) == unsafe.StringData(cp.Notify.WebhookURL) {
+			t.Errorf("%s: a notify target other than the registration's kept as %+v", scn, k.notify)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 
@@ -29,7 +30,7 @@ type collectionStore struct {
 	codec *events.Codec
 	// comps is deploy.components, read by keep to place a component by
 	// its registration.
-	comps *runtime.Table[*events.Component]
+	comps *runtime.TableOf[*events.Component, *registered]
 
 	mu sync.Mutex
 	// committed holds component.policies as read, compacted (see
@@ -37,7 +38,7 @@ type collectionStore struct {
 	// with every string and body shared with the other components that
 	// hold the same policy. The executor's own writes coming back are
 	// recognised by their bytes as they are read.
-	committed map[string]*events.ComponentPolicies
+	committed map[string]*kept
 	overlay   map[string]overlayEntry // own writes not yet read back
 	// owned are the policy.segments partitions this member holds, of
 	// segParts; committed keeps only the collections of components whose
@@ -52,18 +53,36 @@ type collectionStore struct {
 
 // overlayEntry is a collection this executor produced and has not yet
 // seen come back committed; partition is the policy.segments partition
-// whose update produced it.
+// whose update produced it. It is kept compacted, as it will be once read
+// back, and the record as produced by its length and hash (sumOf), not
+// its bytes: at 100,000 components the records in flight and their
+// decoded updates, kept until read back, were about 25 MiB of the
+// executor's heap.
 type overlayEntry struct {
-	cp        *events.ComponentPolicies
-	raw       []byte // cp as produced
+	k         *kept
+	updateID  string
+	size      int
+	sum       uint64
 	partition int32
 }
+
+// overlaySeed seeds the hashes of the records an executor produced.
+var overlaySeed = maphash.MakeSeed()
+
+// sumOf is the hash that recognises a record as one this executor
+// produced (with its length): 64 bits of a hash seeded at random per
+// process, so two records of one component that differ and hash alike
+// are as likely as 2^-64.
+func sumOf(raw []byte) uint64 { return maphash.Bytes(overlaySeed, raw) }
+
+// mine says whether raw is the record o was produced as.
+func (o overlayEntry) mine(raw []byte) bool { return len(raw) == o.size && sumOf(raw) == o.sum }
 
 func newCollectionStore(log zerolog.Logger, codec *events.Codec) *collectionStore {
 	return &collectionStore{
 		log:       log,
 		codec:     codec,
-		committed: map[string]*events.ComponentPolicies{},
+		committed: map[string]*kept{},
 		overlay:   map[string]overlayEntry{},
 		owned:     map[int32]bool{},
 		elsewhere: map[string]struct{}{},
@@ -82,10 +101,10 @@ func (s *collectionStore) apply(ctx context.Context, rec *kgo.Record) error {
 		delete(s.elsewhere, key)
 		return nil
 	}
-	if o, ok := s.overlay[key]; ok && bytes.Equal(o.raw, rec.Value) {
+	if o, ok := s.overlay[key]; ok && o.mine(rec.Value) {
 		// Committed caught up with our own write: keep what we wrote.
 		delete(s.overlay, key)
-		s.store(key, o.cp)
+		s.storeKept(key, o.k)
 		return nil
 	}
 	cp, err := s.decode(ctx, key, rec.Value)
@@ -99,7 +118,7 @@ func (s *collectionStore) apply(ctx context.Context, rec *kgo.Record) error {
 	}
 	// Written by another member, or read back from an older run: compare
 	// what it is.
-	if o, ok := s.overlay[key]; ok && o.cp.Generation == cp.Generation && o.cp.UpdateID == cp.UpdateID {
+	if o, ok := s.overlay[key]; ok && o.k.generation == cp.Generation && o.updateID == cp.UpdateID {
 		delete(s.overlay, key)
 	}
 	s.store(key, cp)
@@ -110,11 +129,27 @@ func (s *collectionStore) apply(ctx context.Context, rec *kgo.Record) error {
 // may update the component, and otherwise notes that it has one
 // elsewhere. Callers hold mu.
 func (s *collectionStore) store(key string, cp *events.ComponentPolicies) {
-	if s.keep(key, cp) {
-		s.committed[key] = compact(cp)
+	if s.keep(key, cp.DeploymentID) {
+		s.committed[key] = compact(key, cp, s.registration(key))
 		delete(s.elsewhere, key)
 		return
 	}
+	s.notKept(key)
+}
+
+// storeKept is store of a collection already compacted. Callers hold mu.
+func (s *collectionStore) storeKept(key string, k *kept) {
+	if s.keep(key, k.deploymentID) {
+		s.committed[key] = k
+		delete(s.elsewhere, key)
+		return
+	}
+	s.notKept(key)
+}
+
+// notKept notes that the component has a collection, kept elsewhere.
+// Callers hold mu.
+func (s *collectionStore) notKept(key string) {
 	delete(s.committed, key)
 	s.elsewhere[strings.Clone(key)] = struct{}{}
 }
@@ -122,12 +157,22 @@ func (s *collectionStore) store(key string, cp *events.ComponentPolicies) {
 // keep says whether this member may update the component: its
 // collection's deployment, or the one it is registered in now, lives on a
 // policy.segments partition it holds. Callers hold mu.
-func (s *collectionStore) keep(key string, cp *events.ComponentPolicies) bool {
-	if s.ownsDeployment(cp.DeploymentID) {
+func (s *collectionStore) keep(key, deploymentID string) bool {
+	if s.ownsDeployment(deploymentID) {
 		return true
 	}
-	c, _ := s.comps.Get(key)
-	return c != nil && s.ownsDeployment(c.DeploymentID)
+	r := s.registration(key)
+	return r != nil && s.ownsDeployment(r.deploymentID)
+}
+
+// registration is what deploy.components holds of the component, if
+// anything.
+func (s *collectionStore) registration(key string) *registered {
+	if s.comps == nil {
+		return nil
+	}
+	r, _ := s.comps.Get(key)
+	return r
 }
 
 // ownsDeployment says whether the deployment's updates come to this
@@ -153,10 +198,10 @@ func (s *collectionStore) lookup(id string) (cp *events.ComponentPolicies, elsew
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if o, ok := s.overlay[id]; ok {
-		return o.cp, false
+		return o.k.collection(id), false
 	}
 	_, other := s.elsewhere[id]
-	return s.committed[id], other
+	return s.committed[id].collection(id), other
 }
 
 // fetched keeps the collection executor.fetch read for a component
@@ -165,8 +210,8 @@ func (s *collectionStore) lookup(id string) (cp *events.ComponentPolicies, elsew
 func (s *collectionStore) fetched(ctx context.Context, id string, latest []byte) *events.ComponentPolicies {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cp, ok := s.committed[id]; ok { // the follower got there first
-		return cp
+	if k, ok := s.committed[id]; ok { // the follower got there first
+		return k.collection(id)
 	}
 	delete(s.elsewhere, id)
 	if latest == nil {
@@ -177,10 +222,11 @@ func (s *collectionStore) fetched(ctx context.Context, id string, latest []byte)
 		s.log.Error().Err(err).Str("component_id", id).Msg("committed collection unreadable; the component gathers anew")
 		return nil
 	}
-	s.committed[id] = compact(cp)
+	k := compact(id, cp, s.registration(id))
+	s.committed[id] = k
 	s.log.Info().Str("component_id", id).Int64("generation", cp.Generation).
 		Msg("read the collection of a component that moved to a deployment of this member's")
-	return s.committed[id]
+	return k.collection(id)
 }
 
 // own adds policy.segments partitions (of n) to those held and says
@@ -206,8 +252,8 @@ func (s *collectionStore) disown(lost []int32) {
 	for _, p := range lost {
 		delete(s.owned, p)
 	}
-	for key, cp := range s.committed {
-		if !s.keep(key, cp) {
+	for key, k := range s.committed {
+		if !s.keep(key, k.deploymentID) {
 			delete(s.committed, key)
 			s.elsewhere[key] = struct{}{}
 		}
@@ -217,10 +263,16 @@ func (s *collectionStore) disown(lost []int32) {
 // wrote records the collections produced for an update read from a
 // policy.segments partition, until they are read back.
 func (s *collectionStore) wrote(writes []written, partition int32) {
+	entries := make([]overlayEntry, len(writes))
+	for i, w := range writes {
+		id := w.cp.ComponentID
+		entries[i] = overlayEntry{k: compact(id, w.cp, s.registration(id)), updateID: strings.Clone(w.cp.UpdateID),
+			size: len(w.raw), sum: sumOf(w.raw), partition: partition}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, w := range writes {
-		s.overlay[w.cp.ComponentID] = overlayEntry{cp: w.cp, raw: w.raw, partition: partition}
+	for i, w := range writes {
+		s.overlay[strings.Clone(w.cp.ComponentID)] = entries[i]
 	}
 }
 
@@ -244,8 +296,8 @@ func (s *collectionStore) counts() (kept, elsewhere int) {
 }
 
 // current is the component's latest collection: our own latest write, or
-// the committed one (compacted: its updated and removed policies are left
-// out). A committed value that could not be decoded counts as none, so
+// the committed one (compacted: only what Next reads, see kept). A
+// committed value that could not be decoded counts as none, so
 // the component gathers its whole collection anew. The caller must not
 // change what it returns.
 func (e *executor) current(ctx context.Context, id string) (*events.ComponentPolicies, error) {
