@@ -332,11 +332,7 @@ func TestReadPartitionsStopsAtEnd(t *testing.T) {
 
 func TestTransactionalProduceFailureAborts(t *testing.T) {
 	c := newCluster(t)
-	var recs []*kgo.Record
-	for i := 0; i < 10; i++ {
-		recs = append(recs, c.Record(t, "in", "same", req("r"+strconv.Itoa(i))))
-	}
-	c.ProduceRecords(t, recs...)
+	produceOneKey(t, c, 10)
 	env := stagetest.Env(c.Kafka)
 	env.MaxRecordBytes = 4096
 	var mu sync.Mutex
@@ -368,15 +364,7 @@ func TestTransactionalProduceFailureAborts(t *testing.T) {
 			t.Fatalf("the output that failed was committed")
 		}
 	}
-	ids := map[string]int{}
-	for _, r := range out {
-		ids[stagetest.Decode[*events.CatchupRequest](t, r).RequestID]++
-	}
-	for i := 0; i < 10; i++ {
-		if id := "out-r" + strconv.Itoa(i); ids[id] != 1 {
-			t.Fatalf("%s committed %d times, want once (outputs %v)", id, ids[id], ids)
-		}
-	}
+	eachOnce(t, out, 10)
 	mu.Lock()
 	defer mu.Unlock()
 	if calls["r4"] != 2 {
@@ -497,11 +485,7 @@ func eachOnce(t *testing.T, out []*kgo.Record, n int) {
 // handled again in smaller polls, each output committed once.
 func TestTransactionalPollBudget(t *testing.T) {
 	c := newCluster(t)
-	var recs []*kgo.Record
-	for i := 0; i < 10; i++ {
-		recs = append(recs, c.Record(t, "in", "same", req("r"+strconv.Itoa(i))))
-	}
-	c.ProduceRecords(t, recs...)
+	produceOneKey(t, c, 10)
 	env := stagetest.Env(c.Kafka)
 	var rewound atomic.Int64
 	stage := runtime.Stage{
@@ -525,16 +509,19 @@ func TestTransactionalPollBudget(t *testing.T) {
 	stop := stagetest.Run(t, stage, env)
 	out := c.Read(t, "out", 10, 60*time.Second)
 	stop()
-	ids := map[string]int{}
-	for _, r := range out {
-		ids[stagetest.Decode[*events.CatchupRequest](t, r).RequestID]++
-	}
-	for i := 0; i < 10; i++ {
-		if id := "out-r" + strconv.Itoa(i); ids[id] != 1 {
-			t.Fatalf("%s committed %d times, want once (outputs %v)", id, ids[id], ids)
-		}
-	}
+	eachOnce(t, out, 10)
 	if rewound.Load() == 0 {
 		t.Fatalf("the poll that overran its budget was committed whole; want it aborted and the stage rewound")
 	}
+}
+
+// produceOneKey writes n requests r0, r1, ... to "in", all under one key
+// (one partition, in order).
+func produceOneKey(t *testing.T, c *stagetest.Cluster, n int) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		recs = append(recs, c.Record(t, "in", "same", req("r"+strconv.Itoa(i))))
+	}
+	c.ProduceRecords(t, recs...)
 }
