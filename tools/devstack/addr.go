@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 )
 
@@ -22,6 +23,31 @@ func FreeAddr() (string, error) {
 		return "", fmt.Errorf("release free port %s: %w", addr, err)
 	}
 	return addr, nil
+}
+
+// freePorts returns n distinct loopback ports free a moment ago, none of
+// them in taken. Each listener is held until all are picked: closed one by
+// one, the kernel may hand the same port out twice, and a Consul agent
+// given one port for two uses does not start.
+func freePorts(n int, taken ...int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free loopback port: %w", err)
+		}
+		lns = append(lns, ln)
+		if p := ln.Addr().(*net.TCPAddr).Port; !slices.Contains(taken, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
 }
 
 func freePort() (int, error) {

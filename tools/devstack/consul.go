@@ -181,15 +181,14 @@ func startConsulOnce(ctx context.Context, bin string, o ConsulOptions, host stri
 
 	var ports [3]int // http, serf lan, server rpc
 	ports[0] = httpPort
+	picked, err := freePorts(3, httpPort)
+	if err != nil {
+		return fail(fmt.Errorf("start consul: %w", err))
+	}
 	for i := range ports {
-		if ports[i] != 0 {
-			continue
+		if ports[i] == 0 {
+			ports[i] = picked[i]
 		}
-		p, err := freePort()
-		if err != nil {
-			return fail(fmt.Errorf("start consul: %w", err))
-		}
-		ports[i] = p
 	}
 	client := host
 	if isUnspecified(host) {

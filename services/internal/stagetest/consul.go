@@ -104,12 +104,34 @@ func FreePort(t testing.TB) int {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ps, err := freePorts(1)
 	if err != nil {
-		return 0, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
+		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ps[0], nil
+}
+
+// freePorts returns n distinct ports free on 127.0.0.1 a moment ago. Each
+// listener is held until all are picked: closed one by one, the kernel
+// may hand the same port out twice, and an agent given one port for two
+// uses does not start.
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for len(ports) < n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // ModifyIndexes returns every key under prefix with its ModifyIndex: two
@@ -183,13 +205,14 @@ type consulAgent struct {
 // free one when 0), and returns once it has a leader and accepts KV
 // writes.
 func startConsul(bin string, httpPort int) (*consulAgent, error) {
-	ports := make([]int, 3)
-	for i := range ports {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	for i := 1; i < len(ports); i++ {
+		if ports[i] == httpPort { // the caller's port, free until the agent takes it
+			ports[i] = ports[0]
 		}
-		ports[i] = p
 	}
 	if httpPort == 0 {
 		httpPort = ports[0]
