@@ -20,18 +20,7 @@ func TestConsumerFetchesAreBounded(t *testing.T) {
 		{set: 64 << 10, total: 64 << 10, partOne: 64 << 10},
 		{set: 0, total: 50 << 20, partOne: 1 << 20}, // franz-go's defaults
 	} {
-		r := &runner{
-			stage: Stage{Name: "echo", Mode: Transactional, Inputs: []string{"in"}},
-			env:   Env{Kafka: Kafka{Brokers: []string{"127.0.0.1:1"}}, FetchMaxBytes: tc.set},
-		}
-		opts, err := r.consumeOpts()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := stageClient(t, Env{FetchMaxBytes: tc.set})
 		total, part := cl.OptValue(kgo.FetchMaxBytes), cl.OptValue(kgo.FetchMaxPartitionBytes)
 		cl.Close()
 		if total != tc.total || part != tc.partOne {
@@ -48,22 +37,28 @@ func TestProducerBuffersAreBounded(t *testing.T) {
 		t.Fatalf("NewEnv's MaxBufferedOutputs = %d, want DefaultMaxBufferedOutputs %d", got, DefaultMaxBufferedOutputs)
 	}
 	for _, tc := range []struct{ set, want int }{{set: 100, want: 100}, {set: 0, want: 50000}} {
-		r := &runner{
-			stage: Stage{Name: "echo", Mode: Transactional, Inputs: []string{"in"}},
-			env:   Env{Kafka: Kafka{Brokers: []string{"127.0.0.1:1"}}, MaxBufferedOutputs: tc.set},
-		}
-		opts, err := r.consumeOpts()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := stageClient(t, Env{MaxBufferedOutputs: tc.set})
 		got := cl.OptValue(kgo.MaxBufferedRecords)
 		cl.Close()
 		if got != int64(tc.want) {
 			t.Errorf("MaxBufferedOutputs %d: the producer buffers %v records (%T), want %d", tc.set, got, got, tc.want)
 		}
 	}
+}
+
+// stageClient is the client a transactional stage would consume and
+// produce with under env (its brokers set to one that is never dialled).
+func stageClient(t *testing.T, env Env) *kgo.Client {
+	t.Helper()
+	env.Kafka = Kafka{Brokers: []string{"127.0.0.1:1"}}
+	r := &runner{stage: Stage{Name: "echo", Mode: Transactional, Inputs: []string{"in"}}, env: env}
+	opts, err := r.consumeOpts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
