@@ -39,6 +39,9 @@ type ownWrites struct {
 // parsed (nil when the record holds none), so that reading it back
 // parses nothing.
 type ownWrite struct {
+	// key is the record's key: a record under another key that carries
+	// the header (copied by another writer) is not this write.
+	key      string
 	value    events.Event
 	admitted *admittedRequest
 	// entry, for an audit entry, is what the reports keep of it
@@ -58,7 +61,7 @@ func newOwnWrites() *ownWrites {
 // mark tags o as written by this run and keeps its value until it is read
 // back.
 func (w *ownWrites) mark(o *runtime.Output, ow ownWrite) {
-	ow.value = o.Value
+	ow.key, ow.value = string(o.Key), o.Value
 	w.mu.Lock()
 	n := w.next
 	w.next++
@@ -84,8 +87,11 @@ func (w *ownWrites) take(rec *kgo.Record) (ownWrite, bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		ow, ok := w.m[n]
+		if !ok || ow.key != string(rec.Key) {
+			return ownWrite{}, false // decoded as anyone's record
+		}
 		delete(w.m, n)
-		return ow, ok
+		return ow, true
 	}
 	return ownWrite{}, false
 }

@@ -31,7 +31,11 @@ func TestOwnWritesAreFoldedInWithoutDecoding(t *testing.T) {
 	theirsRec := c.Record(t, topology.AdmissionVerdicts, "d2", &events.AdmissionVerdict{DeploymentID: "d2", Tenant: "t2-decoded"})
 	theirsRec.Headers = theirs.Headers
 	plain := c.Record(t, topology.AdmissionVerdicts, "d3", &events.AdmissionVerdict{DeploymentID: "d3", Tenant: "t3"})
-	c.ProduceRecords(t, mineRec, theirsRec, plain)
+	// Another writer's record under another key, carrying a copy of
+	// this run's header: decoded, not taken for d1's write.
+	copied := c.Record(t, topology.AdmissionVerdicts, "d4", &events.AdmissionVerdict{DeploymentID: "d4", Tenant: "t4"})
+	copied.Headers = mine.Headers
+	c.ProduceRecords(t, copied, mineRec, theirsRec, plain)
 
 	got := map[string]string{}
 	known := map[string]bool{}
@@ -49,8 +53,8 @@ func TestOwnWritesAreFoldedInWithoutDecoding(t *testing.T) {
 	if err := ts.catchUp(t.Context(), env); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{"d1": "t1", "d2": "t2-decoded", "d3": "t3"}
-	if !reflect.DeepEqual(got, want) || !known["d1"] || known["d2"] || known["d3"] {
+	want := map[string]string{"d1": "t1", "d2": "t2-decoded", "d3": "t3", "d4": "t4"}
+	if !reflect.DeepEqual(got, want) || !known["d1"] || known["d2"] || known["d3"] || known["d4"] {
 		t.Fatalf("folded in %v (known %v), want %v with only d1 known", got, known, want)
 	}
 	if n := own.pending(); n != 0 {
