@@ -48,6 +48,7 @@ func (r *runner) runAtLeastOnce(ctx context.Context) error {
 
 	for {
 		fetches := cl.PollRecords(ctx, r.pollRecords())
+		r.polled = time.Now()
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			cl.AllowRebalance()
 			return nil

@@ -39,6 +39,11 @@ type Kafka struct {
 	// MetadataMinAge 0 is DefaultMetadataMinAge.
 	FetchMaxWait   time.Duration
 	MetadataMinAge time.Duration
+	// Hooks go on every client made from this configuration (a stage's
+	// group member, its followers, readers and lag reader): a
+	// RequestCounter, for the tests that hold a stage to its budget of
+	// Kafka requests per record.
+	Hooks []kgo.Hook
 }
 
 // DefaultMetadataMinAge is how soon a client may read the cluster's
@@ -175,6 +180,9 @@ func (k Kafka) ClientOpts() ([]kgo.Opt, error) {
 			tc.RootCAs = pool
 		}
 		opts = append(opts, kgo.DialTLSConfig(tc))
+	}
+	if len(k.Hooks) > 0 {
+		opts = append(opts, kgo.WithHooks(k.Hooks...))
 	}
 	return opts, nil
 }

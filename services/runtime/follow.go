@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,9 +31,11 @@ type Follower struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 
-	mu      sync.Mutex
-	pos     map[string]map[int32]int64 // next offset, per topic and partition
-	changed chan struct{}              // closed and replaced when pos moves
+	mu  sync.Mutex
+	pos map[string]map[int32]int64 // next offset, per topic and partition
+	// listed is the newest listing of each topic's ends (WaitCaughtUpAsOf).
+	listed  map[string]listing
+	changed chan struct{} // closed and replaced when pos moves
 	cancel  context.CancelFunc
 	stopped chan struct{}
 }
@@ -41,7 +44,7 @@ type Follower struct {
 func Follow(k Kafka, log zerolog.Logger, apply map[string]ApplyFunc) (*Follower, error) {
 	f := &Follower{
 		k: k, log: log, apply: map[string]ApplyFunc{},
-		pos: map[string]map[int32]int64{}, changed: make(chan struct{}), stopped: make(chan struct{}),
+		pos: map[string]map[int32]int64{}, listed: map[string]listing{}, changed: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	topics := make([]string, 0, len(apply))
 	for base, fn := range apply {
@@ -181,16 +184,46 @@ func listErr(topic string, err error) error {
 // names; all followed topics when none are named) before the call has been
 // applied.
 func (f *Follower) WaitCaughtUp(ctx context.Context, bases ...string) error {
+	return f.WaitCaughtUpAsOf(ctx, time.Now(), bases...)
+}
+
+// listing is where a topic's partitions ended (Ends) when it was asked at.
+type listing struct {
+	at   time.Time
+	ends map[int32]int64
+}
+
+// WaitCaughtUpAsOf returns once every record committed to the topics (base
+// names; all followed topics when none are named) before asOf has been
+// applied. The ends are asked of the brokers only when no listing of them
+// was begun at or after asOf: a handler that needs a table to hold what
+// was committed before its record passes when the record's poll returned
+// (Input.Polled), and every record of one poll costs one listing, not one
+// each.
+func (f *Follower) WaitCaughtUpAsOf(ctx context.Context, asOf time.Time, bases ...string) error {
 	if len(bases) == 0 {
 		bases = f.Topics()
 	}
 	want := map[string]map[int32]int64{}
 	for _, b := range bases {
-		ends, err := Ends(ctx, f.adm, f.k.Topic(b))
-		if err != nil {
-			return err
+		t := f.k.Topic(b)
+		f.mu.Lock()
+		l, ok := f.listed[t]
+		f.mu.Unlock()
+		if !ok || l.at.Before(asOf) {
+			at := time.Now()
+			ends, err := Ends(ctx, f.adm, t)
+			if err != nil {
+				return err
+			}
+			l = listing{at: at, ends: ends}
+			f.mu.Lock()
+			if prev, ok := f.listed[t]; !ok || prev.at.Before(at) {
+				f.listed[t] = l
+			}
+			f.mu.Unlock()
 		}
-		want[f.k.Topic(b)] = ends
+		want[t] = l.ends
 	}
 	for {
 		f.mu.Lock()

@@ -42,6 +42,8 @@ type runner struct {
 	// holds, in an at-least-once stage, keeps the offsets of effects
 	// that go on after their handler returned (Input.Hold).
 	holds *holds
+	// polled is when the poll in hand returned (Input.Polled).
+	polled time.Time
 	// capped, when above 0, is how many records the next poll of a
 	// transactional stage takes, fewer than pollRecords: a poll overran
 	// the stage's PollBudget (see txn.go).
@@ -369,6 +371,7 @@ func (r *runner) handle(stop context.Context, recs []*kgo.Record) ([]*kgo.Record
 	ins := make([]Input, len(recs))
 	for i, rec := range recs {
 		ins[i] = inputOf(r.env.Kafka, rec)
+		ins[i].Polled = r.polled
 	}
 	return r.handleInputs(stop, recs, ins)
 }
@@ -422,6 +425,7 @@ func (r *runner) inputsAhead(ctx context.Context, recs []*kgo.Record) []Input {
 	ins := make([]Input, len(recs))
 	for i, rec := range recs {
 		ins[i] = inputOf(r.env.Kafka, rec)
+		ins[i].Polled = r.polled
 	}
 	predecode(ctx, r.env.Codec, ins)
 	return ins

@@ -45,6 +45,13 @@ type Input struct {
 	Raw       []byte
 	Headers   []kgo.RecordHeader
 	Timestamp time.Time
+	// Polled is when the poll that fetched the record returned: the
+	// record, and whatever was committed before it was written, was
+	// committed before then (read committed). A handler that must see a
+	// followed table hold what was written before its record waits for
+	// the table as of Polled (TableOf.WaitCaughtUpAsOf), which lists the
+	// topic's ends once per poll instead of once per record.
+	Polled time.Time
 	// Trace is the record's trace context (a span of its handling, when
 	// tracing; see Tracer), for spans of effects the stage carries out
 	// for it later, such as a notification. Nil when not tracing.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -162,6 +163,13 @@ func (t *TableOf[V, T]) Find(match func(T) bool) (string, bool) {
 // call has been applied.
 func (t *TableOf[V, T]) WaitCaughtUp(ctx context.Context) error {
 	return t.f.WaitCaughtUp(ctx, t.base)
+}
+
+// WaitCaughtUpAsOf returns once every record committed to the topic before
+// asOf has been applied, asking the brokers where the topic ends only when
+// no listing begun at or after asOf is known (Follower.WaitCaughtUpAsOf).
+func (t *TableOf[V, T]) WaitCaughtUpAsOf(ctx context.Context, asOf time.Time) error {
+	return t.f.WaitCaughtUpAsOf(ctx, asOf, t.base)
 }
 
 // WaitFor returns once the record at offset of partition has been applied

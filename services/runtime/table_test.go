@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -143,5 +146,51 @@ func TestTableOfBuildsSortsAndWaitsForOwnWrite(t *testing.T) {
 	}
 	if table.Base() != "in" {
 		t.Errorf("Base() = %q, want in", table.Base())
+	}
+}
+
+// WaitCaughtUpAsOf lists the topic's ends once for every caller whose time
+// comes before a listing (the inputs of one poll), and again for a later
+// one, which then sees what was committed before its time.
+func TestTableWaitsAsOfOneListingPerPoll(t *testing.T) {
+	c := newCluster(t)
+	c.ProduceCommitted(t, c.Record(t, "in", "k1", req("a")))
+	counter := runtime.NewRequestCounter()
+	env := stagetest.Env(c.Kafka)
+	env.Kafka.Hooks = []kgo.Hook{counter}
+	table, err := runtime.FollowTable[*events.CatchupRequest](env, "in", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer table.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	polled := time.Now()
+	if err := table.WaitCaughtUpAsOf(ctx, polled); err != nil {
+		t.Fatal(err)
+	}
+	before := counter.Counts()
+	for range 99 {
+		if err := table.WaitCaughtUpAsOf(ctx, polled); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counter.Counts().Since(before).Work(); n != 0 {
+		t.Errorf("99 more waits as of the same time sent %d requests, want none: %s", n, counter.Counts().Since(before))
+	}
+	if v, _ := table.Value("k1"); v == nil || v.RequestID != "a" {
+		t.Fatalf("k1 is %v after the wait, want a", v)
+	}
+
+	c.ProduceCommitted(t, c.Record(t, "in", "k1", req("b")))
+	before = counter.Counts()
+	if err := table.WaitCaughtUpAsOf(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.Counts().Since(before).Of(kmsg.ListOffsets); n == 0 {
+		t.Errorf("a wait as of a time after the last listing sent no ListOffsets request")
+	}
+	if v, _ := table.Value("k1"); v == nil || v.RequestID != "b" {
+		t.Fatalf("k1 is %v after waiting as of a time after its write, want b", v)
 	}
 }

@@ -34,6 +34,7 @@ func (r *runner) runTransactional(ctx context.Context) error {
 
 	for {
 		fetches := sess.PollRecords(ctx, r.pollCap())
+		r.polled = time.Now()
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			return nil
 		}

@@ -178,7 +178,7 @@ func (s *stage) revoked(_ context.Context, _ runtime.Env, revoked map[string][]i
 func (s *stage) handler() runtime.Handler {
 	return runtime.Route(map[string]runtime.Handler{
 		topology.PolicyChanges: runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyChange]) ([]runtime.Output, error) {
-			if err := s.rolloutsCurrent(ctx); err != nil {
+			if err := s.rolloutsCurrent(ctx, in.Polled); err != nil {
 				return nil, err
 			}
 			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnChange(in.Partition, in.Value) })
@@ -187,7 +187,7 @@ func (s *stage) handler() runtime.Handler {
 			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
 		}),
 		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
-			if err := s.rolloutsCurrent(ctx); err != nil {
+			if err := s.rolloutsCurrent(ctx, in.Polled); err != nil {
 				return nil, err
 			}
 			var count CatchupCount
@@ -237,14 +237,20 @@ func (s *stage) decide(in runtime.Input, decision func() ([]events.PolicyMatch, 
 }
 
 // rolloutsCurrent waits until the rollouts table holds every rollout
-// written before now: a version published with a plan has its rollout
-// written before it, and a step that moves on asks for a catch-up after
-// it, so the change or the catch-up is decided with the rollout in force.
-func (s *stage) rolloutsCurrent(ctx context.Context) error {
+// committed before polled, when the input's poll returned: a version
+// published with a plan has its rollout written before it, and a step
+// that moves on asks for a catch-up after it, so the change or the
+// catch-up is decided with the rollout in force. The table lists
+// policy.rollouts' ends once for all the inputs of one poll (a listing
+// is four requests to the brokers), not once per input.
+func (s *stage) rolloutsCurrent(ctx context.Context, polled time.Time) error {
 	if s.rollouts == nil {
 		return nil
 	}
-	if err := s.rollouts.WaitCaughtUp(ctx); err != nil {
+	if polled.IsZero() {
+		polled = time.Now()
+	}
+	if err := s.rollouts.WaitCaughtUpAsOf(ctx, polled); err != nil {
 		return fmt.Errorf("matcher: catch up with %s: %w", topology.PolicyRollouts, err)
 	}
 	return nil
