@@ -41,6 +41,7 @@ const (
 	Deployments       = "deploy.deployments"
 	BillingEvents     = "billing.events"
 	PolicyRollouts    = "policy.rollouts"
+	MatcherHoldings   = "matcher.holdings"
 )
 
 // DeployRequestsKey is the key of every deploy.requests record: the
@@ -99,7 +100,7 @@ const (
 // DefaultPartitions so a stage can spread over several members; topics that
 // see a handful of records a day get one, which also keeps them in order.
 // The co-partitioned topics (policy.changes, deploy.components,
-// catchup.requests, component.policies; pdp.notifications and
+// catchup.requests, component.policies, matcher.holdings; pdp.notifications and
 // policy.catalog; agent.nodes, agent.status and nmp.recompute) must keep
 // equal partition counts.
 const (
@@ -267,6 +268,11 @@ func Default() []Topic {
 			Name: ComponentPolicies, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentPolicies",
 			Writers: l(StageExecutor), Readers: l(StageMatcher, StageExecutor, StageConsulWriter),
 			Doc: "a component's full policy collection, the last delta and its update_id",
+		}),
+		compact(Topic{
+			Name: MatcherHoldings, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentPolicies",
+			Writers: l(StageMatcher), Readers: l(StageMatcher),
+			Doc: "the matcher's changelog: what it has sent each component (policies by reference, no body), written in the transaction of the delta and read when a member is given the component's partition, so that the next member decides from exactly what was committed",
 		}),
 		compact(Topic{
 			Name: ComponentApplied, Partitions: DefaultPartitions, Key: "component_id", ValueSchema: "policyflow.ComponentApplied",

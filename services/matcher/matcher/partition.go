@@ -308,3 +308,25 @@ func keep(s string) string {
 	}
 	return unique.Make(s).Value()
 }
+
+// Holding is what the matcher has sent a component of an owned partition,
+// as the record of its changelog (matcher.holdings): its policies by
+// reference (policy_id, version, body_hash, revision; no name, no body).
+// It is nil when the matcher holds nothing for the component (never sent,
+// or uninstalled): the changelog's tombstone.
+func (m *Matcher) Holding(partition int32, componentID string) *events.ComponentPolicies {
+	p := m.parts[partition]
+	if p == nil {
+		return nil
+	}
+	h := p.holdings[componentID]
+	if h == nil {
+		return nil
+	}
+	cp := &events.ComponentPolicies{ComponentID: componentID, DeploymentID: h.deployment, Policies: make([]events.Policy, len(h.policies)),
+		Notify: events.NotifyTarget{Kind: events.NotifyNone}}
+	for i, e := range h.policies {
+		cp.Policies[i] = events.Policy{PolicyID: e.id, PolicyVersion: e.version, BodyHash: e.hash.Value(), Revision: e.rev}
+	}
+	return cp
+}

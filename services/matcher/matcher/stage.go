@@ -21,8 +21,9 @@ import (
 // own state; run one value at a time.
 //
 // Setup reads policy.catalog. Assigned rebuilds each assigned partition
-// from the deploy.components and component.policies partitions with the
-// same number, and re-reads policy.catalog (the view must not be older than
+// from the deploy.components and matcher.holdings partitions with the
+// same number (component.policies where matcher.holdings has none), and
+// re-reads policy.catalog (the view must not be older than
 // what the partitions' previous owner already processed). Revoked drops the
 // partitions' state. After an aborted transaction the runtime calls Revoked
 // and Assigned again, so what the aborted records changed in memory is
@@ -33,7 +34,7 @@ func Stage() runtime.Stage {
 		Name:          topology.StageMatcher,
 		Mode:          runtime.Transactional,
 		Inputs:        []string{topology.PolicyChanges, topology.DeployComponents, topology.CatchupRequests},
-		Outputs:       []string{topology.PolicyMatches},
+		Outputs:       []string{topology.PolicyMatches, topology.MatcherHoldings},
 		CoPartitioned: true,
 		Setup:         s.setup,
 		Assigned:      s.assigned,
@@ -100,8 +101,14 @@ func readCatalog(ctx context.Context, env runtime.Env, log zerolog.Logger) (*Cat
 	return cat, nil
 }
 
-// restorePartition builds one partition's state from deploy.components and
-// component.policies.
+// restorePartition builds one partition's state from deploy.components
+// and what the matcher has sent each component: its changelog,
+// matcher.holdings, which commits with the matcher's deltas, so that a
+// member given the partition goes on from exactly what the previous owner
+// committed. component.policies, what the executor has applied, lags
+// behind it: restored from it, a member sent again what had been sent.
+// It is read only when the changelog's partition holds nothing (a cluster
+// from before the changelog, or a partition without components).
 func restorePartition(ctx context.Context, env runtime.Env, log zerolog.Logger, partition int32) (*Partition, error) {
 	p := NewPartition()
 	parts := []int32{partition}
@@ -115,12 +122,19 @@ func restorePartition(ctx context.Context, env runtime.Env, log zerolog.Logger, 
 	if err != nil {
 		return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(topology.DeployComponents), err)
 	}
-	err = runtime.ReadPartitions(ctx, env.Kafka, topology.ComponentPolicies, parts, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.ComponentPolicies]) error {
-		p.RestoreHas(string(r.Key), r.Value)
-		return nil
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(topology.ComponentPolicies), err)
+	for _, from := range []string{topology.MatcherHoldings, topology.ComponentPolicies} {
+		read := 0
+		err = runtime.ReadPartitions(ctx, env.Kafka, from, parts, runtime.Rows(ctx, env, runtime.PassTombstones, func(r runtime.Msg[*events.ComponentPolicies]) error {
+			read++
+			p.RestoreHas(string(r.Key), r.Value)
+			return nil
+		}))
+		if err != nil {
+			return nil, fmt.Errorf("matcher: restore partition %d from %s: %w", partition, env.Kafka.Topic(from), err)
+		}
+		if read > 0 {
+			break
+		}
 	}
 	return p, nil
 }
@@ -184,7 +198,13 @@ func (s *stage) handler() runtime.Handler {
 			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnChange(in.Partition, in.Value) })
 		}),
 		topology.DeployComponents: runtime.Typed(runtime.PassTombstones, func(_ context.Context, in runtime.Msg[*events.Component]) ([]runtime.Output, error) {
-			return s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
+			outs, err := s.decide(in.Input, func() ([]events.PolicyMatch, error) { return s.m.OnComponent(in.Partition, string(in.Key), in.Value) })
+			if err == nil && in.Tombstone() && !slices.ContainsFunc(outs, func(o runtime.Output) bool { return o.Topic == topology.MatcherHoldings }) {
+				// An uninstall forgets the component even when it
+				// sent nothing: so does the changelog.
+				outs = append(outs, holdingOutput(in.Partition, string(in.Key), nil))
+			}
+			return outs, err
 		}),
 		topology.CatchupRequests: runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.CatchupRequest]) ([]runtime.Output, error) {
 			if err := s.rolloutsCurrent(ctx, in.Polled); err != nil {
@@ -224,16 +244,34 @@ func (s *stage) decide(in runtime.Input, decision func() ([]events.PolicyMatch, 
 	case err != nil:
 		return nil, runtime.Permanent(fmt.Errorf("matcher: %s[%d]@%d: %w", in.Topic, in.Partition, in.Offset, err))
 	}
-	outs := make([]runtime.Output, len(matches))
+	outs := make([]runtime.Output, 0, len(matches)+1)
 	for i := range matches {
 		pm := &matches[i]
-		outs[i] = runtime.Output{Topic: topology.PolicyMatches, Key: []byte(pm.DeploymentID), Value: pm}
+		outs = append(outs, runtime.Output{Topic: topology.PolicyMatches, Key: []byte(pm.DeploymentID), Value: pm})
 		if e := s.log.Debug(); e.Enabled() {
 			e.Str("update_id", pm.UpdateID).Str("deployment_id", pm.DeploymentID).Bool("catch_up", pm.CatchUp).
 				Int("components", len(pm.Components)).Str("cause", in.Topic).Msg("policy match")
 		}
 	}
+	// What each component was sent, into the changelog in the same
+	// transaction: a component's holding changes exactly when it is
+	// sent a delta.
+	for i := range matches {
+		for _, d := range matches[i].Components {
+			outs = append(outs, holdingOutput(in.Partition, d.ComponentID, s.m.Holding(in.Partition, d.ComponentID)))
+		}
+	}
 	return outs, nil
+}
+
+// holdingOutput is the changelog record of what a component of partition
+// was sent (nil: its tombstone), on the partition of its component.
+func holdingOutput(partition int32, componentID string, h *events.ComponentPolicies) runtime.Output {
+	o := runtime.Output{Topic: topology.MatcherHoldings, Key: []byte(componentID), Partition: partition, Explicit: true}
+	if h != nil {
+		o.Value = h
+	}
+	return o
 }
 
 // rolloutsCurrent waits until the rollouts table holds every rollout

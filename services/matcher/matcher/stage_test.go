@@ -25,7 +25,7 @@ const testPartitions = 3
 func newCluster(t *testing.T) *stagetest.Cluster {
 	t.Helper()
 	return stagetest.NewCluster(t, testPartitions, topology.PolicyCatalog, topology.PolicyChanges, topology.DeployComponents,
-		topology.CatchupRequests, topology.CatchupProgress, topology.ComponentPolicies, topology.PolicyMatches, topology.PolicyRollouts, topology.DLQ(topology.StageMatcher))
+		topology.CatchupRequests, topology.CatchupProgress, topology.ComponentPolicies, topology.MatcherHoldings, topology.PolicyMatches, topology.PolicyRollouts, topology.DLQ(topology.StageMatcher))
 }
 
 // fanOut produces one copy of v to every partition, as pdp-ingest does
