@@ -19,22 +19,27 @@ const (
 	// budgetRequestsPerRecord bounds the Kafka requests the segmenter
 	// sends per policy.matches record, fetches and heartbeats left out
 	// (they are paced by time, not by work): its transactions are per
-	// poll, and a reference the catalog holds is filled in without asking
-	// the brokers anything. A round trip per record is at least 1.
+	// poll, a reference the catalog holds is filled in without asking
+	// the brokers anything, and the matches that miss their body wait for
+	// the catalog as of their poll, one listing of its ends per poll. A
+	// round trip per record is at least 1.
 	budgetRequestsPerRecord = 0.5
 )
 
 // TestCostBudget holds the segmenter to its budget: a backlog of matches
-// naming their policies by reference, the catalog holding every version
-// named, costs less than budgetRequestsPerRecord Kafka requests per input
-// record, and gives exactly the segments the matches need: one per small
-// match, and for a large one as many pieces as its policies fill at the
-// limit, no more.
+// naming their policies by reference costs less than
+// budgetRequestsPerRecord Kafka requests per input record, and gives
+// exactly the segments the matches need: one per small match, and for a
+// large one as many pieces as its policies fill at the limit, no more.
+// Among the matches are those of a burst of versions of one policy, which
+// the catalog has moved past by the time they are read: each misses its
+// body and waits for the catalog, once per poll.
 func TestCostBudget(t *testing.T) {
 	const (
 		limit    = 256 << 10
 		policies = 20
 		small    = 300
+		burst    = 100 // versions of one policy, changed in a row
 		// The large delta: bigComps components of bigPolicies policies
 		// of bigBody bytes each. Four bodies fit under the limit with
 		// their envelope, five do not: it needs bigPieces pieces.
@@ -63,6 +68,14 @@ func TestCostBudget(t *testing.T) {
 		}
 		big.Components = append(big.Components, d)
 	}
+	// The burst: every version's entry was committed before its change,
+	// so the catalog holds the last one when the matches are read.
+	var bursts []events.Policy
+	for v := 1; v <= burst; v++ {
+		e, ref := version("DCAE.Config_burst", fmt.Sprint(v), 2000)
+		catalog = append(catalog, c.Record(t, topology.PolicyCatalog, e.PolicyID, e))
+		bursts = append(bursts, ref)
+	}
 	c.ProduceCommitted(t, catalog...)
 	match := func(i int) *kgo.Record {
 		m := refMatch(events.ComponentDelta{ComponentID: fmt.Sprintf("comp-%d", i), UpdatedPolicies: []events.Policy{refs[i%policies]}})
@@ -81,13 +94,19 @@ func TestCostBudget(t *testing.T) {
 	}
 
 	// The backlog, written at once: small matches of as many
-	// deployments, and the large one among them.
-	backlog := make([]*kgo.Record, 0, small+1)
+	// deployments, the large one among them, and the burst's matches of
+	// one deployment.
+	backlog := make([]*kgo.Record, 0, small+1+burst)
 	for i := range small {
 		backlog = append(backlog, match(i))
 		if i == small/2 {
 			backlog = append(backlog, c.Record(t, topology.PolicyMatches, big.DeploymentID, big))
 		}
+	}
+	for i, ref := range bursts {
+		m := refMatch(events.ComponentDelta{ComponentID: "comp-burst", UpdatedPolicies: []events.Policy{ref}})
+		m.UpdateID, m.DeploymentID = fmt.Sprintf("u-burst-%d", i+1), "dep-burst"
+		backlog = append(backlog, c.Record(t, topology.PolicyMatches, m.DeploymentID, m))
 	}
 	before := counter.Counts()
 	c.ProduceRecords(t, backlog...)
@@ -101,7 +120,7 @@ func TestCostBudget(t *testing.T) {
 	}
 	got := c.ReadUntil(t, topology.PolicySegments, 120*time.Second, func(recs []*kgo.Record) bool {
 		segs := byDep(recs)
-		if b := segs[big.DeploymentID]; len(b) == 0 || len(b) < int(b[0].Count) {
+		if b := segs[big.DeploymentID]; len(b) == 0 || len(b) < int(b[0].Count) || len(segs["dep-burst"]) < burst {
 			return false
 		}
 		for i := range small {
@@ -116,8 +135,8 @@ func TestCostBudget(t *testing.T) {
 	inputs := len(backlog)
 	perRecord := float64(costs.Work()) / float64(inputs)
 	segs := byDep(got)
-	t.Logf("%d matches (%d small, 1 of %d policies of %d KiB), %d segments; Kafka requests %d besides fetches and heartbeats (%.3f per record; budget %.2f): %s",
-		inputs, small, bigComps*bigPolicies, bigBody>>10, len(got)-1, costs.Work(), perRecord, budgetRequestsPerRecord, costs)
+	t.Logf("%d matches (%d small, 1 of %d policies of %d KiB, %d of a burst), %d segments; Kafka requests %d besides fetches and heartbeats (%.3f per record; budget %.2f): %s",
+		inputs, small, bigComps*bigPolicies, bigBody>>10, burst, len(got)-1, costs.Work(), perRecord, budgetRequestsPerRecord, costs)
 
 	// Records per match: one segment per small match, bigPieces for the
 	// large one, none twice.
@@ -137,8 +156,18 @@ func TestCostBudget(t *testing.T) {
 			}
 		}
 	}
-	if want := 1 + small + bigPieces; len(got) != want {
-		t.Errorf("%d segments on %s, want %d: the first match's, one per small match and %d pieces", len(got), topology.PolicySegments, want, bigPieces)
+	// The burst's matches each carry the catalog's latest body, one
+	// segment each, in order.
+	for i, s := range segs["dep-burst"] {
+		if s.UpdateID != fmt.Sprintf("u-burst-%d", i+1) || s.Count != 1 || len(s.Components) != 1 || len(s.Components[0].UpdatedPolicies) != 1 ||
+			s.Components[0].UpdatedPolicies[0].PolicyVersion != fmt.Sprint(burst) {
+			t.Errorf("burst segment at position %d: %s %d/%d, want u-burst-%d 1/1 with version %d", i, s.UpdateID, s.Index, s.Count, i+1, burst)
+			break
+		}
+	}
+	if want := 1 + small + bigPieces + burst; len(got) != want {
+		t.Errorf("%d segments on %s, want %d: the first match's, one per small match, %d pieces and one per match of the burst",
+			len(got), topology.PolicySegments, want, bigPieces)
 	}
 	if perRecord > budgetRequestsPerRecord {
 		t.Errorf("%.3f Kafka requests per input record, over the budget of %.2f: %s", perRecord, budgetRequestsPerRecord, costs)
