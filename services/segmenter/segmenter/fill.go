@@ -14,8 +14,10 @@ type Catalog interface {
 	// Get returns the latest entry of a policy_id; nil when there is
 	// none or it was removed.
 	Get(policyID string) (*events.PolicyCatalogEntry, bool)
-	// WaitCaughtUp returns once every entry committed before the call
-	// can be read.
+	// WaitCaughtUp returns once every entry committed before the match
+	// was read can be read (the stage's waits as of the match's poll, so
+	// that the matches of one poll share one listing of the topic's
+	// ends).
 	WaitCaughtUp(ctx context.Context) error
 }
 

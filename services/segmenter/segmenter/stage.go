@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -87,11 +88,11 @@ func StageWith(cfg Config) runtime.Stage {
 				return nil, nil, fmt.Errorf("segmenter: read %s: %w", env.Kafka.Topic(topology.PolicyRollouts), err)
 			}
 			log.Info().Int("policies", cat.Len()).Int("rollouts", rollouts.Len()).Msg("catalog read")
-			bodies := catalogAndRollouts{cat, rollouts}
+			bodies := catalogAndRollouts{Table: cat, rollouts: rollouts}
 			max := c.MaxSegmentBytes
 			return runtime.Typed(runtime.RefuseTombstones, func(ctx context.Context, in runtime.Msg[*events.PolicyMatch]) ([]runtime.Output, error) {
 				m := in.Value
-				notes, err := Fill(ctx, bodies, m)
+				notes, err := Fill(ctx, bodies.asOf(in.Polled), m)
 				if err != nil {
 					return nil, fmt.Errorf("segmenter: %w", err)
 				}
@@ -123,13 +124,30 @@ func StageWith(cfg Config) runtime.Stage {
 type catalogAndRollouts struct {
 	*runtime.Table[*events.PolicyCatalogEntry]
 	rollouts *runtime.Table[*events.PolicyRollout]
+	// polled is when the poll of the match in hand returned (asOf); zero
+	// for a wait as of the call.
+	polled time.Time
+}
+
+// asOf is c for a match whose poll returned at polled (Input.Polled):
+// every body it may name was committed before the match, so before then.
+// Its WaitCaughtUp lists the topics' ends once for all the matches of a
+// poll that miss a body, not once per match (a listing is several
+// requests to the brokers).
+func (c catalogAndRollouts) asOf(polled time.Time) catalogAndRollouts {
+	c.polled = polled
+	return c
 }
 
 func (c catalogAndRollouts) WaitCaughtUp(ctx context.Context) error {
-	if err := c.Table.WaitCaughtUp(ctx); err != nil {
+	asOf := c.polled
+	if asOf.IsZero() {
+		asOf = time.Now()
+	}
+	if err := c.Table.WaitCaughtUpAsOf(ctx, asOf); err != nil {
 		return err
 	}
-	return c.rollouts.WaitCaughtUp(ctx)
+	return c.rollouts.WaitCaughtUpAsOf(ctx, asOf)
 }
 
 func (c catalogAndRollouts) Previous(policyID, bodyHash string) (string, bool) {
