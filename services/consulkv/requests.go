@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -46,14 +47,15 @@ const (
 // fast the agent answers. It only looks at the requests: they go to the
 // agent as they would without it.
 type RequestCounter struct {
-	mu  sync.Mutex
-	n   map[RequestKind]int64
-	ops map[string]int64
+	mu   sync.Mutex
+	n    map[RequestKind]int64
+	ops  map[string]int64
+	txns map[string]int64
 }
 
 // NewRequestCounter returns a counter at zero.
 func NewRequestCounter() *RequestCounter {
-	return &RequestCounter{n: map[RequestKind]int64{}, ops: map[string]int64{}}
+	return &RequestCounter{n: map[RequestKind]int64{}, ops: map[string]int64{}, txns: map[string]int64{}}
 }
 
 // RoundTripper is next counting every request it is handed, sent or not.
@@ -80,6 +82,9 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	t.c.n[kind]++
 	for _, v := range ops {
 		t.c.ops[v]++
+	}
+	if kind == Txn {
+		t.c.txns[shape(ops)]++
 	}
 	t.c.mu.Unlock()
 	return t.next.RoundTrip(req)
@@ -177,38 +182,45 @@ func txnVerbs(body []byte) []string {
 	return out
 }
 
+// shape names a transaction by the verbs it holds, each once, in order of
+// name, joined by "+": "kv get-tree" for a read of folders, "kv cas+kv
+// set" for a write of items and an event.
+func shape(verbs []string) string {
+	vs := slices.Clone(verbs)
+	slices.Sort(vs)
+	vs = slices.Compact(vs)
+	if len(vs) == 0 {
+		return "empty"
+	}
+	return strings.Join(vs, "+")
+}
+
 // Counts returns what was counted so far.
 func (c *RequestCounter) Counts() RequestCounts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := RequestCounts{Requests: make(map[RequestKind]int64, len(c.n)), TxnOps: make(map[string]int64, len(c.ops))}
-	for k, v := range c.n {
-		out.Requests[k] = v
-	}
-	for k, v := range c.ops {
-		out.TxnOps[k] = v
-	}
-	return out
+	return RequestCounts{Requests: maps.Clone(c.n), TxnOps: maps.Clone(c.ops), Txns: maps.Clone(c.txns)}
 }
 
-// RequestCounts are requests to Consul by kind, and the operations of the
-// transactions among them by verb ("kv get-tree", "kv cas", ...).
+// RequestCounts are requests to Consul by kind; the transactions among
+// them by the verbs they hold ("kv get-tree", "kv cas+kv set"), and
+// their operations by verb ("kv get-tree", "kv cas", ...).
 type RequestCounts struct {
 	Requests map[RequestKind]int64
+	Txns     map[string]int64
 	TxnOps   map[string]int64
 }
 
 // Since is what was counted after before was taken.
 func (a RequestCounts) Since(before RequestCounts) RequestCounts {
-	out := RequestCounts{Requests: map[RequestKind]int64{}, TxnOps: map[string]int64{}}
-	for k, v := range a.Requests {
-		if d := v - before.Requests[k]; d != 0 {
-			out.Requests[k] = d
-		}
-	}
-	for k, v := range a.TxnOps {
-		if d := v - before.TxnOps[k]; d != 0 {
-			out.TxnOps[k] = d
+	return RequestCounts{Requests: since(a.Requests, before.Requests), Txns: since(a.Txns, before.Txns), TxnOps: since(a.TxnOps, before.TxnOps)}
+}
+
+func since[K comparable](now, before map[K]int64) map[K]int64 {
+	out := map[K]int64{}
+	for k, v := range now {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
 		}
 	}
 	return out
@@ -238,10 +250,18 @@ func (a RequestCounts) Ops() int64 {
 // OpsOf is the number of transaction operations of one verb ("kv cas").
 func (a RequestCounts) OpsOf(verb string) int64 { return a.TxnOps[verb] }
 
-// String lists the requests by kind, then the transactions' operations by
-// verb, most first: "txn 12, kv keys 3; ops: kv get-tree 300, kv cas 300".
+// TxnsOf is the number of transactions that hold the verbs of shape and
+// no other ("kv get-tree", "kv cas+kv set").
+func (a RequestCounts) TxnsOf(shape string) int64 { return a.Txns[shape] }
+
+// String lists the requests by kind, the transactions by the verbs they
+// hold, then their operations by verb, most first: "txn 12, kv keys 3;
+// txns: kv cas+kv set 8, kv get-tree 4; ops: kv get-tree 300, ...".
 func (a RequestCounts) String() string {
 	s := mostFirst(a.Requests)
+	if len(a.Txns) > 0 {
+		s += "; txns: " + mostFirst(a.Txns)
+	}
 	if len(a.TxnOps) > 0 {
 		s += "; ops: " + mostFirst(a.TxnOps)
 	}

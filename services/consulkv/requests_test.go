@@ -37,7 +37,7 @@ func TestKindOf(t *testing.T) {
 
 // TestRequestCounter: a client made with a counter reaches the agent as
 // any other, and each of its requests is counted by kind, the operations
-// of its transactions by verb.
+// of its transactions by verb, the transactions by the verbs they hold.
 func TestRequestCounter(t *testing.T) {
 	cfg, _ := stagetest.Consul(t)
 	cfg.Requests = consulkv.NewRequestCounter()
@@ -91,6 +91,9 @@ func TestRequestCounter(t *testing.T) {
 	}
 	if got.Ops() != 3 || got.OpsOf("kv set") != 1 || got.OpsOf("kv check-index") != 1 || got.OpsOf("kv get-tree") != 1 {
 		t.Errorf("transaction operations %v, want kv set, kv check-index and kv get-tree once each", got.TxnOps)
+	}
+	if got.TxnsOf("kv check-index+kv get-tree+kv set") != 1 || len(got.Txns) != 1 {
+		t.Errorf("transactions %v, want one of kv check-index+kv get-tree+kv set", got.Txns)
 	}
 	t.Logf("counted: %s", got)
 }
