@@ -20,6 +20,11 @@ const DefaultAddr = "127.0.0.1:8500"
 type Config struct {
 	Addr  string
 	Token string
+	// Requests, when set, counts every request of the clients made from
+	// this configuration (Client, Connect): a test's measure of what a
+	// stage's work costs in requests to Consul. It is no flag: a
+	// process never sets it.
+	Requests *RequestCounter
 }
 
 // FromEnv is the configuration the environment gives: the address in
@@ -54,7 +59,7 @@ var ResponseTimeout = 30 * time.Second
 // its connections open (stages send many requests, several at once),
 // takes responses uncompressed (gzip of every folder read cost the agent
 // more than the read on a busy host) and waits at most ResponseTimeout
-// for an answer.
+// for an answer. With Requests set, its requests are counted on their way.
 func (c Config) Client() (*api.Client, error) {
 	cfg := api.DefaultConfig()
 	cfg.Transport.MaxIdleConnsPerHost = 32
@@ -65,6 +70,14 @@ func (c Config) Client() (*api.Client, error) {
 	}
 	if c.Token != "" {
 		cfg.Token = c.Token
+	}
+	if c.Requests != nil {
+		hc, err := api.NewHttpClient(cfg.Transport, cfg.TLSConfig)
+		if err != nil {
+			return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
+		}
+		hc.Transport = c.Requests.RoundTripper(hc.Transport)
+		cfg.HttpClient = hc
 	}
 	cl, err := api.NewClient(cfg)
 	if err != nil {
