@@ -101,6 +101,11 @@ func newFlags(st *settings, stderr io.Writer) (*flag.FlagSet, error) {
 	}
 	fs.IntVar(&b.Brokers, "broker-count", defCount, fmt.Sprintf("number of brokers, 1 to %d (env PF_BROKER_COUNT)", devstack.MaxBrokers))
 	fs.StringVar(&b.DataDir, "data-dir", runtime.EnvOr("PF_BROKER_DATA_DIR", ""), "directory that keeps topics, records, groups and offsets across restarts; empty keeps them in memory (env PF_BROKER_DATA_DIR)")
+	defSync, err := strconv.ParseBool(runtime.EnvOr("PF_BROKER_SYNC", "false"))
+	if err != nil {
+		return nil, fmt.Errorf("PF_BROKER_SYNC=%q: want true or false", os.Getenv("PF_BROKER_SYNC"))
+	}
+	fs.BoolVar(&b.Sync, "sync", defSync, "fsync every batch written to --data-dir before it is acknowledged: acknowledged records survive a power loss, at the cost of a disk flush per batch; without it they survive a kill of the process, not of the machine (env PF_BROKER_SYNC)")
 	defParts, err := strconv.Atoi(runtime.EnvOr("PF_BROKER_PARTITIONS", "10"))
 	if err != nil {
 		return nil, fmt.Errorf("PF_BROKER_PARTITIONS=%q: want a number", os.Getenv("PF_BROKER_PARTITIONS"))

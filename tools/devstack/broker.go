@@ -76,6 +76,13 @@ type BrokerOptions struct {
 	// DataDir keeps topics, records, groups, committed offsets and
 	// transactions across restarts; "" keeps everything in memory only.
 	DataDir string
+	// Sync makes the broker fsync every batch it writes to DataDir before
+	// it answers the produce (kfake.SyncWrites): what was acknowledged
+	// then survives a power loss or a crash of the machine. Without it
+	// batches reach the disk at segment roll and at shutdown, and the
+	// operating system's cache holds them meanwhile: they survive a kill
+	// of the process (even kill -9), not a power loss. See DataDir.
+	Sync bool
 	// Partitions is the partition count of topics created without one
 	// (CreateTopics with -1 partitions); 0 keeps kfake's default of 10.
 	Partitions int32
@@ -312,6 +319,9 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 			return nil, fmt.Errorf("start broker: create data dir %s: %w", o.DataDir, err)
 		}
 		opts = append(opts, kfake.DataDir(o.DataDir))
+		if o.Sync {
+			opts = append(opts, kfake.SyncWrites())
+		}
 	}
 
 	c, err := kfake.NewCluster(opts...)

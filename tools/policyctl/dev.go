@@ -130,6 +130,7 @@ type devFlags struct {
 	ephemeral      bool
 	brokerAddr     string
 	brokerCount    int
+	brokerSync     bool
 	consulAddr     string
 	httpAddr       string
 	prefix         string
@@ -150,6 +151,7 @@ func (f *devFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", runtime.EnvOr("PF_DEV_DATA_DIR", ""), "directory for the stack's state: broker in <dir>/kafka, Consul in <dir>/consul (default .data in the repository root; env PF_DEV_DATA_DIR)")
 	fs.BoolVar(&f.ephemeral, "ephemeral", false, "keep nothing: in-memory broker and 'consul agent -dev'; --data-dir is ignored")
 	fs.StringVar(&f.brokerAddr, "broker-addr", runtime.EnvOr("PF_DEV_BROKER_ADDR", runtime.DefaultBrokers), "host:port of the embedded Kafka cluster's first broker; the next ones take the next ports (9092, 9093, 9094); port 0 picks free ones (env PF_DEV_BROKER_ADDR)")
+	fs.BoolVar(&f.brokerSync, "broker-sync", envBool("PF_BROKER_SYNC", false), "fsync every batch the embedded broker writes to its data dir before acknowledging it: acknowledged records survive a power loss, at the cost of a disk flush per batch; without it they survive a kill of the process, not of the machine (env PF_BROKER_SYNC)")
 	fs.IntVar(&f.brokerCount, "broker-count", envInt("PF_BROKER_COUNT", devstack.DefaultBrokers), fmt.Sprintf("brokers of the embedded Kafka cluster, 1 to %d; partition leaders and coordinators are spread over them (env PF_BROKER_COUNT)", devstack.MaxBrokers))
 	fs.StringVar(&f.consulAddr, "consul-addr", runtime.EnvOr("PF_DEV_CONSUL_ADDR", consulkv.DefaultAddr), "host:port of the Consul agent's HTTP API and UI; port 0 picks a free one (env PF_DEV_CONSUL_ADDR)")
 	fs.StringVar(&f.httpAddr, "http-addr", runtime.EnvOr("PF_HTTP_ADDR", "127.0.0.1:9090"), "host:port of /healthz, /readyz and /metrics of the stages and the North API (env PF_HTTP_ADDR)")
@@ -285,6 +287,7 @@ func runDev(ctx context.Context, args []string) error {
 		Brokers:    f.brokerCount,
 		Listen:     f.brokerAddr,
 		DataDir:    kafkaDir,
+		Sync:       f.brokerSync,
 		Partitions: int32(f.partitions),
 		Logger:     log.Level(max(brokerLevel, log.GetLevel())).With().Str("component", "broker").Logger(),
 	})
@@ -520,4 +523,13 @@ func envInt(name string, def int) int {
 		return def
 	}
 	return v
+}
+
+// envBool is the boolean in the environment variable name, or def when it
+// is unset or not a boolean (strconv.ParseBool).
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(strings.TrimSpace(os.Getenv(name))); err == nil {
+		return v
+	}
+	return def
 }
