@@ -31,7 +31,8 @@ type Env struct {
 	// blocks its partitions' new owner (default 30s).
 	TransactionTimeout time.Duration
 	// SessionTimeout is how long the group waits for a silent member
-	// before giving its partitions to others (0 = the client default, 45s).
+	// before giving its partitions to others (0 = the client default, 45s;
+	// the binaries' flag defaults to DefaultSessionTimeout).
 	SessionTimeout time.Duration
 	// InstanceID, when set, makes the stage a static member of its group
 	// (KIP-345) under that name, and its transactional id stable: a

@@ -36,6 +36,12 @@ type Options struct {
 // RegisterFlags adds the shared flags (with PF_* env fallbacks) to fs.
 func (o *Options) RegisterFlags(fs *flag.FlagSet) { o.register(fs, true) }
 
+// DefaultSessionTimeout is the binaries' --session-timeout: what the
+// manifests ship (deploy/k8s/config.yaml, deploy/compose.yaml), so that a
+// stage started without them recovers from a killed member as fast as
+// one deployed with them: 10 s, not the client's 45 s.
+const DefaultSessionTimeout = 10 * time.Second
+
 // RegisterFlagsNoGroup adds the shared flags but --session-timeout and
 // --instance-id, for a binary that joins no consumer group (the North
 // API): it would accept them and do nothing with them.
@@ -47,7 +53,7 @@ func (o *Options) register(fs *flag.FlagSet, group bool) {
 	fs.BoolVar(&o.Pprof, "pprof", envBool("PF_PPROF", false), "serve the Go profiles under /debug/pprof/ on --http-addr; off by default, since /debug/pprof/cmdline shows secrets given as flags (env PF_PPROF)")
 	fs.StringVar(&o.LogLevel, "log-level", EnvOr("PF_LOG_LEVEL", "info"), "debug, info, warn or error (env PF_LOG_LEVEL)")
 	if group {
-		fs.DurationVar(&o.SessionTimeout, "session-timeout", envDuration("PF_SESSION_TIMEOUT", 0), "how long the consumer group waits for a silent member (one killed without leaving) before handing its partitions to the others; 0 keeps the client's 45s (env PF_SESSION_TIMEOUT)")
+		fs.DurationVar(&o.SessionTimeout, "session-timeout", envDuration("PF_SESSION_TIMEOUT", DefaultSessionTimeout), "how long the consumer group waits for a silent member (one killed without leaving) before handing its partitions to the others, as the manifests ship it; 0 keeps the client's 45s (env PF_SESSION_TIMEOUT)")
 		fs.StringVar(&o.InstanceID, "instance-id", EnvOr("PF_INSTANCE_ID", ""), "static group membership: a name unique among the stage's members that stays the same across restarts (a StatefulSet pod name); a restarted member takes its partitions back at once and fences its own unfinished transaction, instead of waiting out --session-timeout (env PF_INSTANCE_ID)")
 	}
 	LogFormatFlag(fs, &o.LogFormat, LogJSON)
@@ -198,6 +204,9 @@ func Main(s Stage) {
 	defer cancel()
 	env := NewEnv(o.Kafka, log)
 	env.SessionTimeout, env.InstanceID = o.SessionTimeout, o.InstanceID
+	if o.InstanceID == "" && s.Name != "" {
+		log.Warn().Dur("session_timeout", o.SessionTimeout).Msg("dynamic group membership (no --instance-id, which the manifests set to the pod name): a member killed without leaving keeps its partitions until the session timeout, and its open transaction until the transaction timeout")
+	}
 	tracer, stopTracing, err := o.Tracing.Start(ctx, s.Name)
 	if err != nil {
 		log.Error().Err(err).Msg("invalid configuration")
