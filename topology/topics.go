@@ -121,6 +121,12 @@ type Topic struct {
 	Readers     []string          // roles that read it
 	Configs     map[string]string // extra topic configs, e.g. min.compaction.lag.ms
 	Doc         string            // one line
+	// Keys is how many distinct keys the topic's records have when the
+	// design fixes it (deploy.requests: one, so that one member decides
+	// every request in one order); 0 when it is unbounded. Records of
+	// one key share a partition, so a group reading the topic can use at
+	// most this many members (Members).
+	Keys int
 }
 
 // compactConfigs make compaction run promptly without churning: the active
@@ -205,7 +211,7 @@ func Default() []Topic {
 			Doc: "deployed components with their policy ids, policy filters and notify target; tombstone when uninstalled",
 		}),
 		del(Topic{
-			Name: DeployRequests, Partitions: DefaultPartitions, Key: "deployments (constant)", ValueSchema: "policyflow.DeploymentRequest",
+			Name: DeployRequests, Partitions: DefaultPartitions, Key: "deployments (constant)", Keys: 1, ValueSchema: "policyflow.DeploymentRequest",
 			Writers: l(RoleNorthAPI), Readers: l(StageAdmission),
 			Doc: "deployment requests (tenant, environment, applications) and deletions, to be admitted or denied by the tenant's application policies against what is deployed",
 		}),

@@ -628,3 +628,36 @@ func TestConcurrentAppliesAgree(t *testing.T) {
 		t.Errorf("verify after concurrent applies: %v", drifts)
 	}
 }
+
+// A stage scales to the partitions of its busiest input, and to one member
+// where the design gives its input one key.
+func TestMembersAStageCanUse(t *testing.T) {
+	o := topology.Options{}
+	m, err := topology.Members(topology.StageMatcher, []string{topology.PolicyChanges, topology.DeployComponents, topology.CatchupRequests}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Members != topology.DefaultPartitions || len(m.Inputs) != 3 {
+		t.Errorf("matcher: %d members over %d inputs, want %d over 3", m.Members, len(m.Inputs), topology.DefaultPartitions)
+	}
+	a, err := topology.Members(topology.StageAdmission, []string{topology.DeployRequests, topology.AppPolicies}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Members != 1 || !strings.Contains(a.Why, topology.DeployRequests) {
+		t.Errorf("admission: %d members (%s), want 1 for the one key of %s", a.Members, a.Why, topology.DeployRequests)
+	}
+	wide, err := topology.Members(topology.StageMatcher, []string{topology.PolicyChanges}, topology.Options{Partitions: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wide.Members != 24 {
+		t.Errorf("matcher over 24 partitions: %d members, want 24", wide.Members)
+	}
+	if a, _ := topology.Members(topology.StageAdmission, []string{topology.DeployRequests, topology.AppPolicies}, topology.Options{Partitions: 24}); a.Members != 1 {
+		t.Errorf("admission over 24 partitions: %d members (%s), want 1: its requests have one key", a.Members, a.Why)
+	}
+	if _, err := topology.Members("x", []string{"no.such.topic"}, o); err == nil {
+		t.Error("a stage reading a topic the topology lacks was not refused")
+	}
+}

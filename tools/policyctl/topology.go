@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/stages"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -23,12 +25,66 @@ const (
 	topologyVerifySummary   = "compare the cluster with the topic specification; exit 1 on any difference"
 	topologyDescribeSummary = "print the topic specification (a table, or -o json|yaml); needs no broker"
 	topologyArgs            = "[topic...]  (base names, e.g. policy.catalog; default: all)"
+	topologyMembersSummary  = "how many consumer-group members each stage can use, and what bounds it; needs no broker"
 )
 
 func init() {
 	register(command{name: "topology apply", summary: topologyApplySummary, run: runTopologyApply})
 	register(command{name: "topology verify", summary: topologyVerifySummary, run: runTopologyVerify})
 	register(command{name: "topology describe", summary: topologyDescribeSummary, run: runTopologyDescribe})
+	register(command{name: "topology members", summary: topologyMembersSummary, run: runTopologyMembers})
+}
+
+// runTopologyMembers prints, for every stage, the partitions of the topics
+// its consumer group reads and how many members it can use
+// (topology.Members): a member beyond that number gets no partition.
+func runTopologyMembers(ctx context.Context, args []string) error {
+	var f topologyFlags
+	fs := newFlagSet(ctx, "topology members", topologyMembersSummary, "")
+	f.registerPartitions(fs)
+	out := registerOutputFlag(fs, outputTable)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	format, err := out.check()
+	if err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("topology members takes no arguments, got %q", fs.Args())
+	}
+	f.replication = -1
+	o, err := f.options()
+	if err != nil {
+		return err
+	}
+	var uses []topology.StageUse
+	for _, s := range stages.All() {
+		u, err := topology.Members(s.Name, s.Inputs, o)
+		if err != nil {
+			return err
+		}
+		uses = append(uses, u)
+	}
+	if format == outputTable {
+		w := tabwriter.NewWriter(stdout(ctx), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "STAGE\tMEMBERS\tINPUTS (PARTITIONS)\tBOUNDED BY")
+		for _, u := range uses {
+			ins := make([]string, len(u.Inputs))
+			for i, in := range u.Inputs {
+				ins[i] = fmt.Sprintf("%s (%d)", in.Topic, in.Partitions)
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", u.Stage, u.Members, strings.Join(ins, ", "), u.Why)
+		}
+		return w.Flush()
+	}
+	data, err := json.Marshal(struct {
+		Stages []topology.StageUse `json:"stages"`
+	}{uses})
+	if err != nil {
+		return err
+	}
+	return printOutput(stdout(ctx), format, data, nil)
 }
 
 // topologyFlags are the flags the topology commands share.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/policyflow/policyflow/services/stages"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -252,5 +254,39 @@ func TestTopologyVerifyWithRefusedCredentialsSaysWhatToCheck(t *testing.T) {
 	r = policyctl(t, append([]string{"topology", "verify"}, append(sasl, "--sasl-password", "right")...)...)
 	if r.code != 1 || !strings.Contains(r.out, ": missing; apply creates it") {
 		t.Fatalf("verify with the right password: exit %d, want 1 with the missing topics\nstdout: %s\nstderr: %s", r.code, r.out, r.errOut)
+	}
+}
+
+// topology members names every stage and how many members it can use:
+// the partitions of its busiest input, one for admission's one key.
+func TestTopologyMembersNeedsNoBroker(t *testing.T) {
+	hermeticEnv(t)
+	r := policyctl(t, "topology", "members", "-o", "json")
+	if r.code != 0 {
+		t.Fatalf("members: exit %d\nstderr: %s", r.code, r.errOut)
+	}
+	var got struct {
+		Stages []topology.StageUse `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &got); err != nil {
+		t.Fatalf("members -o json: %v\n%s", err, r.out)
+	}
+	by := map[string]int32{}
+	for _, s := range got.Stages {
+		by[s.Stage] = s.Members
+	}
+	for _, s := range stages.All() {
+		if _, ok := by[s.Name]; !ok {
+			t.Errorf("stage %s is not listed", s.Name)
+		}
+	}
+	if by[topology.StageMatcher] != topology.DefaultPartitions || by[topology.StageAdmission] != 1 {
+		t.Errorf("matcher %d and admission %d members, want %d and 1", by[topology.StageMatcher], by[topology.StageAdmission], topology.DefaultPartitions)
+	}
+	if r := policyctl(t, "topology", "members", "--partitions", "24"); r.code != 0 || !strings.Contains(r.out, "the 24 partitions of policy.changes") {
+		t.Errorf("members --partitions 24: exit %d, output %q", r.code, r.out)
+	}
+	if r := policyctl(t, "topology", "members", "extra"); r.code != 2 {
+		t.Errorf("members with an argument: exit %d, want 2 (usage)", r.code)
 	}
 }
