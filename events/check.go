@@ -1,8 +1,10 @@
 package events
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -254,6 +256,19 @@ func (s *scanner) int() (int64, bool) {
 	return v, true
 }
 
+// finite reports whether the little-endian float (4 bytes) or double (8
+// bytes) b is a finite number. A NaN compares unequal to everything, so a
+// capacity or a demand that is one passes every check made of
+// comparisons; an infinity overflows every sum.
+func finite(kind wireKind, b []byte) bool {
+	if kind == wireFloat {
+		f := math.Float32frombits(binary.LittleEndian.Uint32(b))
+		return !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0)
+	}
+	f := math.Float64frombits(binary.LittleEndian.Uint64(b))
+	return !math.IsNaN(f) && !math.IsInf(f, 0)
+}
+
 // value checks one encoding of w at the scanner's position.
 func (s *scanner) value(w *wire, depth int) *wireError {
 	switch w.kind {
@@ -283,6 +298,9 @@ func (s *scanner) value(w *wire, depth int) *wireError {
 	case wireFloat, wireDouble, wireFixed:
 		if w.min > s.left() {
 			return errAt(s.pos, "truncated: %s of %d bytes, only %d left", w.what, w.min, s.left())
+		}
+		if w.kind != wireFixed && !finite(w.kind, s.b[s.pos:s.pos+w.min]) {
+			return errAt(s.pos, "%s is not a finite number (NaN or an infinity): no policyflow value is one", w.what)
 		}
 		s.pos += w.min
 		return nil

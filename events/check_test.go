@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -545,4 +546,44 @@ func TestRecursionIsBounded(t *testing.T) {
 	if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "nested deeper than 256 levels") {
 		t.Fatalf("1000 levels: %v", err)
 	}
+}
+
+// A NaN or an infinity in a double is refused, naming the field: a NaN
+// demand compares unequal to every capacity, so a deployment carrying one
+// passed every capacity check.
+func TestNonFiniteNumbersAreRefused(t *testing.T) {
+	c, err := NewCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		v    float64
+	}{{"NaN", math.NaN()}, {"+Inf", math.Inf(1)}, {"-Inf", math.Inf(-1)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := c.Encode(&PolicyRollout{PolicyID: "p", RolloutID: "r", Steps: []float64{0.5, 7}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seven := binary.LittleEndian.AppendUint64(nil, math.Float64bits(7))
+			at := bytes.Index(data, seven)
+			if at < 0 {
+				t.Fatalf("no 7.0 in % x", data)
+			}
+			binary.LittleEndian.PutUint64(data[at:], math.Float64bits(tc.v))
+			decodeFails(t, c, data, 64<<10, "steps[1] at", "not a finite number")
+		})
+	}
+	if _, err := c.Decode(context.Background(), mustEncode(t, c, &PolicyRollout{PolicyID: "p", RolloutID: "r", Steps: []float64{0.5, 1}})); err != nil {
+		t.Fatalf("finite steps refused: %v", err)
+	}
+}
+
+func mustEncode(t *testing.T, c *Codec, ev Event) []byte {
+	t.Helper()
+	b, err := c.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
