@@ -119,17 +119,22 @@ func (j *job) readClaim(p *api.KVPair) *consulkv.Claim {
 	return &c
 }
 
-// runAgain handles a notification of a generation the prior claim was
-// already for: it carries the attempts over and stops what another
-// notifier left running. toldAgain says that notification told the
-// component (it ran to its end, ok) and this one tells it again; ok is
+// runAgain handles the prior claim this notification runs after. One left
+// unfinished by another notifier run, of this generation or an older one
+// (ClaimAction let it be taken over), has what that run left running
+// stopped first, so that the two runs never overlap. One of this very
+// generation carries its attempts over, and toldAgain says it told the
+// component (it ran to its end, ok) and this one tells it again. ok is
 // false when what was left running did not stop (handed to bad).
 func (n *notifier) runAgain(j *job, prior *consulkv.Claim, why string, bad func(*job, error)) (toldAgain, ok bool) {
-	if prior == nil || prior.Generation != j.a.Generation {
+	if prior == nil {
 		return false, true
 	}
+	same := prior.Generation == j.a.Generation
 	done, finishedOK := prior.Finished()
-	j.attempts, toldAgain = prior.Attempts, done && finishedOK
+	if same {
+		j.attempts = prior.Attempts
+	}
 	if !done && prior.Owner != n.owner {
 		killed, stopped := n.stopLeft(prior, j)
 		if !stopped {
@@ -137,12 +142,18 @@ func (n *notifier) runAgain(j *job, prior *consulkv.Claim, why string, bad func(
 				j.a.ComponentID, j.a.UpdateID, prior.Owner, ErrClaimTaken))
 			return false, false
 		}
-		if killed > 0 {
+		if killed > 0 && same {
 			j.attempts++ // the run it stopped
 		}
 	}
-	j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
-	return toldAgain, true
+	switch {
+	case same:
+		j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
+	case !done:
+		j.log.Warn().Str("reason", why).Int64("claimed_generation", prior.Generation).Str("owner", prior.Owner).
+			Msg("the unfinished claim of an older generation is taken over")
+	}
+	return same && done && finishedOK, true
 }
 
 // build sets what the component was told before (base) and the body of

@@ -198,6 +198,18 @@ type notifier struct {
 	// runner names this process in the claims it writes.
 	runner *consulkv.Runner
 	env    runtime.Env
+	// clock is the notifier's clock (nil: time.Now); see now.
+	clock func() time.Time
+}
+
+// now is the time on the notifier's clock. Its monotonic reading is what
+// measures the leases this notifier holds (fence): it goes on while the
+// process is paused, and a wall clock set back cannot stretch a lease.
+func (n *notifier) now() time.Time {
+	if n.clock != nil {
+		return n.clock()
+	}
+	return time.Now()
 }
 
 // newOwner is the owner name of a notifier run: the member's instance id
