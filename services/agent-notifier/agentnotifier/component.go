@@ -302,8 +302,16 @@ type job struct {
 	// attempts is how many runs earlier claims of this update counted
 	// (a run taken over after its notifier stopped).
 	attempts int
-	// unrecorded says the outcome could not be written to the claim.
+	// unrecorded says the outcome could not be written to the claim, or
+	// the claim could not be proved this run's before a run (fence).
 	unrecorded bool
+	// leased is when, by the notifier's clock (its monotonic reading),
+	// the write that set the claim's lease was sent: the lease ends
+	// n.stale(j) after it, as this notifier counts (covers).
+	leased time.Time
+	// lost says the claim was found to be another's before a run: no
+	// run starts any more and no outcome is recorded.
+	lost bool
 	// base is what the component was last told with success (its claim's
 	// Told); told what this notification tells it.
 	base, told map[string]consulkv.Told

@@ -116,6 +116,144 @@ func sameGenerations(got []int64, want ...int64) bool {
 	return true
 }
 
+// One notifier calls a component's webhook for generation 1; the
+// webhook takes longer than its timeout (it answers only once the
+// notifier gave up). Meanwhile another notifier, whose clock says the
+// first one's lease ended (as when the first was paused), claims
+// generation 2 and notifies it. The first notifier's run again of
+// generation 1 is not sent: the check of its claim before the run finds
+// it changed. The component is sent 1, then 2, and nothing after.
+func TestTimedOutDeliveryIsNotRunAgainOverANewerClaim(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	const id, timeout = "paused-hook", 5 * time.Second
+	inFlight := make(chan time.Time, 1)
+	rc := newReceiver(t, func(r *http.Request, _ http.ResponseWriter, _ string, gen int64, before int) {
+		if gen == 1 && before == 0 {
+			inFlight <- time.Now()
+			<-r.Context().Done() // the notifier gave up: it timed out
+		}
+	})
+	a, handleA := notifierOn(t, consulCfg, &aheadClock{})
+	later := &aheadClock{}
+	later.jump(time.Hour)
+	_, handleB := notifierOn(t, consulCfg, later)
+
+	holdGeneration(t, consul, 1, id)
+	if out := handleA(context.Background(), []runtime.Input{input(update(id, 1, rc.hook(id, timeout)))}); out[0].Err != nil {
+		t.Fatalf("generation 1: %v", out[0].Err)
+	}
+	sent := <-inFlight
+	holdGeneration(t, consul, 2, id)
+	if out := handleB(context.Background(), []runtime.Input{input(update(id, 2, rc.hook(id, timeout)))}); out[0].Err != nil {
+		t.Fatalf("generation 2 by the other notifier: %v", out[0].Err)
+	}
+	cl, _ := waitClaim(t, consul, id, id+"-u2")
+	if took := time.Since(sent); took > timeout {
+		t.Fatalf("generation 2 was claimed and notified %s after generation 1 was sent, after its timeout of %s: this machine is too slow for the test", took, timeout)
+	}
+	a.drain() // the first notifier's run of generation 1 timed out, and it is done with it
+	if got := rc.of(t, id); !sameGenerations(got, 1, 2) {
+		t.Fatalf("component sent generations %v, want 1 then 2", got)
+	}
+	if got, _ := waitClaim(t, consul, id, id+"-u2"); got.Generation != 2 || got.Outcome != consulkv.OutcomeOK || got.Owner != cl.Owner || got.Owner == a.owner {
+		t.Fatalf("claim %+v, want the other notifier's of generation 2, finished ok", got)
+	}
+}
+
+// A notifier whose lease ended by its own monotonic clock (it was paused
+// between its claim and its run, or in the middle of a run) makes sure of
+// its claim, renewing the lease with check-and-set, before the next run:
+// it stops when the claim is another's, and goes on with the renewed
+// lease when it is still its own.
+func TestNotifierPastItsLeaseMakesSureOfItsClaimBeforeARun(t *testing.T) {
+	consulCfg, consul := stagetest.Consul(t)
+	ctx := context.Background()
+	clk := &aheadClock{}
+	// claimed is the lease of the claim of the component named in the
+	// request as Consul held it when the request came.
+	var mu sync.Mutex
+	claimed := map[string]consulkv.Claim{}
+	rc := newReceiver(t, func(r *http.Request, w http.ResponseWriter, id string, gen int64, before int) {
+		p, _, err := consul.KV().Get(consulkv.ClaimKey(id), nil)
+		if err != nil || p == nil {
+			t.Errorf("claim of %s: %v %v", id, p, err)
+			return
+		}
+		cl, err := consulkv.ParseClaim(p.Value)
+		if err != nil {
+			t.Errorf("claim of %s: %v", id, err)
+		}
+		mu.Lock()
+		claimed[id] = cl
+		mu.Unlock()
+		if id == "renewed" && before == 0 {
+			// The notifier is paused for an hour in the middle of its
+			// first run, which fails.
+			clk.jump(time.Hour)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	n, _ := notifierOn(t, consulCfg, clk)
+	later := &aheadClock{}
+	later.jump(time.Hour)
+	_, handleOther := notifierOn(t, consulCfg, later)
+	claim := func(id string) *job {
+		t.Helper()
+		holdGeneration(t, consul, 1, id)
+		todo, err := n.read(ctx, jobsOf(t, n, update(id, 1, rc.hook(id, 5*time.Second))), func(j *job, err error) { t.Fatalf("read %s: %v", j.key, err) })
+		if err != nil || len(todo) != 1 {
+			t.Fatalf("read: %d jobs, %v", len(todo), err)
+		}
+		if claimed := n.claimAll(ctx, todo, func(j *job, err error) { t.Fatalf("claim %s: %v", j.key, err) }); len(claimed) != 1 {
+			t.Fatalf("%d claimed", len(claimed))
+		}
+		return todo[0]
+	}
+
+	t.Run("lost before its first run", func(t *testing.T) {
+		const id = "lost"
+		j := claim(id)
+		// Paused for an hour between its claim and its run; meanwhile
+		// another notifier took generation 2 over from the lease it saw
+		// end.
+		clk.jump(time.Hour)
+		holdGeneration(t, consul, 2, id)
+		if out := handleOther(ctx, []runtime.Input{input(update(id, 2, rc.hook(id, 5*time.Second)))}); out[0].Err != nil {
+			t.Fatalf("generation 2 by the other notifier: %v", out[0].Err)
+		}
+		waitClaim(t, consul, id, id+"-u2")
+		if n.notify(ctx, j) || !j.lost {
+			t.Fatalf("the notification went on (lost %v, unrecorded %v), want it stopped with its claim lost", j.lost, j.unrecorded)
+		}
+		if got := rc.of(t, id); !sameGenerations(got, 2) {
+			t.Fatalf("component sent generations %v, want only 2", got)
+		}
+	})
+
+	t.Run("renewed before a run again", func(t *testing.T) {
+		const id = "renewed"
+		j := claim(id)
+		index := j.index
+		firstUntil, _ := leaseEnd(&j.claim)
+		if !n.notify(ctx, j) || j.claim.Outcome != consulkv.OutcomeOK || j.claim.Attempts != 2 {
+			t.Fatalf("notification: outcome %q after %d attempts (lost %v, unrecorded %v), want ok on the second", j.claim.Outcome, j.claim.Attempts, j.lost, j.unrecorded)
+		}
+		if got := rc.of(t, id); !sameGenerations(got, 1, 1) {
+			t.Fatalf("component sent generations %v, want 1 and 1 again", got)
+		}
+		mu.Lock()
+		cl := claimed[id]
+		mu.Unlock()
+		// The lease the second run saw in Consul was written after the
+		// notifier's clock jumped an hour.
+		until, ok := leaseEnd(&cl)
+		if !ok || until.Sub(firstUntil) < 59*time.Minute || j.index == index || cl.Owner != n.owner {
+			t.Fatalf("when the run again came, Consul held the claim %+v (its index now %d, claimed at %d with a lease until %s); want it this notifier's, its lease renewed an hour later",
+				cl, j.index, index, firstUntil.Format(time.RFC3339Nano))
+		}
+	})
+}
+
 // A notifier does not claim a newer generation of a component while the
 // lease of another notifier's unfinished run of an older one is live: the
 // record fails transiently and is tried again, and is notified once the
@@ -173,5 +311,26 @@ func TestNewerGenerationWaitsForTheLiveLeaseOfAnOlderRun(t *testing.T) {
 	}
 	if got := rc.of(t, id); !sameGenerations(got, 1, 2) {
 		t.Fatalf("component sent generations %v, want 1 then 2", got)
+	}
+}
+
+// The first run right after a claim is covered by the lease the claim
+// wrote, whatever the attempts and the timeout: it costs no request to
+// Consul. A run the lease does not cover, by the notifier's own clock, is.
+func TestLeaseCoversTheFirstRunAfterTheClaim(t *testing.T) {
+	for _, attempts := range []int{1, 3, 100} {
+		for _, timeout := range []time.Duration{100 * time.Millisecond, time.Second, DefaultTimeout, 10 * time.Minute} {
+			clk := &aheadClock{}
+			n := &notifier{cfg: Config{Attempts: attempts, Timeout: timeout}, clock: clk.now}
+			j := &job{a: update("c", 1, events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:1/"}), leased: n.now()}
+			if !n.covers(j) {
+				t.Errorf("%d attempts, timeout %s: the lease just written does not cover the first run", attempts, timeout)
+			}
+			// Past the lease less one run and the margin.
+			clk.jump(n.stale(j) - timeout - fenceMargin)
+			if n.covers(j) {
+				t.Errorf("%d attempts, timeout %s: a run that would end %s before the lease does is covered", attempts, timeout, fenceMargin)
+			}
+		}
 	}
 }
