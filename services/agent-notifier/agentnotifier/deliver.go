@@ -133,7 +133,10 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, d Del
 // notification delivered again (a run that failed, or that a notifier
 // which died left unfinished, is run again; a repair or an operator's
 // renotify delivers the same update again; a proxy may retry) and their
-// order (generations of a component only grow).
+// order (generations of a component only grow). The generation is a
+// fencing token: a receiver that keeps the greatest it applied can drop
+// an older one, which only a notifier paused between its last check of
+// its claim and its run could still send (fence.go).
 const (
 	HeaderComponentID = "Policyflow-Component-Id"
 	HeaderUpdateID    = "Policyflow-Update-Id"
