@@ -119,17 +119,22 @@ func (j *job) readClaim(p *api.KVPair) *consulkv.Claim {
 	return &c
 }
 
-// runAgain handles a notification of a generation the prior claim was
-// already for: it carries the attempts over and stops what another
-// notifier left running. toldAgain says that notification told the
-// component (it ran to its end, ok) and this one tells it again; ok is
+// runAgain handles the prior claim this notification runs after. One left
+// unfinished by another notifier run, of this generation or an older one
+// (ClaimAction let it be taken over), has what that run left running
+// stopped first, so that the two runs never overlap. One of this very
+// generation carries its attempts over, and toldAgain says it told the
+// component (it ran to its end, ok) and this one tells it again. ok is
 // false when what was left running did not stop (handed to bad).
 func (n *notifier) runAgain(j *job, prior *consulkv.Claim, why string, bad func(*job, error)) (toldAgain, ok bool) {
-	if prior == nil || prior.Generation != j.a.Generation {
+	if prior == nil {
 		return false, true
 	}
+	same := prior.Generation == j.a.Generation
 	done, finishedOK := prior.Finished()
-	j.attempts, toldAgain = prior.Attempts, done && finishedOK
+	if same {
+		j.attempts = prior.Attempts
+	}
 	if !done && prior.Owner != n.owner {
 		killed, stopped := n.stopLeft(prior, j)
 		if !stopped {
@@ -137,12 +142,18 @@ func (n *notifier) runAgain(j *job, prior *consulkv.Claim, why string, bad func(
 				j.a.ComponentID, j.a.UpdateID, prior.Owner, ErrClaimTaken))
 			return false, false
 		}
-		if killed > 0 {
+		if killed > 0 && same {
 			j.attempts++ // the run it stopped
 		}
 	}
-	j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
-	return toldAgain, true
+	switch {
+	case same:
+		j.log.Warn().Str("reason", why).Int("attempts_before", j.attempts).Msg("notification run again")
+	case !done:
+		j.log.Warn().Str("reason", why).Int64("claimed_generation", prior.Generation).Str("owner", prior.Owner).
+			Msg("the unfinished claim of an older generation is taken over")
+	}
+	return same && done && finishedOK, true
 }
 
 // build sets what the component was told before (base) and the body of
@@ -278,10 +289,14 @@ var errClaimDenied = errors.New("claim denied")
 // time, so a conflict holds up only its own component. A Consul error
 // fails the first job it left unclaimed and ends the claiming.
 func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, error)) []*job {
-	now := time.Now().UTC()
+	// Taken before any claim is sent: the lease of each is counted from
+	// here (fence).
+	start := n.now()
+	now := start.UTC()
 	for _, j := range jobs {
 		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: now.Format(time.RFC3339Nano), Owner: n.owner, Attempts: j.attempts, Told: j.base,
 			LeaseUntil: now.Add(n.stale(j)).Format(time.RFC3339Nano), Runner: n.runner, ConsulIndex: j.a.ConsulIndex, Renotify: j.renotified}
+		j.leased = start
 	}
 	var claimed []*job
 	for _, g := range groups(jobs) {
@@ -362,13 +377,26 @@ func (n *notifier) record(ctx context.Context, jobs []*job) {
 // transaction, and moves each job's index to the new ModifyIndex. It
 // reports false, writing nothing, when a check failed.
 func (n *notifier) cas(ctx context.Context, jobs []*job) (bool, error) {
+	return n.casOrCheck(ctx, jobs, func(*job) bool { return true })
+}
+
+// casOrCheck is cas for the jobs write says, and for the others only the
+// check: their key's ModifyIndex must still be their index, and stays
+// it. Without a write it is a consistent read.
+func (n *notifier) casOrCheck(ctx context.Context, jobs []*job, write func(*job) bool) (bool, error) {
 	ops := make(api.TxnOps, len(jobs))
 	for k, j := range jobs {
-		ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: j.key, Value: j.claim.JSON(), Index: j.index}}
+		if write(j) {
+			ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: j.key, Value: j.claim.JSON(), Index: j.index}}
+		} else {
+			ops[k] = &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: j.key, Index: j.index}}
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
-	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{}).WithContext(cctx))
+	// Consistent: a check alone is answered by the leader once it
+	// confirmed it still leads (writes are consistent anyway).
+	ok, resp, _, err := n.txn.Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(cctx))
 	if err == nil && !ok && consulkv.TxnDenied(resp) {
 		// Retrying cannot help until an operator grants the right; read as
 		// a check that failed it would be retried for ever.

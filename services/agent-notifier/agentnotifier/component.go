@@ -85,31 +85,38 @@ type Seen struct {
 
 // ClaimAction decides, from the component's claim, what to do with a
 // component.applied record, so that every update is notified at least
-// once, two runs for a component never overlap and, once a run of it
-// finished, it is not run again unless asked:
+// once, two runs for a component never overlap (of one generation or of
+// two) and, once a run of it finished, it is not run again unless asked:
 //   - ShouldNotify's rules first (uninstalled, no target, an update already
 //     claimed with a greater generation: skipped);
-//   - a claim of an older generation, or none: notify;
+//   - no claim, or a finished claim of an older generation: notify;
 //   - a claim of the same generation that is finished (ok, or failed after
 //     its attempts): skipped, unless the record is the consul-writer's
 //     repair of the folder after the notification (catch_up, a greater
 //     consul_index), a catch-up asks again for a failed one, or an
 //     operator asked for this component (once per request);
-//   - one that is unfinished: notify again when it is this run's own (its
-//     outcome was not recorded), when its notifier is seen to be gone
-//     (the caller stopped what it left running), or once its lease
-//     expired; otherwise wait for its owner.
+//   - an unfinished claim, of this generation or an older one: notify when
+//     it is this run's own (its outcome was not recorded), when its
+//     notifier is seen to be gone (the caller stopped what it left
+//     running), or once its lease expired; otherwise wait for its owner.
+//     A newer generation never starts while another notifier may still
+//     run an older one: the component would be told the newer and then,
+//     by the run still under way, the older.
 func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, s Seen) (Action, string) {
 	if ok, why := ShouldNotify(nil, a); !ok {
 		return Skip, why
 	}
 	switch {
-	case claim == nil || claim.Generation < a.Generation:
+	case claim == nil:
 		return Notify, ""
 	case claim.Generation > a.Generation:
 		return Skip, fmt.Sprintf("generation %d (update %s) was already claimed", claim.Generation, claim.UpdateID)
 	}
-	if done, ok := claim.Finished(); done {
+	done, ok := claim.Finished()
+	switch {
+	case done && claim.Generation < a.Generation:
+		return Notify, ""
+	case done:
 		switch {
 		case s.Again == AgainAlways && claim.Renotify != s.Request:
 			return Notify, fmt.Sprintf("catch-up request %s asks for the component to be notified again", s.Request)
@@ -127,7 +134,7 @@ func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, s Seen) (Act
 	owner := cmp.Or(claim.Owner, "an older notifier")
 	switch {
 	case claim.Owner == s.Self:
-		return Notify, "this notifier's own run of it left no outcome"
+		return Notify, fmt.Sprintf("this notifier's own run of generation %d left no outcome", claim.Generation)
 	case s.OwnerGone:
 		return Notify, fmt.Sprintf("its notifier %s is gone, and what it left running was stopped", owner)
 	}
@@ -295,8 +302,16 @@ type job struct {
 	// attempts is how many runs earlier claims of this update counted
 	// (a run taken over after its notifier stopped).
 	attempts int
-	// unrecorded says the outcome could not be written to the claim.
+	// unrecorded says the outcome could not be written to the claim, or
+	// the claim could not be proved this run's before a run (fence).
 	unrecorded bool
+	// leased is when, by the notifier's clock (its monotonic reading),
+	// the write that set the claim's lease was sent: the lease ends
+	// n.stale(j) after it, as this notifier counts (covers).
+	leased time.Time
+	// lost says the claim was found to be another's before a run: no
+	// run starts any more and no outcome is recorded.
+	lost bool
 	// base is what the component was last told with success (its claim's
 	// Told); told what this notification tells it.
 	base, told map[string]consulkv.Told

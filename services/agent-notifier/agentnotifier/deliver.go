@@ -133,7 +133,10 @@ func runScript(ctx context.Context, rules notifytarget.Rules, path string, d Del
 // notification delivered again (a run that failed, or that a notifier
 // which died left unfinished, is run again; a repair or an operator's
 // renotify delivers the same update again; a proxy may retry) and their
-// order (generations of a component only grow).
+// order (generations of a component only grow). The generation is a
+// fencing token: a receiver that keeps the greatest it applied can drop
+// an older one, which only a notifier paused between its last check of
+// its claim and its run could still send (fence.go).
 const (
 	HeaderComponentID = "Policyflow-Component-Id"
 	HeaderUpdateID    = "Policyflow-Update-Id"
@@ -230,7 +233,10 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 // 2xx, no answer) is run again after the notify backoff, up to
 // cfg.Attempts runs in all; then the outcome is failed. A target the rules
 // refuse is not run again: that cannot change before an operator acts.
-func (n *notifier) notify(ctx context.Context, j *job) {
+// Each run, the first and every one again, starts only once fence allows
+// it; when it does not, no run starts any more and notify reports false:
+// there is no outcome to record.
+func (n *notifier) notify(ctx context.Context, j *job) bool {
 	a := j.a
 	timeout := n.timeout(j)
 	if n.tracer != nil && j.trace != nil {
@@ -238,9 +244,15 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 		_, span := n.tracer.Start(j.trace, "notify "+a.ComponentID, attribute.String("policyflow.notify_kind", a.Notify.Kind),
 			attribute.String("policyflow.update_id", a.UpdateID))
 		defer func() {
-			span.SetAttributes(attribute.Int("policyflow.exit_code", *j.claim.ExitCode), attribute.Int("policyflow.attempts", j.claim.Attempts))
-			if *j.claim.ExitCode != 0 {
+			span.SetAttributes(attribute.Int("policyflow.attempts", j.claim.Attempts))
+			switch code := j.claim.ExitCode; {
+			case code == nil:
+				span.SetStatus(codes.Error, "notification stopped: the claim was not made sure of")
+			case *code != 0:
+				span.SetAttributes(attribute.Int("policyflow.exit_code", *code))
 				span.SetStatus(codes.Error, "notification failed")
+			default:
+				span.SetAttributes(attribute.Int("policyflow.exit_code", *code))
 			}
 			span.End()
 		}()
@@ -249,6 +261,10 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 	var target string
 	d := Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation, Run: n.owner}
 	for run := 1; ; run++ {
+		if !n.chains.fence(j, run > 1) {
+			j.log.Warn().Int("attempt", j.claim.Attempts+1).Bool("claim_lost", j.lost).Msg("notification stopped before its run: the claim is not this notifier's for sure")
+			return false
+		}
 		if a.Notify.Kind == events.NotifyScript {
 			target = a.Notify.ScriptPath
 			res = RunScript(ctx, n.rules, a.Notify.ScriptPath, d, j.body, timeout)
@@ -284,6 +300,7 @@ func (n *notifier) notify(ctx context.Context, j *job) {
 		j.claim.Told = j.told // what it was told with success
 	}
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
+	return true
 }
 
 // counted records a notification's outcome, its time and, when it

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -27,9 +26,14 @@ import (
 // the return of that batch's handler, which waits for its claim), and a
 // notification slot.
 //
-// Claims and outcome records of jobs that are ready at about the same
-// time share Consul transactions: lanes take whatever is waiting, up to a
-// transaction's worth.
+// Every run of a notification starts only once fence allows it: its
+// claim still this notifier run's, its lease lasting until the run ended
+// (fence.go).
+//
+// Claims, the checks and renewals of claims before runs, and outcome
+// records of jobs that are ready at about the same time share Consul
+// transactions: lanes take whatever is waiting, up to a transaction's
+// worth.
 
 // chains runs jobs in order per claim key, at most cfg.Concurrency
 // scripts and webhooks at once.
@@ -44,6 +48,7 @@ type chains struct {
 
 	claims  chan claimReq
 	records chan recordReq
+	fences  chan fenceReq
 	lanes   sync.WaitGroup
 	// stopped is set by close: no job may be handed in after.
 	stopped bool
@@ -78,11 +83,13 @@ func newChains(n *notifier) *chains {
 		tails:   map[string]chan struct{}{},
 		claims:  make(chan claimReq, 4*maxTxnOps),
 		records: make(chan recordReq, 4*maxTxnOps),
+		fences:  make(chan fenceReq, 4*maxTxnOps),
 	}
 	c.idle = sync.NewCond(&c.mu)
 	for range consulParallel {
 		c.lanes.Go(c.claimLane)
 		c.lanes.Go(c.recordLane)
+		c.lanes.Go(c.fenceLane)
 	}
 	return c
 }
@@ -108,6 +115,7 @@ func (c *chains) close() {
 	c.drain()
 	close(c.claims)
 	close(c.records)
+	close(c.fences)
 	c.lanes.Wait()
 }
 
@@ -160,16 +168,11 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 				return
 			}
 			c.slots <- struct{}{}
-			if !n.holdLease(ctx, j) {
-				<-c.slots
-				if j.unrecorded {
-					n.resumeLater(j.a, n.retry.Max)
-				}
-				return
-			}
-			n.notify(ctx, j)
+			finished := n.notify(ctx, j)
 			<-c.slots
-			c.record(j)
+			if finished {
+				c.record(j)
+			}
 			if j.unrecorded {
 				// Its claim stays unfinished under this run's name:
 				// looked at again (and run again) later.
@@ -293,30 +296,4 @@ func (c *chains) claimGroup(g []claimReq) {
 			r.res <- claimRes{}
 		}
 	}
-}
-
-// holdLease makes sure j's claim's lease lasts until every run of the
-// notification could have ended (a job may wait for a slot longer than
-// its lease had left), renewing it with check-and-set when it does not:
-// after its lease another notifier may take the claim over, and the two
-// runs would overlap. It reports false when the notification must not
-// run: the claim was taken over (nothing more to do here), or it could
-// not be renewed (j.unrecorded: looked at again later).
-func (n *notifier) holdLease(ctx context.Context, j *job) bool {
-	now := time.Now().UTC()
-	if until, ok := leaseEnd(&j.claim); ok && now.Add(n.stale(j)-leaseMargin).Before(until) {
-		return true
-	}
-	j.claim.LeaseUntil = now.Add(n.stale(j)).Format(time.RFC3339Nano)
-	ok, err := n.cas(ctx, []*job{j})
-	switch {
-	case err != nil:
-		j.unrecorded = true
-		j.log.Warn().Err(err).Str("key", j.key).Msg("the claim's lease could not be renewed; the notification runs later")
-		return false
-	case !ok:
-		j.log.Warn().Str("key", j.key).Msg("the claim was taken over while the notification waited for a slot; it is another notifier's now")
-		return false
-	}
-	return true
 }

@@ -120,27 +120,36 @@ func deadRunner(t *testing.T) *consulkv.Runner {
 // whose notifier had no parent-death signal, or a child the script
 // started, does) and its claim unfinished, within its lease. The notifier
 // started next on the same machine sees the owner gone, stops what it left
-// running, and only then runs the notification again: the runs do not
-// overlap, and the update runs to its end once.
+// running, and only then runs the notification again, or the component's
+// next generation: the runs do not overlap, and the update runs to its
+// end once.
 func TestTakeoverStopsWhatTheDeadNotifierLeftRunning(t *testing.T) {
 	if goruntime.GOOS != "linux" {
 		t.Skip("a notifier sees the processes of a dead one through /proc")
 	}
+	t.Run("same generation", func(t *testing.T) { takeOverFromTheDead(t, 1) })
+	t.Run("a newer generation", func(t *testing.T) { takeOverFromTheDead(t, 2) })
+}
+
+// takeOverFromTheDead runs TestTakeoverStopsWhatTheDeadNotifierLeftRunning
+// with generation 1 left running, and the record of generation gen.
+func takeOverFromTheDead(t *testing.T, gen int64) {
 	consulCfg, consul := stagetest.Consul(t)
 	c := newCluster(t, topology.ComponentApplied, topology.DLQ(topology.StageAgentNotifier))
 	scripts := t.TempDir()
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	script := ledgerScript(t, scripts, ledger, 30)
 	const id = "orphaned"
-	a := update(id, 1, events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: script})
-	holdGeneration(t, consul, 1, id)
+	target := events.NotifyTarget{Kind: events.NotifyScript, ScriptPath: script}
+	left, a := update(id, 1, target), update(id, gen, target)
+	holdGeneration(t, consul, gen, id)
 
 	// As the dead notifier left it: its script running, its claim
 	// unfinished and leased for an hour.
 	host, _ := os.Hostname()
 	dead := host + "/dead-run"
 	orphan := exec.Command(script, ReconfigureType, "{}")
-	orphan.Env = append(notifytarget.ScriptEnv(), Delivery{ComponentID: id, UpdateID: a.UpdateID, Generation: 1, Run: dead}.Env()...)
+	orphan.Env = append(notifytarget.ScriptEnv(), Delivery{ComponentID: id, UpdateID: left.UpdateID, Generation: 1, Run: dead}.Env()...)
 	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
@@ -149,8 +158,8 @@ func TestTakeoverStopsWhatTheDeadNotifierLeftRunning(t *testing.T) {
 	go func() { exited <- orphan.Wait() }()
 	t.Cleanup(func() { _ = orphan.Process.Kill() })
 	now := time.Now().UTC()
-	cl := consulkv.Claim{UpdateID: a.UpdateID, Generation: 1, At: now.Format(time.RFC3339Nano), LeaseUntil: now.Add(time.Hour).Format(time.RFC3339Nano),
-		Owner: dead, Runner: deadRunner(t), ConsulIndex: a.ConsulIndex}
+	cl := consulkv.Claim{UpdateID: left.UpdateID, Generation: 1, At: now.Format(time.RFC3339Nano), LeaseUntil: now.Add(time.Hour).Format(time.RFC3339Nano),
+		Owner: dead, Runner: deadRunner(t), ConsulIndex: left.ConsulIndex}
 	if _, err := consul.KV().Put(&api.KVPair{Key: consulkv.ClaimKey(id), Value: cl.JSON()}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -173,14 +182,15 @@ func TestTakeoverStopsWhatTheDeadNotifierLeftRunning(t *testing.T) {
 		t.Fatal("the script the dead notifier left running still runs")
 	}
 	runs := checkLedger(t, ledger)
-	if len(runs) != 2 || runs[0].ended || !runs[1].ended {
-		t.Fatalf("ledger runs %+v, want the orphaned run stopped unfinished and one run to its end", runs)
+	if len(runs) != 2 || runs[0].ended || !runs[1].ended || runs[1].update != a.UpdateID {
+		t.Fatalf("ledger runs %+v, want the orphaned run stopped unfinished and one run of %s to its end", runs, a.UpdateID)
 	}
-	// The stopped run counts as an attempt when the pass that killed it
-	// is the one that claims; a claim retried after a busy Consul finds
-	// nothing left to kill and counts the finished run only.
-	if got.Attempts != 2 && got.Attempts != 1 {
-		t.Errorf("claim says %d attempts, want 2 (the run stopped and the run that finished), or 1", got.Attempts)
+	// The stopped run counts as an attempt of its generation when the
+	// pass that killed it is the one that claims; a claim retried after
+	// a busy Consul finds nothing left to kill and counts the finished
+	// run only. A newer generation counts its own runs only.
+	if gen == 1 && got.Attempts != 2 && got.Attempts != 1 || gen > 1 && got.Attempts != 1 {
+		t.Errorf("claim says %d attempts, want 2 (the run stopped and the run that finished), or 1 (1 only for a newer generation)", got.Attempts)
 	}
 }
 

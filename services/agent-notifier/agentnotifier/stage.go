@@ -8,18 +8,28 @@
 //     a run a notifier that died left unfinished is run again;
 //   - a component's runs never overlap: the script runs in its own process
 //     group and dies with the notifier (Linux's parent-death signal), and
-//     an unfinished claim of another run is taken over only once its lease
-//     ended or its process is seen gone, after what it left running for
-//     the component is killed;
+//     an unfinished claim of another run, of the same generation or an
+//     older one, is taken over only once its lease ended or its process is
+//     seen gone, after what it left running for the component is killed;
+//   - the notifier fences itself: every run, the first and each one again,
+//     starts only while the claim is still its own and its lease, as its
+//     own monotonic clock counts it, lasts until the run ended (checked in
+//     Consul before a run again, renewed when it would not last); a
+//     notifier that was paused past its lease and lost its claim stops
+//     without running anything (fence.go);
 //   - a run that finished is not run again for the same update, unless the
 //     consul-writer repaired the folder since, a catch-up runs a failed one
 //     again, or an operator asks (a catch-up request naming the component).
 //
 // The script gets the update in its environment (POLICYFLOW_COMPONENT_ID,
 // POLICYFLOW_UPDATE_ID, POLICYFLOW_GENERATION), the webhook in headers, so
-// either can drop a copy. Scripts run and webhooks are called only as the
-// operator's notifytarget rules allow; one component's slow or failing
-// target does not hold up the others.
+// either can drop a copy, and, as a resource drops a request whose
+// sequencer (Chubby) or epoch (Kafka's producers) is older than one it
+// already saw, an older generation after a newer one: a lease measured by
+// a clock cannot rule out a notifier paused between its check and its run.
+// Scripts run and webhooks are called only as the operator's notifytarget
+// rules allow; one component's slow or failing target does not hold up
+// the others.
 //
 // The notification is built from Consul, as it is when the component is
 // notified: its policies are the bodies in the component's folder, read
@@ -198,6 +208,18 @@ type notifier struct {
 	// runner names this process in the claims it writes.
 	runner *consulkv.Runner
 	env    runtime.Env
+	// clock is the notifier's clock (nil: time.Now); see now.
+	clock func() time.Time
+}
+
+// now is the time on the notifier's clock. Its monotonic reading is what
+// measures the leases this notifier holds (fence): it goes on while the
+// process is paused, and a wall clock set back cannot stretch a lease.
+func (n *notifier) now() time.Time {
+	if n.clock != nil {
+		return n.clock()
+	}
+	return time.Now()
 }
 
 // newOwner is the owner name of a notifier run: the member's instance id
