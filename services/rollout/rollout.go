@@ -151,6 +151,25 @@ func Active(r *events.PolicyRollout) bool {
 	return r != nil && (r.State == StateRunning || r.State == StatePaused)
 }
 
+// InForce is what the components have of a policy whose catalog latest is
+// version with body hash, when a rollout r decides it: the version before
+// r, at the revision it was restored at, once r was aborted (the catalog
+// keeps the aborted version as its latest; every component went back).
+// ok is false when r does not decide it (no rollout, another version, or
+// not aborted): the components have the catalog's latest. A nil entry with
+// ok true means they have nothing: the policy had no version before r.
+// A version published next takes this as the one it replaces.
+func InForce(r *events.PolicyRollout, version, hash string) (e *events.PolicyCatalogEntry, ok bool) {
+	if r == nil || r.State != StateAborted || r.Version != version || r.BodyHash != hash {
+		return nil, false
+	}
+	if r.PreviousBody == "" {
+		return nil, true
+	}
+	return &events.PolicyCatalogEntry{PolicyVersion: r.PreviousVersion, Body: r.PreviousBody, BodyHash: r.PreviousHash,
+		Revision: r.AbortRevision, Tenant: r.Tenant}, true
+}
+
 // Conflict is an action refused in the rollout's state (a 409).
 type Conflict struct{ Msg string }
 

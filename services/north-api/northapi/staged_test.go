@@ -127,4 +127,40 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 	}
 	code, out, _ = s.call(t, http.MethodPost, "/v1/policies/"+id+"/rollout/promote", nil)
 	wantError(t, "promote an aborted rollout", code, out, http.StatusConflict, "aborted")
+	aborted := st
+
+	// The catalog keeps the aborted version 3 as its latest, but every
+	// component went back to version 1: version 4 with a plan replaces
+	// version 1, at the abort's revision, so the components outside its
+	// first step keep version 1 instead of being given version 3.
+	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".3.xml", "3", v3))
+	testkit.Eventually(t, 30*time.Second, func() error {
+		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "3" {
+			return fmt.Errorf("latest %v", out)
+		}
+		return nil
+	})
+	v4 := pdpBody(id+".4.xml", "4", map[string]any{"v": 4})
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v4, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
+	acc = policyapi.PushAccepted{}
+	if err := json.Unmarshal(raw, &acc); code != http.StatusAccepted || err != nil || acc.Rollout == nil || acc.Rollout.Version != "4" {
+		t.Fatalf("push after the abort: %d %s", code, raw)
+	}
+	if acc.Rollout.PreviousVersion != "1" {
+		t.Fatalf("the rollout of version 4 after version 3 was aborted replaces version %s, want 1 (what the components went back to): %s",
+			acc.Rollout.PreviousVersion, raw)
+	}
+	rs := s.records(t, topology.PolicyRollouts, 5)
+	var r4 events.PolicyRollout
+	if err := s.env.Codec.DecodeInto(t.Context(), rs[len(rs)-1].Value, &r4); err != nil {
+		t.Fatal(err)
+	}
+	var abortRec events.PolicyRollout
+	if err := s.env.Codec.DecodeInto(t.Context(), rs[len(rs)-2].Value, &abortRec); err != nil {
+		t.Fatal(err)
+	}
+	if r4.Version != "4" || r4.PreviousVersion != "1" || r4.PreviousBody == "" || r4.PreviousRevision != abortRec.AbortRevision || abortRec.AbortRevision == 0 {
+		t.Fatalf("rollout of version 4 %+v; the aborted one (%s) restored at revision %d", r4, aborted.State, abortRec.AbortRevision)
+	}
 }

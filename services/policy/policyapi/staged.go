@@ -205,6 +205,14 @@ func (s *API) pushPlanned(w http.ResponseWriter, r *http.Request, raw []byte) *w
 		// version before the superseded rollout or its version.
 		before = &events.PolicyCatalogEntry{PolicyVersion: cur.PreviousVersion, Body: cur.PreviousBody, BodyHash: cur.PreviousHash,
 			Revision: cur.PreviousRevision, Tenant: cur.Tenant}
+	} else if ok && before != nil {
+		// After an abort the catalog's latest is still the aborted
+		// version, but the components went back to the one before it:
+		// that is what the new version replaces, or they would be
+		// given the aborted version while outside the first step.
+		if inForce, decided := rollout.InForce(cur, before.PolicyVersion, before.BodyHash); decided {
+			before = inForce
+		}
 	}
 	ro := rollout.Start(c.PolicyID, web.NewID(), c.PolicyVersion, c.Header().BodyHash, before, *req.Rollout, by, now)
 	if e := s.writeRollout(r.Context(), ro); e != nil {
