@@ -283,13 +283,17 @@ func Observe(r *events.PolicyRollout, counts []events.RolloutStepCount, now time
 				t := now
 				n.StepDoneAt, changed = &t, true
 			}
+			failedNote := ""
+			if f := failed(n); f > 0 {
+				failedNote = fmt.Sprintf(" (%d notifications failed, %d of them since the last resume, within max_failed %d)", f, f-n.FailedBaseline, n.MaxFailed)
+			}
 			switch {
 			case int(n.Step) == len(n.Steps)-1:
-				n.State, n.Reason, changed = StateDone, "every component was notified", true
+				n.State, n.Reason, changed = StateDone, "every component was notified"+failedNote, true
 			case n.Auto && !now.Before(n.StepDoneAt.Add(time.Duration(n.PauseS)*time.Second)):
 				n.Step++
 				n.StepStartedAt, n.StepDoneAt = now, nil
-				n.Reason, changed = fmt.Sprintf("step %d done; step %d started", n.Step, n.Step+1), true
+				n.Reason, changed = fmt.Sprintf("step %d done%s; step %d started", n.Step, failedNote, n.Step+1), true
 			}
 		}
 	}
@@ -299,11 +303,13 @@ func Observe(r *events.PolicyRollout, counts []events.RolloutStepCount, now time
 	return n
 }
 
-// stepDone says whether every component of the current step's cohort was
-// notified.
+// stepDone says whether every component of the current step's cohort (and
+// of the earlier ones) was notified or failed: a failure that did not pause
+// the rollout (within max_failed, or forgiven by a resume) settles its
+// component for the step, or the step would wait for it forever.
 func stepDone(r *events.PolicyRollout) bool {
 	for k := 0; k <= int(r.Step) && k < len(r.Counts); k++ {
-		if r.Counts[k].Notified < r.Counts[k].Components {
+		if r.Counts[k].Notified+r.Counts[k].Failed < r.Counts[k].Components {
 			return false
 		}
 	}
