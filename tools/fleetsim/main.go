@@ -175,10 +175,21 @@ func run(ctx context.Context, o options) (*Report, error) {
 	defer stopAll()
 
 	// The fleet: nodes registered on agent.nodes, a package.
+	// The parked agents' own bearer tokens: a node's routes take only
+	// its node's token.
+	tokens := make([]string, min(o.idleAgents, o.nodes))
+	for i := range tokens {
+		if tokens[i], err = auth.NewNodeToken(); err != nil {
+			return nil, err
+		}
+	}
 	t0 := time.Now()
 	var recs []*kgo.Record
 	for i := range o.nodes {
 		n := &events.AgentNode{Org: "sim", Node: "node-" + strconv.Itoa(i), Properties: `[{"name":"arch","value":"amd64"}]`, SoftwareVersion: "1.0.0", UpdatedAt: time.Now().UTC()}
+		if i < len(tokens) {
+			n.TokenSHA256 = auth.Hash(tokens[i])
+		}
 		v, err := env.Codec.Encode(n)
 		if err != nil {
 			return nil, err
@@ -268,7 +279,7 @@ func run(ctx context.Context, o options) (*Report, error) {
 
 	// Idle agents parked on the long poll.
 	if o.idleAgents > 0 {
-		if err := idle(ctx, env, o, rep, dirs); err != nil {
+		if err := idle(ctx, env, o, rep, tokens); err != nil {
 			return nil, err
 		}
 	}
@@ -362,13 +373,16 @@ func (r *directiveReader) close() { r.stop(); <-r.done; r.cl.Close() }
 
 // idle parks agents on the North API's directive long poll and measures
 // what they cost while nothing changes.
-func idle(ctx context.Context, env pfruntime.Env, o options, rep *Report, dirs *directiveReader) error {
-	tok, _ := auth.NewToken()
-	tokens, err := auth.File{Tokens: []auth.Entry{{Name: "sim", Role: auth.RoleAgent, SHA256: auth.Hash(tok)}}}.Set()
+// Each agent calls with its node's own token (tokens[i] is node-i's).
+func idle(ctx context.Context, env pfruntime.Env, o options, rep *Report, tokens []string) error {
+	// The API wants a tokens file; the agents' node tokens are on their
+	// node records (agent.nodes).
+	operator, _ := auth.NewToken()
+	set, err := auth.File{Tokens: []auth.Entry{{Name: "sim", Role: auth.RoleOperator, SHA256: auth.Hash(operator)}}}.Set()
 	if err != nil {
 		return err
 	}
-	srv, err := northapi.New(env, northapi.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: tokens,
+	srv, err := northapi.New(env, northapi.Options{Consul: consulkv.Config{Addr: "127.0.0.1:1"}, Tokens: set,
 		RateLimit: northapi.RateLimit{Off: true}})
 	if err != nil {
 		return err
@@ -392,9 +406,10 @@ func idle(ctx context.Context, env pfruntime.Env, o options, rep *Report, dirs *
 	base := "http://" + ln.Addr().String()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.idleAgents + 10, MaxConnsPerHost: 0}}
 	// The index each node's directive has, from a first GET.
-	index := func(node string) (string, error) {
+	index := func(i int) (string, error) {
+		node := "node-" + strconv.Itoa(i)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/orgs/sim/nodes/"+node+"/directive", nil)
-		auth.SetBearer(req, tok)
+		auth.SetBearer(req, tokens[i])
 		resp, err := client.Do(req)
 		if err != nil {
 			return "", err
@@ -408,9 +423,9 @@ func idle(ctx context.Context, env pfruntime.Env, o options, rep *Report, dirs *
 		}
 		return strconv.FormatUint(d.Index, 10), nil
 	}
-	idx := make([]string, o.idleAgents)
+	idx := make([]string, len(tokens))
 	for i := range idx {
-		if idx[i], err = index("node-" + strconv.Itoa(i)); err != nil {
+		if idx[i], err = index(i); err != nil {
 			return err
 		}
 	}
@@ -422,12 +437,12 @@ func idle(ctx context.Context, env pfruntime.Env, o options, rep *Report, dirs *
 	wait := o.idleTime + 30*time.Second
 	pctx, pcancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	for i := range o.idleAgents {
+	for i := range tokens {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(pctx, http.MethodGet, base+"/v1/orgs/sim/nodes/node-"+strconv.Itoa(i)+"/directive?index="+idx[i]+"&wait="+wait.String(), nil)
-			auth.SetBearer(req, tok)
+			auth.SetBearer(req, tokens[i])
 			if resp, err := client.Do(req); err == nil {
 				resp.Body.Close()
 			}
@@ -442,7 +457,7 @@ func idle(ctx context.Context, env pfruntime.Env, o options, rep *Report, dirs *
 	cpu := cpuNow() - cpu0 - baseline
 	pcancel()
 	wg.Wait()
-	n := float64(o.idleAgents)
+	n := float64(len(tokens))
 	rep.IdleBytesPerAgent = float64(parked.heap-before.heap) / n
 	rep.IdleGoroutinesPerAgent = float64(parked.goroutines-before.goroutines) / n
 	rep.IdleCPUPerAgentMicros = max(cpu.Seconds(), 0) * 1e6 / n * (60 / rep.IdleSeconds)
