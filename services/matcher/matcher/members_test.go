@@ -57,6 +57,11 @@ func TestMembersChangeNothingButSpeed(t *testing.T) {
 	// component once.
 	fanOut(t, c, topology.CatchupRequests, events.ScopeAll, &events.CatchupRequest{RequestID: "cu-members", Scope: events.ScopeAll,
 		Reason: "test", RequestedAt: time.Now().UTC().Truncate(time.Millisecond)})
+	// Every partition compared before the new version comes, so that
+	// none of them sends it as a catch-up.
+	if n := len(c.Read(t, topology.CatchupProgress, testPartitions, 60*time.Second)); n != testPartitions {
+		t.Fatalf("%d partitions reported the catch-up, want %d", n, testPartitions)
+	}
 	ch, entry := change(memID, "ch-2", "1", "2", nil)
 	c.Produce(t, topology.PolicyCatalog, memID, entry)
 	fanOut(t, c, topology.PolicyChanges, memID, ch)
