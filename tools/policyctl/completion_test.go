@@ -106,8 +106,8 @@ func TestBashCompletionRuns(t *testing.T) {
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Env = append(os.Environ(), "PATH="+dir+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "apply\ndescribe\nverify\n" {
-		t.Errorf("bash completion of 'policyctl topology ': %v %q; want apply, describe, verify", err, out)
+	if err != nil || string(out) != "apply\ndescribe\nmembers\nverify\n" {
+		t.Errorf("bash completion of 'policyctl topology ': %v %q; want apply, describe, members, verify", err, out)
 	}
 }
 
