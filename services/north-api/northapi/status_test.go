@@ -4,12 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/topology"
@@ -134,4 +137,84 @@ func TestStatusPageIsServedWithoutData(t *testing.T) {
 			t.Errorf("GET /ui/other: %d; want 404", resp.StatusCode)
 		}
 	}
+}
+
+// TestStatusAnswersWhileConsulHangs: with a Consul agent that accepts
+// connections and answers nothing (frozen), GET /v1/status still answers,
+// within its Consul deadline: the stages and changes it reads from Kafka,
+// Consul down with the reason, and the notified and failed counts marked
+// unknown rather than read as zeros.
+func TestStatusAnswersWhileConsulHangs(t *testing.T) {
+	s := newStackWith(t, Options{Consul: consulkv.Config{Addr: frozenAgent(t)}}, nil)
+	pid := "Frozen.Config_status"
+	body := `{"policyName":"` + pid + `.1.xml","policyVersion":"1","policyConfigStatus":"CONFIG_RETRIEVED","matchingConditions":{"ONAPName":"DCAE"},"config":{"k":"v"}}`
+	s.Produce(t, topology.PolicyCatalog, pid, &events.PolicyCatalogEntry{
+		PolicyID: pid, PolicyName: pid + ".1.xml", PolicyVersion: "1", Body: body, Status: "VALID", UpdatedAt: time.Now().UTC(),
+	})
+	for i := range 3 {
+		id := fmt.Sprintf("frozen-%d", i)
+		s.Produce(t, topology.DeployComponents, id, &events.Component{ComponentID: id, DeploymentID: "d-" + id, ServiceComponentName: "scn-" + id,
+			PolicyIDs: []string{pid}, Config: "{}", Notify: events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:9/p"}, UpdatedAt: time.Now().UTC()})
+	}
+	client := &http.Client{Timeout: 20 * time.Second}
+	var st policyapi.PipelineStatus
+	testkit.Eventually(t, 60*time.Second, func() error {
+		req, _ := http.NewRequest(http.MethodGet, s.url+"/v1/status", nil)
+		req.Header.Set("Authorization", "Bearer "+readOnlyToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET /v1/status with Consul frozen: %v", err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /v1/status: %d %s", resp.StatusCode, raw)
+		}
+		st = policyapi.PipelineStatus{}
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatalf("GET /v1/status: %v %s", err, raw)
+		}
+		if len(st.Changes) == 0 || st.Changes[0].PolicyID != pid || st.Changes[0].ShouldHave != 3 {
+			return fmt.Errorf("the status does not show %s for its 3 components yet: %s", pid, raw)
+		}
+		return nil
+	})
+	if len(st.Dependencies) != 1 || st.Dependencies[0].Name != "consul" || st.Dependencies[0].OK || !strings.Contains(st.Dependencies[0].Reason, "unknown") {
+		t.Errorf("dependencies %+v; want consul down, saying what is unknown", st.Dependencies)
+	}
+	if c := st.Changes[0]; !c.NotificationsUnknown {
+		t.Errorf("change %+v: notified and failed are not marked unknown while Consul does not answer", c)
+	}
+}
+
+// frozenAgent is the address of a Consul agent that accepts connections
+// and answers nothing, as a frozen (SIGSTOPped) one does.
+func frozenAgent(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
 }

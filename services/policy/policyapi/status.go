@@ -38,6 +38,14 @@ const (
 	statusClaims = 2000
 	// statusOpsTimeout bounds the reads of a stage's ops listener.
 	statusOpsTimeout = 3 * time.Second
+	// statusConsulTimeout bounds the reads of the notification claims
+	// from Consul: the status answers whatever Consul does (a frozen
+	// agent accepts connections and answers nothing), saying what it
+	// could not read.
+	statusConsulTimeout = 3 * time.Second
+	// statusClaimsPerTxn is how many claims one Consul transaction reads
+	// (Consul takes at most 128 operations a transaction).
+	statusClaimsPerTxn = 128
 )
 
 // PipelineStatus is GET /v1/status: what the status page shows.
@@ -48,6 +56,18 @@ type PipelineStatus struct {
 	FailedNotifications []FailedNotification `json:"failed_notifications"`
 	// Note says what the figures leave out, when they do.
 	Note string `json:"note,omitempty"`
+	// Dependencies are what the status reads besides Kafka, and whether
+	// it could (Consul, for the notification claims).
+	Dependencies []DependencyStatus `json:"dependencies"`
+}
+
+// DependencyStatus is one dependency of the status and whether it
+// answered.
+type DependencyStatus struct {
+	Name string `json:"name"`
+	OK   bool   `json:"ok"`
+	// Reason says what could not be read and what it leaves unknown.
+	Reason string `json:"reason,omitempty"`
 }
 
 // StageStatus is one stage as its ops listener reports it.
@@ -60,6 +80,9 @@ type StageStatus struct {
 	RecordsOut float64 `json:"records_out"`
 	DLQ        float64 `json:"dlq"`
 	Source     string  `json:"source,omitempty"`
+	// Unknown says the figures could not be read (the stage's ops
+	// listener does not answer): they are not zeros.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // PolicyRollout is one policy's latest version and how far it got.
@@ -76,6 +99,10 @@ type PolicyRollout struct {
 	// Staged says where the version's staged rollout is ("paused at step
 	// 2 of 3"), when it was published with a plan.
 	Staged string `json:"staged,omitempty"`
+	// NotificationsUnknown says Notified and Failed could not be counted:
+	// the notification claims could not be read from Consul
+	// (PipelineStatus.Dependencies says why).
+	NotificationsUnknown bool `json:"notifications_unknown,omitempty"`
 }
 
 // FailedNotification is a component whose last notification failed.
@@ -95,38 +122,66 @@ func (s *API) PipelineStatus(w http.ResponseWriter, r *http.Request) *web.Error 
 	}
 	st := PipelineStatus{GeneratedAt: time.Now().UTC(), Stages: s.stageStatus(r.Context())}
 	comps := s.components.all()
-	claims, note, err := s.readClaims(r.Context(), comps)
+	ctx, cancel := context.WithTimeout(r.Context(), statusConsulTimeout)
+	claims, note, err := s.readClaims(ctx, comps)
+	cancel()
+	consul := DependencyStatus{Name: "consul", OK: err == nil}
 	if err != nil {
-		return s.consulFailed("the notification claims", err)
+		if r.Context().Err() != nil {
+			return nil // the caller left
+		}
+		consul.Reason = fmt.Sprintf("the notification claims could not be read from Consul at %s within %s (%v): notified and failed counts are unknown; check --consul-addr and that Consul is up",
+			s.opts.Consul.Addr, statusConsulTimeout, err)
+		s.Log.Warn().Err(err).Str("consul", s.opts.Consul.Addr).Msg("status: read the notification claims")
 	}
+	st.Dependencies = []DependencyStatus{consul}
 	st.Note = note
 	st.Changes = s.rollouts(comps, claims)
+	if err != nil {
+		for i := range st.Changes {
+			st.Changes[i].NotificationsUnknown = true
+		}
+	}
 	st.FailedNotifications = failures(comps, claims)
 	web.WriteJSON(w, http.StatusOK, st)
 	return nil
 }
 
 // readClaims reads the notification claim of each registered component
-// (at most statusClaims of them), by component id.
+// (at most statusClaims of them), by component id: statusClaimsPerTxn
+// claims a Consul transaction, a few transactions at once, until ctx is
+// done. A failed read fails the whole: a partial count would read as
+// components not notified.
 func (s *API) readClaims(ctx context.Context, comps []*events.Component) (map[string]*consulkv.Claim, string, error) {
 	note := ""
 	if len(comps) > statusClaims {
 		note = fmt.Sprintf("notified and failed counts cover the first %d of %d components (by id)", statusClaims, len(comps))
 		comps = comps[:statusClaims]
 	}
-	out := map[string]*consulkv.Claim{}
-	var mu sync.Mutex
-	var first error
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
+	byKey := map[string]string{} // claim key -> component id
+	var ops capi.TxnOps
 	for _, c := range comps {
 		if c.ServiceComponentName == "" {
 			continue
 		}
+		key := consulkv.ClaimKey(c.ServiceComponentName)
+		byKey[key] = c.ComponentID
+		ops = append(ops, &capi.TxnOp{KV: &capi.KVTxnOp{Verb: capi.KVGetOrEmpty, Key: key}})
+	}
+	out := map[string]*consulkv.Claim{}
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, 4)
+	var wg sync.WaitGroup
+	for start := 0; start < len(ops); start += statusClaimsPerTxn {
+		chunk := ops[start:min(start+statusClaimsPerTxn, len(ops))]
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			pair, _, err := s.consul.KV().Get(consulkv.ClaimKey(c.ServiceComponentName), (&capi.QueryOptions{}).WithContext(ctx))
+			ok, resp, _, err := s.consul.Txn().Txn(chunk, (&capi.QueryOptions{}).WithContext(ctx))
+			if err == nil && !ok {
+				err = fmt.Errorf("transaction refused: %s", consulkv.TxnReasons(resp))
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -135,11 +190,13 @@ func (s *API) readClaims(ctx context.Context, comps []*events.Component) (map[st
 				}
 				return
 			}
-			if pair == nil || len(pair.Value) == 0 {
-				return
-			}
-			if cl, err := consulkv.ParseClaim(pair.Value); err == nil {
-				out[c.ComponentID] = &cl
+			for _, r := range resp.Results {
+				if r.KV == nil || len(r.KV.Value) == 0 {
+					continue
+				}
+				if cl, err := consulkv.ParseClaim(r.KV.Value); err == nil {
+					out[byKey[r.KV.Key]] = &cl
+				}
 			}
 		})
 	}
@@ -287,7 +344,7 @@ func (s *API) stageStatus(ctx context.Context) []StageStatus {
 			if len(rows) == 1 && rows[0].Name == addr {
 				why, rows = rows[0].Reason, nil
 			}
-			rows = append(rows, StageStatus{Name: name, Reason: why, Source: opsURL(addr)})
+			rows = append(rows, StageStatus{Name: name, Reason: why, Source: opsURL(addr), Unknown: true})
 		}
 		out = append(out, rows...)
 	}
@@ -341,7 +398,7 @@ func (s *API) remoteStages(ctx context.Context, addr string) []StageStatus {
 	ctx, cancel := context.WithTimeout(ctx, statusOpsTimeout)
 	defer cancel()
 	down := func(err error) []StageStatus {
-		return []StageStatus{{Name: addr, Reason: "ops listener does not answer: " + err.Error(), Source: base}}
+		return []StageStatus{{Name: addr, Reason: "ops listener does not answer: " + err.Error(), Source: base, Unknown: true}}
 	}
 	var ready struct {
 		Detail map[string]runtime.StageHealth `json:"detail"`
