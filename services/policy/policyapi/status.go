@@ -124,13 +124,18 @@ func (s *API) PipelineStatus(w http.ResponseWriter, r *http.Request) *web.Error 
 	comps := s.components.all()
 	ctx, cancel := context.WithTimeout(r.Context(), statusConsulTimeout)
 	claims, note, err := s.readClaims(ctx, comps)
+	if err == nil && len(claims) == 0 {
+		// Nothing was read (no component yet, or none claimed): ask
+		// Consul whether it answers at all, so that down reads as down.
+		err = consulkv.Dependency(s.consul).Check(ctx)
+	}
 	cancel()
 	consul := DependencyStatus{Name: "consul", OK: err == nil}
 	if err != nil {
 		if r.Context().Err() != nil {
 			return nil // the caller left
 		}
-		consul.Reason = fmt.Sprintf("the notification claims could not be read from Consul at %s within %s (%v): notified and failed counts are unknown; check --consul-addr and that Consul is up",
+		consul.Reason = fmt.Sprintf("Consul at %s did not answer within %s (%v): the notification claims could not be read, notified and failed counts are unknown; check --consul-addr and that Consul is up",
 			s.opts.Consul.Addr, statusConsulTimeout, err)
 		s.Log.Warn().Err(err).Str("consul", s.opts.Consul.Addr).Msg("status: read the notification claims")
 	}
