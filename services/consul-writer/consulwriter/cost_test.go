@@ -39,8 +39,9 @@ const (
 	// test logs it as the target).
 	budgetCatchupRequests = 1.02
 	// budgetCatchupOps bounds the transaction operations per component
-	// of that catch-up: one check-index of its event key.
-	budgetCatchupOps = 1
+	// of that catch-up: a check-index of its event key and of each of its
+	// items (2 policies).
+	budgetCatchupOps = 3
 )
 
 // TestCostBudget holds the consul-writer to its budgets of Consul

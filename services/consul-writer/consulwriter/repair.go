@@ -91,11 +91,16 @@ func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupReque
 	compared := len(jobs)
 	// Folders certainly as last written are not read (unchanged); the
 	// others are read whole and compared.
-	last, err := w.lastWritten(ctx, in.Partition)
+	last, err := w.lastWritten(ctx, []int32{in.Partition})
 	if err != nil {
 		return nil, fmt.Errorf("consul-writer: catch-up %s: read partition %d of %s: %w", req.RequestID, in.Partition, topology.ComponentApplied, err)
 	}
-	same := w.unchanged(ctx, jobs, last)
+	// The other partitions' components share the prefixes listed.
+	spread, err := runtime.TopicPartitions(ctx, w.env.Kafka, topology.ComponentPolicies)
+	if err != nil {
+		return nil, fmt.Errorf("consul-writer: catch-up %s: %w", req.RequestID, err)
+	}
+	same, stats := w.unchanged(ctx, jobs, last, int(spread))
 	toRead := jobs[:0:0]
 	for i, j := range jobs {
 		if !same[i] {
@@ -128,7 +133,8 @@ func (w *writer) repair(ctx context.Context, in runtime.Msg[*events.CatchupReque
 		Compared: int64(compared), Differed: int64(repaired), KeysWritten: int64(keys), DoneAt: time.Now().UTC(),
 	}})
 	w.log.Info().Str("request_id", req.RequestID).Int32("partition", in.Partition).Str("deployment_id", dep).
-		Int("components_compared", compared).Int("folders_read", len(jobs)).Int("folders_repaired", repaired).Int("keys_written", keys).Int("folders_not_repaired", failed).
+		Int("components_compared", compared).Int("check_transactions", stats.txns).Int("shared_listings", stats.ranges).Int("folders_listed_alone", stats.alone).
+		Int("folders_read", len(jobs)).Int("folders_repaired", repaired).Int("keys_written", keys).Int("folders_not_repaired", failed).
 		Dur("took", time.Since(start)).Msg("catch-up compared the Consul folders with their collections")
 	return outs, nil
 }
