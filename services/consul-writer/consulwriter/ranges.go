@@ -6,10 +6,13 @@ import (
 )
 
 // rangeKeys bounds the keys one listing of a catch-up is expected to
-// return (about 200 KB of key names): enough for a thousand components of
-// a few policies in one request, small enough that a response stays
-// moderate however many components a catch-up covers.
-const rangeKeys = 4096
+// return: about 0.7 MB of key names (some 45 bytes each in the JSON
+// answer), a fifth of what one read transaction may answer
+// (consulkv.ReadTxnBytes), however many components the catch-up covers.
+// A range over it is cut by the byte after its prefix, so a range holds
+// between about rangeKeys/b and rangeKeys keys, b the symbols that byte
+// takes among the names (10 for names numbered in decimal).
+const rangeKeys = 16384
 
 // keysPerComponent is what a component puts under its name besides its
 // items: its config (<scn>), its event and its claim (notified).

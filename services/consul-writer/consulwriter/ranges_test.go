@@ -72,16 +72,16 @@ func TestKeyRanges(t *testing.T) {
 		limit  int
 		ranges []string
 	}{
-		{"under the limit: one range, the longest prefix shared", members(15, cost[:200]...), rangeKeys, []string{"cost-"}},
-		{"over the limit: cut by the byte after the shared prefix", members(15, cost...), rangeKeys,
+		{"under the limit: one range, the longest prefix shared", members(15, cost[:200]...), 4096, []string{"cost-"}},
+		{"over the limit: cut by the byte after the shared prefix", members(15, cost...), 4096,
 			[]string{"cost-0", "cost-1", "cost-2", "cost-3", "cost-4", "cost-5"}},
 		{"a part still over the limit is cut again", members(50, cost[:100]...), 1000,
 			[]string{"cost-00", "cost-01", "cost-02", "cost-03", "cost-04", "cost-05", "cost-06", "cost-07", "cost-08", "cost-09"}},
-		{"one component over the limit: its own items", members(5000, "big", "bigger"), rangeKeys,
+		{"one component over the limit: its own items", members(5000, "big", "bigger"), 4096,
 			[]string{consulkv.ItemsPrefix("big"), consulkv.ItemsPrefix("bigger")}},
-		{"a name that extends another's", members(3000, "dcae-a", "dcae-ab"), rangeKeys,
+		{"a name that extends another's", members(3000, "dcae-a", "dcae-ab"), 4096,
 			[]string{consulkv.ItemsPrefix("dcae-a"), consulkv.ItemsPrefix("dcae-ab")}},
-		{"a name that holds another's items prefix: one range", members(5000, "a", consulkv.ItemKey("a", "b")), rangeKeys,
+		{"a name that holds another's items prefix: one range", members(5000, "a", consulkv.ItemKey("a", "b")), 4096,
 			[]string{consulkv.ItemsPrefix("a")}},
 		{"one component", members(5, "dcae-vm"), rangeKeys, []string{consulkv.ItemsPrefix("dcae-vm")}},
 		{"none", nil, rangeKeys, []string{}},
