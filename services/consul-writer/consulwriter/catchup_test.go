@@ -13,6 +13,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
+	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -232,5 +233,61 @@ func TestCatchupOfRecordsWithoutItemIndexes(t *testing.T) {
 	// of its own; the two others as before.
 	if cost := counter.Counts().Since(before); cost.OpsOf("kv check-index") != int64(len(names)+2) || cost.Of(consulkv.KVKeys) != int64(len(names)) || cost.OpsOf("kv get-tree") != 0 {
 		t.Fatalf("the catch-up cost %s; want %d keys checked (old-b's 3 and 2 event keys) and %d listings, no get-tree", cost, len(names)+2, len(names))
+	}
+}
+
+// The catch-up requests of a poll for distinct partitions are handled at
+// once: their folders checked in shared check-index transactions and each
+// prefix listed once for all; a second request for a partition is
+// handled after them, on its own. Each request has its own progress.
+func TestCatchupOfPartitionsAtOnce(t *testing.T) {
+	consulCfg, _ := stagetest.Consul(t)
+	counter := consulkv.NewRequestCounter()
+	consulCfg.Requests = counter
+	c := newCluster(t)
+	applied := c.Reader(t, topology.ComponentApplied)
+	stop := stagetest.Run(t, StageWith(Config{Consul: consulCfg}), stagetest.Env(c.Kafka))
+	const comps = 150
+	for i := range comps {
+		n := fmt.Sprintf("once-%03d", i)
+		c.Produce(t, topology.ComponentPolicies, n, component(n, n, "u1", 1, kilobytePolicy("P0", "1"), kilobytePolicy("P1", "1")))
+	}
+	got := applied.Until(comps, 60*time.Second)
+	if len(got) != comps {
+		t.Fatalf("%d component.applied records, want %d", len(got), comps)
+	}
+	stop()
+	perPartition := map[int32]int{}
+	for _, r := range got {
+		perPartition[r.Partition]++
+	}
+
+	w := &writer{cfg: Config{Consul: consulCfg}}
+	if _, _, err := w.setup(context.Background(), stagetest.Env(c.Kafka)); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(p int32, id string) runtime.Msg[*events.CatchupRequest] {
+		return runtime.Msg[*events.CatchupRequest]{
+			Input: runtime.Input{Topic: topology.CatchupRequests, Partition: p, Key: []byte(id)},
+			Value: &events.CatchupRequest{RequestID: id, Scope: events.ScopeAll, Reason: "test", RequestedAt: time.Now().UTC()},
+		}
+	}
+	ms := []runtime.Msg[*events.CatchupRequest]{msg(0, "all"), msg(1, "all"), msg(2, "all"), msg(1, "again")}
+	before := counter.Counts()
+	outs := w.repair(context.Background(), ms)
+	cost := counter.Counts().Since(before)
+	for k, o := range outs {
+		if o.Err != nil || len(o.Outputs) != 1 {
+			t.Fatalf("request %d: %d outputs, %v; want its progress alone", k, len(o.Outputs), o.Err)
+		}
+		p, ok := o.Outputs[0].Value.(*events.CatchupProgress)
+		if !ok || p.RequestID != ms[k].Value.RequestID || p.Partition != ms[k].Partition || p.Compared != int64(perPartition[ms[k].Partition]) || p.Differed != 0 {
+			t.Fatalf("request %d: progress %+v, want %d folders of partition %d compared, none differed", k, o.Outputs[0].Value, perPartition[ms[k].Partition], ms[k].Partition)
+		}
+	}
+	txns := func(n int) int64 { return int64((3*n + consulkv.MaxTxnOps - 1) / consulkv.MaxTxnOps) }
+	if want := txns(comps) + txns(perPartition[1]); cost.TxnsOf("kv check-index") != want || cost.Of(consulkv.KVKeys) != 2 {
+		t.Fatalf("the catch-up cost %s; want %d check-index transactions (%d for the three partitions at once, %d for partition 1 again) and 2 listings",
+			cost, want, txns(comps), txns(perPartition[1]))
 	}
 }

@@ -110,12 +110,13 @@ func TestCostBudget(t *testing.T) {
 		t.Fatalf("the catch-up of folders in agreement emitted %d component.applied records", len(extra))
 	}
 	// The bound: the check-index operations (policies + 1 per
-	// component), 128 to a transaction, on each partition apart (so a
-	// transaction more per partition at most than 3 × 512 / 128), and a
-	// keys listing per prefix range. A partition's components weigh 15
-	// keys each in a range (their 2 items, event, claim and config, times
-	// the 3 partitions whose components share the prefixes), at most
-	// 189 × 15 = 2,835 here, under rangeKeys: one range a partition.
+	// component), 128 to a transaction, on each partition apart at most
+	// (so a transaction more per partition at most than 3 × 512 / 128;
+	// requests that come in one poll share them), and a keys listing per
+	// prefix range. A partition's components weigh 15 keys each in a
+	// range (their 2 items, event, claim and config, times the 3
+	// partitions whose components share the prefixes), at most 189 × 15
+	// = 2,835 here, under rangeKeys: one range a partition at most.
 	maxTxns := 0
 	for _, n := range perPartition {
 		maxTxns += (n*budgetCatchupOps + consulkv.MaxTxnOps - 1) / consulkv.MaxTxnOps

@@ -86,7 +86,7 @@ func (w *writer) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandl
 	w.kv, w.txn = cl.KV(), cl.Txn()
 	env.Health.Depend(topology.StageConsulWriter, consulkv.Dependency(cl))
 	w.env = env
-	return w.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), runtime.Typed(runtime.RefuseTombstones, w.repair)), nil, nil
+	return w.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), runtime.TypedBatch(runtime.RefuseTombstones, w.repair)), nil, nil
 }
 
 // job is one component.policies record on its way to Consul.
