@@ -193,11 +193,20 @@ var benchSized = map[string]func() Event{
 		return &ComponentApplied{
 			ComponentID: "dcae-tca-analytics-7c9f", ServiceComponentName: "dcae-tca-analytics", UpdateID: "upd-5e1b",
 			Action: "updated", ConsulIndex: 48_213, PoliciesCount: 10, PoliciesBytes: 10 << 10, KeysWritten: 2, Generation: 13,
-			PolicyRefs: Refs(ps), UpdatedRefs: Refs(ps[:1]), RemovedPolicies: []Policy{},
+			PolicyRefs: Refs(ps), UpdatedRefs: Refs(ps[:1]), RemovedPolicies: []Policy{}, ItemIndexes: benchItemIndexes(ps, 48_200),
 			Notify:    NotifyTarget{Kind: NotifyWebhook, WebhookURL: "http://dcae-tca-analytics:9091/policies/changed", TimeoutMs: 5_000},
 			AppliedAt: benchAt(7),
 		}
 	},
+}
+
+// benchItemIndexes are the item indexes of a write of ps at about index.
+func benchItemIndexes(ps []Policy, index int64) []ItemIndex {
+	out := make([]ItemIndex, len(ps))
+	for i, p := range ps {
+		out[i] = ItemIndex{PolicyID: p.PolicyID, ModifyIndex: index + int64(i)}
+	}
+	return out
 }
 
 // benchEvents is one event per schema, in name order. It follows

@@ -317,8 +317,20 @@ type ComponentApplied struct {
 	UpdatedRefs     []PolicyRef  `avro:"updated_refs"`
 	RemovedPolicies []Policy     `avro:"removed_policies"`
 	Notify          NotifyTarget `avro:"notify"`
-	Uninstalled     bool         `avro:"uninstalled"`
-	AppliedAt       time.Time    `avro:"applied_at"`
+	// ItemIndexes are the ModifyIndexes of the collection's item keys as
+	// the write left them (the event key's is ConsulIndex); an item whose
+	// index the write did not learn is left out. Empty in records written
+	// before they were kept.
+	ItemIndexes []ItemIndex `avro:"item_indexes"`
+	Uninstalled bool        `avro:"uninstalled"`
+	AppliedAt   time.Time   `avro:"applied_at"`
+}
+
+// ItemIndex is the Consul ModifyIndex of one item key of a component's
+// folder, <scn>:policies/items/<policy_id>.
+type ItemIndex struct {
+	PolicyID    string `avro:"policy_id"`
+	ModifyIndex int64  `avro:"modify_index"`
 }
 
 // ParticipantOperation is an operation from the runtime to a participant.

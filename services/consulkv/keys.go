@@ -42,6 +42,25 @@ func ItemPolicyID(scn, key string) (policyID string, ok bool) {
 	return id, true
 }
 
+// ItemsOwners are the names (scn) whose items prefix (ItemsPrefix) key
+// lies under, shortest first: usually one; more when a name holds another
+// component's items prefix (the keys of "a:policies/items/b" lie under
+// "a"'s items prefix too); none for a key outside every items prefix. A
+// listing of many components' keys is read back with it: each key goes
+// where a read of each folder would have found it.
+func ItemsOwners(key string) []string {
+	marker := ItemsPrefix("")
+	var out []string
+	for off := 0; ; {
+		i := strings.Index(key[off:], marker)
+		if i < 0 {
+			return out
+		}
+		out = append(out, key[:off+i])
+		off += i + 1
+	}
+}
+
 // EventKey is the key of the folder's last event.
 func EventKey(scn string) string { return Folder(scn) + "event" }
 

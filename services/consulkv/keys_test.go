@@ -1,6 +1,7 @@
 package consulkv_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/policyflow/policyflow/services/consulkv"
@@ -38,6 +39,33 @@ func TestItemPolicyIDReadsBackItemKeysOnly(t *testing.T) {
 	} {
 		if id, ok := consulkv.ItemPolicyID("dcae-vm", key); ok {
 			t.Errorf("ItemPolicyID(%q) = %q, true; want no item", key, id)
+		}
+	}
+}
+
+func TestItemsOwnersFindsEveryItemsPrefixOfAKey(t *testing.T) {
+	nested := consulkv.ItemKey("a", "b") // a name that holds a's items prefix
+	for _, tc := range []struct {
+		key  string
+		want []string
+	}{
+		{consulkv.ItemKey("dcae-vm", "DCAE.Config_A"), []string{"dcae-vm"}},
+		{consulkv.ItemsPrefix("dcae-vm") + "sub/", []string{"dcae-vm"}},
+		{consulkv.ItemsPrefix("dcae-vm"), []string{"dcae-vm"}},
+		{consulkv.ItemKey(nested, "X"), []string{"a", nested}},
+		{consulkv.EventKey("dcae-vm"), nil},
+		{consulkv.ClaimKey("dcae-vm"), nil},
+		{consulkv.ConfigKey("dcae-vm"), nil},
+	} {
+		got := consulkv.ItemsOwners(tc.key)
+		if len(got) != len(tc.want) {
+			t.Errorf("ItemsOwners(%q) = %q, want %q", tc.key, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] || !strings.HasPrefix(tc.key, consulkv.ItemsPrefix(got[i])) {
+				t.Errorf("ItemsOwners(%q) = %q, want %q", tc.key, got, tc.want)
+			}
 		}
 	}
 }

@@ -267,12 +267,12 @@ func shareable(p WritePlan) bool {
 func (b *batch) alone(ctx context.Context, j *job) {
 	cctx, cancel := context.WithTimeout(ctx, consulTimeout)
 	defer cancel()
-	index, err := b.w.write(cctx, j.rec.ServiceComponentName, j.plan)
+	index, indexes, err := b.w.write(cctx, j.rec.ServiceComponentName, j.plan)
 	if err != nil {
 		b.set(j, nil, writeError(j, err))
 		return
 	}
-	b.set(j, b.w.written(j, index, len(j.plan.Steps), 1), nil)
+	b.set(j, b.w.written(j, index, indexes, len(j.plan.Steps), 1), nil)
 }
 
 // pack is a shared transaction being filled: the single steps of several
@@ -327,7 +327,7 @@ func (b *batch) commit(ctx context.Context, p *pack) {
 					continue
 				}
 			}
-			b.set(j, b.w.written(j, at, 1, len(jobs)), nil)
+			b.set(j, b.w.written(j, at, index, 1, len(jobs)), nil)
 		}
 		return
 	}

@@ -184,6 +184,20 @@ func checkApplied(t testing.TB, a *events.ComponentApplied, rec *events.Componen
 	}
 }
 
+// checkItemIndexes fails the test unless a names the ModifyIndex of every
+// item of its collection as Consul holds it now.
+func checkItemIndexes(t testing.TB, c *api.Client, a *events.ComponentApplied) {
+	t.Helper()
+	got := map[string]uint64{}
+	for _, ix := range a.ItemIndexes {
+		got[consulkv.ItemKey(a.ServiceComponentName, ix.PolicyID)] = uint64(ix.ModifyIndex)
+	}
+	want := stagetest.ModifyIndexes(t, c, consulkv.ItemsPrefix(a.ServiceComponentName))
+	if len(a.PolicyRefs) != len(want) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("applied of %s %s names item indexes %v for %d policies; Consul holds %v", a.ComponentID, a.UpdateID, got, len(a.PolicyRefs), want)
+	}
+}
+
 // putEvent writes an event (and one item) to scn's folder, as another
 // writer would.
 func putEvent(c *api.Client, scn string, e consulkv.Event) error {
@@ -268,6 +282,7 @@ func TestConsulWriterManyComponents(t *testing.T) {
 		}
 		event := checkFolder(t, consul, rec, consulkv.ActionGathered)
 		checkApplied(t, as[0], rec, consulkv.ActionGathered, len(rec.Policies)+1, event.ModifyIndex)
+		checkItemIndexes(t, consul, as[0])
 	}
 	as := byComp["m-twice"]
 	if len(as) != 2 {
@@ -275,6 +290,7 @@ func TestConsulWriterManyComponents(t *testing.T) {
 	}
 	event := checkFolder(t, consul, twice2, consulkv.ActionUpdated)
 	checkApplied(t, as[1], twice2, consulkv.ActionUpdated, 4, event.ModifyIndex) // P1, P2, P3 and the event
+	checkItemIndexes(t, consul, as[1])                                           // P0 as read, P1 and P3 as written
 	checkApplied(t, as[0], twice1, consulkv.ActionGathered, 4, uint64(as[0].ConsulIndex))
 	if as[0].ConsulIndex <= 0 || as[0].ConsulIndex >= as[1].ConsulIndex {
 		t.Fatalf("m-twice applied at index %d then %d", as[0].ConsulIndex, as[1].ConsulIndex)

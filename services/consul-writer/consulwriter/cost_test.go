@@ -29,18 +29,13 @@ const (
 	// the same backlog: the get-tree of its folder, a set per policy (2)
 	// and the check-and-set of its event.
 	budgetWriteOps = 4
-	// budgetCatchupRequests bounds the Consul requests per component of
-	// a catch-up that finds every folder as last written: today a
-	// check-index transaction per 128 components, then a keys listing of
-	// every component's items (unchanged): 1 + 1/128 per component, and
-	// a transaction more per partition at most. It is today's cost, not
-	// the design's, which is the check-index transactions alone: 1/128
-	// per component and a transaction more per partition at most (the
-	// test logs it as the target).
-	budgetCatchupRequests = 1.02
 	// budgetCatchupOps bounds the transaction operations per component
-	// of that catch-up: one check-index of its event key.
-	budgetCatchupOps = 1
+	// of a catch-up that finds every folder as last written: a
+	// check-index of its event key and of each of its items (2
+	// policies). Its requests are bounded by the rule in TestCostBudget:
+	// those operations 128 to a transaction, a transaction more per
+	// partition at most, and a keys listing per prefix range.
+	budgetCatchupOps = 3
 )
 
 // TestCostBudget holds the consul-writer to its budgets of Consul
@@ -114,32 +109,45 @@ func TestCostBudget(t *testing.T) {
 	if extra := applied.Poll(time.Second); len(extra) != 0 {
 		t.Fatalf("the catch-up of folders in agreement emitted %d component.applied records", len(extra))
 	}
-	// The design: check-index transactions of 128 operations, per
-	// partition.
-	targetTxns := 0
+	// The bound: the check-index operations (policies + 1 per
+	// component), 128 to a transaction, on each partition apart at most
+	// (so a transaction more per partition at most than 3 × 512 / 128;
+	// requests that come in one poll share them), and a keys listing per
+	// prefix range. A partition's components weigh 15 keys each in a
+	// range (their 2 items, event, claim and config, times the 3
+	// partitions whose components share the prefixes), at most 189 × 15
+	// = 2,835 here, under rangeKeys: one range a partition at most.
+	maxTxns := 0
 	for _, n := range perPartition {
-		targetTxns += (n + consulkv.MaxTxnOps - 1) / consulkv.MaxTxnOps
+		maxTxns += (n*budgetCatchupOps + consulkv.MaxTxnOps - 1) / consulkv.MaxTxnOps
 	}
+	maxListings := len(perPartition)
+	maxRequests := maxTxns + maxListings
 
 	per := func(n int64) float64 { return float64(n) / comps }
 	t.Logf("write path, %d components of 2 policies (polls of up to %d records): %d Consul requests (%.3f per component; budget %.2f), %d transaction operations (%.2f per component; budget %d): %s",
 		comps, env.PollRecords, write.Total(), per(write.Total()), budgetWriteRequests, write.Ops(), per(write.Ops()), budgetWriteOps, write)
-	t.Logf("catch-up with nothing changed, %d components on %d partitions %v: %d Consul requests (%.3f per component; budget %.2f, today's cost; target %d, the check-index transactions alone: %.4f per component), %d transaction operations (%.2f per component; budget %d): %s",
-		comps, len(perPartition), perPartition, catchup.Total(), per(catchup.Total()), budgetCatchupRequests, targetTxns, per(int64(targetTxns)), catchup.Ops(), per(catchup.Ops()), budgetCatchupOps, catchup)
+	t.Logf("catch-up with nothing changed, %d components on %d partitions %v: %d Consul requests (%.4f per component; bound %d: %d check-index transactions and %d listings, %.4f per component), %d transaction operations (%.2f per component; budget %d): %s",
+		comps, len(perPartition), perPartition, catchup.Total(), per(catchup.Total()), maxRequests, maxTxns, maxListings, per(int64(maxRequests)), catchup.Ops(), per(catchup.Ops()), budgetCatchupOps, catchup)
 	if r := per(write.Total()); r > budgetWriteRequests {
 		t.Errorf("write path: %.3f Consul requests per component, over the budget of %.2f: %s", r, budgetWriteRequests, write)
 	}
 	if r := per(write.Ops()); r > budgetWriteOps {
 		t.Errorf("write path: %.2f transaction operations per component, over the budget of %d: %s", r, budgetWriteOps, write)
 	}
-	if r := per(catchup.Total()); r > budgetCatchupRequests {
-		t.Errorf("catch-up with nothing changed: %.3f Consul requests per component, over the budget of %.2f: %s", r, budgetCatchupRequests, catchup)
+	if n := write.Total() - write.Of(consulkv.Txn); n != 0 {
+		t.Errorf("write path: %d Consul requests besides transactions, want none (the item indexes come with the writes' results): %s", n, write)
+	}
+	if n := catchup.TxnsOf("kv check-index"); n > int64(maxTxns) || n != catchup.Of(consulkv.Txn) {
+		t.Errorf("catch-up with nothing changed: %d check-index transactions of %d in all, want them all and at most %d: %s", n, catchup.Of(consulkv.Txn), maxTxns, catchup)
+	}
+	if n := catchup.Of(consulkv.KVKeys); n > int64(maxListings) {
+		t.Errorf("catch-up with nothing changed: %d keys listings, over %d (a prefix range a partition): %s", n, maxListings, catchup)
+	}
+	if n := catchup.Total(); n > int64(maxRequests) || n != catchup.Of(consulkv.Txn)+catchup.Of(consulkv.KVKeys) {
+		t.Errorf("catch-up with nothing changed: %d Consul requests (%.3f per component), over the bound of %d (%.4f): %s", n, per(n), maxRequests, per(int64(maxRequests)), catchup)
 	}
 	if r := per(catchup.Ops()); r > budgetCatchupOps {
 		t.Errorf("catch-up with nothing changed: %.2f transaction operations per component, over the budget of %d: %s", r, budgetCatchupOps, catchup)
-	}
-	if n := catchup.Total(); n > int64(targetTxns) {
-		t.Logf("catch-up with nothing changed: %d Consul requests, over the target of %d (the check-index transactions alone): %d of them are keys listings of the items (unchanged), one per component",
-			n, targetTxns, catchup.Of(consulkv.KVKeys))
 	}
 }

@@ -73,6 +73,10 @@ type WritePlan struct {
 	// but with items that differ (edited or deleted by hand): the steps
 	// rewrite only those.
 	Repaired bool
+	// HeldIndexes is the ModifyIndex, as read, of each item key that
+	// already holds the collection's value: the keys the steps leave as
+	// they are (for a replay, every item that agrees).
+	HeldIndexes map[string]uint64
 }
 
 // Plan computes the writes that bring a component's folder (current: its
@@ -126,6 +130,10 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 		plan.Replay = prior.UpdateID == rec.UpdateID
 		plan.Action = prior.Action
 		plan.Event = *prior
+		if want, err := items(rec); plan.Replay && err == nil {
+			have, _, _ := diffItems(current, consulkv.ItemsPrefix(scn), want)
+			plan.HeldIndexes = heldIndexes(have, want)
+		}
 		return plan, nil
 	}
 
@@ -139,6 +147,7 @@ func planFor(current api.KVPairs, rec *events.ComponentPolicies, now time.Time, 
 	}
 	have, sets, deletes := diffItems(current, consulkv.ItemsPrefix(scn), want)
 	plan.KeysChanged = len(sets) + len(deletes)
+	plan.HeldIndexes = heldIndexes(have, want)
 	if repairing && plan.KeysChanged == 0 {
 		plan.Skip, plan.InSync, plan.Action, plan.Event = true, true, prior.Action, *prior
 		return plan, nil
@@ -199,6 +208,18 @@ func diffItems(current api.KVPairs, prefix string, want map[string][]byte) (have
 	sort.Strings(sets)
 	sort.Strings(deletes)
 	return have, sets, deletes
+}
+
+// heldIndexes is the ModifyIndex of each key of want whose current pair
+// (have) holds want's value.
+func heldIndexes(have map[string]*api.KVPair, want map[string][]byte) map[string]uint64 {
+	out := make(map[string]uint64, len(want))
+	for k, v := range want {
+		if h, ok := have[k]; ok && bytes.Equal(h.Value, v) {
+			out[k] = h.ModifyIndex
+		}
+	}
+	return out
 }
 
 // actionFor is the action of the event a write ends with: a repair keeps

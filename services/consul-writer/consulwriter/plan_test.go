@@ -155,6 +155,46 @@ func TestPlanSkipsWhatConsulHolds(t *testing.T) {
 	}
 }
 
+// A plan keeps the index, as read, of each item it leaves as it is: the
+// writer reports it on component.applied beside those it writes. An item
+// whose value differs (edited by hand) is not held, even in a replay,
+// which writes nothing.
+func TestPlanHeldIndexes(t *testing.T) {
+	a1, b1, b2 := pol("A", "1", `{"a":1}`), pol("B", "1", `{"b":1}`), pol("B", "2", `{"b":2}`)
+	done := consulkv.Event{Action: consulkv.ActionGathered, Timestamp: "2018-02-12T10:00:00.000Z", UpdateID: "u1", PoliciesCount: 2, Generation: 1}
+	folder := api.KVPairs{
+		eventPair(done, 10, 12),
+		pair(consulkv.ItemKey("dcae-vm", "A"), []byte(a1.Body), 10, 11),
+		pair(consulkv.ItemKey("dcae-vm", "B"), []byte(b1.Body), 10, 12),
+	}
+	edited := api.KVPairs{folder[0], folder[1], pair(consulkv.ItemKey("dcae-vm", "B"), []byte(`{"b":"by hand"}`), 10, 30)}
+	a, b := consulkv.ItemKey("dcae-vm", "A"), consulkv.ItemKey("dcae-vm", "B")
+	cases := []struct {
+		name    string
+		current api.KVPairs
+		rec     *events.ComponentPolicies
+		plan    func(api.KVPairs, *events.ComponentPolicies, time.Time) (WritePlan, error)
+		want    map[string]uint64
+	}{
+		{"first collection: none held", nil, record("u1", 1, a1, b1), Plan, map[string]uint64{}},
+		{"an update holds the items it leaves", folder, record("u2", 2, a1, b2), Plan, map[string]uint64{a: 11}},
+		{"a replay holds every item that agrees", folder, record("u1", 1, a1, b1), Plan, map[string]uint64{a: 11, b: 12}},
+		{"a replay does not hold an item edited by hand", edited, record("u1", 1, a1, b1), Plan, map[string]uint64{a: 11}},
+		{"a repair holds the items that agree", edited, record("u1", 1, a1, b1), PlanRepair, map[string]uint64{a: 11}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.plan(tc.current, tc.rec, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(p.HeldIndexes, tc.want) {
+				t.Fatalf("held indexes %v, want %v", p.HeldIndexes, tc.want)
+			}
+		})
+	}
+}
+
 func TestPlanUninstall(t *testing.T) {
 	rec := record("u9", 9)
 	rec.Uninstalled = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -85,7 +86,7 @@ func (w *writer) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandl
 	w.kv, w.txn = cl.KV(), cl.Txn()
 	env.Health.Depend(topology.StageConsulWriter, consulkv.Dependency(cl))
 	w.env = env
-	return w.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), runtime.Typed(runtime.RefuseTombstones, w.repair)), nil, nil
+	return w.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, w.handleBatch), runtime.TypedBatch(runtime.RefuseTombstones, w.repair)), nil, nil
 }
 
 // job is one component.policies record on its way to Consul.
@@ -141,11 +142,11 @@ func (w *writer) one(ctx context.Context, j *job) ([]runtime.Output, error) {
 	if done || err != nil {
 		return outs, err
 	}
-	index, err := w.write(cctx, j.rec.ServiceComponentName, j.plan)
+	index, indexes, err := w.write(cctx, j.rec.ServiceComponentName, j.plan)
 	if err != nil {
 		return nil, writeError(j, err)
 	}
-	return w.written(j, index, len(j.plan.Steps), 1), nil
+	return w.written(j, index, indexes, len(j.plan.Steps), 1), nil
 }
 
 func readError(j *job, err error) error {
@@ -183,13 +184,14 @@ func (w *writer) planJob(j *job, pairs api.KVPairs) (outs []runtime.Output, done
 		at = t.UTC()
 	}
 	j.log.Info().Msg("update already in Consul; component.applied emitted again")
-	return []runtime.Output{output(j.rec, plan, plan.EventIndex, 0, at)}, true, nil
+	return []runtime.Output{output(j.rec, plan, plan.EventIndex, nil, 0, at)}, true, nil
 }
 
-// written logs j's write and returns its component.applied; txns is the
+// written logs j's write and returns its component.applied; indexes are
+// the ModifyIndexes the write's transactions reported by key, txns is the
 // number of transactions the write took, shared the number of components
 // whose writes shared them.
-func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Output {
+func (w *writer) written(j *job, index uint64, indexes map[string]uint64, txns, shared int) []runtime.Output {
 	keys := j.plan.KeysChanged
 	if !j.rec.Uninstalled {
 		keys++ // the event key
@@ -203,7 +205,7 @@ func (w *writer) written(j *job, index uint64, txns, shared int) []runtime.Outpu
 	if j.hasOrigin && w.metrics != nil {
 		w.metrics.ReachedAt(runtime.MilestoneConsulWritten, j.origin)
 	}
-	return []runtime.Output{output(j.rec, j.plan, index, keys, time.Now().UTC())}
+	return []runtime.Output{output(j.rec, j.plan, index, indexes, keys, time.Now().UTC())}
 }
 
 // consulTook records the time of one request to Consul.
@@ -245,7 +247,8 @@ func (w *writer) counted(outs []runtime.Output, err error) {
 
 // write carries out a plan's steps in order and returns the event key's
 // ModifyIndex after the last one (for an uninstall: the index of the
-// deletion, when Consul reports it).
+// deletion, when Consul reports it) and the ModifyIndex of every key its
+// transactions wrote, as Consul reports them (a Put's is not reported).
 //
 // A write Consul denies because the token lacks the right to the folder
 // fails permanently (the record is dead-lettered with the right to grant):
@@ -256,10 +259,11 @@ func (w *writer) counted(outs []runtime.Output, err error) {
 // not know at all (deleted after the start) fails every write alike, so
 // that is retried until the token is fixed rather than dead-lettering
 // everything.
-func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64, error) {
+func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64, map[string]uint64, error) {
 	eventKey := consulkv.EventKey(scn)
 	index := plan.EventIndex
 	var last uint64
+	indexes := map[string]uint64{}
 	for i, st := range plan.Steps {
 		if st.Put != nil {
 			begin := time.Now()
@@ -269,10 +273,10 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 				err = runtime.Permanent(consulkv.DeniedError(consulkv.Folder(scn), err.Error()))
 			}
 			if err != nil {
-				return 0, fmt.Errorf("step %d/%d: put %s: %w", i+1, len(plan.Steps), st.Put.Key, err)
+				return 0, nil, fmt.Errorf("step %d/%d: put %s: %w", i+1, len(plan.Steps), st.Put.Key, err)
 			}
 			if !ok {
-				return 0, fmt.Errorf("step %d/%d: put %s: %w", i+1, len(plan.Steps), st.Put.Key, ErrConflict)
+				return 0, nil, fmt.Errorf("step %d/%d: put %s: %w", i+1, len(plan.Steps), st.Put.Key, ErrConflict)
 			}
 			continue
 		}
@@ -281,31 +285,28 @@ func (w *writer) write(ctx context.Context, scn string, plan WritePlan) (uint64,
 		ok, resp, meta, err := w.txn.Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 		w.consulTook("write", begin)
 		if err != nil {
-			return 0, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
+			return 0, nil, fmt.Errorf("step %d/%d: transaction of %d operations: %w", i+1, len(plan.Steps), len(ops), err)
 		}
 		if !ok && consulkv.TxnDenied(resp) {
-			return 0, runtime.Permanent(fmt.Errorf("step %d/%d: %w", i+1, len(plan.Steps), consulkv.DeniedError(consulkv.Folder(scn), consulkv.TxnReasons(resp))))
+			return 0, nil, runtime.Permanent(fmt.Errorf("step %d/%d: %w", i+1, len(plan.Steps), consulkv.DeniedError(consulkv.Folder(scn), consulkv.TxnReasons(resp))))
 		}
 		if !ok {
-			return 0, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), consulkv.TxnReasons(resp), ErrConflict)
+			return 0, nil, fmt.Errorf("step %d/%d: %s: %w", i+1, len(plan.Steps), consulkv.TxnReasons(resp), ErrConflict)
 		}
 		if meta != nil {
 			last = meta.LastIndex
 		}
+		got := consulkv.TxnIndexes(resp)
+		maps.Copy(indexes, got)
 		if st.Event != nil {
-			found := false
-			for _, r := range resp.Results {
-				if r != nil && r.KV != nil && r.KV.Key == eventKey {
-					index, found = r.KV.ModifyIndex, true
-				}
-			}
-			if !found {
-				return 0, fmt.Errorf("step %d/%d: Consul did not report the index of %s", i+1, len(plan.Steps), eventKey)
+			var found bool
+			if index, found = got[eventKey]; !found {
+				return 0, nil, fmt.Errorf("step %d/%d: Consul did not report the index of %s", i+1, len(plan.Steps), eventKey)
 			}
 			last = index
 		}
 	}
-	return last, nil
+	return last, indexes, nil
 }
 
 // stepOps are the operations of a transaction step: the guard, the item
@@ -326,8 +327,9 @@ func stepOps(eventKey string, index uint64, st Step) api.TxnOps {
 // output is the component.applied record of a written (or replayed)
 // collection: what changed by reference, as Consul now holds the bodies;
 // removed policies with the last bodies the record carries, as Consul no
-// longer does.
-func output(rec *events.ComponentPolicies, plan WritePlan, index uint64, keys int, at time.Time) runtime.Output {
+// longer does; the item keys' ModifyIndexes, those the write reported
+// (written) or else those read (plan.HeldIndexes).
+func output(rec *events.ComponentPolicies, plan WritePlan, index uint64, written map[string]uint64, keys int, at time.Time) runtime.Output {
 	a := &events.ComponentApplied{
 		ComponentID:          rec.ComponentID,
 		ServiceComponentName: rec.ServiceComponentName,
@@ -343,6 +345,7 @@ func output(rec *events.ComponentPolicies, plan WritePlan, index uint64, keys in
 		UpdatedRefs:          events.Refs(rec.UpdatedPolicies),
 		RemovedPolicies:      orEmpty(rec.RemovedPolicies),
 		Notify:               rec.Notify,
+		ItemIndexes:          itemIndexes(rec, written, plan.HeldIndexes),
 		Uninstalled:          rec.Uninstalled,
 		AppliedAt:            at,
 	}
@@ -350,6 +353,29 @@ func output(rec *events.ComponentPolicies, plan WritePlan, index uint64, keys in
 		a.Notify.Kind = events.NotifyNone
 	}
 	return runtime.Output{Topic: topology.ComponentApplied, Key: []byte(rec.ComponentID), Value: a}
+}
+
+// itemIndexes is the ModifyIndex of each item key of rec's collection:
+// the write's (written) or, for a key the write left as it was, the one
+// read (held). A key known to neither (written alone, outside a
+// transaction, whose index Consul does not report) is left out, and so is
+// every key of an uninstall.
+func itemIndexes(rec *events.ComponentPolicies, written, held map[string]uint64) []events.ItemIndex {
+	out := make([]events.ItemIndex, 0, len(rec.Policies))
+	if rec.Uninstalled {
+		return out
+	}
+	for _, p := range rec.Policies {
+		k := consulkv.ItemKey(rec.ServiceComponentName, p.PolicyID)
+		i, ok := written[k]
+		if !ok {
+			i, ok = held[k]
+		}
+		if ok && i > 0 {
+			out = append(out, events.ItemIndex{PolicyID: p.PolicyID, ModifyIndex: int64(i)})
+		}
+	}
+	return out
 }
 
 func orEmpty(ps []events.Policy) []events.Policy {

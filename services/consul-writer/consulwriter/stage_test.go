@@ -112,6 +112,7 @@ func TestConsulWriterStage(t *testing.T) {
 		!reflect.DeepEqual(a.PolicyRefs, []events.PolicyRef{vmMemory().Ref()}) || !reflect.DeepEqual(a.UpdatedRefs, []events.PolicyRef{vmMemory().Ref()}) {
 		t.Fatalf("applied %+v (event index %d)", a, evPair.ModifyIndex)
 	}
+	checkItemIndexes(t, consul, a)
 	if bytes.Contains(recs[0].Value, []byte(`"min_memory"`)) {
 		t.Fatalf("component.applied carries the policy body: %q", recs[0].Value)
 	}
@@ -136,6 +137,7 @@ func TestConsulWriterStage(t *testing.T) {
 		!reflect.DeepEqual(a.PolicyRefs, events.Refs([]events.Policy{vmMemory(), x})) || !reflect.DeepEqual(a.UpdatedRefs, []events.PolicyRef{x.Ref()}) {
 		t.Fatalf("applied after u2: %+v", a)
 	}
+	checkItemIndexes(t, consul, a) // the item left as it was, with its index as read
 
 	// Replays change nothing in Consul; the same update is reported again,
 	// an older one is not.
@@ -153,6 +155,7 @@ func TestConsulWriterStage(t *testing.T) {
 	if a = decodeApplied(t, recs[2]); a.UpdateID != "u2" || a.Generation != 2 || a.ConsulIndex != int64(evPair.ModifyIndex) || a.Action != "updated" {
 		t.Fatalf("replayed applied %+v", a)
 	}
+	checkItemIndexes(t, consul, a)
 
 	// A policy Consul cannot hold is dead-lettered with the reason.
 	huge := events.Policy{PolicyID: "HUGE", PolicyVersion: "1", Body: `{"blob":"` + strings.Repeat("h", consulkv.MaxValueBytes) + `"}`}
@@ -278,6 +281,7 @@ func TestConsulWriterTenMegabyteCollection(t *testing.T) {
 	if a.UpdateID != "u-big" || a.PoliciesCount != n || a.KeysWritten != n+2 || a.ConsulIndex != int64(evPair.ModifyIndex) {
 		t.Fatalf("applied %+v", a)
 	}
+	checkItemIndexes(t, consul, a) // reported by the transactions of several steps
 	t.Logf("10 MB collection: %d keys (%d bytes) in %d transactions, %.1f s from produce to component.applied, %.0f keys/s, %.1f MB/s",
 		n, total, len(indexes), took.Seconds(), float64(n+2)/took.Seconds(), float64(total)/1e6/took.Seconds())
 
