@@ -69,6 +69,16 @@ type Usage struct {
 	links  map[string]float64
 	// users name the deployments on a leaf or a network edge.
 	users map[string][]string
+	// owners are the deployments' tenants (Own), so that a tenant's
+	// findings name its own deployments only (RemainingFor).
+	owners map[string]string
+}
+
+// Own records the tenant a deployment belongs to: a model's findings for
+// another tenant (RemainingFor) say its use is in use, without its name.
+func (u *Usage) Own(deployment, tenant string) {
+	u.init()
+	u.owners[deployment] = tenant
 }
 
 // Add counts what one deployment uses.
@@ -160,7 +170,7 @@ func (u *Usage) Without(deployment string, use Use) *Usage {
 	if u == nil || len(use.Leaves) == 0 && len(use.Links) == 0 {
 		return u
 	}
-	c := &Usage{leaves: maps.Clone(u.leaves), links: maps.Clone(u.links), users: maps.Clone(u.users)}
+	c := &Usage{leaves: maps.Clone(u.leaves), links: maps.Clone(u.links), users: maps.Clone(u.users), owners: u.owners}
 	c.init()
 	c.Remove(deployment, use)
 	return c
@@ -169,6 +179,9 @@ func (u *Usage) Without(deployment string, use Use) *Usage {
 func (u *Usage) init() {
 	if u.leaves == nil {
 		u.leaves, u.links, u.users = map[string][]float64{}, map[string]float64{}, map[string][]string{}
+	}
+	if u.owners == nil {
+		u.owners = map[string]string{}
 	}
 }
 
@@ -239,6 +252,21 @@ type inUse struct {
 	leaves [][]float64 // by leaf number; nil for a leaf with nothing in use
 	links  []float64   // by network vertex
 	users  map[string][]string
+	// shown says which deployments the findings may name (nil: all).
+	shown func(deployment string) bool
+}
+
+// RemainingFor is Remaining as the findings of tenant may say it: they
+// name the tenant's own deployments (Usage.Own) and say of every other
+// one only that it uses capacity. A tenant's deployment ids and where they
+// run are its own: naming them to another tenant maps where it runs.
+func (m *Model) RemainingFor(u *Usage, tenant string) *Model {
+	c := m.Remaining(u)
+	if c.used != nil {
+		owners := u.owners
+		c.used.shown = func(d string) bool { return owners[d] == tenant }
+	}
+	return c
 }
 
 // Remaining is a copy of the model with each leaf's capacity and each
@@ -293,7 +321,7 @@ func (m *Model) capacityText(l, k int) string {
 	if m.used == nil || m.used.leaves[l] == nil || m.used.leaves[l][k] == 0 {
 		return num(m.capacity[l][k])
 	}
-	return fmt.Sprintf("%s, of which %s is in use by %s", num(m.used.base.capacity[l][k]), num(m.used.leaves[l][k]), deployments(m.used.users[m.leafID[l]]))
+	return fmt.Sprintf("%s, of which %s is in use by %s", num(m.used.base.capacity[l][k]), num(m.used.leaves[l][k]), m.used.deployments(m.used.users[m.leafID[l]]))
 }
 
 // totalText is the datacenter's capacity in dimension k, free being what
@@ -315,7 +343,7 @@ func (m *Model) totalText(k int, free float64) string {
 	if all <= free {
 		return num(free)
 	}
-	return fmt.Sprintf("%s free (%s, of which %s is in use by %s)", num(free), num(all), num(all-free), deployments(users))
+	return fmt.Sprintf("%s free (%s, of which %s is in use by %s)", num(free), num(all), num(all-free), m.used.deployments(users))
 }
 
 // bandwidthText is a network edge's bandwidth as a finding states it.
@@ -323,7 +351,31 @@ func (m *Model) bandwidthText(e int32) string {
 	if m.used == nil || m.used.links[e] == 0 {
 		return num(m.netBW[e])
 	}
-	return fmt.Sprintf("%s, of which %s is in use by %s", num(m.used.base.netBW[e]), num(m.used.links[e]), deployments(m.used.users["network "+m.netID[e]]))
+	return fmt.Sprintf("%s, of which %s is in use by %s", num(m.used.base.netBW[e]), num(m.used.links[e]), m.used.deployments(m.used.users["network "+m.netID[e]]))
+}
+
+// deployments names at most five of the deployments ids that the
+// findings may name (shown); the others are said to be other tenants'.
+func (iu *inUse) deployments(ids []string) string {
+	if iu == nil || iu.shown == nil {
+		return deployments(ids)
+	}
+	var own []string
+	others := false
+	for _, d := range ids {
+		if iu.shown(d) {
+			own = append(own, d)
+		} else {
+			others = true
+		}
+	}
+	switch {
+	case !others:
+		return deployments(own)
+	case len(own) == 0:
+		return "deployments of other tenants"
+	}
+	return deployments(own) + " and deployments of other tenants"
 }
 
 // deployments names at most five deployments.

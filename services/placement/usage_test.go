@@ -51,6 +51,32 @@ func TestSixHAClustersOntoTheExampleDatacenter(t *testing.T) {
 	if got := used.Users("r2-pm3"); strings.Join(got, ",") != "ha-1,ha-2,ha-3,ha-4" {
 		t.Errorf("users of r2-pm3 = %v", got)
 	}
+
+	// A tenant's findings name its own deployments only: ha-1 and ha-2
+	// are acme's, ha-3 and ha-4 globex's.
+	for i := 1; i <= 4; i++ {
+		used.Own(fmt.Sprintf("ha-%d", i), map[bool]string{true: "acme", false: "globex"}[i <= 2])
+	}
+	for tenant, want := range map[string]string{
+		"acme":    "its capacity is 16, of which 16 is in use by deployments ha-1, ha-2 and deployments of other tenants; non-overload",
+		"globex":  "its capacity is 16, of which 16 is in use by deployments ha-3, ha-4 and deployments of other tenants; non-overload",
+		"initech": "its capacity is 16, of which 16 is in use by deployments of other tenants; non-overload",
+	} {
+		fs, err := Check(m.RemainingFor(&used, tenant), tpl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fs {
+			for _, other := range []string{"ha-1", "ha-2", "ha-3", "ha-4"} {
+				if strings.Contains(f.Message, other) && !strings.Contains(want, other) {
+					t.Errorf("%s's finding names another tenant's deployment %s: %s", tenant, other, f.Message)
+				}
+			}
+		}
+		if !strings.HasSuffix(fs[0].Message, want) {
+			t.Errorf("%s's first finding %q; want it to end %q", tenant, fs[0].Message, want)
+		}
+	}
 }
 
 // TestProposeOnlyOntoFreeCapacity: with a deployment filling r1-pm1, a

@@ -209,7 +209,7 @@ func TestStageAdmitsOneOfTwoRacingRequests(t *testing.T) {
 	for _, v := range verdictsBy(t, verdicts, 2) {
 		if v.Admitted {
 			admitted++
-		} else if len(v.Violations) != 1 || !strings.Contains(v.Violations[0].Message, "leaf r1-pm1 is overloaded in vcpu: vm demand 16, its capacity is 16, of which 16 is in use by deployment race-") {
+		} else if len(v.Violations) != 1 || !strings.Contains(v.Violations[0].Message, "leaf r1-pm1 is overloaded in vcpu: vm demand 16, its capacity is 16, of which 16 is in use by deployments of other tenants") {
 			t.Errorf("denial = %v", v.Violations)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/check"
 	"github.com/policyflow/policyflow/services/internal/web"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/placement"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -262,7 +263,11 @@ func (s *API) PostPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
 	defer release()
 	// Only the capacity no deployment uses is free.
 	_, used := s.deps.on(tpl.Datacenter)
-	p, err := placement.Propose(d.model.Remaining(used), &tpl, placement.Options{Timeout: ProposeTimeout})
+	free := d.model.Remaining(used)
+	if caller := web.PrincipalOf(r.Context()); caller.Role == auth.RoleTenant {
+		free = d.model.RemainingFor(used, caller.Tenant) // a tenant reads its own deployments' names only
+	}
+	p, err := placement.Propose(free, &tpl, placement.Options{Timeout: ProposeTimeout})
 	var inf *placement.Infeasible
 	var inv *placement.Invalid
 	switch {

@@ -170,6 +170,7 @@ func (v *deploymentsView) on(datacenter string) ([]string, *placement.Usage) {
 		if d.Datacenter == datacenter {
 			ids = append(ids, d.DeploymentID)
 			u.Add(d.DeploymentID, admit.UseOf(d))
+			u.Own(d.DeploymentID, d.Tenant)
 		}
 	}
 	return ids, u

@@ -47,6 +47,7 @@ func (s DeployedSet) For(req *Request, dcs Datacenters) *Deployed {
 			if d.Usage == nil {
 				d.Usage = &placement.Usage{}
 			}
+			d.Usage.Own(id, e.Tenant)
 			for _, r := range e.Resources {
 				if len(r.Demand) > 0 {
 					d.Usage.Take(id, r.Leaf, r.Demand)

@@ -86,6 +86,7 @@ func (l *Ledger) Apply(id string, e *events.Deployment) {
 			l.usage[e.Datacenter] = u
 		}
 		u.Add(id, UseOf(e))
+		u.Own(id, e.Tenant)
 	}
 }
 

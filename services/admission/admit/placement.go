@@ -37,7 +37,8 @@ func CheckPlacement(v *Verdict, dcs Datacenters, used *placement.Usage) {
 			Message: fmt.Sprintf("unknown datacenter %q: store its model first (PUT /v1/datacenters/%s, policyctl dc apply FILE) or name another", r.Datacenter, r.Datacenter)})
 		return
 	}
-	fs, err := placement.Check(m.Remaining(used), &r.Template)
+	// The findings name the requesting tenant's deployments only.
+	fs, err := placement.Check(m.RemainingFor(used, r.Tenant), &r.Template)
 	if err != nil {
 		v.Violations = append(v.Violations, Finding{PolicyID: PlacementPolicyID, Rule: "placement.template", Object: fmt.Sprintf("placement on datacenter %q", r.Datacenter), Message: err.Error()})
 		return

@@ -38,12 +38,13 @@ func TestDeleteDeploymentAndFreeCapacity(t *testing.T) {
 	if p, _ := out["placement"].(map[string]any); code != http.StatusOK || p["vm"] == nil || p["vm"] == "r1-pm1" {
 		t.Fatalf("POST /v1/placements: %d %s; want a PM other than r1-pm1", code, raw)
 	}
-	// A dry run onto r1-pm1 is denied naming its capacity and its user.
+	// A dry run onto r1-pm1 is denied naming its capacity, and that
+	// another tenant's deployment uses it, never which (big is t1's).
 	req := map[string]any{"deployment_id": "small", "tenant": "t2", "applications": []any{map[string]any{"name": "web", "class": "com.example.Web"}},
 		"datacenter": "dc-example", "resources": []any{map[string]any{"id": "vm", "kind": "vm", "demand": []any{4, 8, 0}}}, "placement": map[string]any{"vm": "r1-pm1"}}
 	code, out, raw, _ = s.callAs(t, otherTenantToken, http.MethodPost, "/v1/deployments?dry_run=true", req)
 	if vs, _ := out["violations"].([]any); code != http.StatusOK || out["admitted"] != false || len(vs) != 1 ||
-		vs[0].(map[string]any)["message"] != `tenant "t2": resources vm: leaf r1-pm1 is overloaded in vcpu: vm demand 4, its capacity is 16, of which 16 is in use by deployment big; non-overload (rule placement.non-overload of policy non-overload)` {
+		vs[0].(map[string]any)["message"] != `tenant "t2": resources vm: leaf r1-pm1 is overloaded in vcpu: vm demand 4, its capacity is 16, of which 16 is in use by deployments of other tenants; non-overload (rule placement.non-overload of policy non-overload)` {
 		t.Fatalf("dry run onto a full PM: %d %s", code, raw)
 	}
 
