@@ -18,7 +18,10 @@ type Names struct {
 	// byFolder and byDeployment index comps: name -> component id -> tenant.
 	byFolder     map[string]map[string]string
 	byDeployment map[string]map[string]string
-	verdicts     map[string]string // deployment id -> tenant of its latest verdict
+	// byParent indexes the folders under another's prefix: for each of
+	// a folder's admit.FolderParents, component id -> tenant.
+	byParent map[string]map[string]string
+	verdicts map[string]string // deployment id -> tenant of its latest verdict
 }
 
 // held is what Names keeps of a component's registration: the names it
@@ -29,7 +32,7 @@ type held struct{ tenant, folder, deployment string }
 // NewNames is an empty set.
 func NewNames() *Names {
 	return &Names{comps: map[string]held{}, byFolder: map[string]map[string]string{},
-		byDeployment: map[string]map[string]string{}, verdicts: map[string]string{}}
+		byDeployment: map[string]map[string]string{}, byParent: map[string]map[string]string{}, verdicts: map[string]string{}}
 }
 
 // ApplyComponent folds one deploy.components record (a tombstone: nil) in.
@@ -39,6 +42,9 @@ func (n *Names) ApplyComponent(id string, c *events.Component) {
 	if old, ok := n.comps[id]; ok {
 		unindex(n.byFolder, old.folder, id)
 		unindex(n.byDeployment, old.deployment, id)
+		for _, p := range admit.FolderParents(old.folder) {
+			unindex(n.byParent, p, id)
+		}
 		delete(n.comps, id)
 	}
 	if c == nil {
@@ -48,6 +54,9 @@ func (n *Names) ApplyComponent(id string, c *events.Component) {
 	n.comps[id] = h
 	index(n.byFolder, h.folder, id, h.tenant)
 	index(n.byDeployment, h.deployment, id, h.tenant)
+	for _, p := range admit.FolderParents(h.folder) {
+		index(n.byParent, p, id, h.tenant)
+	}
 }
 
 // ApplyVerdict folds one admission.verdicts record (a tombstone: nil) in.
@@ -97,6 +106,18 @@ func (n *Names) Folder(scn string) []admit.Holder {
 	defer n.mu.RUnlock()
 	var out []admit.Holder
 	for id, t := range n.byFolder[scn] {
+		out = append(out, admit.Holder{ComponentID: id, Tenant: t})
+	}
+	slices.SortFunc(out, func(a, b admit.Holder) int { return strings.Compare(a.ComponentID, b.ComponentID) })
+	return out
+}
+
+// FoldersUnder implements admit.Owners.
+func (n *Names) FoldersUnder(scn string) []admit.Holder {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var out []admit.Holder
+	for id, t := range n.byParent[scn] {
 		out = append(out, admit.Holder{ComponentID: id, Tenant: t})
 	}
 	slices.SortFunc(out, func(a, b admit.Holder) int { return strings.Compare(a.ComponentID, b.ComponentID) })

@@ -25,6 +25,9 @@ type Owners interface {
 	// Folder lists the registered components whose
 	// service_component_name (Consul folder) is scn.
 	Folder(scn string) []Holder
+	// FoldersUnder lists the registered components whose folder lies
+	// under scn's: it starts with scn and ':' (FolderParents).
+	FoldersUnder(scn string) []Holder
 	// Deployment lists the tenants holding the deployment id: the tenant
 	// of its latest verdict (unless it names none: a refused request that
 	// gave no tenant holds nothing) and of every registered component
@@ -115,6 +118,24 @@ func CheckClaim(c Claim, o Owners) *Conflict {
 			}
 		}
 	}
+	// Consul keys of folder F are F:policies/..., so an ACL rule on a
+	// folder's prefix F: covers every folder named F:...: one held by
+	// another tenant under (or over) the claimed one would fall under
+	// the same rule.
+	for _, parent := range FolderParents(c.Folder) {
+		for _, h := range o.Folder(parent) {
+			if held(h.Tenant) {
+				return other(h.Tenant, "service_component_name %s lies under %s:, the Consul folder of component %s of tenant %q: a Consul ACL on that prefix covers both; choose a name that does not start with %s:",
+					c.Folder, parent, h.ComponentID, h.Tenant, parent)
+			}
+		}
+	}
+	for _, h := range o.FoldersUnder(c.Folder) {
+		if held(h.Tenant) {
+			return other(h.Tenant, "service_component_name %s holds under %s: the Consul folder of component %s of tenant %q: a Consul ACL on that prefix would cover both; choose another name",
+				c.Folder, c.Folder, h.ComponentID, h.Tenant)
+		}
+	}
 	for _, h := range o.Folder(c.Folder) {
 		switch {
 		case h.ComponentID == c.ComponentID:
@@ -126,6 +147,18 @@ func CheckClaim(c Claim, o Owners) *Conflict {
 		}
 	}
 	return nil
+}
+
+// FolderParents are the folders whose Consul prefix covers folder's keys:
+// each part of folder before one of its ':' ("a:b:c" -> "a", "a:b").
+func FolderParents(folder string) []string {
+	var out []string
+	for i := range len(folder) {
+		if folder[i] == ':' && i > 0 {
+			out = append(out, folder[:i])
+		}
+	}
+	return out
 }
 
 // Claims are the names a request writes when admitted: its deployment

@@ -16,15 +16,25 @@ type owners struct {
 
 func (o owners) Component(id string) (string, bool) { t, ok := o.comps[id]; return t, ok }
 func (o owners) Folder(scn string) []Holder         { return o.folders[scn] }
-func (o owners) Deployment(id string) []string      { return o.deps[id] }
+func (o owners) FoldersUnder(scn string) []Holder {
+	var out []Holder
+	for f, hs := range o.folders {
+		if strings.HasPrefix(f, scn+":") {
+			out = append(out, hs...)
+		}
+	}
+	return out
+}
+func (o owners) Deployment(id string) []string { return o.deps[id] }
 
 // globex holds deployment gx.prod with component gx.prod.web in folder
 // gx.prod.web, acme holds deployment gx with component gx.api in folder
-// acme-api, and the operators (no tenant) deployment ops with component
+// acme-api and component sh.acme in folder shared:acme, and the operators
+// (no tenant) deployment ops with component
 // ops.agent.
 var globexAndAcme = owners{
-	comps:   map[string]string{"gx.prod.web": "globex", "gx.api": "acme", "ops.agent": ""},
-	folders: map[string][]Holder{"gx.prod.web": {{"gx.prod.web", "globex"}}, "acme-api": {{"gx.api", "acme"}}},
+	comps:   map[string]string{"gx.prod.web": "globex", "gx.api": "acme", "ops.agent": "", "sh.acme": "acme"},
+	folders: map[string][]Holder{"gx.prod.web": {{"gx.prod.web", "globex"}}, "acme-api": {{"gx.api", "acme"}}, "shared:acme": {{"sh.acme", "acme"}}},
 	deps:    map[string][]string{"gx.prod": {"globex"}, "gx": {"acme"}, "ops": {""}},
 }
 
@@ -47,6 +57,13 @@ func TestCheckClaim(t *testing.T) {
 		{"an operator's write without tenant", Claim{"", "gx.prod", "gx.prod.web", "gx.prod.web", true}, "globex", true, `deployment gx.prod belongs to tenant "globex", not to tenant ""`},
 		{"a tenant's claim of the operators' component", Claim{"acme", "ops", "ops.agent", "ops.agent", false}, "", true, `deployment ops belongs to tenant "", not to tenant "acme"`},
 		{"an operator gives the operators' component to a tenant", Claim{"acme", "ops", "ops.agent", "ops.agent", true}, "", false, ""},
+		// Consul keys of folder F are F:policies/...: an ACL on
+		// gx.prod.web: covers gx.prod.web:dmaap's keys too.
+		{"a folder under another tenant's", Claim{"acme", "ac", "ac.x", "gx.prod.web:dmaap", false}, "globex", true,
+			`service_component_name gx.prod.web:dmaap lies under gx.prod.web:, the Consul folder of component gx.prod.web of tenant "globex"`},
+		{"a folder over another tenant's", Claim{"globex", "gx.prod", "gx.prod.cfg", "shared", false}, "acme", true,
+			`service_component_name shared holds under shared: the Consul folder of component sh.acme of tenant "acme"`},
+		{"a folder under the tenant's own", Claim{"acme", "gx", "gx.api2", "acme-api:extra", false}, "", false, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package policyapi
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/policyflow/policyflow/events"
@@ -116,6 +117,16 @@ func (o viewOwners) Folder(scn string) []admit.Holder {
 	var out []admit.Holder
 	for _, c := range o.s.components.withServiceComponent(scn) {
 		out = append(out, admit.Holder{ComponentID: c.ComponentID, Tenant: c.Tenant})
+	}
+	return out
+}
+
+func (o viewOwners) FoldersUnder(scn string) []admit.Holder {
+	var out []admit.Holder
+	for _, c := range o.s.components.Sorted() {
+		if strings.HasPrefix(c.ServiceComponentName, scn+":") {
+			out = append(out, admit.Holder{ComponentID: c.ComponentID, Tenant: c.Tenant})
+		}
 	}
 	return out
 }
