@@ -1,6 +1,8 @@
 package executor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -68,6 +70,23 @@ func TestMembersChangeNothingButSpeed(t *testing.T) {
 	}
 }
 
+// membersBodyBytes is the size of every policy body of the backlog, as
+// pfbench's (--body-bytes): a collection holds a few KiB, so that reading
+// component.policies back takes fetches as full as the runtime allows
+// (runtime.DefaultFetchMaxBytes), as at scale.
+const membersBodyBytes = 1024
+
+// bigPol is pol with a body of membersBodyBytes that does not compress.
+func bigPol(id, version string) events.Policy {
+	p := pol(id, version)
+	var pad strings.Builder
+	for sum := sha256.Sum256([]byte(id + "@" + version)); pad.Len() < membersBodyBytes-len(p.Body); sum = sha256.Sum256(sum[:]) {
+		pad.WriteString(hex.EncodeToString(sum[:]))
+	}
+	p.Body = p.Body[:len(p.Body)-2] + `,"pad":"` + pad.String() + `"}}`
+	return hashed(p)
+}
+
 // membersBacklog is deploy.components and a backlog of policy.segments:
 // 100 deployments of 3 components, 5 updates each — an install, an
 // update in 3 pieces (removals, updated policies, policies added by a
@@ -75,6 +94,7 @@ func TestMembersChangeNothingButSpeed(t *testing.T) {
 // 2 pieces one of whose versions is older than the one held (it changes
 // nothing for that component), and the uninstall of one component.
 func membersBacklog() ([]*events.Component, []*events.PolicySegment) {
+	pol := bigPol
 	const (
 		deployments = 100
 		perDep      = 3

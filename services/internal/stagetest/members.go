@@ -183,6 +183,13 @@ func CompareLines(got, want map[string][]string) string {
 	slices.Sort(extra)
 	slices.Sort(missing)
 	slices.Sort(order)
+	for _, l := range [][]string{extra, missing} {
+		for i, s := range l[:min(5, len(l))] {
+			if len(s) > 240 {
+				l[i] = s[:240] + "..."
+			}
+		}
+	}
 	return fmt.Sprintf(" %d beyond what was wanted (first 5): %q\n %d missing (first 5): %q\n %d keys in another order (first 5): %q",
 		len(extra), extra[:min(5, len(extra))], len(missing), missing[:min(5, len(missing))], len(order), order[:min(5, len(order))])
 }

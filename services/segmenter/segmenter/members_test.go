@@ -1,6 +1,8 @@
 package segmenter
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
@@ -26,7 +28,7 @@ const membersLimit = 4 << 10
 // update, piece i/n, components and policies with their versions and
 // bodies — as one member writes.
 func TestMembersChangeNothingButSpeed(t *testing.T) {
-	catalog, matches := membersBacklog(t)
+	catalog, matches, aborted := membersBacklog(t)
 	run := func(t *testing.T, members, want int) (map[string][]string, int) {
 		c := newCluster(t)
 		var recs []*kgo.Record
@@ -38,11 +40,18 @@ func TestMembersChangeNothingButSpeed(t *testing.T) {
 			recs = append(recs, c.Record(t, topology.PolicyCatalog, e.key, ev))
 		}
 		c.ProduceCommitted(t, recs...)
-		recs = recs[:0]
-		for _, m := range matches {
-			recs = append(recs, c.Record(t, topology.PolicyMatches, m.DeploymentID, m))
+		// The backlog's halves, and between them a transaction of the
+		// matcher that a rebalance aborted: its matches are not input.
+		half := func(ms []*events.PolicyMatch) []*kgo.Record {
+			var recs []*kgo.Record
+			for _, m := range ms {
+				recs = append(recs, c.Record(t, topology.PolicyMatches, m.DeploymentID, m))
+			}
+			return recs
 		}
-		c.ProduceRecords(t, recs...)
+		c.ProduceRecords(t, half(matches[:len(matches)/2])...)
+		c.ProduceAborted(t, half(aborted)...)
+		c.ProduceRecords(t, half(matches[len(matches)/2:])...)
 		out := c.Reader(t, topology.PolicySegments)
 		env := func() runtime.Env {
 			env := stagetest.Env(c.Kafka)
@@ -52,7 +61,20 @@ func TestMembersChangeNothingButSpeed(t *testing.T) {
 		stage := func() runtime.Stage { return StageWith(Config{MaxSegmentBytes: membersLimit}) }
 		got, ms := c.Members(t, members, stage, env, out, want)
 		t.Logf("members=%d: %d segments of %d matches; %v", members, len(got), len(matches), ms)
-		return segmentLines(t, got), len(got)
+		lines := segmentLines(t, got)
+		var ofAborted []string
+		for _, l := range lines {
+			for _, s := range l {
+				if strings.Contains(s, abortedUpdate) {
+					ofAborted = append(ofAborted, s[:min(60, len(s))])
+				}
+			}
+		}
+		if len(ofAborted) > 0 {
+			t.Errorf("members=%d: %d segments of matches whose transaction was aborted (%d aborted matches), such as %q",
+				members, len(ofAborted), len(aborted), ofAborted[:min(3, len(ofAborted))])
+		}
+		return lines, len(got)
 	}
 
 	var ref map[string][]string
@@ -89,12 +111,19 @@ type catalogRecord struct {
 	entry *events.PolicyCatalogEntry // nil: a tombstone
 }
 
+// abortedUpdate marks the update_id of the matches of an aborted
+// transaction.
+const abortedUpdate = "-aborted-"
+
 // membersBacklog is policy.catalog and a backlog of matches naming its
 // policies by reference: 150 deployments of 3 components, 4 updates each —
 // an install, an update cut into pieces, an update naming a version the
 // catalog has moved past and a policy it no longer holds, and removals
-// with a policy every deployment shares.
-func membersBacklog(t *testing.T) ([]catalogRecord, []*events.PolicyMatch) {
+// with a policy every deployment shares. aborted are matches of a
+// transaction the matcher aborted, two per deployment of 10 components
+// each: several hundred KiB, more than one fetch of the segmenter takes
+// (runtime.DefaultFetchMaxBytes).
+func membersBacklog(t *testing.T) (catalog []catalogRecord, matches, aborted []*events.PolicyMatch) {
 	t.Helper()
 	const (
 		deployments = 150
@@ -136,10 +165,23 @@ func membersBacklog(t *testing.T) ([]catalogRecord, []*events.PolicyMatch) {
 		removals = append(removals, events.ComponentDelta{ComponentID: comp(comps), Uninstall: true,
 			RemovedPolicies: []events.RemovedPolicy{{PolicyID: a.PolicyID}}})
 		ms = append(ms, match(1, install...), match(2, big...), match(3, moved...), match(4, removals...))
+		for u := range 2 {
+			m := match(5, nil...)
+			m.UpdateID = fmt.Sprintf("%s%s%d", dep, abortedUpdate, u)
+			for c := range 10 {
+				// Component ids that do not compress, so that the
+				// matches take as many bytes on the wire as in memory.
+				sum := sha256.Sum256([]byte(fmt.Sprintf("%s-%d-%d", dep, u, c)))
+				id := comp(c) + "-" + strings.Repeat(hex.EncodeToString(sum[:]), 4)
+				m.Components = append(m.Components, events.ComponentDelta{ComponentID: id, UpdatedPolicies: []events.Policy{a},
+					AddedPolicies: []events.FilterMatch{{FilterID: "svc", Policies: []events.Policy{shared}}}})
+			}
+			aborted = append(aborted, m)
+		}
 		ref(old.PolicyID, "2", 400)
 		cat = append(cat, catalogRecord{key: gone.PolicyID})
 	}
-	return cat, ms
+	return cat, ms, aborted
 }
 
 // segmentLines are the segments of each deployment, in the order written,
