@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -333,6 +334,7 @@ func StartBroker(o BrokerOptions) (*Broker, error) {
 	}
 	b := &Broker{Cluster: c, Addrs: c.ListenAddrs(), ports: bound}
 	answerEpochsAsKafka(c)
+	readCommittedAsKafka(c)
 
 	if o.DataDir != "" {
 		if err := b.restartCompaction(o.adminOpts(), cfgs["log.cleaner.backoff.ms"]); err != nil {
@@ -376,6 +378,31 @@ func answerEpochsAsKafka(c *kfake.Cluster) {
 			}
 		}
 		return nil, nil, false // kfake answers the question as rewritten
+	})
+}
+
+// readCommittedAsKafka makes the cluster keep aborted records from
+// read_committed consumers as Kafka does, whatever the fetch's size.
+// kfake stops filling a fetch response once it reaches the request's
+// MaxBytes, and then leaves out the aborted transactions of the
+// partition it was filling (the list a consumer skips aborted records
+// by): that partition's aborted records reach the consumer as committed.
+// The stages fetch at most runtime.DefaultFetchMaxBytes a request and a
+// partition alike, so every fetch a partition fills was cut that way: a
+// stage handled the records of its input's aborted transactions (the
+// segmenter wrote segments of matches a rebalance had aborted), restored
+// state from them, and pfbench's digests of a run's outputs counted them
+// (more records with two members than with one, every scaling run that
+// aborted a transaction). A read_committed fetch is asked with no
+// request-wide bound: each partition's own bound (PartitionMaxBytes),
+// which kfake applies without that fault, still bounds what it returns.
+// services/internal/stagetest does the same to the tests' cluster.
+func readCommittedAsKafka(c *kfake.Cluster) {
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if r, ok := req.(*kmsg.FetchRequest); ok && r.IsolationLevel == 1 {
+			r.MaxBytes = math.MaxInt32
+		}
+		return nil, nil, false // kfake answers the fetch as rewritten
 	})
 }
 

@@ -296,7 +296,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	rep.FinishedAt, rep.LoadAfter = time.Now().UTC(), loadAverage()
 	rep.Logs = logDir
-	path := filepath.Join(o.outDir, "bench-"+stamp+".json")
+	return finish(&rep, filepath.Join(o.outDir, "bench-"+stamp+".json"), stdout)
+}
+
+// finish writes the JSON report to path and the tables to stdout, and
+// returns the bench's verdict: an error (pfbench exits 1) when a scaling
+// run wrote other records than its stage's first run (scalingVerdict).
+// The report is written either way.
+func finish(rep *Report, path string, stdout io.Writer) error {
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return err
@@ -305,8 +312,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	rep.table(stdout)
-	fmt.Fprintf(stdout, "\nreport: %s\nstage logs: %s\n", path, logDir)
-	return nil
+	fmt.Fprintf(stdout, "\nreport: %s\nstage logs: %s\n", path, rep.Logs)
+	return rep.scalingVerdict()
 }
 
 // withStack starts a fresh broker and Consul agent, applies the topology,

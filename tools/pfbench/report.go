@@ -268,10 +268,7 @@ func (r Report) scalingTable(w io.Writer) {
 	}
 	tw.Flush()
 	for _, sr := range differ {
-		if ref := r.reference(sr.Stage); ref != nil {
-			fmt.Fprintf(w, "! %s with %d members wrote other records than its first run: %d records, digest %s; first run %d records, digest %s\n",
-				sr.Stage, sr.Members, sr.OutputRecords, sr.OutputDigest, ref.OutputRecords, ref.OutputDigest)
-		}
+		fmt.Fprintf(w, "! %s\n", r.howOutputDiffers(sr))
 	}
 }
 

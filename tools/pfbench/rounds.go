@@ -269,10 +269,9 @@ func combineRounds(runs []StageRun, ms []Membership) (StageRun, Membership) {
 // resetStage puts a stage that has run alone back as it was before its
 // first round, so that the next round does the same work from the same
 // state: its consumer group is deleted and given the offsets it had
-// (saved), so it consumes its input again from the start, and its output
-// topic is deleted and created again, empty (the executor reads its own
-// output back; every stage's output is what the next stage reads). The
-// stage's processes have stopped.
+// (saved), so it consumes its input again from the start, and the topics
+// it keeps state in are deleted and created again, empty (resetTopics).
+// The stage's processes have stopped.
 func (b *bench) resetStage(ctx context.Context, st aloneStage, group string, saved kadm.OffsetResponses) error {
 	deadline := time.Now().Add(b.timeout)
 	for {
@@ -291,17 +290,21 @@ func (b *bench) resetStage(ctx context.Context, st aloneStage, group string, sav
 			return err
 		}
 	}
-	out := b.kafka.Topic(st.output)
-	resp, err := b.adm.DeleteTopics(ctx, out)
+	reset := resetTopics(st.name)
+	full := make([]string, len(reset))
+	for i, t := range reset {
+		full[i] = b.kafka.Topic(t)
+	}
+	resp, err := b.adm.DeleteTopics(ctx, full...)
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
-		return fmt.Errorf("delete %s: %w", out, err)
+		return fmt.Errorf("delete %v: %w", full, err)
 	}
 	var spec []topology.Topic
 	for _, t := range topology.Default() {
-		if t.Name == st.output {
+		if slices.Contains(reset, t.Name) {
 			spec = append(spec, t)
 		}
 	}
@@ -311,7 +314,7 @@ func (b *bench) resetStage(ctx context.Context, st aloneStage, group string, sav
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("create %s again: %w", out, err)
+			return fmt.Errorf("create %v again: %w", full, err)
 		}
 		if err := sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
@@ -319,7 +322,7 @@ func (b *bench) resetStage(ctx context.Context, st aloneStage, group string, sav
 	}
 	offs := kadm.Offsets{}
 	saved.Each(func(o kadm.OffsetResponse) {
-		if o.Err == nil && o.Topic != out {
+		if o.Err == nil && !slices.Contains(full, o.Topic) {
 			offs.Add(kadm.Offset{Topic: o.Topic, Partition: o.Partition, At: o.At, LeaderEpoch: -1})
 		}
 	})
@@ -342,4 +345,21 @@ func (b *bench) resetStage(ctx context.Context, st aloneStage, group string, sav
 		return fmt.Errorf("commit the offsets of %s again: %w", group, err)
 	}
 	return cresp.Error()
+}
+
+// resetTopics are the topics (base names) a stage's every round starts
+// empty: each topic the stage writes that a stage reads — its output,
+// which the next stage reads (and the executor reads back), and a
+// changelog the stage restores its state from (the matcher's
+// matcher.holdings). Left as the first round ended it, matcher.holdings
+// told the next round that every component had been sent the new
+// versions, and the matcher wrote nothing.
+func resetTopics(stage string) []string {
+	var out []string
+	for _, t := range topology.Default() {
+		if slices.Contains(t.Writers, stage) && slices.ContainsFunc(t.Readers, func(r string) bool { return slices.Contains(topology.Stages(), r) }) {
+			out = append(out, t.Name)
+		}
+	}
+	return out
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/policyflow/policyflow/topology"
 )
 
 // The median of an odd number of rounds is the middle one, of an even
@@ -78,5 +81,24 @@ func TestScalingComparesCPUPer1k(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "1.10") || !strings.Contains(b.String(), "1.5+1.2") || !strings.Contains(b.String(), "0.210 (1.05)") {
 		t.Errorf("scaling table lacks the CPU ratio or the per-member CPU:\n%s", b.String())
+	}
+}
+
+// TestRoundsStartFromTheSameState: between rounds a stage's output and
+// the changelog it restores from are emptied, and nothing else it writes
+// (its dead letters, catch-up progress) is.
+func TestRoundsStartFromTheSameState(t *testing.T) {
+	for _, st := range aloneStages {
+		got := resetTopics(st.name)
+		if !slices.Contains(got, st.output) {
+			t.Errorf("%s: a round starts with %v empty, not its output %s", st.name, got, st.output)
+		}
+		want := []string{st.output}
+		if st.name == topology.StageMatcher {
+			want = append(want, topology.MatcherHoldings)
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+			t.Errorf("%s: a round starts with %v empty, want %v", st.name, got, want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -103,6 +104,14 @@ type ScaleRun struct {
 	// whether this run wrote the same records.
 	Reference  bool `json:"reference,omitempty"`
 	SameOutput bool `json:"same_output"`
+	// SameInput says whether the stage ran on the input of its first run:
+	// each stage's input is what the stage before it wrote in the same
+	// run, so a stage after one whose output differed ran on other
+	// records, and its output differs for that reason too.
+	SameInput bool `json:"same_input"`
+	// digest is the output's record hashes, to tell how two runs'
+	// outputs differ (not in the JSON report).
+	digest outputDigest
 }
 
 // newScaleRun is the scaling entry of one run; ref is the stage's first
@@ -110,7 +119,7 @@ type ScaleRun struct {
 func newScaleRun(run StageRun, m Membership, d outputDigest, ref *ScaleRun) ScaleRun {
 	s := ScaleRun{Stage: run.Stage, Membership: m, InputRecords: run.InputRecords, OutputRecords: d.records,
 		Seconds: run.Seconds, RecordsPerSec: run.RecordsPerSec, CPUSeconds: run.StageCPU, PeakRSSMiB: run.PeakRSSMiB,
-		OutputDigest: d.String(), Reference: ref == nil, SameOutput: true, Rounds: run.Rounds}
+		OutputDigest: d.String(), Reference: ref == nil, SameOutput: true, SameInput: true, Rounds: run.Rounds, digest: d}
 	if run.InputRecords > 0 {
 		s.CPUPer1k = run.StageCPU / float64(run.InputRecords) * 1000
 	}
@@ -133,6 +142,49 @@ func (r *Report) reference(stage string) *ScaleRun {
 		}
 	}
 	return nil
+}
+
+// scalingVerdict fails the scaling section: an error naming every run
+// that wrote other records than its stage's first run, and how, or nil
+// when every run wrote the same. Adding members must change nothing but
+// speed, so such a run is a failure of the bench, not a figure of it.
+func (r *Report) scalingVerdict() error {
+	var differ []string
+	for _, s := range r.Scaling {
+		if s.Reference || s.SameOutput {
+			continue
+		}
+		differ = append(differ, r.howOutputDiffers(s))
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	return fmt.Errorf("scaling: %d of the runs with more members wrote other records than the stage's first run:\n  %s",
+		len(differ), strings.Join(differ, "\n  "))
+}
+
+// howOutputDiffers says how a run's output differs from its stage's first
+// run's: the record counts, the records of each not in the other, the
+// digests, and whether its input differed already.
+func (r *Report) howOutputDiffers(s ScaleRun) string {
+	ref := r.reference(s.Stage)
+	if ref == nil {
+		return fmt.Sprintf("%s with %d members: %d records, digest %s; no first run to compare with", s.Stage, s.Members, s.OutputRecords, s.OutputDigest)
+	}
+	how := fmt.Sprintf("%s with %d members wrote %d records where its first run wrote %d", s.Stage, s.Members, s.OutputRecords, ref.OutputRecords)
+	if s.digest.records == s.OutputRecords && ref.digest.records == ref.OutputRecords {
+		extra, missing := s.digest.against(ref.digest)
+		how += fmt.Sprintf(": %d not among the first run's, %d of the first run's missing", extra, missing)
+	}
+	how += fmt.Sprintf(" (digest %s, first run %s)", s.OutputDigest, ref.OutputDigest)
+	if !s.SameInput {
+		if i := stageOrder(s.Stage); i > 0 {
+			how += fmt.Sprintf("; its input, the %s's output in the same run, differed already", aloneStages[i-1].name)
+		} else {
+			how += "; its input differed already"
+		}
+	}
+	return how
 }
 
 // scalingRatios sets each entry's rate against the stage's first run with
@@ -172,6 +224,7 @@ func (b *bench) scaleOut(ctx context.Context, o options, members int, rep *Repor
 	if err := w.load(ctx, b.kafka, b.codec, int32(o.partitions)); err != nil {
 		return err
 	}
+	sameInput := true // the matcher's input is the workload
 	for _, st := range aloneStages {
 		ref := rep.reference(st.name)
 		if !st.kafkaToKafka() || ref == nil {
@@ -186,6 +239,7 @@ func (b *bench) scaleOut(ctx context.Context, o options, members int, rep *Repor
 			return err
 		}
 		s := newScaleRun(run, m, d, ref)
+		s.SameInput, sameInput = sameInput, s.SameOutput
 		rep.Scaling = append(rep.Scaling, s)
 		same := "the same output as the first run"
 		if !s.SameOutput {
@@ -244,12 +298,48 @@ func (d *outputDigest) add(key []byte, ev events.Event) error {
 	return nil
 }
 
-// String is the digest: a hash of the records' hashes in sorted order.
-func (d outputDigest) String() string {
+// against counts the records of d that ref does not hold and those of
+// ref that d does not hold, as multisets (a record written twice where
+// ref has it once counts once in extra).
+func (d outputDigest) against(ref outputDigest) (extra, missing int) {
+	a, b := d.sorted(), ref.sorted()
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		var c int // below 0: a[i] is not in b; above: b[j] is not in a
+		switch {
+		case j == len(b):
+			c = -1
+		case i == len(a):
+			c = 1
+		default:
+			c = bytes.Compare(a[i][:], b[j][:])
+		}
+		switch {
+		case c < 0:
+			extra++
+			i++
+		case c > 0:
+			missing++
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return extra, missing
+}
+
+// sorted is a copy of the records' hashes in order.
+func (d outputDigest) sorted() [][sha256.Size]byte {
 	sorted := slices.Clone(d.sums)
 	slices.SortFunc(sorted, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	return sorted
+}
+
+// String is the digest: a hash of the records' hashes in sorted order.
+func (d outputDigest) String() string {
 	h := sha256.New()
-	for _, s := range sorted {
+	for _, s := range d.sorted() {
 		h.Write(s[:])
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16])

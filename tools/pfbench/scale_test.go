@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -169,8 +171,83 @@ func TestScalingComparesEveryRunWithTheStagesFirst(t *testing.T) {
 			}
 		}
 	}
-	if !strings.HasPrefix(lines[5], "! matcher with 2 members wrote other records") || !strings.Contains(lines[5], other.String()) {
-		t.Errorf("last line %q, want one saying the 2-member matcher wrote other records, with its digest", lines[5])
+	if !strings.HasPrefix(lines[5], "! matcher with 2 members wrote 6 records where its first run wrote 6: 3 not among the first run's, 3 of the first run's missing") ||
+		!strings.Contains(lines[5], other.String()) {
+		t.Errorf("last line %q, want one saying the 2-member matcher wrote 3 other records, with its digest", lines[5])
+	}
+}
+
+// TestScalingFailsTheBenchWhenAnOutputDiffers: a scaling run that wrote
+// other records than its stage's first run fails the bench (run returns
+// finish's error, and pfbench exits 1) after the report is written,
+// naming the stage, its member count and how its output differs; a stage
+// that ran on such a stage's output says its input differed already.
+func TestScalingFailsTheBenchWhenAnOutputDiffers(t *testing.T) {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	ref := digestOf(t, stageOutputs("upd-1", at, "v2"))
+	same := digestOf(t, stageOutputs("upd-2", at.Add(time.Hour), "v2"))
+	// One record written twice: what a second generation or a re-sent
+	// delta looks like.
+	twice := digestOf(t, append(stageOutputs("upd-3", at, "v2"), stageOutputs("upd-3", at, "v2")[3]))
+	run := StageRun{InputRecords: 6, Seconds: 1, RecordsPerSec: 6}
+	one, two := Membership{Members: 1, Handled: []int{6}}, Membership{Members: 2, Handled: []int{3, 3}}
+	report := func(matcher, segmenter outputDigest) *Report {
+		rep := &Report{}
+		for _, st := range []string{"matcher", "segmenter"} {
+			r := run
+			r.Stage = st
+			rep.Stages = append(rep.Stages, r)
+			rep.Scaling = append(rep.Scaling, newScaleRun(r, one, ref, nil))
+		}
+		sameInput := true
+		for i, d := range []outputDigest{matcher, segmenter} {
+			r := run
+			r.Stage = aloneStages[i].name
+			s := newScaleRun(r, two, d, rep.reference(r.Stage))
+			s.SameInput, sameInput = sameInput, s.SameOutput
+			rep.Scaling = append(rep.Scaling, s)
+		}
+		return rep
+	}
+	finishOf := func(rep *Report) (string, error) {
+		path := filepath.Join(t.TempDir(), "bench.json")
+		var out strings.Builder
+		err := finish(rep, path, &out)
+		if _, serr := os.Stat(path); serr != nil {
+			t.Fatalf("no report written: %v", serr)
+		}
+		return out.String(), err
+	}
+
+	if _, err := finishOf(report(same, same)); err != nil {
+		t.Fatalf("every run wrote the first run's records: %v, want no error", err)
+	}
+	table, err := finishOf(report(twice, twice))
+	if err == nil {
+		t.Fatalf("the 2-member runs wrote a record twice, and the bench passed; table:\n%s", table)
+	}
+	for _, want := range []string{
+		"2 of the runs with more members wrote other records",
+		"matcher with 2 members wrote 7 records where its first run wrote 6: 1 not among the first run's, 0 of the first run's missing",
+		"segmenter with 2 members wrote 7 records where its first run wrote 6: 1 not among the first run's, 0 of the first run's missing",
+		"its input, the matcher's output in the same run, differed already",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Count(err.Error(), "differed already") != 1 {
+		t.Errorf("error %q: only the segmenter ran on another input", err)
+	}
+	if !strings.Contains(table, "NO !") {
+		t.Errorf("the table does not mark the runs that differ:\n%s", table)
+	}
+	// The matcher wrote the same records, the segmenter did not: its
+	// input was the same.
+	_, err = finishOf(report(same, twice))
+	if err == nil || !strings.Contains(err.Error(), "segmenter with 2 members") || strings.Contains(err.Error(), "matcher with") ||
+		strings.Contains(err.Error(), "differed already") {
+		t.Fatalf("only the segmenter differs, on the same input: error %v", err)
 	}
 }
 

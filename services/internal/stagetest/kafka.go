@@ -2,6 +2,7 @@ package stagetest
 
 import (
 	"context"
+	"math"
 	"os"
 	"strconv"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/runtime"
@@ -69,6 +71,7 @@ func NewCluster(t testing.TB, partitions int32, topics ...string) *Cluster {
 		t.Fatalf("start an in-process Kafka: %v", err)
 	}
 	t.Cleanup(kc.Close)
+	ReadCommittedAsKafka(kc)
 	k := runtime.Kafka{Brokers: kc.ListenAddrs(), Prefix: prefix, FetchMaxWait: 100 * time.Millisecond, MetadataMinAge: 100 * time.Millisecond}
 	cl, err := kgo.NewClient(producerOpts(k)...)
 	if err != nil {
@@ -78,6 +81,29 @@ func NewCluster(t testing.TB, partitions int32, topics ...string) *Cluster {
 	c := &Cluster{Kafka: k, Admin: kadm.NewClient(cl), Fake: kc, cl: cl, partitions: partitions}
 	c.CreateTopics(t, nil, topics...)
 	return c
+}
+
+// ReadCommittedAsKafka makes a kfake cluster keep aborted records from
+// read_committed consumers as Kafka does, whatever the fetch's size.
+// kfake stops filling a fetch response once it reaches the request's
+// MaxBytes, and then leaves out the aborted transactions of the
+// partition it was filling (the list a consumer skips aborted records
+// by): that partition's aborted records reach the consumer as committed.
+// The stages fetch at most runtime.DefaultFetchMaxBytes a request and a
+// partition alike, so every fetch that a partition fills is cut that way;
+// on kfake, before this, a stage handled the records of its input's
+// aborted transactions and restored state (the executor's collections)
+// from them. A read_committed fetch is asked with no request-wide bound:
+// each partition's own bound (PartitionMaxBytes), which kfake applies
+// without that fault, still bounds what it returns. tools/devstack does
+// the same to the embedded broker.
+func ReadCommittedAsKafka(c *kfake.Cluster) {
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if r, ok := req.(*kmsg.FetchRequest); ok && r.IsolationLevel == 1 {
+			r.MaxBytes = math.MaxInt32
+		}
+		return nil, nil, false // kfake answers the fetch as rewritten
+	})
 }
 
 // producerOpts place keyed records as the stages do and take records as
@@ -166,6 +192,29 @@ func (c *Cluster) ProduceCommitted(t testing.TB, recs ...*kgo.Record) {
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatalf("commit transaction %s: %v", id, err)
+	}
+}
+
+// ProduceAborted writes records in one transaction and aborts it, as a
+// transactional stage's transaction that a rebalance aborted leaves them:
+// in the log, and never to be read by a reader of committed records.
+func (c *Cluster) ProduceAborted(t testing.TB, recs ...*kgo.Record) {
+	t.Helper()
+	id := "stagetest-" + strconv.FormatInt(txnSeq.Add(1), 10)
+	cl, err := kgo.NewClient(append(producerOpts(c.Kafka), kgo.TransactionalID(id))...)
+	if err != nil {
+		t.Fatalf("create transactional client %s: %v", id, err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatalf("begin transaction %s: %v", id, err)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce %d records in transaction %s: %v", len(recs), id, err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatalf("abort transaction %s: %v", id, err)
 	}
 }
 
