@@ -107,18 +107,35 @@ func DeadLetter(stage string, k Kafka, onDead func(in Input, err error), extra .
 // deadLetter is the dead-letter record of an input that failed with err,
 // carrying the extra headers too.
 func deadLetter(stage string, k Kafka, in Input, err error, extra ...kgo.RecordHeader) Output {
-	h := append([]kgo.RecordHeader(nil), in.Headers...)
-	h = append(h,
-		kgo.RecordHeader{Key: HeaderError, Value: []byte(err.Error())},
-		kgo.RecordHeader{Key: HeaderStage, Value: []byte(stage)},
-		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(k.Topic(in.Topic))},
-		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(in.Partition)))},
-		kgo.RecordHeader{Key: HeaderOffset, Value: []byte(strconv.FormatInt(in.Offset, 10))},
-		kgo.RecordHeader{Key: HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-	)
+	// The stage's own headers come first, and a header of the original
+	// record under one of their names is kept renamed
+	// (HeaderOriginalPrefix): a producer cannot put a reason of its own
+	// where an operator or a tool reads the stage's.
+	h := []kgo.RecordHeader{
+		{Key: HeaderError, Value: []byte(err.Error())},
+		{Key: HeaderStage, Value: []byte(stage)},
+		{Key: HeaderTopic, Value: []byte(k.Topic(in.Topic))},
+		{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(in.Partition)))},
+		{Key: HeaderOffset, Value: []byte(strconv.FormatInt(in.Offset, 10))},
+		{Key: HeaderFailedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+	}
 	h = append(h, extra...)
+	ours := len(h)
+	for _, o := range in.Headers {
+		for _, mine := range h[:ours] {
+			if o.Key == mine.Key {
+				o.Key = HeaderOriginalPrefix + o.Key
+				break
+			}
+		}
+		h = append(h, o)
+	}
 	return Output{Topic: topology.DLQ(stage), Key: in.Key, Raw: in.Raw, Headers: h}
 }
+
+// HeaderOriginalPrefix goes before the name of a header of a dead-lettered
+// record that has the name of one the stage sets on its dead letter.
+const HeaderOriginalPrefix = "pf.original."
 
 // Recover turns a panic of the handler into a permanent error carrying the
 // panic value and an excerpt of the stack, so the input is dead-lettered

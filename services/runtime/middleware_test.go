@@ -39,6 +39,10 @@ func TestRetryThenSuccessAndPermanentToDeadLetter(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		rec := c.Record(t, "in", "k"+strconv.Itoa(i), req("r"+strconv.Itoa(i)))
 		rec.Headers = []kgo.RecordHeader{{Key: "trace", Value: []byte("t" + strconv.Itoa(i))}}
+		if i == 11 {
+			// A producer's own reason must not pass for the stage's.
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: runtime.HeaderError, Value: []byte("forged by the producer")})
+		}
 		recs = append(recs, rec)
 	}
 	c.ProduceRecords(t, recs...)
@@ -98,6 +102,14 @@ func TestRetryThenSuccessAndPermanentToDeadLetter(t *testing.T) {
 	}
 	if h(runtime.HeaderError) != "request r11 is refused" || h(runtime.HeaderStage) != "echo" || h(runtime.HeaderTopic) != k.Topic("in") {
 		t.Fatalf("dead letter headers say error %q, stage %q, topic %q", h(runtime.HeaderError), h(runtime.HeaderStage), h(runtime.HeaderTopic))
+	}
+	if d.Headers[0].Key != runtime.HeaderError || h(runtime.HeaderOriginalPrefix+runtime.HeaderError) != "forged by the producer" {
+		t.Fatalf("the producer's own %s header is not kept apart after the stage's reason: %+v", runtime.HeaderError, d.Headers)
+	}
+	for _, hd := range d.Headers[1:] {
+		if hd.Key == runtime.HeaderError {
+			t.Fatalf("a second %s header on the dead letter: %+v", runtime.HeaderError, d.Headers)
+		}
 	}
 	if want := strconv.Itoa(int(recs[11].Partition)); h(runtime.HeaderPartition) != want {
 		t.Fatalf("dead letter partition header %q, want %s", h(runtime.HeaderPartition), want)
