@@ -52,13 +52,33 @@ type kept struct {
 // are). A body no collection holds any more is freed by the garbage
 // collector.
 func compact(id string, cp *events.ComponentPolicies, reg *registered) *kept {
+	return compactAfter(nil, id, cp, reg)
+}
+
+// lastList is the policy list compacted last in a run of collections
+// (the writes of one update), and the policies it was compacted from.
+type lastList struct{ from, list []events.Policy }
+
+// compactAfter is compact of a collection of a run: one that holds the
+// same policies as the collection compacted before it (last, unless nil)
+// takes its list without looking each policy up again, as the components
+// of a deployment mostly do. last holds the policies it was given: it
+// must not outlive them.
+func compactAfter(last *lastList, id string, cp *events.ComponentPolicies, reg *registered) *kept {
 	if cp == nil {
 		return nil
 	}
 	k := &kept{
-		policies:    compactPolicies(cp.Policies),
 		generation:  cp.Generation,
 		uninstalled: cp.Uninstalled,
+	}
+	if last != nil && last.list != nil && slices.Equal(cp.Policies, last.from) {
+		k.policies = last.list
+	} else {
+		k.policies = compactPolicies(cp.Policies)
+		if last != nil {
+			last.from, last.list = cp.Policies, k.policies
+		}
 	}
 	if reg != nil && reg.deploymentID == cp.DeploymentID {
 		k.deploymentID = reg.deploymentID

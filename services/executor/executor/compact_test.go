@@ -190,6 +190,37 @@ func TestCompactSharesPolicyLists(t *testing.T) {
 	}
 }
 
+// TestCompactAfterKeepsEachRunsPolicies: in a run of collections (the
+// writes of one update), those that hold the same policies share one
+// list, the one compact gives them on their own, and one that holds
+// others than the collection before it keeps its own.
+func TestCompactAfterKeepsEachRunsPolicies(t *testing.T) {
+	collection := func(id, versionA string) *events.ComponentPolicies {
+		ps := []events.Policy{pol("RUN.A", versionA), pol("RUN.B", "1")}
+		for i := range ps {
+			ps[i].Body = string([]byte(ps[i].Body)) // a copy of its own, as decoded
+		}
+		return &events.ComponentPolicies{ComponentID: id, DeploymentID: "dep-1", ServiceComponentName: id, Generation: 1, Policies: ps}
+	}
+	var last lastList
+	run := []*events.ComponentPolicies{collection("c1", "1"), collection("c2", "1"), collection("c3", "2"), collection("c4", "1")}
+	var lists [][]events.Policy
+	for _, cp := range run {
+		k := compactAfter(&last, cp.ComponentID, cp, nil)
+		if !reflect.DeepEqual(k.policies, cp.Policies) {
+			t.Errorf("%s kept %v, want %v", cp.ComponentID, k.policies, cp.Policies)
+		}
+		lists = append(lists, k.policies)
+	}
+	alone := compact("c5", collection("c5", "2"), nil).policies
+	if &lists[0][0] != &lists[1][0] || &lists[0][0] != &lists[3][0] || &lists[2][0] != &alone[0] {
+		t.Error("collections of a run that hold the same policies keep more than one list")
+	}
+	if &lists[1][0] == &lists[2][0] {
+		t.Error("a collection of a run took the list of the one before it, which holds other policies")
+	}
+}
+
 // compacted is cp as the executor keeps it, with no registration known,
 // read back as Next reads it.
 func compacted(cp *events.ComponentPolicies) *events.ComponentPolicies {
