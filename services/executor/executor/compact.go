@@ -210,8 +210,10 @@ func compactPolicies(ps []events.Policy) []events.Policy {
 // there. Callers hold shared's lock.
 func sharedPolicy(p events.Policy) events.Policy {
 	if p.Body == "" {
-		return events.Policy{PolicyID: strings.Clone(p.PolicyID), PolicyName: strings.Clone(p.PolicyName),
-			PolicyVersion: strings.Clone(p.PolicyVersion), BodyHash: strings.Clone(p.BodyHash), Revision: p.Revision}
+		// No body to hold an entry by: such a policy (none comes from
+		// a delta, whose policies have bodies) is interned.
+		return events.Policy{PolicyID: intern(p.PolicyID), PolicyName: intern(p.PolicyName),
+			PolicyVersion: intern(p.PolicyVersion), BodyHash: intern(p.BodyHash), Revision: p.Revision}
 	}
 	key := policyKey{id: p.PolicyID, name: p.PolicyName, version: p.PolicyVersion, hash: p.BodyHash, revision: p.Revision}
 	if key.hash == "" {
