@@ -2,6 +2,7 @@ package executor
 
 import (
 	"reflect"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -46,6 +47,68 @@ func TestCompactSharesBodies(t *testing.T) {
 		t.Error("compact(nil) is not nil")
 	}
 }
+
+// TestCompactNamesPoliciesByBodyHash: the shared copy of a version of a
+// policy is found by its body_hash, but never gives a policy another
+// body: one whose body_hash names another body keeps its own (shared with
+// the others that hold the same), as does one without a body_hash; and a
+// body no collection holds any more is not kept.
+func TestCompactNamesPoliciesByBodyHash(t *testing.T) {
+	decoded := func(p events.Policy) *events.ComponentPolicies {
+		// Every string a copy of its own, as decoded.
+		p = events.Policy{PolicyID: string([]byte(p.PolicyID)), PolicyName: string([]byte(p.PolicyName)), PolicyVersion: string([]byte(p.PolicyVersion)),
+			Body: string([]byte(p.Body)), BodyHash: string([]byte(p.BodyHash)), Revision: p.Revision}
+		return &events.ComponentPolicies{ComponentID: "c", DeploymentID: "dep-1", Generation: 1, Policies: []events.Policy{p}}
+	}
+	sharesWith := func(a, b events.Policy) bool {
+		return unsafe.StringData(a.Body) == unsafe.StringData(b.Body) && unsafe.StringData(a.PolicyID) == unsafe.StringData(b.PolicyID) &&
+			unsafe.StringData(a.BodyHash) == unsafe.StringData(b.BodyHash)
+	}
+	genuine := at(pol("HASH.A", "1"), 7)
+	other := genuine
+	other.Body = `{"policyName":"HASH.A.1.xml","config":{"not":"the body its hash names"}}`
+	hashless := genuine
+	hashless.Body, hashless.BodyHash = `{"policyName":"HASH.A.1.xml","config":{"no":"hash"}}`, ""
+
+	r1, r2 := compacted(decoded(genuine)).Policies[0], compacted(decoded(genuine)).Policies[0]
+	o1, o2 := compacted(decoded(other)).Policies[0], compacted(decoded(other)).Policies[0]
+	h1, h2 := compacted(decoded(hashless)).Policies[0], compacted(decoded(hashless)).Policies[0]
+	for _, c := range []struct {
+		name     string
+		got      [2]events.Policy
+		want     events.Policy
+		sameAsR1 bool
+	}{
+		{"the same version", [2]events.Policy{r1, r2}, genuine, true},
+		{"a body its body_hash does not name", [2]events.Policy{o1, o2}, other, false},
+		{"a body without a body_hash", [2]events.Policy{h1, h2}, hashless, false},
+	} {
+		if c.got[0] != c.want || c.got[1] != c.want {
+			t.Errorf("%s: compacted as %+v and %+v, want %+v", c.name, c.got[0], c.got[1], c.want)
+		}
+		if !sharesWith(c.got[0], c.got[1]) {
+			t.Errorf("%s: two collections keep two copies", c.name)
+		}
+		if c.sameAsR1 != (unsafe.StringData(c.got[0].Body) == unsafe.StringData(r1.Body)) {
+			t.Errorf("%s: shares its body with the version's first body: %v, want %v", c.name, !c.sameAsR1, c.sameAsR1)
+		}
+	}
+
+	// Nothing holds this one's body once its collection goes.
+	gone := at(pol("HASH.GONE", "1"), 1)
+	compactAndDrop(decoded(gone))
+	goruntime.GC()
+	shared.Lock()
+	defer shared.Unlock()
+	for k, e := range shared.policies {
+		if k.id == gone.PolicyID && e.body.Value() != nil {
+			t.Errorf("the body of %s is kept after the collection that held it went", gone.PolicyID)
+		}
+	}
+}
+
+//go:noinline
+func compactAndDrop(cp *events.ComponentPolicies) { compact(cp.ComponentID, cp, nil) }
 
 // TestRegistrationKeepsWhatNextReads checks the executor's view of
 // deploy.components: what it keeps of a registration gives the same
@@ -124,6 +187,37 @@ func TestCompactSharesPolicyLists(t *testing.T) {
 	}
 	if !reflect.DeepEqual(b.Policies, before) {
 		t.Errorf("a change of c1 changed c2's shared list: %+v, was %+v", b.Policies, before)
+	}
+}
+
+// TestCompactAfterKeepsEachRunsPolicies: in a run of collections (the
+// writes of one update), those that hold the same policies share one
+// list, the one compact gives them on their own, and one that holds
+// others than the collection before it keeps its own.
+func TestCompactAfterKeepsEachRunsPolicies(t *testing.T) {
+	collection := func(id, versionA string) *events.ComponentPolicies {
+		ps := []events.Policy{pol("RUN.A", versionA), pol("RUN.B", "1")}
+		for i := range ps {
+			ps[i].Body = string([]byte(ps[i].Body)) // a copy of its own, as decoded
+		}
+		return &events.ComponentPolicies{ComponentID: id, DeploymentID: "dep-1", ServiceComponentName: id, Generation: 1, Policies: ps}
+	}
+	var last lastList
+	run := []*events.ComponentPolicies{collection("c1", "1"), collection("c2", "1"), collection("c3", "2"), collection("c4", "1")}
+	var lists [][]events.Policy
+	for _, cp := range run {
+		k := compactAfter(&last, cp.ComponentID, cp, nil)
+		if !reflect.DeepEqual(k.policies, cp.Policies) {
+			t.Errorf("%s kept %v, want %v", cp.ComponentID, k.policies, cp.Policies)
+		}
+		lists = append(lists, k.policies)
+	}
+	alone := compact("c5", collection("c5", "2"), nil).policies
+	if &lists[0][0] != &lists[1][0] || &lists[0][0] != &lists[3][0] || &lists[2][0] != &alone[0] {
+		t.Error("collections of a run that hold the same policies keep more than one list")
+	}
+	if &lists[1][0] == &lists[2][0] {
+		t.Error("a collection of a run took the list of the one before it, which holds other policies")
 	}
 }
 

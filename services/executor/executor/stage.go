@@ -256,8 +256,8 @@ var errUnknownComponent = errors.New("component is not registered in deploy.comp
 // and the collections they carry.
 func (e *executor) apply(ctx context.Context, upd *Update) ([]runtime.Output, []written, error) {
 	now := time.Now().UTC()
-	var outs []runtime.Output
-	var writes []written
+	outs := make([]runtime.Output, 0, len(upd.Components))
+	writes := make([]written, 0, len(upd.Components))
 	for _, cd := range upd.Components {
 		d := Delta{ComponentDelta: cd, UpdateID: upd.UpdateID, DeploymentID: upd.DeploymentID, CatchUp: upd.CatchUp, At: now}
 		if err := d.check(); err != nil { // before waiting for the component

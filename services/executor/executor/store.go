@@ -264,9 +264,16 @@ func (s *collectionStore) disown(lost []int32) {
 // policy.segments partition, until they are read back.
 func (s *collectionStore) wrote(writes []written, partition int32) {
 	entries := make([]overlayEntry, len(writes))
+	// The writes of an update share one copy of its id, and those that
+	// hold the same policies one look-up of their list.
+	var updateID string
+	var last lastList
 	for i, w := range writes {
 		id := w.cp.ComponentID
-		entries[i] = overlayEntry{k: compact(id, w.cp, s.registration(id)), updateID: strings.Clone(w.cp.UpdateID),
+		if w.cp.UpdateID != updateID || updateID == "" {
+			updateID = strings.Clone(w.cp.UpdateID)
+		}
+		entries[i] = overlayEntry{k: compactAfter(&last, id, w.cp, s.registration(id)), updateID: updateID,
 			size: len(w.raw), sum: sumOf(w.raw), partition: partition}
 	}
 	s.mu.Lock()
