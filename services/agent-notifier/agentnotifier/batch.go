@@ -294,7 +294,7 @@ func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, er
 	start := n.now()
 	now := start.UTC()
 	for _, j := range jobs {
-		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: now.Format(time.RFC3339Nano), Owner: n.owner, Attempts: j.attempts, Told: j.base,
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: now.Format(time.RFC3339Nano), Owner: n.owner, Instance: n.instance, Attempts: j.attempts, Told: j.base,
 			LeaseUntil: now.Add(n.stale(j)).Format(time.RFC3339Nano), Runner: n.runner, ConsulIndex: j.a.ConsulIndex, Renotify: j.renotified}
 		j.leased = start
 	}

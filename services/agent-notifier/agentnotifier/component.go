@@ -78,6 +78,9 @@ type Seen struct {
 	// OwnerGone says the notifier process named in the claim is seen
 	// to be gone (it ran on this machine), and nothing it left runs.
 	OwnerGone bool
+	// Instance is this notifier's instance id (--instance-id), empty
+	// when it has none.
+	Instance string
 	// Again, and the catch-up request that asks (AgainAlways).
 	Again   Again
 	Request string
@@ -98,7 +101,10 @@ type Seen struct {
 //   - an unfinished claim, of this generation or an older one: notify when
 //     it is this run's own (its outcome was not recorded), when its
 //     notifier is seen to be gone (the caller stopped what it left
-//     running), or once its lease expired; otherwise wait for its owner.
+//     running), when it names this notifier's instance id (this is that
+//     notifier restarted: static membership lets one live member hold an
+//     id, and its previous run's scripts died with it), or once its lease
+//     expired; otherwise wait for its owner.
 //     A newer generation never starts while another notifier may still
 //     run an older one: the component would be told the newer and then,
 //     by the run still under way, the older.
@@ -137,6 +143,8 @@ func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, s Seen) (Act
 		return Notify, fmt.Sprintf("this notifier's own run of generation %d left no outcome", claim.Generation)
 	case s.OwnerGone:
 		return Notify, fmt.Sprintf("its notifier %s is gone, and what it left running was stopped", owner)
+	case s.Instance != "" && claim.Instance == s.Instance:
+		return Notify, fmt.Sprintf("its notifier %s was this notifier's previous run under instance id %s, which one live member holds at a time: it is gone", owner, s.Instance)
 	}
 	until, ok := leaseEnd(claim)
 	if !ok || s.Now.After(until) {

@@ -188,9 +188,9 @@ const orphanWait = 10 * time.Second
 // seen is what the notifier sees beside j's claim (prior): whether the
 // notifier process that holds it unfinished (for this generation or an
 // older one) is gone, as seen from this machine (a process of the same
-// host, boot and PID namespace).
+// host, boot and PID namespace), and this notifier's instance id.
 func (n *notifier) seen(prior *consulkv.Claim, j *job) Seen {
-	s := Seen{Self: n.owner, Now: n.now(), Again: j.again, Request: j.request}
+	s := Seen{Self: n.owner, Now: n.now(), Instance: n.instance, Again: j.again, Request: j.request}
 	if prior != nil && prior.Generation <= j.a.Generation && prior.Owner != n.owner {
 		if done, _ := prior.Finished(); !done {
 			s.OwnerGone = runnerGone(prior.Runner, n.runner)

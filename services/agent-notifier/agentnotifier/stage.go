@@ -9,8 +9,10 @@
 //   - a component's runs never overlap: the script runs in its own process
 //     group and dies with the notifier (Linux's parent-death signal), and
 //     an unfinished claim of another run, of the same generation or an
-//     older one, is taken over only once its lease ended or its process is
-//     seen gone, after what it left running for the component is killed;
+//     older one, is taken over only once its lease ended, its process is
+//     seen gone, or it names this notifier's instance id (this member
+//     restarted: its previous run is gone), after what it left running
+//     for the component is killed;
 //   - the notifier fences itself: every run, the first and each one again,
 //     starts only while the claim is still its own and its lease, as its
 //     own monotonic clock counts it, lasts until the run ended (checked in
@@ -205,6 +207,9 @@ type notifier struct {
 	tracer  *runtime.Tracer
 	// owner names this run in the claims it writes: "<instance>/<run>".
 	owner string
+	// instance is the member's instance id (--instance-id), written in
+	// its claims; empty for a dynamic member.
+	instance string
 	// runner names this process in the claims it writes.
 	runner *consulkv.Runner
 	env    runtime.Env
@@ -282,7 +287,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	if n.cfg.Backoff.Max > 0 {
 		n.backoff.Max = n.cfg.Backoff.Max
 	}
-	n.owner = newOwner(env.InstanceID)
+	n.owner, n.instance = newOwner(env.InstanceID), env.InstanceID
 	n.runner = thisRunner()
 	n.metrics = env.Metrics
 	n.tracer = env.Tracer
