@@ -314,9 +314,14 @@ type job struct {
 	// the claim could not be proved this run's before a run (fence).
 	unrecorded bool
 	// leased is when, by the notifier's clock (its monotonic reading),
-	// the write that set the claim's lease was sent: the lease ends
-	// n.stale(j) after it, as this notifier counts (covers).
+	// the last write of the claim's lease that Consul confirmed was sent:
+	// the lease ends n.lease() after it, as this notifier counts (covers,
+	// guardAt).
 	leased time.Time
+	// ambiguous says a write of the claim was sent whose answer was lost:
+	// it may have gone through, so a claim found changed since is read
+	// back before it is taken for another's (readBack).
+	ambiguous bool
 	// lost says the claim was found to be another's before a run: no
 	// run starts any more and no outcome is recorded.
 	lost bool

@@ -27,13 +27,15 @@ import (
 // notification slot.
 //
 // Every run of a notification starts only once fence allows it: its
-// claim still this notifier run's, its lease lasting until the run ended
-// (fence.go).
+// claim still this notifier run's, its lease proved; while the
+// notification goes on its lease is renewed, and a run whose lease was
+// not renewed in time is stopped (fence.go).
 //
 // Claims, the checks and renewals of claims before runs, and outcome
 // records of jobs that are ready at about the same time share Consul
 // transactions: lanes take whatever is waiting, up to a transaction's
-// worth.
+// worth. The leases of the notifications under way are renewed together,
+// a transaction's worth at a time.
 
 // chains runs jobs in order per claim key, at most cfg.Concurrency
 // scripts and webhooks at once.
@@ -49,7 +51,12 @@ type chains struct {
 	claims  chan claimReq
 	records chan recordReq
 	fences  chan fenceReq
-	lanes   sync.WaitGroup
+	// inflight are the notifications under way, whose leases the
+	// renewal lane renews (fence.go); on mu.
+	inflight map[*tracked]struct{}
+	// quit stops the renewal lane.
+	quit  chan struct{}
+	lanes sync.WaitGroup
 	// stopped is set by close: no job may be handed in after.
 	stopped bool
 }
@@ -78,12 +85,14 @@ type recordReq struct {
 
 func newChains(n *notifier) *chains {
 	c := &chains{
-		n:       n,
-		slots:   make(chan struct{}, n.cfg.Concurrency),
-		tails:   map[string]chan struct{}{},
-		claims:  make(chan claimReq, 4*maxTxnOps),
-		records: make(chan recordReq, 4*maxTxnOps),
-		fences:  make(chan fenceReq, 4*maxTxnOps),
+		n:        n,
+		slots:    make(chan struct{}, n.cfg.Concurrency),
+		tails:    map[string]chan struct{}{},
+		claims:   make(chan claimReq, 4*maxTxnOps),
+		records:  make(chan recordReq, 4*maxTxnOps),
+		fences:   make(chan fenceReq, 4*maxTxnOps),
+		inflight: map[*tracked]struct{}{},
+		quit:     make(chan struct{}),
 	}
 	c.idle = sync.NewCond(&c.mu)
 	for range consulParallel {
@@ -91,6 +100,7 @@ func newChains(n *notifier) *chains {
 		c.lanes.Go(c.recordLane)
 		c.lanes.Go(c.fenceLane)
 	}
+	c.lanes.Go(c.renewLane)
 	return c
 }
 
@@ -116,6 +126,7 @@ func (c *chains) close() {
 	close(c.claims)
 	close(c.records)
 	close(c.fences)
+	close(c.quit)
 	c.lanes.Wait()
 }
 

@@ -18,8 +18,9 @@ import (
 // assigned, for notifications a stopped notifier left unfinished: for
 // every component of those partitions, the claim of its latest update is
 // read, and one that is unfinished for that very update is handed to
-// resume (run again now when its owner is gone, looked at again once it is
-// stale otherwise). A record whose offset was committed once it was
+// resume (run again now when its owner is gone or was this notifier's
+// previous run under its instance id, looked at again once its lease ended
+// otherwise). A record whose offset was committed once it was
 // claimed is not handed in again, so this is what makes such a
 // notification happen at least once. Claims of older updates are left to
 // the records still to come, which supersede them.
@@ -93,7 +94,13 @@ func (n *notifier) resumeJobs(jobs []*job) {
 		switch err := out[k].Err; {
 		case err == nil:
 		case errors.Is(err, ErrClaimTaken):
-			n.resumeLater(j.a, n.stale(j))
+			// Looked at again when the lease it waits for ends (or, when
+			// it lost a race, once a lease could).
+			d, ok := runtime.RetryDelay(err)
+			if !ok {
+				d = n.lease()
+			}
+			n.resumeLater(j.a, d)
 		default:
 			j.log.Error().Err(err).Msg("notification not run again; the component's next update notifies it")
 		}
