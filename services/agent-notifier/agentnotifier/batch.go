@@ -1,6 +1,7 @@
 package agentnotifier
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,6 +75,12 @@ func (n *notifier) decide(j *job, f folderRead, bad func(*job, error)) bool {
 	}
 	seen := n.seen(prior, j)
 	act, why := ClaimAction(prior, j.a, seen)
+	if act == Wait {
+		until, _ := leaseEnd(prior)
+		n.waits.note(j, true, cmp.Or(prior.Owner, "an older notifier"), until)
+	} else {
+		n.waits.note(j, false, "", time.Time{})
+	}
 	switch act {
 	case Skip:
 		j.log.Info().Str("reason", why).Msg("not notified again")

@@ -341,6 +341,17 @@ type job struct {
 	// renotified is the claim's Renotify to write: the request, or the
 	// one the claim named before.
 	renotified string
+	// partition is the record's partition of component.applied (-1: the
+	// job is no record's, a notification run again).
+	partition int32
+	// release lets the record's offset be committed (runtime's
+	// Input.Hold): once its notification ended, or when it was not
+	// claimed (it is handed in again). A job run again later (resume)
+	// carries it on.
+	release func()
+	// claimed says the job was claimed: its chain releases it once its
+	// notification ended.
+	claimed bool
 }
 
 // prepare checks a component.applied record. It returns no job when the
@@ -363,5 +374,5 @@ func (n *notifier) prepare(a *events.ComponentApplied) (*job, error) {
 	case a.Notify.Kind != events.NotifyScript && a.Notify.Kind != events.NotifyWebhook:
 		return nil, runtime.Permanentf("agent-notifier: component %s has notify kind %q", a.ComponentID, a.Notify.Kind)
 	}
-	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), log: log}, nil
+	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), log: log, partition: -1, release: func() {}}, nil
 }

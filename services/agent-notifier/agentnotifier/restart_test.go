@@ -327,7 +327,6 @@ func TestRenewalsOfRunsUnderWayAreBatched(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	hooks := newHookServer(t, func(string) { <-release })
-	t.Cleanup(free)
 	ids := make([]string, comps)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("renewed-%02d", i)
@@ -338,6 +337,7 @@ func TestRenewalsOfRunsUnderWayAreBatched(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Lease, cfg.Concurrency = lease, comps
 	h := batchHandler(t, consulCfg, cfg)
+	t.Cleanup(free) // before the handler's close waits for the webhooks
 	ins := make([]runtime.Input, comps)
 	for i, id := range ids {
 		ins[i] = input(update(id, 1, webhook(hooks.URL+"/"+id)))

@@ -196,7 +196,10 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 // component.applied at least once, a poll's records at a time, claims
 // them and notifies their components, several at once, in order per
 // component; a record's offset is committed once its notification is
-// finished and recorded.
+// finished and recorded (Input.Hold), so the committed lag counts the
+// notifications under way and those waiting, and a notifier that dies
+// leaves their records to the next member. While records wait for
+// another notifier's lease the stage is not ready, and says which.
 func StageWith(cfg Config) runtime.Stage {
 	n := &notifier{cfg: cfg}
 	return runtime.Stage{
@@ -213,7 +216,10 @@ func StageWith(cfg Config) runtime.Stage {
 		Assigned: func(ctx context.Context, env runtime.Env, assigned map[string][]int32) error {
 			return n.recoverPartitions(ctx, env, assigned[topology.ComponentApplied])
 		},
-		Revoked: func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
+		Revoked: func(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
+			n.drain()
+			n.waits.forget(revoked[topology.ComponentApplied])
+		},
 	}
 }
 
@@ -238,6 +244,9 @@ type notifier struct {
 	env    runtime.Env
 	// clock is the notifier's clock (nil: time.Now); see now.
 	clock func() time.Time
+	// waits are the components whose records wait for another
+	// notifier's lease.
+	waits waits
 }
 
 // now is the time on the notifier's clock. Its monotonic reading is what
@@ -292,6 +301,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	}
 	n.txn = cl.Txn()
 	env.Health.Depend(topology.StageAgentNotifier, consulkv.Dependency(cl))
+	env.Health.Blocked(topology.StageAgentNotifier, func() string { return n.waits.reason(n.now(), n.lease()) })
 	// As many kept connections per host as webhooks in flight: many
 	// components often share one webhook host.
 	n.http = n.rules.Client(n.cfg.Concurrency)
@@ -327,7 +337,8 @@ func (n *notifier) drain() {
 
 // handle notifies the components of a poll's records: it sets aside the
 // records that need nothing or can never be notified, then claims the
-// rest and leaves their notifications running (notifyAll).
+// rest and leaves their notifications running (notifyAll), their offsets
+// held until they ended.
 func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.ComponentApplied]) []runtime.Outcome {
 	out := make([]runtime.Outcome, len(ins))
 	var jobs []*job
@@ -341,10 +352,18 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 			j.i = i
 			j.origin, j.hasOrigin = runtime.InputOrigin(in.Input)
 			j.trace = in.Trace
+			j.partition = in.Partition
+			// Its offset is committed once its notification ended.
+			j.release = in.Input.Hold()
 			jobs = append(jobs, j)
 		}
 	}
 	n.notifyAll(ctx, jobs, out)
+	for _, j := range jobs {
+		if !j.claimed {
+			j.release() // skipped, or handed in again
+		}
+	}
 	return out
 }
 
