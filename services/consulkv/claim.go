@@ -9,7 +9,8 @@ import (
 // with check-and-set before the component is notified (ExitCode null,
 // Outcome ""), and completes it with the outcome afterwards. A claim left
 // unfinished by a notifier that stopped is taken over and run again once
-// its lease ended or its Runner is seen gone (Attempts counts the runs).
+// its lease ended, its Runner is seen gone, or by a notifier restarted
+// under its Instance (Attempts counts the runs).
 type Claim struct {
 	UpdateID   string `json:"update_id"`
 	Generation int64  `json:"generation"`
@@ -30,6 +31,13 @@ type Claim struct {
 	// Owner names the agent-notifier run that holds the claim: its
 	// instance id (or host) and a random run id, "<instance>/<run>".
 	Owner string `json:"owner,omitempty"`
+	// Instance is the instance id (--instance-id) of the notifier that
+	// holds the claim, when it runs as a static group member; empty
+	// otherwise (Owner's first part is then its host name). Static
+	// membership lets one live member hold an id, so a notifier started
+	// under it is the one that holds it now: the run that wrote the
+	// claim, another Owner, is gone.
+	Instance string `json:"instance,omitempty"`
 	// Told is, by policy_id, what the component was last told with
 	// success: the next notification's updated and removed policies are
 	// what changed since, whatever generations came between. Empty for
@@ -37,9 +45,11 @@ type Claim struct {
 	// the update's own).
 	Told map[string]Told `json:"told,omitempty"`
 	// LeaseUntil (RFC3339Nano) is until when the owner may still run
-	// the notification: a claim left unfinished is not taken over before,
-	// unless its Runner is seen to be gone. A claim without a readable
-	// one is taken over.
+	// the notification, as its clock said when it last wrote the claim;
+	// it renews the lease while the notification runs. A claim left
+	// unfinished is not taken over before, unless its Runner is seen to
+	// be gone or a notifier under its Instance took its place. A claim
+	// without a readable one is taken over.
 	LeaseUntil string `json:"lease_until,omitempty"`
 	// Runner is the notifier process that holds the claim, so that a
 	// notifier on the same machine can tell whether it still lives.

@@ -28,6 +28,8 @@ type Health struct {
 	expected []string
 	// deps are the outside services each stage needs (Depend).
 	deps map[string][]*dependency
+	// blocked are each stage's own reasons not to be ready (Blocked).
+	blocked map[string][]func() string
 }
 
 // Dependency is an outside service a stage needs to make progress, such
@@ -87,7 +89,7 @@ type StageHealth struct {
 
 // NewHealth returns an empty tracker (ready: nothing to wait for).
 func NewHealth() *Health {
-	return &Health{stages: map[string]string{}, detail: map[string]*StageHealth{}, deps: map[string][]*dependency{}}
+	return &Health{stages: map[string]string{}, detail: map[string]*StageHealth{}, deps: map[string][]*dependency{}, blocked: map[string][]func() string{}}
 }
 
 // Expect names the stages that should run in this process: each is
@@ -110,6 +112,18 @@ func (h *Health) Depend(stage string, d Dependency) {
 	h.mu.Unlock()
 }
 
+// Blocked makes a stage's readiness depend on its own progress as well:
+// while why returns a reason, the stage is not ready for it, however well
+// it holds its partitions and its dependencies answer (records of its
+// partitions wait on something outside the group, such as another
+// process's lease). why is asked at every probe and scrape: it must be
+// cheap and must not block. It lasts until the stage stops (Forget).
+func (h *Health) Blocked(stage string, why func() string) {
+	h.mu.Lock()
+	h.blocked[stage] = append(h.blocked[stage], why)
+	h.mu.Unlock()
+}
+
 // dependencies returns the stages' dependencies as they are now.
 func (h *Health) dependencies() map[string][]*dependency {
 	h.mu.Lock()
@@ -122,8 +136,9 @@ func (h *Health) dependencies() map[string][]*dependency {
 }
 
 // reasons returns every known stage's reason not to be ready ("" when
-// ready): its own state, then its dependencies, then the expected stages
-// that do not run. Dependencies are asked outside the lock.
+// ready): its own state, then its dependencies, then what blocks it, then
+// the expected stages that do not run. Dependencies and what blocks are
+// asked outside the lock.
 func (h *Health) reasons() map[string]string {
 	h.mu.Lock()
 	out := make(map[string]string, len(h.stages)+len(h.expected))
@@ -135,6 +150,10 @@ func (h *Health) reasons() map[string]string {
 			out[s] = NotRunning
 		}
 	}
+	blocked := make(map[string][]func() string, len(h.blocked))
+	for s, fs := range h.blocked {
+		blocked[s] = fs
+	}
 	h.mu.Unlock()
 	for s, ds := range h.dependencies() {
 		if why, ok := out[s]; !ok || why != "" {
@@ -143,6 +162,17 @@ func (h *Health) reasons() map[string]string {
 		for _, d := range ds {
 			if err := d.check(); err != nil {
 				out[s] = d.Name + " does not answer: " + err.Error()
+				break
+			}
+		}
+	}
+	for s, fs := range blocked {
+		if why, ok := out[s]; !ok || why != "" {
+			continue
+		}
+		for _, f := range fs {
+			if why := f(); why != "" {
+				out[s] = why
 				break
 			}
 		}
@@ -166,6 +196,7 @@ func (h *Health) Forget(stage string) {
 	delete(h.stages, stage)
 	delete(h.detail, stage)
 	delete(h.deps, stage)
+	delete(h.blocked, stage)
 	h.mu.Unlock()
 }
 

@@ -40,13 +40,39 @@ var errStopped = errors.New("not handled: the stage is stopping")
 // failed transiently: they come again with it.
 var errNotReached = errors.New("not handled yet: an input before it failed")
 
+// RetryAfter is err, transient, saying when handling the input again may
+// first succeed: after d (another process's lease on what the input needs
+// ends then, say). Retry hands the input in again after d, or after its
+// backoff when that is sooner (what is waited for may end early), but
+// never sooner than its first backoff. errors.Is and errors.As see err
+// through it.
+func RetryAfter(err error, d time.Duration) error { return &retryAfter{err: err, d: d} }
+
+type retryAfter struct {
+	err error
+	d   time.Duration
+}
+
+func (e *retryAfter) Error() string { return e.err.Error() }
+func (e *retryAfter) Unwrap() error { return e.err }
+
+// RetryDelay is the delay RetryAfter put on err, if it did.
+func RetryDelay(err error) (time.Duration, bool) {
+	var ra *retryAfter
+	if errors.As(err, &ra) {
+		return max(ra.d, 0), true
+	}
+	return 0, false
+}
+
 // Retry hands inputs whose handling failed transiently in again after a
-// capped backoff, until they succeed or fail permanently: from the first
-// such input, with every input after it (what came before it is kept). It
-// stops waiting when stop is closed; the inputs from the failed one on then
-// have an outcome saying so, and only those before it count as handled.
-// onRetry, when set, is told of each retry (the failed input, how many
-// inputs are handed in again, the error, the delay).
+// capped backoff (sooner when the error says when, RetryAfter), until
+// they succeed or fail permanently: from the first such input, with every
+// input after it (what came before it is kept). It stops waiting when
+// stop is closed; the inputs from the failed one on then have an outcome
+// saying so, and only those before it count as handled. onRetry, when
+// set, is told of each retry (the failed input, how many inputs are
+// handed in again, the error, the delay).
 func Retry(b Backoff, stop <-chan struct{}, onRetry func(in Input, again int, err error, delay time.Duration)) Middleware {
 	return func(next BatchHandler) BatchHandler {
 		return func(ctx context.Context, ins []Input) []Outcome {
@@ -65,6 +91,9 @@ func Retry(b Backoff, stop <-chan struct{}, onRetry func(in Input, again int, er
 					return out
 				}
 				d := b.Next(attempt)
+				if after, ok := RetryDelay(out[failed].Err); ok {
+					d = min(d, max(after, b.Next(0)))
+				}
 				if onRetry != nil {
 					onRetry(ins[failed], len(ins)-failed, out[failed].Err, d)
 				}

@@ -3,6 +3,8 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -263,5 +265,50 @@ func TestLargePollWithMalformedRecordsDecodedAhead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRetryAfterComesSoonerThanTheBackoff: an input whose error says when
+// it may succeed (RetryAfter) is handed in again then, not after a longer
+// backoff, and never sooner than the first backoff; the error is still
+// what it wraps.
+func TestRetryAfterComesSoonerThanTheBackoff(t *testing.T) {
+	waiting := errors.New("another process's lease")
+	var delays []time.Duration
+	calls := 0
+	h := runtime.Chain(func(_ context.Context, ins []runtime.Input) []runtime.Outcome {
+		calls++
+		out := make([]runtime.Outcome, len(ins))
+		switch calls {
+		case 1:
+			out[0].Err = runtime.RetryAfter(fmt.Errorf("wait: %w", waiting), time.Hour) // the backoff is sooner
+		case 2:
+			out[0].Err = runtime.RetryAfter(waiting, 0) // no sooner than the first backoff
+		case 3:
+			out[0].Err = runtime.RetryAfter(waiting, 25*time.Millisecond) // sooner than the backoff, 40ms
+		}
+		return out
+	}, runtime.Retry(runtime.Backoff{Initial: 10 * time.Millisecond, Max: time.Second}, nil, func(_ runtime.Input, _ int, err error, d time.Duration) {
+		if !errors.Is(err, waiting) {
+			t.Errorf("retried error %v does not wrap what RetryAfter was given", err)
+		}
+		delays = append(delays, d)
+	}))
+	start := time.Now()
+	if out := h(context.Background(), make([]runtime.Input, 1)); out[0].Err != nil {
+		t.Fatalf("outcome %v", out[0].Err)
+	}
+	want := []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond}
+	if calls != 4 || !slices.Equal(delays, want) {
+		t.Fatalf("%d calls, retried after %v; want 4 calls, after %v", calls, delays, want)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("retries took %s", took)
+	}
+	if d, ok := runtime.RetryDelay(fmt.Errorf("wrapped: %w", runtime.RetryAfter(waiting, time.Second))); !ok || d != time.Second {
+		t.Fatalf("RetryDelay of a wrapped RetryAfter: %s %v", d, ok)
+	}
+	if _, ok := runtime.RetryDelay(waiting); ok {
+		t.Fatal("RetryDelay of a plain error says a delay")
 	}
 }

@@ -192,3 +192,37 @@ func describeHealth(envs ...runtime.Env) string {
 	}
 	return out
 }
+
+// TestBlockedStageIsNotReady: a stage that holds its partitions but says
+// it is blocked (Health.Blocked) is not ready, with its reason, in
+// /readyz and policyflow_stage_ready, and ready again once it is not.
+func TestBlockedStageIsNotReady(t *testing.T) {
+	c := stagetest.NewCluster(t, 3, "out", "dlq.sink")
+	env := stagetest.Env(c.Kafka)
+	srv := httptest.NewServer(env.Handler(nil))
+	defer srv.Close()
+	var blocked atomic.Bool
+	blocked.Store(true)
+	s := sinkStage()
+	setup := s.Setup
+	s.Setup = func(ctx context.Context, env runtime.Env) (runtime.Handler, func(), error) {
+		env.Health.Blocked(s.Name, func() string {
+			if blocked.Load() {
+				return "2 records wait for another process"
+			}
+			return ""
+		})
+		return setup(ctx, env)
+	}
+	stagetest.Run(t, s, env)
+	testkit.Eventually(t, time.Minute, testkit.Holds("the stage holding its partitions", func() bool { return len(env.Health.Detail()["sink"].Partitions["out"]) == 3 }))
+	ready := func() float64 { return series(t, env.Metrics, "policyflow_stage_ready")["stage=sink"] }
+	code, detail := readyz(t, srv.URL)
+	if d := detail["sink"]; code != http.StatusServiceUnavailable || d.Ready || d.Reason != "2 records wait for another process" || ready() != 0 {
+		t.Fatalf("blocked: /readyz %d %+v, policyflow_stage_ready %v; want 503, not ready with its reason, and 0", code, d, ready())
+	}
+	blocked.Store(false)
+	if code, detail := readyz(t, srv.URL); code != http.StatusOK || !detail["sink"].Ready || ready() != 1 {
+		t.Fatalf("no longer blocked: /readyz %d %+v, policyflow_stage_ready %v; want 200, ready and 1", code, detail["sink"], ready())
+	}
+}

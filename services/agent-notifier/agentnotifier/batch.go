@@ -1,6 +1,7 @@
 package agentnotifier
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,10 @@ const maxTxnOps = consulkv.MaxTxnOps
 // JSON make them about a third bigger on the wire, still well under
 // Consul's request limit.
 const maxTxnBytes = consulkv.MaxTxnBytes / 2
+
+// leaseSlack is how long after the lease it waits for ends a record is
+// looked at again, so that this notifier's clock says it ended.
+const leaseSlack = 10 * time.Millisecond
 
 // readOps is how many operations a job's read takes: one get-tree of its
 // component's folder (items, event key and claim).
@@ -70,13 +75,25 @@ func (n *notifier) decide(j *job, f folderRead, bad func(*job, error)) bool {
 	}
 	seen := n.seen(prior, j)
 	act, why := ClaimAction(prior, j.a, seen)
+	if act == Wait {
+		until, _ := leaseEnd(prior)
+		n.waits.note(j, true, cmp.Or(prior.Owner, "an older notifier"), until)
+	} else {
+		n.waits.note(j, false, "", time.Time{})
+	}
 	switch act {
 	case Skip:
 		j.log.Info().Str("reason", why).Msg("not notified again")
 		return false
 	case Wait:
-		bad(j, fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its lease ends: %w",
-			j.a.ComponentID, j.a.UpdateID, why, ErrClaimTaken))
+		err := fmt.Errorf("agent-notifier: component %s update %s: %s; tried again until it finishes or its lease ends: %w",
+			j.a.ComponentID, j.a.UpdateID, why, ErrClaimTaken)
+		if until, ok := leaseEnd(prior); ok {
+			// Tried again on the runtime's backoff, and at the latest
+			// right after the lease ends.
+			err = runtime.RetryAfter(err, until.Sub(seen.Now)+leaseSlack)
+		}
+		bad(j, err)
 		return false
 	}
 	if prior != nil {
@@ -294,8 +311,8 @@ func (n *notifier) claimAll(ctx context.Context, jobs []*job, fail func(*job, er
 	start := n.now()
 	now := start.UTC()
 	for _, j := range jobs {
-		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: now.Format(time.RFC3339Nano), Owner: n.owner, Attempts: j.attempts, Told: j.base,
-			LeaseUntil: now.Add(n.stale(j)).Format(time.RFC3339Nano), Runner: n.runner, ConsulIndex: j.a.ConsulIndex, Renotify: j.renotified}
+		j.claim = consulkv.Claim{UpdateID: j.a.UpdateID, Generation: j.a.Generation, At: now.Format(time.RFC3339Nano), Owner: n.owner, Instance: n.instance, Attempts: j.attempts, Told: j.base,
+			LeaseUntil: now.Add(n.lease()).Format(time.RFC3339Nano), Runner: n.runner, ConsulIndex: j.a.ConsulIndex, Renotify: j.renotified}
 		j.leased = start
 	}
 	var claimed []*job
@@ -348,7 +365,18 @@ func (n *notifier) record(ctx context.Context, jobs []*job) {
 		if err == nil {
 			switch {
 			case ok:
+				for _, j := range jobs {
+					j.ambiguous = false
+				}
 			case len(jobs) == 1:
+				if jobs[0].ambiguous {
+					if c := n.readBack(ctx, jobs[0]); c != nil {
+						if done, _ := c.Finished(); done {
+							return // this very outcome, whose answer was lost
+						}
+						continue // still this run's: recorded at the index read
+					}
+				}
 				// Another notifier took the claim over (this one was
 				// thought gone): the update is its now.
 				jobs[0].log.Warn().Str("key", jobs[0].key).Msg("claim changed before the outcome was recorded; outcome not recorded")
@@ -358,6 +386,9 @@ func (n *notifier) record(ctx context.Context, jobs []*job) {
 				}
 			}
 			return
+		}
+		for _, j := range jobs {
+			j.ambiguous = true // the write may have gone through
 		}
 		n.log.Warn().Err(err).Str("key", jobs[0].key).Int("claims", len(jobs)).Msg("record the notification outcome; retrying")
 		select {

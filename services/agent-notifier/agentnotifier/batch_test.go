@@ -32,6 +32,8 @@ type hookServer struct {
 	*httptest.Server
 	mu  sync.Mutex
 	got map[string][]string
+	// came counts the requests that came, answered or not.
+	came atomic.Int64
 }
 
 // newHookServer starts the endpoint; wait, when not nil, runs inside
@@ -41,6 +43,7 @@ func newHookServer(t testing.TB, wait func(path string)) *hookServer {
 	h := &hookServer{got: map[string][]string{}}
 	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		h.came.Add(1)
 		if wait != nil {
 			wait(r.URL.Path)
 		}
@@ -428,6 +431,13 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{Timeout: time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "--notify-concurrency") {
 		t.Fatalf("concurrency 0: %v", err)
+	}
+	for _, lease := range []time.Duration{0, 500 * time.Millisecond, time.Hour} {
+		cfg := DefaultConfig()
+		cfg.Lease = lease
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--notify-lease") {
+			t.Fatalf("lease %s: %v", lease, err)
+		}
 	}
 }
 

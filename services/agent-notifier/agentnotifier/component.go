@@ -78,6 +78,9 @@ type Seen struct {
 	// OwnerGone says the notifier process named in the claim is seen
 	// to be gone (it ran on this machine), and nothing it left runs.
 	OwnerGone bool
+	// Instance is this notifier's instance id (--instance-id), empty
+	// when it has none.
+	Instance string
 	// Again, and the catch-up request that asks (AgainAlways).
 	Again   Again
 	Request string
@@ -98,7 +101,10 @@ type Seen struct {
 //   - an unfinished claim, of this generation or an older one: notify when
 //     it is this run's own (its outcome was not recorded), when its
 //     notifier is seen to be gone (the caller stopped what it left
-//     running), or once its lease expired; otherwise wait for its owner.
+//     running), when it names this notifier's instance id (this is that
+//     notifier restarted: static membership lets one live member hold an
+//     id, and its previous run's scripts died with it), or once its lease
+//     expired; otherwise wait for its owner.
 //     A newer generation never starts while another notifier may still
 //     run an older one: the component would be told the newer and then,
 //     by the run still under way, the older.
@@ -137,6 +143,8 @@ func ClaimAction(claim *consulkv.Claim, a *events.ComponentApplied, s Seen) (Act
 		return Notify, fmt.Sprintf("this notifier's own run of generation %d left no outcome", claim.Generation)
 	case s.OwnerGone:
 		return Notify, fmt.Sprintf("its notifier %s is gone, and what it left running was stopped", owner)
+	case s.Instance != "" && claim.Instance == s.Instance:
+		return Notify, fmt.Sprintf("its notifier %s was this notifier's previous run under instance id %s, which one live member holds at a time: it is gone", owner, s.Instance)
 	}
 	until, ok := leaseEnd(claim)
 	if !ok || s.Now.After(until) {
@@ -306,9 +314,14 @@ type job struct {
 	// the claim could not be proved this run's before a run (fence).
 	unrecorded bool
 	// leased is when, by the notifier's clock (its monotonic reading),
-	// the write that set the claim's lease was sent: the lease ends
-	// n.stale(j) after it, as this notifier counts (covers).
+	// the last write of the claim's lease that Consul confirmed was sent:
+	// the lease ends n.lease() after it, as this notifier counts (covers,
+	// guardAt).
 	leased time.Time
+	// ambiguous says a write of the claim was sent whose answer was lost:
+	// it may have gone through, so a claim found changed since is read
+	// back before it is taken for another's (readBack).
+	ambiguous bool
 	// lost says the claim was found to be another's before a run: no
 	// run starts any more and no outcome is recorded.
 	lost bool
@@ -328,6 +341,17 @@ type job struct {
 	// renotified is the claim's Renotify to write: the request, or the
 	// one the claim named before.
 	renotified string
+	// partition is the record's partition of component.applied (-1: the
+	// job is no record's, a notification run again).
+	partition int32
+	// release lets the record's offset be committed (runtime's
+	// Input.Hold): once its notification ended, or when it was not
+	// claimed (it is handed in again). A job run again later (resume)
+	// carries it on.
+	release func()
+	// claimed says the job was claimed: its chain releases it once its
+	// notification ended.
+	claimed bool
 }
 
 // prepare checks a component.applied record. It returns no job when the
@@ -350,5 +374,5 @@ func (n *notifier) prepare(a *events.ComponentApplied) (*job, error) {
 	case a.Notify.Kind != events.NotifyScript && a.Notify.Kind != events.NotifyWebhook:
 		return nil, runtime.Permanentf("agent-notifier: component %s has notify kind %q", a.ComponentID, a.Notify.Kind)
 	}
-	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), log: log}, nil
+	return &job{a: a, key: consulkv.ClaimKey(a.ServiceComponentName), log: log, partition: -1, release: func() {}}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
@@ -59,7 +60,12 @@ func TestCostBudget(t *testing.T) {
 	holdGeneration(t, consul, 1, ids...)
 	counter := consulkv.NewRequestCounter()
 	consulCfg.Requests = counter
-	h := batchHandler(t, consulCfg, testConfig(t))
+	cfg := testConfig(t)
+	// The webhooks are held only until every component is claimed: a
+	// lease long enough that no renewal of the notifications under way
+	// falls in (their cost is TestRenewalsOfRunsUnderWayAreBatched's).
+	cfg.Lease = 10 * time.Minute
+	h := batchHandler(t, consulCfg, cfg)
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the handler's close waits for the webhooks
 	ins := make([]runtime.Input, comps)
 	for i, id := range ids {

@@ -234,8 +234,9 @@ func postWebhook(ctx context.Context, rules notifytarget.Rules, client *http.Cli
 // cfg.Attempts runs in all; then the outcome is failed. A target the rules
 // refuse is not run again: that cannot change before an operator acts.
 // Each run, the first and every one again, starts only once fence allows
-// it; when it does not, no run starts any more and notify reports false:
-// there is no outcome to record.
+// it, and is stopped when its lease was not renewed in time or its claim
+// is found to be another's; then no run starts any more and notify
+// reports false: there is no outcome to record.
 func (n *notifier) notify(ctx context.Context, j *job) bool {
 	a := j.a
 	timeout := n.timeout(j)
@@ -258,19 +259,32 @@ func (n *notifier) notify(ctx context.Context, j *job) bool {
 		}()
 	}
 	var res Result
-	var target string
+	target := a.Notify.ScriptPath
+	if a.Notify.Kind != events.NotifyScript {
+		target = notifytarget.MaskURL(a.Notify.WebhookURL)
+	}
 	d := Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation, Run: n.owner}
+	t := n.chains.track(j) // its lease is renewed until it ends
+	defer n.chains.untrack(t)
 	for run := 1; ; run++ {
 		if !n.chains.fence(j, run > 1) {
 			j.log.Warn().Int("attempt", j.claim.Attempts+1).Bool("claim_lost", j.lost).Msg("notification stopped before its run: the claim is not this notifier's for sure")
 			return false
 		}
-		if a.Notify.Kind == events.NotifyScript {
-			target = a.Notify.ScriptPath
-			res = RunScript(ctx, n.rules, a.Notify.ScriptPath, d, j.body, timeout)
-		} else {
-			target = notifytarget.MaskURL(a.Notify.WebhookURL)
-			res = PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, d, j.body, timeout)
+		var stopped error
+		res, stopped = n.chains.run(ctx, t, func(ctx context.Context) Result {
+			if a.Notify.Kind == events.NotifyScript {
+				return RunScript(ctx, n.rules, a.Notify.ScriptPath, d, j.body, timeout)
+			}
+			return PostWebhook(ctx, n.rules, n.http, a.Notify.WebhookURL, d, j.body, timeout)
+		})
+		if stopped != nil && cutShort(res) {
+			if !j.lost {
+				j.unrecorded = true // looked at again later, as the claim is still this run's
+			}
+			j.log.Warn().Err(stopped).Int("attempt", j.claim.Attempts+1).Str("kind", a.Notify.Kind).Str("target", target).Dur("took", res.Took).
+				Msg("notification stopped in the middle of its run: its lease was not renewed in time, or its claim is another's")
+			return false
 		}
 		j.claim.Attempts++
 		n.counted(j, res)
@@ -287,10 +301,7 @@ func (n *notifier) notify(ctx context.Context, j *job) bool {
 		if last {
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(n.backoff.Next(run - 1)):
-		}
+		n.chains.pause(ctx, t, n.backoff.Next(run-1))
 	}
 	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
 	j.claim.Outcome = consulkv.OutcomeOK
@@ -301,6 +312,12 @@ func (n *notifier) notify(ctx context.Context, j *job) bool {
 	}
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
 	return true
+}
+
+// cutShort reports whether a run did not end by itself: its script was
+// killed or its webhook call given up.
+func cutShort(res Result) bool {
+	return res.ExitCode == -1 && !res.Refused && res.HTTPStatus == 0
 }
 
 // counted records a notification's outcome, its time and, when it

@@ -13,27 +13,32 @@ import (
 // runs on its component's chain (claim, notify, record), the chains of
 // different components side by side, and the batch handler returns as
 // soon as every job of the batch is claimed. A finished claim is what
-// keeps a replayed record from notifying anyone again, so a record whose
-// claim is written is done as far as the runtime's offsets go; its
-// notification and the outcome's record go on in the background. A
-// notifier that stops in the middle leaves its claims unfinished: the
-// member that gets the partition next finds them (recoverPartitions) and
-// runs them again, at once when it sees the notifier process that claimed
-// them gone (after killing what it left running), otherwise once their
-// lease ended (ClaimAction): every update is notified at least once, and
-// two runs for a component never overlap. A slow or failing script or webhook holds up only its own
-// component's next notification (and, when that one is in the next batch,
-// the return of that batch's handler, which waits for its claim), and a
-// notification slot.
+// keeps a replayed record from notifying anyone again; a record's offset
+// is held (runtime's Input.Hold) until its notification and the outcome's
+// record, which go on in the background, ended. A notifier that stops in
+// the middle leaves its claims unfinished and their records uncommitted:
+// the member that gets the partition next handles them again (and finds
+// unfinished claims whose records were committed, recoverPartitions),
+// and runs them again, at once when it sees the notifier process that
+// claimed them gone (after killing what it left running) or is that
+// notifier restarted under its instance id, otherwise once their lease
+// ended (ClaimAction): every update is notified at least once, and two
+// runs for a component never overlap. A slow or failing script or webhook
+// holds up only its own component's next notification (and, when that
+// one is in the next batch, the return of that batch's handler, which
+// waits for its claim), a notification slot, and the commit of its
+// partition's later offsets.
 //
 // Every run of a notification starts only once fence allows it: its
-// claim still this notifier run's, its lease lasting until the run ended
-// (fence.go).
+// claim still this notifier run's, its lease proved; while the
+// notification goes on its lease is renewed, and a run whose lease was
+// not renewed in time is stopped (fence.go).
 //
 // Claims, the checks and renewals of claims before runs, and outcome
 // records of jobs that are ready at about the same time share Consul
 // transactions: lanes take whatever is waiting, up to a transaction's
-// worth.
+// worth. The leases of the notifications under way are renewed together,
+// a transaction's worth at a time.
 
 // chains runs jobs in order per claim key, at most cfg.Concurrency
 // scripts and webhooks at once.
@@ -49,7 +54,12 @@ type chains struct {
 	claims  chan claimReq
 	records chan recordReq
 	fences  chan fenceReq
-	lanes   sync.WaitGroup
+	// inflight are the notifications under way, whose leases the
+	// renewal lane renews (fence.go); on mu.
+	inflight map[*tracked]struct{}
+	// quit stops the renewal lane.
+	quit  chan struct{}
+	lanes sync.WaitGroup
 	// stopped is set by close: no job may be handed in after.
 	stopped bool
 }
@@ -78,12 +88,14 @@ type recordReq struct {
 
 func newChains(n *notifier) *chains {
 	c := &chains{
-		n:       n,
-		slots:   make(chan struct{}, n.cfg.Concurrency),
-		tails:   map[string]chan struct{}{},
-		claims:  make(chan claimReq, 4*maxTxnOps),
-		records: make(chan recordReq, 4*maxTxnOps),
-		fences:  make(chan fenceReq, 4*maxTxnOps),
+		n:        n,
+		slots:    make(chan struct{}, n.cfg.Concurrency),
+		tails:    map[string]chan struct{}{},
+		claims:   make(chan claimReq, 4*maxTxnOps),
+		records:  make(chan recordReq, 4*maxTxnOps),
+		fences:   make(chan fenceReq, 4*maxTxnOps),
+		inflight: map[*tracked]struct{}{},
+		quit:     make(chan struct{}),
 	}
 	c.idle = sync.NewCond(&c.mu)
 	for range consulParallel {
@@ -91,6 +103,7 @@ func newChains(n *notifier) *chains {
 		c.lanes.Go(c.recordLane)
 		c.lanes.Go(c.fenceLane)
 	}
+	c.lanes.Go(c.renewLane)
 	return c
 }
 
@@ -116,6 +129,7 @@ func (c *chains) close() {
 	close(c.claims)
 	close(c.records)
 	close(c.fences)
+	close(c.quit)
 	c.lanes.Wait()
 }
 
@@ -163,9 +177,10 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 				failed[j.key] = true
 				mu.Unlock()
 			}
+			j.claimed = r.claimed
 			res <- r.err
 			if !r.claimed {
-				return
+				return // the caller releases it, or hands it on
 			}
 			c.slots <- struct{}{}
 			finished := n.notify(ctx, j)
@@ -175,9 +190,12 @@ func (n *notifier) notifyAll(ctx context.Context, jobs []*job, out []runtime.Out
 			}
 			if j.unrecorded {
 				// Its claim stays unfinished under this run's name:
-				// looked at again (and run again) later.
-				n.resumeLater(j.a, n.retry.Max)
+				// looked at again (and run again) later, its record's
+				// offset held meanwhile.
+				n.resumeLater(j.a, n.retry.Max, j.release)
+				return
 			}
+			j.release()
 		}()
 	}
 	for k, j := range jobs {

@@ -32,8 +32,17 @@ func (c *aheadClock) jump(d time.Duration) { c.ahead.Add(int64(d)) }
 // clk, set up as the stage sets it up, and its batch handler.
 func notifierOn(t *testing.T, consulCfg consulkv.Config, clk *aheadClock) (*notifier, runtime.BatchHandler) {
 	t.Helper()
+	return notifierWith(t, consulCfg, clk, nil)
+}
+
+// notifierWith is notifierOn with its configuration changed by set first.
+func notifierWith(t *testing.T, consulCfg consulkv.Config, clk *aheadClock, set func(*Config)) (*notifier, runtime.BatchHandler) {
+	t.Helper()
 	n := &notifier{cfg: testConfig(t), clock: clk.now}
 	n.cfg.Consul = consulCfg
+	if set != nil {
+		set(&n.cfg)
+	}
 	h, closeFn, err := n.setup(context.Background(), stagetest.Env(runtime.Kafka{}))
 	if err != nil {
 		t.Fatal(err)
@@ -316,20 +325,27 @@ func TestNewerGenerationWaitsForTheLiveLeaseOfAnOlderRun(t *testing.T) {
 
 // The first run right after a claim is covered by the lease the claim
 // wrote, whatever the attempts and the timeout: it costs no request to
-// Consul. A run the lease does not cover, by the notifier's own clock, is.
+// Consul. A run the lease no longer covers, by the notifier's own clock,
+// with room for two renewals before its guard, is proved first. The
+// lease and its guard do not depend on the timeout.
 func TestLeaseCoversTheFirstRunAfterTheClaim(t *testing.T) {
-	for _, attempts := range []int{1, 3, 100} {
-		for _, timeout := range []time.Duration{100 * time.Millisecond, time.Second, DefaultTimeout, 10 * time.Minute} {
-			clk := &aheadClock{}
-			n := &notifier{cfg: Config{Attempts: attempts, Timeout: timeout}, clock: clk.now}
-			j := &job{a: update("c", 1, events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:1/"}), leased: n.now()}
-			if !n.covers(j) {
-				t.Errorf("%d attempts, timeout %s: the lease just written does not cover the first run", attempts, timeout)
-			}
-			// Past the lease less one run and the margin.
-			clk.jump(n.stale(j) - timeout - fenceMargin)
-			if n.covers(j) {
-				t.Errorf("%d attempts, timeout %s: a run that would end %s before the lease does is covered", attempts, timeout, fenceMargin)
+	for _, lease := range []time.Duration{time.Second, DefaultLease, 10 * time.Minute} {
+		for _, attempts := range []int{1, 3, 100} {
+			for _, timeout := range []time.Duration{100 * time.Millisecond, time.Second, DefaultTimeout, 10 * time.Minute} {
+				clk := &aheadClock{}
+				n := &notifier{cfg: Config{Attempts: attempts, Timeout: timeout, Lease: lease}, clock: clk.now}
+				j := &job{a: update("c", 1, events.NotifyTarget{Kind: events.NotifyWebhook, WebhookURL: "http://127.0.0.1:1/"}), leased: n.now()}
+				if !n.covers(j) {
+					t.Errorf("lease %s, %d attempts, timeout %s: the lease just written does not cover the first run", lease, attempts, timeout)
+				}
+				if got, want := n.guardAt(j).Sub(j.leased), lease*4/5; got != want {
+					t.Errorf("lease %s, timeout %s: a run is stopped %s after its lease was written, want %s", lease, timeout, got, want)
+				}
+				// Past the lease less its margin and two renewals.
+				clk.jump(lease - n.fenceMargin() - 2*n.renewEvery())
+				if n.covers(j) {
+					t.Errorf("lease %s, %d attempts, timeout %s: a run with less than two renewals before its guard is covered", lease, attempts, timeout)
+				}
 			}
 		}
 	}

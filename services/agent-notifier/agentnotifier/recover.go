@@ -18,11 +18,13 @@ import (
 // assigned, for notifications a stopped notifier left unfinished: for
 // every component of those partitions, the claim of its latest update is
 // read, and one that is unfinished for that very update is handed to
-// resume (run again now when its owner is gone, looked at again once it is
-// stale otherwise). A record whose offset was committed once it was
-// claimed is not handed in again, so this is what makes such a
-// notification happen at least once. Claims of older updates are left to
-// the records still to come, which supersede them.
+// resume (run again now when its owner is gone or was this notifier's
+// previous run under its instance id, looked at again once its lease ended
+// otherwise). The records of notifications under way are not committed,
+// and come again to the next member; this finds those whose records were
+// committed all the same (by a notifier that committed a record once it
+// was claimed), which are not handed in again. Claims of older updates
+// are left to the records still to come, which supersede them.
 func (n *notifier) recoverPartitions(ctx context.Context, env runtime.Env, partitions []int32) error {
 	if len(partitions) == 0 || n.chains == nil {
 		return nil
@@ -79,6 +81,18 @@ func (n *notifier) resume(as []*events.ComponentApplied) {
 	n.resumeJobs(jobs)
 }
 
+// resumeOne is resume for one update, whose record's offset release lets
+// be committed once it ended.
+func (n *notifier) resumeOne(a *events.ComponentApplied, release func()) {
+	j, err := n.prepare(a)
+	if err != nil || j == nil {
+		release()
+		return
+	}
+	j.release = release
+	n.resumeJobs([]*job{j})
+}
+
 // resumeJobs is resume for jobs already prepared.
 func (n *notifier) resumeJobs(jobs []*job) {
 	if len(jobs) == 0 {
@@ -91,11 +105,20 @@ func (n *notifier) resumeJobs(jobs []*job) {
 	n.notifyAll(context.Background(), jobs, out)
 	for k, j := range jobs {
 		switch err := out[k].Err; {
+		case j.claimed: // its chain releases it
 		case err == nil:
+			j.release()
 		case errors.Is(err, ErrClaimTaken):
-			n.resumeLater(j.a, n.stale(j))
+			// Looked at again when the lease it waits for ends (or, when
+			// it lost a race, once a lease could).
+			d, ok := runtime.RetryDelay(err)
+			if !ok {
+				d = n.lease()
+			}
+			n.resumeLater(j.a, d, j.release)
 		default:
 			j.log.Error().Err(err).Msg("notification not run again; the component's next update notifies it")
+			j.release()
 		}
 	}
 }
@@ -172,12 +195,14 @@ func (n *notifier) catchUp(ctx context.Context, in runtime.Msg[*events.CatchupRe
 	}}}, nil
 }
 
-// resumeLater calls resume for a after d, unless the notifier closed.
-func (n *notifier) resumeLater(a *events.ComponentApplied, d time.Duration) {
+// resumeLater calls resumeOne for a after d, unless the notifier closed.
+func (n *notifier) resumeLater(a *events.ComponentApplied, d time.Duration, release func()) {
 	time.AfterFunc(d, func() {
 		if n.chains != nil && !n.chains.closed() {
-			n.resume([]*events.ComponentApplied{a})
+			n.resumeOne(a, release)
+			return
 		}
+		release()
 	})
 }
 
@@ -188,9 +213,9 @@ const orphanWait = 10 * time.Second
 // seen is what the notifier sees beside j's claim (prior): whether the
 // notifier process that holds it unfinished (for this generation or an
 // older one) is gone, as seen from this machine (a process of the same
-// host, boot and PID namespace).
+// host, boot and PID namespace), and this notifier's instance id.
 func (n *notifier) seen(prior *consulkv.Claim, j *job) Seen {
-	s := Seen{Self: n.owner, Now: n.now(), Again: j.again, Request: j.request}
+	s := Seen{Self: n.owner, Now: n.now(), Instance: n.instance, Again: j.again, Request: j.request}
 	if prior != nil && prior.Generation <= j.a.Generation && prior.Owner != n.owner {
 		if done, _ := prior.Finished(); !done {
 			s.OwnerGone = runnerGone(prior.Runner, n.runner)

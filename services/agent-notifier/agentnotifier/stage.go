@@ -9,14 +9,19 @@
 //   - a component's runs never overlap: the script runs in its own process
 //     group and dies with the notifier (Linux's parent-death signal), and
 //     an unfinished claim of another run, of the same generation or an
-//     older one, is taken over only once its lease ended or its process is
-//     seen gone, after what it left running for the component is killed;
+//     older one, is taken over only once its lease ended, its process is
+//     seen gone, or it names this notifier's instance id (this member
+//     restarted: its previous run is gone), after what it left running
+//     for the component is killed;
 //   - the notifier fences itself: every run, the first and each one again,
 //     starts only while the claim is still its own and its lease, as its
-//     own monotonic clock counts it, lasts until the run ended (checked in
-//     Consul before a run again, renewed when it would not last); a
-//     notifier that was paused past its lease and lost its claim stops
-//     without running anything (fence.go);
+//     own monotonic clock counts it, is live (checked in Consul before a
+//     run again, renewed when it would not last); leases are short (15 s,
+//     whatever the notify timeout) and renewed, all those under way
+//     together, while a notification goes on, and a run whose lease was
+//     not renewed in time, or whose claim is found to be another's, is
+//     stopped; a notifier that was paused past its lease and lost its
+//     claim stops without running anything (fence.go);
 //   - a run that finished is not run again for the same update, unless the
 //     consul-writer repaired the folder since, a catch-up runs a failed one
 //     again, or an operator asks (a catch-up request naming the component).
@@ -76,6 +81,12 @@ const DefaultConcurrency = 32
 // recorded as failed.
 const DefaultAttempts = 3
 
+// DefaultLease is how long a claim's lease lasts from each write of it
+// unless configured otherwise: the notifier renews it while the
+// notification goes on, and another notifier takes an unfinished claim
+// over once it ended, whatever the notify timeout.
+const DefaultLease = 15 * time.Second
+
 // consulTimeout bounds one Consul request.
 const consulTimeout = time.Minute
 
@@ -94,6 +105,11 @@ type Config struct {
 	// Backoff is the wait after a failed run, doubling after each one up
 	// to its Max (zero: the runtime's retry backoff, 100ms to 10s).
 	Backoff runtime.Backoff
+	// Lease is how long a claim's lease lasts from each write of it (0:
+	// DefaultLease). It is renewed every fifth of it while the
+	// notification goes on; a run not renewed in time is stopped a fifth
+	// of it before it ends (fence.go).
+	Lease time.Duration
 	// Consul is the agent that holds the claims.
 	Consul consulkv.Config
 	// Targets is where notifications may go: the allowed script
@@ -102,12 +118,13 @@ type Config struct {
 	Targets notifytarget.Config
 }
 
-// DefaultConfig reads PF_NOTIFY_TIMEOUT and PF_NOTIFY_CONCURRENCY, falling
-// back to DefaultTimeout and DefaultConcurrency, PF_SCRIPT_DIRS and
+// DefaultConfig reads PF_NOTIFY_TIMEOUT, PF_NOTIFY_CONCURRENCY and
+// PF_NOTIFY_LEASE, falling back to DefaultTimeout, DefaultConcurrency and
+// DefaultLease, PF_SCRIPT_DIRS and
 // PF_WEBHOOK_ALLOW (none by default), and reaches Consul as the
 // environment says (consulkv.FromEnv).
 func DefaultConfig() Config {
-	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Attempts: DefaultAttempts, Consul: consulkv.FromEnv(), Targets: notifytarget.ConfigFromEnv()}
+	c := Config{Timeout: DefaultTimeout, Concurrency: DefaultConcurrency, Attempts: DefaultAttempts, Lease: DefaultLease, Consul: consulkv.FromEnv(), Targets: notifytarget.ConfigFromEnv()}
 	if n, err := strconv.Atoi(runtime.EnvOr("PF_NOTIFY_ATTEMPTS", "")); err == nil {
 		c.Attempts = n
 	}
@@ -122,6 +139,9 @@ func DefaultConfig() Config {
 	}
 	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_BACKOFF_MAX", "")); err == nil {
 		c.Backoff.Max = d
+	}
+	if d, err := time.ParseDuration(runtime.EnvOr("PF_NOTIFY_LEASE", "")); err == nil {
+		c.Lease = d
 	}
 	return c
 }
@@ -140,6 +160,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"the wait after a notification's first failed run, doubled after each further one; 0: the runtime's retry backoff, 100ms (env PF_NOTIFY_BACKOFF)")
 	fs.DurationVar(&c.Backoff.Max, "notify-backoff-max", c.Backoff.Max,
 		"the longest wait between runs of a failing notification; 0: 10s (env PF_NOTIFY_BACKOFF_MAX)")
+	fs.DurationVar(&c.Lease, "notify-lease", c.Lease,
+		"how long a notification's claim is leased from each renewal: renewed every fifth of it while the notification goes on, so a notifier that died leaves its claims to another this long after its last renewal, whatever the notify timeout (env PF_NOTIFY_LEASE)")
 	c.Targets.RegisterFlags(fs)
 }
 
@@ -157,6 +179,9 @@ func (c Config) Validate() error {
 	if c.Backoff.Initial < 0 || c.Backoff.Max < 0 || c.Backoff.Max > time.Hour {
 		return fmt.Errorf("--notify-backoff %s, --notify-backoff-max %s: want durations from 0 to 1h", c.Backoff.Initial, c.Backoff.Max)
 	}
+	if c.Lease < time.Second || c.Lease > 10*time.Minute {
+		return fmt.Errorf("--notify-lease %s: want 1s to 10m", c.Lease)
+	}
 	if _, err := c.Targets.Rules(); err != nil {
 		return err
 	}
@@ -171,7 +196,10 @@ func Stage() runtime.Stage { return StageWith(DefaultConfig()) }
 // component.applied at least once, a poll's records at a time, claims
 // them and notifies their components, several at once, in order per
 // component; a record's offset is committed once its notification is
-// finished and recorded.
+// finished and recorded (Input.Hold), so the committed lag counts the
+// notifications under way and those waiting, and a notifier that dies
+// leaves their records to the next member. While records wait for
+// another notifier's lease the stage is not ready, and says which.
 func StageWith(cfg Config) runtime.Stage {
 	n := &notifier{cfg: cfg}
 	return runtime.Stage{
@@ -188,7 +216,10 @@ func StageWith(cfg Config) runtime.Stage {
 		Assigned: func(ctx context.Context, env runtime.Env, assigned map[string][]int32) error {
 			return n.recoverPartitions(ctx, env, assigned[topology.ComponentApplied])
 		},
-		Revoked: func(context.Context, runtime.Env, map[string][]int32) { n.drain() },
+		Revoked: func(_ context.Context, _ runtime.Env, revoked map[string][]int32) {
+			n.drain()
+			n.waits.forget(revoked[topology.ComponentApplied])
+		},
 	}
 }
 
@@ -205,11 +236,17 @@ type notifier struct {
 	tracer  *runtime.Tracer
 	// owner names this run in the claims it writes: "<instance>/<run>".
 	owner string
+	// instance is the member's instance id (--instance-id), written in
+	// its claims; empty for a dynamic member.
+	instance string
 	// runner names this process in the claims it writes.
 	runner *consulkv.Runner
 	env    runtime.Env
 	// clock is the notifier's clock (nil: time.Now); see now.
 	clock func() time.Time
+	// waits are the components whose records wait for another
+	// notifier's lease.
+	waits waits
 }
 
 // now is the time on the notifier's clock. Its monotonic reading is what
@@ -241,19 +278,14 @@ func (n *notifier) timeout(j *job) time.Duration {
 	return n.cfg.Timeout
 }
 
-// leaseMargin is what a claim's lease adds to the longest its runs take.
-const leaseMargin = 30 * time.Second
-
-// stale is a claim's lease: how long its notification may take, every
-// attempt at its timeout and the backoff between them, and a margin.
-// Another notifier takes an unfinished claim over only after it, unless
-// it sees the claim's notifier gone.
-func (n *notifier) stale(j *job) time.Duration {
-	d := time.Duration(n.cfg.Attempts)*n.timeout(j) + leaseMargin
-	for k := 0; k < n.cfg.Attempts-1; k++ {
-		d += n.backoff.Next(k)
+// lease is how long a claim's lease lasts from each write of it. Another
+// notifier takes an unfinished claim over once it ended, unless it sees
+// the claim's notifier gone (or is that notifier restarted) sooner.
+func (n *notifier) lease() time.Duration {
+	if n.cfg.Lease > 0 {
+		return n.cfg.Lease
 	}
-	return d
+	return DefaultLease
 }
 
 func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHandler, func(), error) {
@@ -269,6 +301,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	}
 	n.txn = cl.Txn()
 	env.Health.Depend(topology.StageAgentNotifier, consulkv.Dependency(cl))
+	env.Health.Blocked(topology.StageAgentNotifier, func() string { return n.waits.reason(n.now(), n.lease()) })
 	// As many kept connections per host as webhooks in flight: many
 	// components often share one webhook host.
 	n.http = n.rules.Client(n.cfg.Concurrency)
@@ -282,7 +315,7 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	if n.cfg.Backoff.Max > 0 {
 		n.backoff.Max = n.cfg.Backoff.Max
 	}
-	n.owner = newOwner(env.InstanceID)
+	n.owner, n.instance = newOwner(env.InstanceID), env.InstanceID
 	n.runner = thisRunner()
 	n.metrics = env.Metrics
 	n.tracer = env.Tracer
@@ -304,7 +337,8 @@ func (n *notifier) drain() {
 
 // handle notifies the components of a poll's records: it sets aside the
 // records that need nothing or can never be notified, then claims the
-// rest and leaves their notifications running (notifyAll).
+// rest and leaves their notifications running (notifyAll), their offsets
+// held until they ended.
 func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.ComponentApplied]) []runtime.Outcome {
 	out := make([]runtime.Outcome, len(ins))
 	var jobs []*job
@@ -318,10 +352,18 @@ func (n *notifier) handle(ctx context.Context, ins []runtime.Msg[*events.Compone
 			j.i = i
 			j.origin, j.hasOrigin = runtime.InputOrigin(in.Input)
 			j.trace = in.Trace
+			j.partition = in.Partition
+			// Its offset is committed once its notification ended.
+			j.release = in.Input.Hold()
 			jobs = append(jobs, j)
 		}
 	}
 	n.notifyAll(ctx, jobs, out)
+	for _, j := range jobs {
+		if !j.claimed {
+			j.release() // skipped, or handed in again
+		}
+	}
 	return out
 }
 
