@@ -79,6 +79,10 @@ func (m *Model) Apply(upd *Update, at time.Time) ([]*events.ComponentPolicies, e
 	return out, nil
 }
 
+// Kept is component id's collection as kept (nil when none is): what
+// Next reads of it; the update id and time of the update are not kept.
+func (m *Model) Kept(id string) *events.ComponentPolicies { return m.committed[id].collection(id) }
+
 // Registrations is the number of components registered.
 func (m *Model) Registrations() int { return len(m.regs) }
 
