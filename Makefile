@@ -167,15 +167,16 @@ bench: build consul ## measure every stage against ceilings of the same run, its
 	bin/pfbench $(BENCH_ARGS)
 	@mkdir -p .bench
 	bin/fleetsim --json .bench/fleetsim-$$(date -u +%Y%m%dT%H%M%SZ).json
-	bin/capsim --components 10000,100000 --partitions 6 --json .bench/capsim-$$(date -u +%Y%m%dT%H%M%SZ).json
+	bin/capsim --components 10000,100000 --partitions 6 --consul-components 10000 --json .bench/capsim-$$(date -u +%Y%m%dT%H%M%SZ).json
 
 # `make capsim` simulates the matcher and the executor at 100,000 and
 # 1,000,000 components over 6 and 24 partitions in one process (under
-# 5 GiB), the inputs of docs/capacity.md; CAPSIM_ARGS="..." passes flags
-# (bin/capsim --help).
-CAPSIM_ARGS ?= --components 100000,1000000 --partitions 6,24
+# 5 GiB), and writes one Consul shard of 10,000 and one of 50,000
+# components to a Consul server of its own (under 2 GiB): the inputs of
+# docs/capacity.md. CAPSIM_ARGS="..." passes flags (bin/capsim --help).
+CAPSIM_ARGS ?= --components 100000,1000000 --partitions 6,24 --consul-components 10000,50000
 
-capsim: build ## simulate the matcher's and executor's state and decisions at 100k and 1M components (docs/capacity.md; flags in CAPSIM_ARGS="...")
+capsim: build consul ## simulate the matcher's and executor's state and decisions at 100k and 1M components, and Consul shards of 10k and 50k (docs/capacity.md; flags in CAPSIM_ARGS="...")
 	@mkdir -p .bench
 	bin/capsim $(CAPSIM_ARGS) --json .bench/capsim-$$(date -u +%Y%m%dT%H%M%SZ).json
 

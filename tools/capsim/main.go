@@ -7,8 +7,9 @@
 // reaches every component, carried through the segmenter (Fill, Outputs)
 // and the executor (Next) to the records each stage would write, encoded
 // with the project's codec to count their bytes, and the consul-writer's
-// plan of the Consul writes. Kafka and Consul themselves are not run.
-// See README.md and docs/capacity.md.
+// plan of the Consul writes. Kafka is not run; with --consul-components
+// it writes one Consul shard's folders to a Consul server of its own and
+// measures it. See README.md and docs/capacity.md.
 package main
 
 import (
@@ -43,12 +44,14 @@ type Report struct {
 	Machine string    `json:"machine"`
 	GOGC    int       `json:"gogc"`
 	Runs    []*Result `json:"runs"`
+	// Shards are the Consul shards written (--consul-components).
+	Shards []*ShardRun `json:"consul_shards,omitempty"`
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("capsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	sizes := fs.String("components", "100000", "fleet sizes to simulate, comma-separated (e.g. 10000,100000,1000000)")
+	sizes := fs.String("components", "100000", "fleet sizes to simulate, comma-separated (e.g. 10000,100000,1000000); \"\" for none")
 	partitions := fs.String("partitions", "6", "partition counts (one member each) to split every size over, comma-separated")
 	bodyBytes := fs.Int("body-bytes", 1024, "size of a policy body")
 	rounds := fs.Int("rounds", 3, "rounds of the catch-up and of the fleet change in the matcher (each a new version); times are medians")
@@ -57,12 +60,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	gcPercent := fs.Int("gc-percent", 70, "garbage collector target, the matcher's and the executor's own (runtime.Stage.GCPercent)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	shardSizes := fs.String("consul-components", "", "also write this many components' folders to a Consul server of their own (one shard) and measure it, comma-separated sizes; needs the consul binary (make consul)")
+	consulWriters := fs.Int("consul-writers", 8, "concurrent writers and readers of the Consul shard")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	ns, err := ints(*sizes)
-	if err != nil {
-		return fmt.Errorf("--components: %w", err)
+	var err error
+	var ns []int
+	if *sizes != "" {
+		if ns, err = ints(*sizes); err != nil {
+			return fmt.Errorf("--components: %w", err)
+		}
 	}
 	ps, err := ints(*partitions)
 	if err != nil {
@@ -99,6 +107,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 				return fmt.Errorf("%d components over %d partitions: %w", n, p, err)
 			}
 			rep.Runs = append(rep.Runs, res)
+		}
+	}
+	if *shardSizes != "" {
+		ks, err := ints(*shardSizes)
+		if err != nil {
+			return fmt.Errorf("--consul-components: %w", err)
+		}
+		for _, k := range ks {
+			progress("consul: one shard of %d components", k)
+			sh, err := shard(context.Background(), k, *bodyBytes, *consulWriters, progress)
+			if err != nil {
+				return fmt.Errorf("consul shard of %d components: %w", k, err)
+			}
+			rep.Shards = append(rep.Shards, sh)
 		}
 	}
 	rep.table(stdout)
@@ -181,6 +203,15 @@ func loadavg() string {
 
 func (r Report) table(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s; GOGC %d\n\n", r.Machine, r.GOGC)
+	if len(r.Runs) > 0 {
+		r.runsTable(w)
+	}
+	if len(r.Shards) > 0 {
+		r.shardsTable(w)
+	}
+}
+
+func (r Report) runsTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "components\tpartitions\tmatcher B/comp\tmatcher MiB/member\texecutor regs B/comp\texecutor colls B/comp\texecutor MiB/member\tload avg\t")
 	for _, x := range r.Runs {
@@ -219,6 +250,19 @@ func (r Report) table(w io.Writer) {
 		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", x.Components, x.Partitions, c.OpsPerComponent,
 			c.KeysPerComponent, c.WriteTxnsEach, c.WriteTxns, c.ReadTxns, c.KeysHeld, c.FolderBytes, s.Component, s.CatalogEntry, s.Change,
 			s.Collection, s.Holding, s.Applied)
+	}
+	tw.Flush()
+}
+
+func (r Report) shardsTable(w io.Writer) {
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "one Consul shard, a server of its own: the folders written, the agent's memory, a catch-up's check of every folder")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "components\tkeys\tvalue MiB\twrite s\tkeys/s\tagent MiB before\tafter\tpeak\tKiB/comp\tsnapshot MiB\tB/comp\tlistings s\tlistings/s\tcheck-index s\tcomps/s\tload avg\t")
+	for _, x := range r.Shards {
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.1f\t%.1f\t%.0f\t%.1f\t%.0f\t%.2f\t%.0f\t%s → %s\t\n", x.Components, x.Keys,
+			mib(uint64(x.ValueBytes)), x.WriteS, x.KeysPerS, x.RSSBeforeMiB, x.RSSAfterMiB, x.HWMMiB, x.PerComponentKiB,
+			mib(uint64(x.SnapshotBytes)), x.SnapshotPerComponent, x.ListS, x.ListPerS, x.CheckS, x.CheckPerS, x.LoadBefore, x.LoadAfter)
 	}
 	tw.Flush()
 }

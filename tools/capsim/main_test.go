@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/policyflow/policyflow/tools/devstack"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -81,5 +82,27 @@ func TestFlags(t *testing.T) {
 		if err := run(args, new(bytes.Buffer), new(bytes.Buffer)); err == nil {
 			t.Errorf("capsim %v: no error", args)
 		}
+	}
+}
+
+// TestShard writes a small shard to a real Consul server, when the
+// binary is there (make consul), and checks what it counts.
+func TestShard(t *testing.T) {
+	if _, err := devstack.ConsulBinary(); err != nil {
+		t.Skip(err)
+	}
+	sh, err := shard(t.Context(), 300, 1024, 4, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh.Keys != 300*(perComp+2) {
+		t.Errorf("%d keys written for 300 components, want %d", sh.Keys, 300*(perComp+2))
+	}
+	if sh.ValueBytes < 300*perComp*1024 || sh.SnapshotBytes == 0 || sh.RSSAfterMiB == 0 {
+		t.Errorf("values %d bytes, snapshot %d bytes, agent %.0f MiB: want each above 0 and the values above the bodies",
+			sh.ValueBytes, sh.SnapshotBytes, sh.RSSAfterMiB)
+	}
+	if sh.CheckTxns != 3 {
+		t.Errorf("%d check-index transactions for 300 components, want 3 (128 each)", sh.CheckTxns)
 	}
 }
