@@ -120,8 +120,8 @@ type ExecutorResult struct {
 	HeapLargestMember uint64 `json:"heap_bytes_largest_member"`
 	// Decode is reading the policy.segments records and assembling the
 	// updates; Decide is Next on every component (Model.Apply); Encode
-	// the component.policies records; Keep compacting what is read
-	// back (Model.Commit).
+	// the component.policies records; Keep compacting what it wrote
+	// (Model.Wrote), as it stays once read back.
 	Decode Spread `json:"fleet_change_decode"`
 	Decide Spread `json:"fleet_change_decide"`
 	Encode Spread `json:"fleet_change_encode"`
@@ -608,9 +608,7 @@ func (s *sim) downstream(ctx context.Context, res *Result, b bodies, matches []e
 
 		keep.start()
 		t = time.Now()
-		for _, next := range nexts {
-			model.Commit(next)
-		}
+		model.Wrote(nexts)
 		keep.add(sp, 0, time.Since(t))
 		keep.stop()
 	}

@@ -51,11 +51,22 @@ func (m *Model) Commit(cp *events.ComponentPolicies) {
 	m.committed[strings.Clone(cp.ComponentID)] = compact(cp.ComponentID, cp, m.regs[cp.ComponentID])
 }
 
+// Wrote keeps the collections one update produced as the executor keeps
+// its own writes (store.wrote: those that hold the same policies as the
+// one before share one look-up of their list), and as they stay once
+// read back.
+func (m *Model) Wrote(cps []*events.ComponentPolicies) {
+	var last lastList
+	for _, cp := range cps {
+		m.committed[strings.Clone(cp.ComponentID)] = compactAfter(&last, cp.ComponentID, cp, m.regs[cp.ComponentID])
+	}
+}
+
 // Apply is the executor's decision on one assembled update applied at
 // at: the collection each of its components gets (Next, from the kept
 // collection and registration), in the update's order, leaving out the
-// components it changes nothing for. It keeps nothing: Commit keeps what
-// is read back.
+// components it changes nothing for. It keeps nothing: Wrote keeps what
+// it produced, Commit what is read from others.
 func (m *Model) Apply(upd *Update, at time.Time) ([]*events.ComponentPolicies, error) {
 	out := make([]*events.ComponentPolicies, 0, len(upd.Components))
 	for _, cd := range upd.Components {

@@ -44,7 +44,10 @@ func TestModelDecidesAsNext(t *testing.T) {
 	}
 
 	// The same update again, once its collection is kept, changes nothing.
-	m.Commit(got[0])
+	m.Wrote(got)
+	if k := m.Kept("c1"); k == nil || k.Generation != 2 || !reflect.DeepEqual(k.Policies, want.Policies) {
+		t.Fatalf("kept %+v after the write, want generation 2 with %+v", k, want.Policies)
+	}
 	if again, err := m.Apply(upd, at); err != nil || len(again) != 0 {
 		t.Fatalf("the update applied again gave %d collections, %v; want none", len(again), err)
 	}
