@@ -32,7 +32,7 @@ CONSUL_VERSION := $(shell awk '$$1 == "github.com/hashicorp/consul" { print $$2;
 CONSUL_BIN := .cache/bin/consul
 CONSUL_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/policyflow/consul-$(CONSUL_VERSION)
 
-.PHONY: help consul browser promtool compose build run test test-external bench bench-go fuzz lint images clean
+.PHONY: help consul browser promtool compose build run test test-external bench bench-go capsim fuzz lint images clean
 
 help: ## list the targets
 	@echo 'Usage: make <target> [ARGS=...]'
@@ -163,10 +163,22 @@ test-external: ## run the integration suites and the chaos faults that stop neit
 # of the hot pure code.
 BENCH_ARGS ?=
 
-bench: build consul ## measure every stage against ceilings of the same run, its scaling over 1 and 2 group members, placement checks and proposals, the pipeline end to end, and node management with 100,000 simulated nodes (reports in .bench/; flags in BENCH_ARGS="...")
+bench: build consul ## measure every stage against ceilings of the same run, its scaling over 1 and 2 group members, placement checks and proposals, the pipeline end to end, node management with 100,000 simulated nodes, and the matcher and executor simulated at 10k and 100k components (reports in .bench/; flags in BENCH_ARGS="...")
 	bin/pfbench $(BENCH_ARGS)
 	@mkdir -p .bench
 	bin/fleetsim --json .bench/fleetsim-$$(date -u +%Y%m%dT%H%M%SZ).json
+	bin/capsim --components 10000,100000 --partitions 6 --consul-components 10000 --json .bench/capsim-$$(date -u +%Y%m%dT%H%M%SZ).json
+
+# `make capsim` simulates the matcher and the executor at 100,000 and
+# 1,000,000 components over 6 and 24 partitions in one process (under
+# 5 GiB), and writes one Consul shard of 10,000 and one of 50,000
+# components to a Consul server of its own (under 2 GiB): the inputs of
+# docs/capacity.md. CAPSIM_ARGS="..." passes flags (bin/capsim --help).
+CAPSIM_ARGS ?= --components 100000,1000000 --partitions 6,24 --consul-components 10000,50000
+
+capsim: build consul ## simulate the matcher's and executor's state and decisions at 100k and 1M components, and Consul shards of 10k and 50k (docs/capacity.md; flags in CAPSIM_ARGS="...")
+	@mkdir -p .bench
+	bin/capsim $(CAPSIM_ARGS) --json .bench/capsim-$$(date -u +%Y%m%dT%H%M%SZ).json
 
 bench-go: ## run the Go benchmarks: Avro encode/decode of every event, matching against 100k filters, segmenting 10 MB, directives of 100k nodes, placement checks on 10,000 leaves and proposals
 	cd events && $(GO) test -run '^$$' -bench . -benchmem ./...

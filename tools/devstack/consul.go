@@ -377,6 +377,9 @@ func (a *ConsulAgent) logTail(offset int64) string {
 // its own.
 func (a *ConsulAgent) Done() <-chan struct{} { return a.done }
 
+// Pid is the agent's process id, for reading its memory in /proc.
+func (a *ConsulAgent) Pid() int { return a.cmd.Process.Pid }
+
 // Stop interrupts the agent, waits for it to exit (killing it after 30
 // seconds) and removes the temporary directory of a -dev agent. An agent
 // that had already exited on its own is reported as an error. Later calls
