@@ -60,6 +60,10 @@ type ConsulOptions struct {
 type ConsulAgent struct {
 	// Addr is the host:port of the HTTP API; the UI is at http://Addr/ui.
 	Addr string
+	// Internal are the host:ports of the agent's Serf LAN and server RPC
+	// listeners (127.0.0.1), which a dev stack keeps webhooks away from
+	// as it does the HTTP API.
+	Internal []string
 	// DataDir is where the agent keeps its state; "" in -dev mode.
 	DataDir string
 	// LogFile holds the agent's own output.
@@ -196,6 +200,7 @@ func startConsulOnce(ctx context.Context, bin string, o ConsulOptions, host stri
 		host = "127.0.0.1"
 	}
 	a.Addr = net.JoinHostPort(host, strconv.Itoa(ports[0]))
+	a.Internal = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2]))}
 
 	args := []string{"agent",
 		"-node=policyflow-dev",

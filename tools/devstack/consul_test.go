@@ -3,6 +3,7 @@ package devstack
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -48,6 +49,18 @@ func TestConsulAgentServesKVUntilStopped(t *testing.T) {
 		t.Fatalf("StartConsul: %v", err)
 	}
 	defer a.Stop()
+	// Its Serf LAN and server RPC listeners are named, for a dev stack to
+	// keep webhooks away from them, and they are the agent's.
+	if len(a.Internal) != 2 {
+		t.Fatalf("internal listeners %v, want Serf LAN and server RPC", a.Internal)
+	}
+	for _, addr := range a.Internal {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("the agent's internal listener %s does not answer: %v", addr, err)
+		}
+		c.Close()
+	}
 
 	kv := consulClient(t, a).KV()
 	key, val := consulkv.ItemKey("dcae_svc", "DCAE.Config_VM_MEMORY"), []byte(`{"policy_id":"DCAE.Config_VM_MEMORY"}`)

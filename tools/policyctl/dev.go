@@ -363,9 +363,10 @@ func runDev(ctx context.Context, args []string) error {
 		}
 	}
 	// Whatever --webhook-allow says, webhooks do not reach the stack's
-	// own services: Consul's HTTP API, the broker, the ops listener, the
-	// North API and the PDP simulator.
+	// own services: Consul's HTTP API, Serf and server RPC ports, the
+	// broker, the ops listener, the North API and the PDP simulator.
 	own := append([]string{agent.Addr, ln.Addr().String()}, broker.Addrs...)
+	own = append(own, agent.Internal...)
 	for _, l := range []net.Listener{devAPIListener, devPDPListener} {
 		if l != nil {
 			own = append(own, l.Addr().String())
