@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,7 +44,7 @@ func TestStatusPageShowsConsulDown(t *testing.T) {
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- northapi.ServeListener(sctx, env, ln, northapi.Options{Consul: consulkv.Config{Addr: frozenConsul(t)}, Tokens: tokens})
+		done <- northapi.ServeListener(sctx, env, ln, northapi.Options{Consul: consulkv.Config{Addr: testkit.SilentListener(t)}, Tokens: tokens})
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -85,36 +84,4 @@ func TestStatusPageShowsConsulDown(t *testing.T) {
 	if shown, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("status").hidden`)); err != nil || !shown {
 		t.Errorf("the status is not shown beside Consul down (%v)", err)
 	}
-}
-
-// frozenConsul is the address of a Consul agent that accepts connections
-// and answers nothing, as a frozen (SIGSTOPped) one does.
-func frozenConsul(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }

@@ -3,14 +3,14 @@ package consulkv_test
 import (
 	"context"
 	"flag"
-	"github.com/hashicorp/consul/api"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/policyflow/policyflow/services/consulkv"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 func parse(t *testing.T, args ...string) consulkv.Config {
@@ -51,7 +51,7 @@ func TestConfigFlagsFallBackToEnvThenDefault(t *testing.T) {
 // fails the request after consulkv.ResponseTimeout, not after the request's own
 // context, which here outlives the test.
 func TestClientGivesUpOnASilentAgent(t *testing.T) {
-	addr := silentAgent(t)
+	addr := testkit.SilentListener(t)
 	defer func(d time.Duration) { consulkv.ResponseTimeout = d }(consulkv.ResponseTimeout)
 	consulkv.ResponseTimeout = 300 * time.Millisecond
 	cl, err := consulkv.Config{Addr: addr}.Client()
@@ -64,26 +64,4 @@ func TestClientGivesUpOnASilentAgent(t *testing.T) {
 	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "timeout awaiting response headers") {
 		t.Fatalf("a read from an agent that never answers: %v (context: %v); want it to fail awaiting the response", err, ctx.Err())
 	}
-}
-
-// silentAgent is the address of an agent that takes every connection and
-// request and never answers (as a frozen agent, or a connection that died
-// without a reset, looks).
-func silentAgent(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(io.Discard, c) }() // read, never answer
-		}
-	}()
-	return ln.Addr().String()
 }

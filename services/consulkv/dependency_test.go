@@ -8,13 +8,14 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/stagetest"
 	"github.com/policyflow/policyflow/services/runtime"
+	"github.com/policyflow/policyflow/services/testkit"
 )
 
 // TestDependencyOfAFrozenAgent: an agent that accepts connections and
 // answers nothing (frozen, SIGSTOP) fails the check within the runtime's
 // dependency timeout; a running agent passes it.
 func TestDependencyOfAFrozenAgent(t *testing.T) {
-	cl, err := consulkv.Config{Addr: silentAgent(t)}.Client()
+	cl, err := consulkv.Config{Addr: testkit.SilentListener(t)}.Client()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package matcher
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -77,31 +76,7 @@ func TestMembersChangeNothingButSpeed(t *testing.T) {
 	go func() { defer wg.Done(); stopC() }()
 	wg.Wait()
 	lines := sortedLines(decodeMatches(t, got))
-	if !slices.Equal(lines, want) {
-		extra, missing := diffLines(lines, want)
-		t.Fatalf("with members joining and leaving: %d deltas, want %d (one install and one update per component)\n more than one member sends (first 10): %q\n missing (first 10): %q",
-			len(lines), len(want), first(extra, 10), first(missing, 10))
+	if diff := stagetest.CompareLines(map[string][]string{"deltas": lines}, map[string][]string{"deltas": want}); diff != "" {
+		t.Fatalf("with members joining and leaving: %d deltas, want %d (one install and one update per component):%s", len(lines), len(want), diff)
 	}
 }
-
-// diffLines returns the lines of got beyond want and those of want that
-// got lacks (multisets; both sorted).
-func diffLines(got, want []string) (extra, missing []string) {
-	i, j := 0, 0
-	for i < len(got) || j < len(want) {
-		switch {
-		case j == len(want) || (i < len(got) && got[i] < want[j]):
-			extra = append(extra, got[i])
-			i++
-		case i == len(got) || got[i] > want[j]:
-			missing = append(missing, want[j])
-			j++
-		default:
-			i++
-			j++
-		}
-	}
-	return extra, missing
-}
-
-func first(l []string, n int) []string { return l[:min(n, len(l))] }

@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -145,7 +143,7 @@ func TestStatusPageIsServedWithoutData(t *testing.T) {
 // Consul down with the reason, and the notified and failed counts marked
 // unknown rather than read as zeros.
 func TestStatusAnswersWhileConsulHangs(t *testing.T) {
-	s := newStackWith(t, Options{Consul: consulkv.Config{Addr: frozenAgent(t)}}, nil)
+	s := newStackWith(t, Options{Consul: consulkv.Config{Addr: testkit.SilentListener(t)}}, nil)
 	pid := "Frozen.Config_status"
 	body := `{"policyName":"` + pid + `.1.xml","policyVersion":"1","policyConfigStatus":"CONFIG_RETRIEVED","matchingConditions":{"ONAPName":"DCAE"},"config":{"k":"v"}}`
 	s.Produce(t, topology.PolicyCatalog, pid, &events.PolicyCatalogEntry{
@@ -185,36 +183,4 @@ func TestStatusAnswersWhileConsulHangs(t *testing.T) {
 	if c := st.Changes[0]; !c.NotificationsUnknown {
 		t.Errorf("change %+v: notified and failed are not marked unknown while Consul does not answer", c)
 	}
-}
-
-// frozenAgent is the address of a Consul agent that accepts connections
-// and answers nothing, as a frozen (SIGSTOPped) one does.
-func frozenAgent(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }
