@@ -265,23 +265,28 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// browser is a headless Chromium tab for the test, closed when it ends,
+// its actions bounded by two minutes.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	bin := chromium(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	t.Cleanup(func() { cancel(); cancelTab(); cancelAlloc() })
+	return ctx
+}
+
 // browseStatusPage opens /ui/ in headless Chromium, signs in with the
 // token as a person would, and reads the page: every stage ready, the
 // policy's rollout (2 should have it, 2 written, 1 notified, 1 failed),
 // the failed notification with its reason. The screenshot is kept in the
 // test's directory, and in docs/ with PF_SAVE_SCREENSHOT=1.
 func (p *pipeline) browseStatusPage(t *testing.T, policyID, okID, failID string) {
-	bin := chromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000),
-		chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-
+	ctx := browser(t)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(p.api+"/ui/"),
 		chromedp.WaitVisible(chromedp.CSS("#token")),
