@@ -150,8 +150,16 @@ func TestStoreReloadsTheFileWhenItChanges(t *testing.T) {
 	if _, ok := s.Lookup("new-token"); !ok {
 		t.Error("a broken tokens file dropped the tokens loaded before")
 	}
+	if !s.Stale() {
+		t.Error("a broken tokens file does not mark the store stale: the old tokens stay in force unseen")
+	}
 	if _, err := Open(path); err == nil {
 		t.Error("Open of a broken tokens file: no error")
+	}
+	// Mended, it is loaded and no longer stale.
+	write(Entry{Name: "mended", Role: RoleReadOnly, SHA256: Hash("mended-token")})
+	if _, err := s.Reload(); err != nil || s.Stale() {
+		t.Errorf("Reload of the mended file: %v, stale %v", err, s.Stale())
 	}
 }
 

@@ -27,7 +27,14 @@ type Store struct {
 
 	mu     sync.Mutex
 	loaded [sha256.Size]byte // content of the file the set came from
+	// stale is set while the file holds what cannot be loaded (Stale).
+	stale atomic.Bool
 }
+
+// Stale reports whether the file, when last read, could not be used (it
+// could not be read or parsed): the tokens loaded before it stay in force
+// until it is mended.
+func (s *Store) Stale() bool { return s.stale.Load() }
 
 // Open loads the tokens file at path.
 func Open(path string) (*Store, error) {
@@ -54,10 +61,12 @@ func (s *Store) Reload() (bool, error) {
 	defer s.mu.Unlock()
 	data, err := os.ReadFile(s.path)
 	if err != nil {
+		s.stale.Store(true)
 		return false, fmt.Errorf("read tokens file: %w", err)
 	}
 	sum := sha256.Sum256(data)
 	if s.set.Load() != nil && sum == s.loaded {
+		s.stale.Store(false)
 		return false, nil
 	}
 	f, err := Parse(data)
@@ -66,10 +75,12 @@ func (s *Store) Reload() (bool, error) {
 		set, err = f.Set()
 	}
 	if err != nil {
+		s.stale.Store(true)
 		return false, fmt.Errorf("tokens file %s: %w", s.path, err)
 	}
 	s.set.Store(set)
 	s.loaded = sum
+	s.stale.Store(false)
 	return true, nil
 }
 

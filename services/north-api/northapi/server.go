@@ -32,6 +32,7 @@ import (
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/nmp/nmpapi"
+	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy/policyapi"
 	"github.com/policyflow/policyflow/services/runtime"
 )
@@ -189,6 +190,9 @@ func New(env runtime.Env, opts Options) (*Server, error) {
 			Name: "policyflow_north_api_records_produced_total", Help: "Records the North API produced, by topic.",
 		}, []string{"topic"}))
 	}
+	if err == nil {
+		err = registerTokensStale(env.Metrics.Registry, opts.Tokens)
+	}
 	if err != nil {
 		s.cl.Close()
 		return nil, fmt.Errorf("north api: register metrics: %w", err)
@@ -337,3 +341,27 @@ func newID() string { return web.NewID() }
 
 // newUUID is a random (version 4) UUID.
 func newUUID() string { return web.NewUUID() }
+
+// registerTokensStale registers policyflow_tokens_file_stale: 1 while the
+// tokens file cannot be loaded (a typo, a half-written file) and the
+// tokens loaded before it stay in force, which the log says once; 0
+// otherwise, and always for tokens not read from a file.
+func registerTokensStale(r *prometheus.Registry, tokens any) error {
+	store, _ := tokens.(*auth.Store)
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "policyflow_tokens_file_stale",
+		Help: "1 while the North API's tokens file cannot be loaded and the tokens loaded before it stay in force.",
+	}, func() float64 {
+		if store != nil && store.Stale() {
+			return 1
+		}
+		return 0
+	})
+	if err := r.Register(g); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return err
+		}
+	}
+	return nil
+}
