@@ -44,6 +44,9 @@ type API struct {
 	deps     *deploymentsView
 	audit    *auditView
 	placing  chan struct{} // a slot per placement computation running
+	// placingBy and dryRunsBy hold each tenant to its share of the
+	// placement slots and of dry runs at once.
+	placingBy, dryRunsBy *tenantSlots
 }
 
 // New starts the views of app.policies, admission.verdicts,
@@ -52,7 +55,8 @@ func New(kit *web.Kit, opts Options) (*API, error) {
 	if opts.MaxPlacements <= 0 {
 		opts.MaxPlacements = DefaultMaxPlacements
 	}
-	s := &API{Kit: kit, opts: opts, placing: make(chan struct{}, opts.MaxPlacements)}
+	s := &API{Kit: kit, opts: opts, placing: make(chan struct{}, opts.MaxPlacements),
+		placingBy: newTenantSlots(tenantShare(opts.MaxPlacements)), dryRunsBy: newTenantSlots(tenantShare(opts.MaxPlacements))}
 	var err error
 	if s.appPols, err = followAppPolicies(kit.Env); err != nil {
 		return nil, err

@@ -256,7 +256,8 @@ func (s *API) PostPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
 	if d.model == nil {
 		return web.Errorf(http.StatusConflict, "datacenter %s does not validate (%v); store a valid model with PUT /v1/datacenters/%s", tpl.Datacenter, d.err, tpl.Datacenter)
 	}
-	release, e := s.placementSlot(w)
+	caller := web.PrincipalOf(r.Context())
+	release, e := s.placementSlot(w, caller.Tenant)
 	if e != nil {
 		return e
 	}
@@ -264,7 +265,7 @@ func (s *API) PostPlacement(w http.ResponseWriter, r *http.Request) *web.Error {
 	// Only the capacity no deployment uses is free.
 	_, used := s.deps.on(tpl.Datacenter)
 	free := d.model.Remaining(used)
-	if caller := web.PrincipalOf(r.Context()); caller.Role == auth.RoleTenant {
+	if caller.Role == auth.RoleTenant {
 		free = d.model.RemainingFor(used, caller.Tenant) // a tenant reads its own deployments' names only
 	}
 	p, err := placement.Propose(free, &tpl, placement.Options{Timeout: ProposeTimeout})

@@ -134,6 +134,12 @@ func (s *API) PostDeployment(w http.ResponseWriter, r *http.Request) *web.Error 
 }
 
 func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Request) *web.Error {
+	tenant := web.PrincipalOf(ctx).Tenant
+	mine, e := s.dryRunSlot(w, tenant)
+	if e != nil {
+		return e
+	}
+	defer mine()
 	deployed := s.deps.set().For(req, s.dcs.model)
 	v, err := admit.EvaluateWith(ctx, req, s.appPols.compiled(), admit.Env{External: s.opts.Hooks.Call, Deployed: deployed})
 	if err != nil {
@@ -141,7 +147,7 @@ func (s *API) dryRun(ctx context.Context, w http.ResponseWriter, req *admit.Requ
 		return web.Errorf(http.StatusServiceUnavailable, "dry run: %v", err)
 	}
 	if req.Datacenter != "" {
-		release, e := s.placementSlot(w)
+		release, e := s.placementSlot(w, tenant)
 		if e != nil {
 			return e
 		}

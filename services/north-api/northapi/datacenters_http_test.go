@@ -172,3 +172,41 @@ func TestPlacementsOverTheCapAnswer503(t *testing.T) {
 		}
 	}
 }
+
+// TestOneTenantTakesOnlyItsShareOfPlacementsAndDryRuns: with four slots,
+// a tenant running two placement computations and two dry runs (half of
+// them) gets 429 for one more, naming its share; another tenant still
+// computes at once. Without the share, the first tenant's costly
+// requests took every slot and the second got 503.
+func TestOneTenantTakesOnlyItsShareOfPlacementsAndDryRuns(t *testing.T) {
+	s := newStackWith(t, Options{MaxPlacements: 4}, nil)
+	if code, _, raw, _ := s.callAs(t, operatorToken, http.MethodPut, "/v1/datacenters/dc-example", placementExampleJSON(t, "datacenter.json")); code != http.StatusOK {
+		t.Fatalf("PUT datacenter: %d %s", code, raw)
+	}
+	ha := placementExampleJSON(t, "ha-clusters.json")
+	delete(ha, "placement")
+	dry := func(tenant string) map[string]any {
+		d := placementExampleJSON(t, "ha-clusters.json")
+		d["deployment_id"], d["tenant"] = "ha-"+tenant, tenant
+		d["applications"] = []any{map[string]any{"name": "app", "class": "com.example.App"}}
+		return d
+	}
+	release, ok := s.server.adm.TakeTenantSlots("t1", 2)
+	if !ok {
+		t.Fatal("t1 could not take two slots of four")
+	}
+	defer release()
+	code, out, _, h := s.callAs(t, tenantToken, http.MethodPost, "/v1/placements", ha)
+	wantError(t, "t1's third placement", code, out, http.StatusTooManyRequests, `tenant "t1" runs 2 placement computations`, "half of --max-placements")
+	if ra := h.Get("Retry-After"); ra == "" || ra == "0" {
+		t.Errorf("429 without a Retry-After: %q", ra)
+	}
+	code, out, _, _ = s.callAs(t, tenantToken, http.MethodPost, "/v1/deployments?dry_run=true", dry("t1"))
+	wantError(t, "t1's third dry run", code, out, http.StatusTooManyRequests, `tenant "t1" runs 2 dry runs`)
+	if code, _, raw, _ := s.callAs(t, otherTenantToken, http.MethodPost, "/v1/placements", ha); code != http.StatusOK {
+		t.Fatalf("t2's placement while t1 holds its share: %d %s", code, raw)
+	}
+	if code, _, raw, _ := s.callAs(t, otherTenantToken, http.MethodPost, "/v1/deployments?dry_run=true", dry("t2")); code != http.StatusOK {
+		t.Fatalf("t2's dry run while t1 holds its share: %d %s", code, raw)
+	}
+}
