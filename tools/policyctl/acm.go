@@ -126,16 +126,16 @@ func readElements(ctx context.Context, arg string) ([]wire.OperationElement, err
 // runACMOperation sends one operation: PARTICIPANT_ID then COMPOSITION_ID
 // (PRIME) or INSTANCE_ID (with --composition).
 func runACMOperation(ctx context.Context, args []string, kind, name, summary string) error {
-	usage := "--composition COMPOSITION_ID --elements FILE|- PARTICIPANT_ID INSTANCE_ID"
+	usage := "[--composition COMPOSITION_ID] --elements FILE|- PARTICIPANT_ID INSTANCE_ID"
 	switch kind {
 	case "PRIME":
 		usage = "--elements FILE|- PARTICIPANT_ID COMPOSITION_ID"
 	case "UNDEPLOY":
-		usage = "--composition COMPOSITION_ID [--elements FILE|-] PARTICIPANT_ID INSTANCE_ID"
+		usage = "[--composition COMPOSITION_ID] [--elements FILE|-] PARTICIPANT_ID INSTANCE_ID"
 	}
 	fs := newFlagSet(ctx, name, summary, usage)
 	api := registerAPIFlags(fs)
-	composition := fs.String("composition", "", "the composition definition the instance is of")
+	composition := fs.String("composition", "", "the composition definition the instance is of (default: the one the participant's replicas hold the instance under)")
 	elements := fs.String("elements", "", "FILE (or - for stdin) holding the elements as a JSON array, e.g. "+elementsExample)
 	timeoutMs := fs.Int64("operation-timeout-ms", 0, "how long the participant may take before the operation is TIMEOUT (0: the participant's default)")
 	if err := parseFlags(fs, args); err != nil {
@@ -148,9 +148,8 @@ func runACMOperation(ctx context.Context, args []string, kind, name, summary str
 	if kind == "PRIME" {
 		req.CompositionID = fs.Arg(1)
 	} else {
-		if *composition == "" {
-			return usageErrorf("%s needs --composition: the composition definition instance %s is of", name, fs.Arg(1))
-		}
+		// Without --composition the North API takes it from the
+		// instance the participant holds.
 		req.CompositionID, req.InstanceID = *composition, fs.Arg(1)
 	}
 	switch {

@@ -94,7 +94,9 @@ func TestACMCommands(t *testing.T) {
 		code int
 		frag string
 	}{
-		{[]string{"acm", "deploy", "--api", url, "--elements", els, "p1", "i1"}, exitUsage, "needs --composition"},
+		// Without --composition the API takes it from the instance; a
+		// new instance has none to take it from.
+		{[]string{"acm", "deploy", "--api", url, "--elements", els, "p1", "i9"}, exitFailure, "holds no instance i9 to take it from: give compositionId"},
 		{[]string{"acm", "deploy", "--api", url, "--composition", "c1", "p1", "i1"}, exitUsage, "needs --elements"},
 		{[]string{"acm", "deploy", "--api", url, "--composition", "c1", "--elements", writeFile(t, "bad.json", `{"id":"e1"}`), "p1", "i1"}, exitFailure, "JSON array of elements"},
 		{[]string{"acm", "deploy", "--api", url, "--composition", "c1", "--elements", writeFile(t, "other.json", `[{"id":"e1","type":"x"}]`), "p1", "i1"}, exitFailure, "which no replica of participant p1 supports"},

@@ -217,6 +217,16 @@ func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	default:
 		return web.Errorf(http.StatusBadRequest, "kind %q: want PRIME, DEPRIME, DEPLOY, UPDATE, UNDEPLOY or DELETE; e.g. %s", req.Kind, operationExample)
 	}
+	if instanceOp && req.CompositionID == "" && req.InstanceID != "" {
+		// The instance says which composition it is of: a client may
+		// leave the id out, as ONAP's runtime takes it from the
+		// instance.
+		cid, ok := s.compositionOf(pid, req.InstanceID)
+		if !ok {
+			return web.Errorf(http.StatusBadRequest, "compositionId is missing, and participant %s holds no instance %s to take it from: give compositionId", pid, req.InstanceID)
+		}
+		req.CompositionID = cid
+	}
 	if err := check.ID("compositionId", req.CompositionID); err != nil {
 		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
@@ -279,6 +289,17 @@ func (s *API) PostOperation(w http.ResponseWriter, r *http.Request) *web.Error {
 	}
 	web.WriteJSON(w, http.StatusAccepted, api.OperationAnswer{OperationID: op.MessageID, Revision: op.Revision})
 	return nil
+}
+
+// compositionOf is the composition definition an instance the
+// participant's replicas hold is of.
+func (s *API) compositionOf(pid, instanceID string) (string, bool) {
+	for _, st := range s.of(pid) {
+		if st.Kind == acm.KindElement && st.InstanceID == instanceID && st.CompositionID != "" {
+			return st.CompositionID, true
+		}
+	}
+	return "", false
 }
 
 // heldState is what the replicas hold of an operation's subject: its

@@ -92,10 +92,24 @@ func TestParticipantsAPI(t *testing.T) {
 		t.Errorf("element: %v", el)
 	}
 
-	// Undeploy takes the elements the replicas hold.
-	code, _, raw = s.call(t, http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "UNDEPLOY", "compositionId": "c1", "instanceId": "i1"})
+	// Undeploy takes the elements the replicas hold, and the composition
+	// the instance is of when the client leaves it out; an instance the
+	// participant does not hold needs it given.
+	code, out, _ := s.call(t, http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "UNDEPLOY", "instanceId": "i-unknown"})
+	wantError(t, "undeploy of an unknown instance without compositionId", code, out, http.StatusBadRequest, "compositionId is missing", "holds no instance i-unknown")
+	code, _, raw = s.call(t, http.MethodPost, "/v2/participants/p1/operations", map[string]any{"kind": "UNDEPLOY", "instanceId": "i1"})
 	if code != http.StatusAccepted {
-		t.Fatalf("undeploy: %d %s", code, raw)
+		t.Fatalf("undeploy without compositionId: %d %s", code, raw)
+	}
+	var undeploy *events.ParticipantOperation
+	for _, r := range s.records(t, topology.ACMParticipant, 2) {
+		var op events.ParticipantOperation
+		if err := s.env.Codec.DecodeInto(t.Context(), r.Value, &op); err == nil && op.Kind == "UNDEPLOY" {
+			undeploy = &op
+		}
+	}
+	if undeploy == nil || undeploy.CompositionID == nil || *undeploy.CompositionID != "c1" {
+		t.Fatalf("the undeploy sent without compositionId: %+v; want it of composition c1, the instance's", undeploy)
 	}
 	eventually(t, s, "/v2/participants/p1/instances/i1", func(code int, b map[string]any) bool {
 		els, _ := b["elements"].([]any)
