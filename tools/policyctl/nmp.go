@@ -439,13 +439,13 @@ func nmpStatusTable(w io.Writer, name string, data []byte) error {
 	if len(st.Failing) > 0 {
 		fmt.Fprintln(w, "Failing nodes:")
 		for _, f := range st.Failing {
-			fmt.Fprintf(w, "  %s: %s (version %s) %s\n", f.Node, f.Status, f.FailedVersion, f.Error)
+			fmt.Fprintf(w, "  %s\n", failingLine(f))
 		}
 	}
 	if len(st.PrecheckFailed) > 0 {
 		fmt.Fprintln(w, "Nodes that cannot take the upgrade (precheck failed; not counted as failures):")
 		for _, f := range st.PrecheckFailed {
-			fmt.Fprintf(w, "  %s: running %s: %s\n", f.Node, f.Version, f.Error)
+			fmt.Fprintf(w, "  %s\n", precheckLine(f))
 		}
 	}
 	if len(st.RolledBack) > 0 {
@@ -455,4 +455,30 @@ func nmpStatusTable(w io.Writer, name string, data []byte) error {
 		}
 	}
 	return nil
+}
+
+// failingLine is one failing node: its state, the version that failed
+// when the report names one (a failed download does not), and the error.
+func failingLine(f wire.NodeState) string {
+	line := f.Node + ": " + f.Status
+	if f.FailedVersion != "" {
+		line += " (version " + f.FailedVersion + ")"
+	}
+	if f.Error != "" {
+		line += ": " + f.Error
+	}
+	return line
+}
+
+// precheckLine is one node whose precheck failed: the version it runs
+// (when reported) and the agent's reason, which does not repeat it.
+func precheckLine(f wire.NodeState) string {
+	line := f.Node
+	if f.Version != "" {
+		line += " (running " + f.Version + ")"
+	}
+	if f.Error != "" {
+		line += ": " + f.Error
+	}
+	return line
 }

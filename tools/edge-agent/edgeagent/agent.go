@@ -609,7 +609,9 @@ func (a *Agent) precheck(ctx context.Context, d *api.DirectiveAnswer) error {
 		}
 		cur, err := nmp.ParseSemver(a.st.Version)
 		if err != nil || !g.Admits(cur) {
-			return fmt.Errorf("running %s; this NMP (%s) upgrades only from %s", a.st.Version, d.Policy, d.FromVersions)
+			// The running version is in the report (its software
+			// version); the reason does not repeat it.
+			return fmt.Errorf("this NMP (%s) upgrades only from %s", d.Policy, d.FromVersions)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(a.versionDir(d.TargetVersion), ".complete")); err == nil {
