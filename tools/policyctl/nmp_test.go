@@ -182,6 +182,7 @@ func TestNMPStatusTableLines(t *testing.T) {
 		Failing: []wire.NodeState{
 			{Node: "n1", Status: "download failed", Version: "1.0.0", Error: "connection reset"},
 			{Node: "n2", Status: "failed", Version: "1.0.0", FailedVersion: "1.1.0", Error: "exit status 1"},
+			{Node: "n4", Status: "signature rejected", Error: "package 1.1.0 (sha256 ab): the package's signature is not one of a trusted key (1 trusted)"},
 		},
 		PrecheckFailed: []wire.NodeState{{Node: "n3", Status: "precheck failed", Version: "1.0.0", Error: "this NMP (o/p) upgrades only from >=1.0.1"}}}
 	data, err := json.Marshal(st)
@@ -196,6 +197,7 @@ func TestNMPStatusTableLines(t *testing.T) {
 	for _, want := range []string{
 		"  n1: download failed: connection reset\n",
 		"  n2: failed (version 1.1.0): exit status 1\n",
+		"  n4: signature rejected: package 1.1.0 (sha256 ab): the package's signature is not one of a trusted key (1 trusted)\n",
 		"  n3 (running 1.0.0): this NMP (o/p) upgrades only from >=1.0.1\n",
 	} {
 		if !strings.Contains(out, want) {
