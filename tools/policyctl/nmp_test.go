@@ -96,6 +96,22 @@ func TestNMPCommands(t *testing.T) {
 		}
 		return fmt.Errorf("nodes --versions: exit %d %q %q", r.code, r.out, r.errOut)
 	})
+	// Without NAME: the org's nodes, as a table, JSON or YAML, filtered.
+	r = policyctl(t, "nmp", "nodes", "-o", "table")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^NODE\s+VERSION\s+PATTERN\s+STATUS`).MatchString(r.out) || !regexp.MustCompile(`(?m)^n1\s+1\.0\.0\s+waiting`).MatchString(r.out) {
+		t.Fatalf("org nodes: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	r = policyctl(t, "nmp", "nodes", "-o", "json", "--software-version", "1.0.0", "--limit", "1")
+	if r.code != 0 || !strings.Contains(r.out, `"node": "n1"`) || !strings.Contains(r.out, `"org": "acme"`) {
+		t.Fatalf("org nodes as JSON: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	r = policyctl(t, "nmp", "nodes", "-o", "yaml", "--software-version", "9.9.9")
+	if r.code != 0 || !strings.Contains(r.out, "nodes: []") {
+		t.Fatalf("org nodes filtered out, as YAML: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	if r := policyctl(t, "nmp", "nodes", "--status", "waiting", "fleet"); r.code != 2 || !strings.Contains(r.errOut, "without an NMP's NAME") {
+		t.Fatalf("a filter with NAME: exit %d %q", r.code, r.errOut)
+	}
 	r = policyctl(t, "nmp", "status", "fleet")
 	if r.code != 0 || !strings.Contains(r.out, "enabled true, 1 node(s)") {
 		t.Fatalf("status: exit %d %q %q", r.code, r.out, r.errOut)
