@@ -98,3 +98,28 @@ type NodeTokenChanged struct {
 	Rotated bool   `json:"rotated,omitempty"`
 	Revoked bool   `json:"revoked,omitempty"`
 }
+
+// OrgNode is one node in GET /v1/orgs/{org}/nodes: its registration
+// (agent.nodes) and its last report (agent.status).
+type OrgNode struct {
+	Node    string `json:"node"`
+	Pattern string `json:"pattern,omitempty"`
+	// SoftwareVersion is the agent version the node registered.
+	SoftwareVersion string          `json:"softwareVersion,omitempty"`
+	Properties      json.RawMessage `json:"properties,omitempty"`
+	// Status is the state of the node's last report (about any NMP),
+	// waiting when it reported none.
+	Status        string     `json:"status"`
+	Policy        string     `json:"policy,omitempty"`
+	FailedVersion string     `json:"failedVersion,omitempty"`
+	Error         string     `json:"error,omitempty"`
+	ReportedAt    *time.Time `json:"reportedAt,omitempty"`
+}
+
+// OrgNodes is a page of an org's nodes, by node id; NextPageToken, when
+// set, is the page_token of the next page.
+type OrgNodes struct {
+	Org           string    `json:"org"`
+	Nodes         []OrgNode `json:"nodes"`
+	NextPageToken string    `json:"nextPageToken,omitempty"`
+}

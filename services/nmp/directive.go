@@ -98,6 +98,13 @@ type Node struct {
 	constraints constraint.List
 }
 
+// HasProperty says whether the node's property name equals value, as a
+// constraint name == value compares it (a version as a version, a list
+// holding the value, a number as a number).
+func (n *Node) HasProperty(name, value string) bool {
+	return constraint.Compare{Prop: name, Op: constraint.Eq, Value: constraint.Value{Raw: value}}.Eval(n.props)
+}
+
 // CompileNode checks a node record and prepares it for selection.
 func CompileNode(n *events.AgentNode) (*Node, error) {
 	if err := CheckName("org", n.Org); err != nil {

@@ -9,10 +9,14 @@ import (
 
 // The states of an agent upgrade, as Open Horizon reports them.
 const (
-	StateWaiting            = "waiting"
-	StateDownloadStarted    = "download started"
-	StateDownloaded         = "downloaded"
-	StateDownloadFailed     = "download failed"
+	StateWaiting         = "waiting"
+	StateDownloadStarted = "download started"
+	StateDownloaded      = "downloaded"
+	StateDownloadFailed  = "download failed"
+	// StateSignatureRejected: the package downloaded, but no trusted key
+	// verifies its signature; nothing was installed and the agent does
+	// not download that package again (a new one must be published).
+	StateSignatureRejected  = "signature rejected"
 	StateInitiated          = "initiated"
 	StateSuccessful         = "successful"
 	StateNoActionRequired   = "no action required"
@@ -34,7 +38,7 @@ const (
 func StateIgnored(other string) string { return "ignored (conflict with " + other + ")" }
 
 // States lists every state in the order of a rollout.
-var States = []string{StateWaiting, StateDownloadStarted, StateDownloaded, StateDownloadFailed, StateInitiated,
+var States = []string{StateWaiting, StateDownloadStarted, StateDownloaded, StateDownloadFailed, StateSignatureRejected, StateInitiated,
 	StateSuccessful, StateNoActionRequired, StateFailed, StateRollbackStarted, StateRollbackFailed, StateRollbackSuccessful, StatePrecheckFailed, StateRolledBack}
 
 // ValidState says whether s is one of States.
@@ -51,7 +55,7 @@ func ValidState(s string) bool {
 // did).
 func Failed(s string) bool {
 	switch s {
-	case StateDownloadFailed, StateFailed, StateRollbackStarted, StateRollbackFailed, StateRollbackSuccessful:
+	case StateDownloadFailed, StateSignatureRejected, StateFailed, StateRollbackStarted, StateRollbackFailed, StateRollbackSuccessful:
 		return true
 	}
 	return false

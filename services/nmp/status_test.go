@@ -62,6 +62,11 @@ func TestNodeStatesPerNMP(t *testing.T) {
 			policies: map[string]string{"a": a},
 			reports:  []report{{"a", StatePrecheckFailed, "1.0.0"}},
 			query:    "a", want: NodeState{Status: StatePrecheckFailed, Version: "1.0.0"}, rollout: Rollout{PrecheckFailed: 1}},
+		{name: "a rejected signature is shown as such and counts as a failure",
+			policies: map[string]string{"a": aD},
+			reports:  []report{{"a", StateSignatureRejected, "1.0.0"}},
+			query:    "a", want: NodeState{Status: StateSignatureRejected, Version: "1.0.0"},
+			rollout: Rollout{Started: 1, Failed: 1, Paused: true, Reason: "rollout paused: 1 nodes failed, the threshold is 1; resume with policyctl nmp resume a"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

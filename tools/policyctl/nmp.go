@@ -26,7 +26,7 @@ const (
 	nmpEnableSummary   = "enable an NMP: the nodes it applies to start upgrading"
 	nmpDisableSummary  = "disable an NMP: nodes that have not started do not start"
 	nmpStatusSummary   = "show an NMP's rollout: nodes per state, the failing nodes, whether it is paused"
-	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict; --versions: which agent version each runs"
+	nmpNodesSummary    = "list the nodes an NMP applies to and where it would be ignored for a conflict (--versions: which agent version each runs); without NAME, the org's nodes with their last state, filtered and paged"
 	nmpResumeSummary   = "resume a rollout paused by its failure threshold (failures so far no longer count)"
 	nmpRollbackSummary = "order the nodes an NMP upgraded back to their previous version; nodes it did not upgrade do not start"
 )
@@ -329,28 +329,94 @@ func parseNMPCommand(ctx context.Context, verb, summary string, args []string, m
 	return api, *org, fs.Arg(0), nil
 }
 
+// runNMPNodes is `nmp nodes NAME` (an NMP's nodes) or `nmp nodes` (the
+// org's nodes, GET /v1/orgs/{org}/nodes, whose filters and paging are
+// flags here).
 func runNMPNodes(ctx context.Context, args []string) error {
-	var versions *bool
-	var out *outputFlag
-	api, org, name, err := parseNMPCommand(ctx, "nodes", nmpNodesSummary, args, func(fs *flag.FlagSet) {
-		versions = fs.Bool("versions", false, "print each node with the agent version it runs (the same as -o table)")
-		out = registerOutputFlag(fs, outputJSON)
-	})
-	if err != nil {
+	fs := newFlagSet(ctx, "nmp nodes", nmpNodesSummary, "[NAME]")
+	api := registerAPIFlags(fs)
+	org := registerOrgFlag(fs)
+	versions := fs.Bool("versions", false, "with NAME: print each node with the agent version it runs (the same as -o table)")
+	out := registerOutputFlag(fs, outputJSON)
+	// The org's nodes: the query parameters of GET /v1/orgs/{org}/nodes.
+	filters := []struct{ flag, param, usage string }{
+		{"software-version", "software_version", "without NAME: only the nodes that registered this agent version"},
+		{"status", "status", "without NAME: only the nodes whose last report is in this state (waiting: none)"},
+		{"pattern", "pattern", "without NAME: only the nodes of this pattern (name or org/name)"},
+		{"property", "property", "without NAME: only the nodes whose property name equals value (name=value)"},
+		{"limit", "limit", "without NAME: nodes a page (the API's default when not given)"},
+		{"page-token", "page_token", "without NAME: the page after the one that answered this nextPageToken"},
+	}
+	vals := make([]*string, len(filters))
+	for i, f := range filters {
+		vals[i] = fs.String(f.flag, "", f.usage)
+	}
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	format, err := out.check()
 	if err != nil {
 		return err
 	}
+	if err := needOrg(*org); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		q := url.Values{}
+		for i, f := range filters {
+			if *vals[i] != "" {
+				q.Set(f.param, *vals[i])
+			}
+		}
+		path := "/v1/orgs/" + url.PathEscape(*org) + "/nodes"
+		if len(q) > 0 {
+			path += "?" + q.Encode()
+		}
+		ans, err := api.do(ctx, http.MethodGet, path, nil)
+		if err != nil {
+			return err
+		}
+		return printOutput(stdout(ctx), format, ans, orgNodesTable)
+	}
+	if fs.NArg() != 1 {
+		return usageErrorf("nmp nodes takes an NMP's NAME, or none for the org's nodes, got %d arguments", fs.NArg())
+	}
+	for i, f := range filters {
+		if *vals[i] != "" {
+			return usageErrorf("--%s lists the org's nodes: give it without an NMP's NAME", f.flag)
+		}
+	}
 	if *versions {
 		format = outputTable
 	}
-	ans, err := api.do(ctx, http.MethodGet, nmpPath(org, name)+"/nodes", nil)
+	name := fs.Arg(0)
+	ans, err := api.do(ctx, http.MethodGet, nmpPath(*org, name)+"/nodes", nil)
 	if err != nil {
 		return err
 	}
-	return printOutput(stdout(ctx), format, ans, func(w io.Writer, ans []byte) error { return nmpNodesTable(w, org, ans) })
+	return printOutput(stdout(ctx), format, ans, func(w io.Writer, ans []byte) error { return nmpNodesTable(w, *org, ans) })
+}
+
+// orgNodesTable draws the answer of GET /v1/orgs/{org}/nodes: each node
+// with its version, pattern and last state, then how to ask for the next
+// page.
+func orgNodesTable(w io.Writer, ans []byte) error {
+	var on wire.OrgNodes
+	if err := json.Unmarshal(ans, &on); err != nil {
+		return fmt.Errorf("the North API's answer is not the node list expected: %w", err)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVERSION\tPATTERN\tSTATUS\tPOLICY\tERROR")
+	for _, n := range on.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.SoftwareVersion, n.Pattern, n.Status, n.Policy, n.Error)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if on.NextPageToken != "" {
+		fmt.Fprintf(w, "More nodes: the same command with --page-token %s\n", on.NextPageToken)
+	}
+	return nil
 }
 
 // nmpNodesTable draws the answer of GET .../nmps/{name}/nodes: each node
@@ -439,13 +505,13 @@ func nmpStatusTable(w io.Writer, name string, data []byte) error {
 	if len(st.Failing) > 0 {
 		fmt.Fprintln(w, "Failing nodes:")
 		for _, f := range st.Failing {
-			fmt.Fprintf(w, "  %s: %s (version %s) %s\n", f.Node, f.Status, f.FailedVersion, f.Error)
+			fmt.Fprintf(w, "  %s\n", failingLine(f))
 		}
 	}
 	if len(st.PrecheckFailed) > 0 {
 		fmt.Fprintln(w, "Nodes that cannot take the upgrade (precheck failed; not counted as failures):")
 		for _, f := range st.PrecheckFailed {
-			fmt.Fprintf(w, "  %s: running %s: %s\n", f.Node, f.Version, f.Error)
+			fmt.Fprintf(w, "  %s\n", precheckLine(f))
 		}
 	}
 	if len(st.RolledBack) > 0 {
@@ -455,4 +521,30 @@ func nmpStatusTable(w io.Writer, name string, data []byte) error {
 		}
 	}
 	return nil
+}
+
+// failingLine is one failing node: its state, the version that failed
+// when the report names one (a failed download does not), and the error.
+func failingLine(f wire.NodeState) string {
+	line := f.Node + ": " + f.Status
+	if f.FailedVersion != "" {
+		line += " (version " + f.FailedVersion + ")"
+	}
+	if f.Error != "" {
+		line += ": " + f.Error
+	}
+	return line
+}
+
+// precheckLine is one node whose precheck failed: the version it runs
+// (when reported) and the agent's reason, which does not repeat it.
+func precheckLine(f wire.NodeState) string {
+	line := f.Node
+	if f.Version != "" {
+		line += " (running " + f.Version + ")"
+	}
+	if f.Error != "" {
+		line += ": " + f.Error
+	}
+	return line
 }

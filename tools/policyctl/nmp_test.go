@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/policyflow/policyflow/events"
+	wire "github.com/policyflow/policyflow/services/api"
 	"github.com/policyflow/policyflow/services/nmp"
 	"github.com/policyflow/policyflow/services/testkit"
 	"github.com/policyflow/policyflow/tools/devstack"
@@ -94,6 +96,22 @@ func TestNMPCommands(t *testing.T) {
 		}
 		return fmt.Errorf("nodes --versions: exit %d %q %q", r.code, r.out, r.errOut)
 	})
+	// Without NAME: the org's nodes, as a table, JSON or YAML, filtered.
+	r = policyctl(t, "nmp", "nodes", "-o", "table")
+	if r.code != 0 || !regexp.MustCompile(`(?m)^NODE\s+VERSION\s+PATTERN\s+STATUS`).MatchString(r.out) || !regexp.MustCompile(`(?m)^n1\s+1\.0\.0\s+waiting`).MatchString(r.out) {
+		t.Fatalf("org nodes: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	r = policyctl(t, "nmp", "nodes", "-o", "json", "--software-version", "1.0.0", "--limit", "1")
+	if r.code != 0 || !strings.Contains(r.out, `"node": "n1"`) || !strings.Contains(r.out, `"org": "acme"`) {
+		t.Fatalf("org nodes as JSON: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	r = policyctl(t, "nmp", "nodes", "-o", "yaml", "--software-version", "9.9.9")
+	if r.code != 0 || !strings.Contains(r.out, "nodes: []") {
+		t.Fatalf("org nodes filtered out, as YAML: exit %d %q %q", r.code, r.out, r.errOut)
+	}
+	if r := policyctl(t, "nmp", "nodes", "--status", "waiting", "fleet"); r.code != 2 || !strings.Contains(r.errOut, "without an NMP's NAME") {
+		t.Fatalf("a filter with NAME: exit %d %q", r.code, r.errOut)
+	}
 	r = policyctl(t, "nmp", "status", "fleet")
 	if r.code != 0 || !strings.Contains(r.out, "enabled true, 1 node(s)") {
 		t.Fatalf("status: exit %d %q %q", r.code, r.out, r.errOut)
@@ -169,5 +187,40 @@ func TestAgentPackageCommands(t *testing.T) {
 	}
 	if r := policyctl(t, "agentpackage", "new", "1.x", t.TempDir()+"/p"); r.code != 2 {
 		t.Fatalf("bad version: exit %d %q", r.code, r.errOut)
+	}
+}
+
+// TestNMPStatusTableLines: a failed download (no failed version known)
+// prints no empty "(version )", and a failed precheck names the running
+// version once.
+func TestNMPStatusTableLines(t *testing.T) {
+	st := wire.NMPStatus{Nodes: 3, States: map[string]int{"download failed": 1, "failed": 1, "precheck failed": 1},
+		Failing: []wire.NodeState{
+			{Node: "n1", Status: "download failed", Version: "1.0.0", Error: "connection reset"},
+			{Node: "n2", Status: "failed", Version: "1.0.0", FailedVersion: "1.1.0", Error: "exit status 1"},
+			{Node: "n4", Status: "signature rejected", Error: "package 1.1.0 (sha256 ab): the package's signature is not one of a trusted key (1 trusted)"},
+		},
+		PrecheckFailed: []wire.NodeState{{Node: "n3", Status: "precheck failed", Version: "1.0.0", Error: "this NMP (o/p) upgrades only from >=1.0.1"}}}
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := nmpStatusTable(&b, "o/p", data); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"  n1: download failed: connection reset\n",
+		"  n2: failed (version 1.1.0): exit status 1\n",
+		"  n4: signature rejected: package 1.1.0 (sha256 ab): the package's signature is not one of a trusted key (1 trusted)\n",
+		"  n3 (running 1.0.0): this NMP (o/p) upgrades only from >=1.0.1\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "(version )") || strings.Count(out, "1.0.0") != 1 {
+		t.Errorf("empty version or repeated running version in:\n%s", out)
 	}
 }

@@ -103,6 +103,7 @@ func TestRolesOutsideARouteAreForbidden(t *testing.T) {
 		"GET /v1/orgs/{org}/nmps/{name}/nodes":                                true,
 		"GET /v1/orgs/{org}/nmps/{name}/status":                               true,
 		"GET /v1/orgs/{org}/nodes/{node}/status":                              true,
+		"GET /v1/orgs/{org}/nodes":                                            true,
 		"GET /v1/agentpackages":                                               true,
 		"GET /v1/agentpackages/{version}":                                     true,
 		"GET /v1/agentpackages/{version}/file":                                true,

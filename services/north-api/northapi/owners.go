@@ -56,6 +56,7 @@ var routeOwners = map[string]web.Owner{
 	"GET /v1/orgs/{org}/nodes/{node}/directive": web.NotTenants,
 	"PUT /v1/orgs/{org}/nodes/{node}/status":    web.NotTenants,
 	"GET /v1/orgs/{org}/nodes/{node}/status":    web.ByPath("org", web.OwnedOrg),
+	"GET /v1/orgs/{org}/nodes":                  web.ByPath("org", web.OwnedOrg),
 	"POST /v1/orgs/{org}/nodes/{node}/token":    web.NotTenants,
 	"DELETE /v1/orgs/{org}/nodes/{node}/token":  web.NotTenants,
 	"GET /v1/agentpackages":                     web.NotTenants,

@@ -79,6 +79,7 @@ func routeQueries() map[string]web.Query {
 		"POST /v1/deployments":                                        web.Takes(web.DryRunParam),
 		"PUT /v1/orgs/{org}/nmps/{name}":                              web.Takes("dryRun"),
 		"GET /v1/orgs/{org}/nodes/{node}/directive":                   web.Takes("index", "wait"),
+		"GET /v1/orgs/{org}/nodes":                                    web.Takes("software_version", "status", "pattern", "property", "limit", "page_token"),
 		"POST /v1/agentpackages":                                      web.Takes("sha256"),
 		"GET " + acmapi.RuntimeBase + "/participants":                 acmParticipants,
 		"GET " + acmapi.RuntimeBase + "/participants/{participantId}": acmParticipants,
@@ -143,7 +144,11 @@ var (
 	agentCallers      = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleAgent)
 	packageWriters    = web.Roles(auth.RoleAdmin, auth.RoleOperator)
 	nodeStatusReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant, auth.RoleAgent)
-	packageReaders    = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent)
+	// orgNodesReaders read the org-wide node list: those who read node
+	// status but agents, whose node token reads its own node only and
+	// whose org token only registers.
+	orgNodesReaders = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleTenant)
+	packageReaders  = web.Roles(auth.RoleAdmin, auth.RoleOperator, auth.RoleReadOnly, auth.RoleAgent)
 )
 
 // nodeManagementRoutes are the routes of node management (NMPs, nodes and
@@ -165,6 +170,7 @@ func (s *Server) nodeManagementRoutes() []route {
 		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/directive", s.nmp.GetDirective, agentCallers},
 		{http.MethodPut, "/v1/orgs/{org}/nodes/{node}/status", s.nmp.PutNodeStatus, agentCallers},
 		{http.MethodGet, "/v1/orgs/{org}/nodes/{node}/status", s.nmp.GetNodeStatus, nodeStatusReaders},
+		{http.MethodGet, "/v1/orgs/{org}/nodes", s.nmp.ListOrgNodes, orgNodesReaders},
 		{http.MethodPost, "/v1/orgs/{org}/nodes/{node}/token", s.nmp.NodeTokenChange(true), web.Operators},
 		{http.MethodDelete, "/v1/orgs/{org}/nodes/{node}/token", s.nmp.NodeTokenChange(false), web.Operators},
 		{http.MethodGet, "/v1/agentpackages", s.nmp.ListPackages, packageReaders},

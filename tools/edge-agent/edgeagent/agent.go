@@ -280,6 +280,12 @@ func (a *Agent) consider(ctx context.Context, d *api.DirectiveAnswer) (*api.Dire
 		_ = a.save()
 		return nil, nil
 	}
+	if d.Action == nmp.ActionUpgrade && d.TargetVersion == a.st.Rejected && (d.PackageSHA256 == "" || d.PackageSHA256 == a.st.RejectedSHA256) {
+		a.log.Info().Str("version", d.TargetVersion).Msg("this package's signature was rejected here; waiting for another one")
+		a.st.Handled = d.DirectiveID
+		_ = a.save()
+		return nil, nil
+	}
 	wait := d.StartAt.Sub(a.cfg.Now())
 	if d.Action == nmp.ActionRollback || wait < 0 {
 		wait = 0
@@ -319,6 +325,13 @@ func (a *Agent) upgrade(ctx context.Context) {
 		if err := a.fetch(ctx, a.st.Target, a.st.TargetSHA256); err != nil {
 			if ctx.Err() != nil {
 				return // stopping: a restart downloads again
+			}
+			if sig := (*SignatureError)(nil); errors.As(err, &sig) {
+				// Not a download to try again: the same bytes
+				// would be rejected again.
+				a.st.Rejected, a.st.RejectedSHA256, a.st.Handled = a.st.Target, sig.SHA256, a.st.DirectiveID
+				a.fail(ctx, d, nmp.StateSignatureRejected, err, false)
+				return
 			}
 			a.fail(ctx, d, nmp.StateDownloadFailed, err, false)
 			return
@@ -370,7 +383,8 @@ func (a *Agent) upgrade(ctx context.Context) {
 // fail reports a failed step and, when the install had begun, rolls the
 // node back to its version and never tries the version again. A failed
 // download (nothing installed) leaves the directive unhandled: it is
-// tried again after a backoff, and after a restart.
+// tried again after a backoff, and after a restart. A rejected signature
+// is not a failed download: upgrade marks the package rejected first.
 func (a *Agent) fail(ctx context.Context, d *api.DirectiveAnswer, state string, cause error, installed bool) {
 	a.log.Error().Err(cause).Str("version", a.st.Target).Str("state", state).Msg("upgrade failed")
 	if !a.st.Rollback && installed {
@@ -557,7 +571,7 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	// The file is the publisher's, or nothing of it is read: the
 	// signature is checked over the SHA-256 computed as it was written.
 	if err := nmp.CheckSignature(a.cfg.TrustedKeys, v, got.SHA256, got.Signature); err != nil {
-		return err
+		return &SignatureError{SHA256: got.SHA256, Err: err}
 	}
 	f, err := os.Open(tmp)
 	if err != nil {
@@ -577,6 +591,16 @@ func (a *Agent) fetch(ctx context.Context, v, sha string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644)
 }
+
+// SignatureError is a downloaded package whose signature no trusted key
+// verifies (SHA256 is the package's, as downloaded).
+type SignatureError struct {
+	SHA256 string
+	Err    error
+}
+
+func (e *SignatureError) Error() string { return e.Err.Error() }
+func (e *SignatureError) Unwrap() error { return e.Err }
 
 // download is Client.Download tried DownloadAttempts times, with
 // backoff.
@@ -609,7 +633,9 @@ func (a *Agent) precheck(ctx context.Context, d *api.DirectiveAnswer) error {
 		}
 		cur, err := nmp.ParseSemver(a.st.Version)
 		if err != nil || !g.Admits(cur) {
-			return fmt.Errorf("running %s; this NMP (%s) upgrades only from %s", a.st.Version, d.Policy, d.FromVersions)
+			// The running version is in the report (its software
+			// version); the reason does not repeat it.
+			return fmt.Errorf("this NMP (%s) upgrades only from %s", d.Policy, d.FromVersions)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(a.versionDir(d.TargetVersion), ".complete")); err == nil {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +34,7 @@ type testHub struct {
 
 	mu        sync.Mutex
 	downloads int
+	polled    int
 	reports   []api.StatusRequest
 	auths     []string // Authorization of each request
 }
@@ -45,6 +47,9 @@ func serve(t *testing.T, h *testHub) string {
 		json.NewEncoder(w).Encode(map[string]any{"registered": true, "token": h.issued})
 	})
 	mux.HandleFunc("GET /v1/orgs/{org}/nodes/{node}/directive", func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.polled++
+		h.mu.Unlock()
 		if r.URL.Query().Get("index") != "" {
 			select { // nothing changes: answer unchanged after a while
 			case <-r.Context().Done():
@@ -110,6 +115,13 @@ func testPackage(t *testing.T, version string) []byte {
 	return pkg
 }
 
+// polls is how many times the directive was asked for.
+func (h *testHub) polls() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.polled
+}
+
 // states are the states the agent reported, in order.
 func (h *testHub) states() []string {
 	h.mu.Lock()
@@ -125,24 +137,34 @@ func (h *testHub) states() []string {
 // test after 10 s) and returns the states it reported.
 func runAgent(t *testing.T, h *testHub, cfg Config, final string) []string {
 	t.Helper()
-	cfg.StateDir, cfg.InitialVersion, cfg.InstallCmd, cfg.PollWait, cfg.Log = t.TempDir(), "1.0.0", []string{"/bin/true"}, time.Second, zerolog.Nop()
-	cfg.InsecureHTTP = true
-	a, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	var got []string
-	testkit.Eventually(t, 10*time.Second, func() error {
+	runAgentUntil(t, cfg, func() error {
 		if got = h.states(); !slices.Contains(got, final) {
 			return fmt.Errorf("no %q report; reported %q", final, got)
 		}
 		return nil
 	})
 	return got
+}
+
+// runAgentUntil runs an agent at 1.0.0 until done answers nil (or fails
+// the test after 10 s).
+func runAgentUntil(t *testing.T, cfg Config, done func() error) {
+	t.Helper()
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	cfg.InitialVersion, cfg.InstallCmd, cfg.PollWait, cfg.Log = "1.0.0", []string{"/bin/true"}, time.Second, zerolog.Nop()
+	cfg.InsecureHTTP = true
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); a.Run(ctx) }()
+	defer func() { cancel(); <-stopped }()
+	testkit.Eventually(t, 10*time.Second, done)
 }
 
 // A package that cannot be downloaded twice is downloaded the third time:
@@ -164,6 +186,44 @@ func TestDownloadFailedIsTriedAgain(t *testing.T) {
 	got := runAgent(t, h, Config{Client: c, TrustedKeys: trusted, DownloadAttempts: 1, RetryBackoff: 10 * time.Millisecond}, nmp.StateSuccessful)
 	if n := len(slices.DeleteFunc(slices.Clone(got), func(s string) bool { return s != nmp.StateDownloadFailed })); n != 2 {
 		t.Fatalf("reported %q; want two download failures before the upgrade", got)
+	}
+}
+
+// A package whose signature no trusted key verifies is reported as
+// signature rejected, with the reason, once; it is not downloaded again,
+// neither after the retry backoff of a failed download nor after a
+// restart.
+func TestSignatureRejectedIsNotDownloadedAgain(t *testing.T) {
+	h, c, _ := newRetryHub(t, 0)
+	_, untrusted := testKey(t) // the package is signed by another key
+	cfg := Config{Client: c, TrustedKeys: untrusted, RetryBackoff: time.Millisecond, StateDir: t.TempDir()}
+	got := runAgent(t, h, cfg, nmp.StateSignatureRejected)
+	time.Sleep(300 * time.Millisecond) // a download failure would have been retried by now
+	// The restart: the agent runs past its first two polls (the directive,
+	// then a long poll).
+	polled := h.polls()
+	runAgentUntil(t, cfg, func() error {
+		if p := h.polls(); p < polled+2 {
+			return fmt.Errorf("%d polls since the restart", p-polled)
+		}
+		return nil
+	})
+	time.Sleep(100 * time.Millisecond)
+	all := h.states()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := []string{nmp.StateDownloadStarted, nmp.StateSignatureRejected}; !slices.Equal(got, want) {
+		t.Errorf("reported %q, want %q", got, want)
+	}
+	// After the restart only the last report is sent again.
+	if want := []string{nmp.StateDownloadStarted, nmp.StateSignatureRejected, nmp.StateSignatureRejected}; !slices.Equal(all, want) {
+		t.Errorf("reported %q in all, want %q", all, want)
+	}
+	if h.downloads != 1 {
+		t.Errorf("%d downloads, want 1", h.downloads)
+	}
+	if e := h.reports[1].Error; !strings.Contains(e, nmp.ErrBadSignature.Error()) {
+		t.Errorf("the report's reason is %q", e)
 	}
 }
 
@@ -204,7 +264,7 @@ func TestPrecheckVersionGuard(t *testing.T) {
 		if !slices.Equal(got, []string{nmp.StatePrecheckFailed}) || h.downloads != 0 {
 			t.Fatalf("reported %q after %d downloads", got, h.downloads)
 		}
-		if e, want := h.reports[0].Error, "running 1.0.0; this NMP (o/p) upgrades only from >=1.0.1"; e != want {
+		if e, want := h.reports[0].Error, "this NMP (o/p) upgrades only from >=1.0.1"; e != want {
 			t.Fatalf("error %q, want %q", e, want)
 		}
 	})

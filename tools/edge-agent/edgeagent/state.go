@@ -29,6 +29,11 @@ type State struct {
 	// Failed is the last version an upgrade failed on: it is never
 	// tried again, only a newer one is.
 	Failed string `json:"failed,omitempty"`
+	// Rejected is the package (version and SHA-256) whose signature no
+	// trusted key verified: it is not downloaded again; a package
+	// published anew (another SHA-256) is.
+	Rejected       string `json:"rejected,omitempty"`
+	RejectedSHA256 string `json:"rejectedSha256,omitempty"`
 	// Phase is where an upgrade stands; Target and Policy what it is
 	// about; Attempts how many times it was interrupted.
 	Phase        string     `json:"phase,omitempty"`
