@@ -109,7 +109,7 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".2.xml", "2", v2))
 	testkit.Eventually(t, 30*time.Second, func() error {
 		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
-		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "2" {
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "2" || out["in_force"] != nil || out["aborted_version"] != nil {
 			return fmt.Errorf("latest %v", out)
 		}
 		return nil
@@ -136,8 +136,14 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".3.xml", "3", v3))
 	testkit.Eventually(t, 30*time.Second, func() error {
 		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
-		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "3" {
+		// It also says the version was aborted, and what is in force.
+		in, _ := out["in_force"].(map[string]any)
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "3" || out["aborted_version"] != "3" || in == nil ||
+			in["policy_version"] != "1" || in["revision"] == nil {
 			return fmt.Errorf("latest %v", out)
+		}
+		if b, _ := in["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "1" {
+			return fmt.Errorf("in force %v", in)
 		}
 		return nil
 	})
