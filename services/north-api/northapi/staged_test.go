@@ -3,6 +3,7 @@ package northapi
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -54,7 +55,7 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 		var wi policyapi.WhatIf
 		if err := json.Unmarshal(raw, &wi); code != http.StatusOK || err != nil || wi.Version != "2" || !slices.ContainsFunc(wi.Notes, func(n string) bool {
 			return strings.HasPrefix(n, "staged rollout: step 1 of 3 (0.1 of the components)")
-		}) {
+		}) || wi.FirstCohort == nil || wi.FirstCohort.Count != len(wi.FirstCohort.ComponentIDs) || wi.AbortedVersion != "" {
 			t.Fatalf("dry run of a push with a plan: %d %s", code, raw)
 		}
 	}
@@ -148,6 +149,25 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 		return nil
 	})
 	v4 := pdpBody(id+".4.xml", "4", map[string]any{"v": 4})
+	// A what-if of version 4 says so too, and diffs from version 1, the
+	// one in force; a body pushed without the fields the PDP adds when it
+	// serves one is not said to remove them.
+	bare := maps.Clone(v4)
+	delete(bare, "policyConfigMessage")
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies?dry_run=true", map[string]any{"policy": bare, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
+	var wi policyapi.WhatIf
+	if err := json.Unmarshal(raw, &wi); code != http.StatusOK || err != nil || wi.AbortedVersion != "3" || wi.InForceVersion == nil || *wi.InForceVersion != "1" {
+		t.Fatalf("dry run after the abort: %d %s", code, raw)
+	}
+	wantOps := map[string]string{"/policyName": "replace", "/policyVersion": "replace", "/config/v": "replace"}
+	if len(wi.Diff) != len(wantOps) {
+		t.Fatalf("diff of the dry run after the abort %+v, want %v", wi.Diff, wantOps)
+	}
+	for _, op := range wi.Diff {
+		if wantOps[op.Path] != op.Op {
+			t.Fatalf("diff of the dry run after the abort %+v, want %v", wi.Diff, wantOps)
+		}
+	}
 	code, _, raw = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v4, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
 	acc = policyapi.PushAccepted{}
 	if err := json.Unmarshal(raw, &acc); code != http.StatusAccepted || err != nil || acc.Rollout == nil || acc.Rollout.Version != "4" {
