@@ -25,8 +25,8 @@ type Claim struct {
 	// Attempts is how many times the notification was run: failed runs
 	// retried and runs a stopped notifier left unfinished count too.
 	Attempts int `json:"attempts,omitempty"`
-	// Outcome is OutcomeOK or OutcomeFailed once the notification is
-	// finished, "" while it runs (see Finished).
+	// Outcome is OutcomeOK, OutcomeFailed or OutcomeSuperseded once the
+	// notification is finished, "" while it runs (see Finished).
 	Outcome string `json:"outcome,omitempty"`
 	// Owner names the agent-notifier run that holds the claim: its
 	// instance id (or host) and a random run id, "<instance>/<run>".
@@ -90,6 +90,11 @@ const MaxTold = 1000
 const (
 	OutcomeOK     = "ok"
 	OutcomeFailed = "failed"
+	// OutcomeSuperseded: runs failed, and the rollout of a version the
+	// update delivers was aborted before it ran again; it was not run
+	// again, as the version restored by the abort is on its way. Like a
+	// failure, the component was not told of it (Told stays).
+	OutcomeSuperseded = "superseded"
 )
 
 // Finished reports whether the notification the claim names ended, and
@@ -99,7 +104,7 @@ func (c Claim) Finished() (finished, ok bool) {
 	switch c.Outcome {
 	case OutcomeOK:
 		return true, true
-	case OutcomeFailed:
+	case OutcomeFailed, OutcomeSuperseded:
 		return true, false
 	}
 	return false, false

@@ -34,6 +34,37 @@ func Diff(from, to []byte) ([]PatchOp, error) {
 	return out, nil
 }
 
+// PDPServedFields are the fields the PDP adds to a body when it serves it
+// (/getConfig), which a body pushed to policyflow need not carry.
+var PDPServedFields = []string{FieldConfigMessage, FieldResponseAttributes, FieldProperty}
+
+// DiffBodies is the JSON Patch from the policy_body from to the body to,
+// bodies compared as the PDP serves them: a field of PDPServedFields that
+// from has and to lacks (to is a pushed body, from as the PDP served it)
+// is not reported removed.
+func DiffBodies(from, to []byte) ([]PatchOp, error) {
+	a, err := decodeForDiff(from)
+	if err != nil {
+		return nil, fmt.Errorf("diff: the value before: %w", err)
+	}
+	b, err := decodeForDiff(to)
+	if err != nil {
+		return nil, fmt.Errorf("diff: the value after: %w", err)
+	}
+	if ao, ok := a.(map[string]any); ok {
+		if bo, ok := b.(map[string]any); ok {
+			for _, f := range PDPServedFields {
+				if _, has := bo[f]; !has {
+					delete(ao, f)
+				}
+			}
+		}
+	}
+	out := []PatchOp{}
+	diffValue("", a, b, &out)
+	return out, nil
+}
+
 func decodeForDiff(data []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()

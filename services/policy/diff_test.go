@@ -25,3 +25,27 @@ func TestDiff(t *testing.T) {
 		t.Error("Diff of a value that is not JSON: no error")
 	}
 }
+
+func TestDiffBodiesLeavesOutWhatThePDPAdds(t *testing.T) {
+	served := `{"policyName":"A.2.xml","policyVersion":"2","policyConfigStatus":"CONFIG_RETRIEVED","policyConfigMessage":"Config Retrieved! ",` +
+		`"responseAttributes":{},"property":null,"type":"JSON","config":{"a":1}}`
+	pushed := `{"policyName":"A.3.xml","policyVersion":"3","policyConfigStatus":"CONFIG_RETRIEVED","type":"JSON","config":{"a":1}}`
+	ops, err := DiffBodies([]byte(served), []byte(pushed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.Op == "remove" {
+			t.Fatalf("diff %+v reports %s removed: the PDP adds it", ops, op.Path)
+		}
+	}
+	if len(ops) != 2 {
+		t.Fatalf("diff %+v, want the name and version replaced", ops)
+	}
+	// A field the pushed body carries is compared.
+	ops, _ = DiffBodies([]byte(served), []byte(`{"policyName":"A.2.xml","policyVersion":"2","policyConfigStatus":"CONFIG_RETRIEVED","policyConfigMessage":"other",`+
+		`"responseAttributes":{},"property":null,"type":"JSON","config":{"a":1}}`))
+	if len(ops) != 1 || ops[0].Path != "/policyConfigMessage" {
+		t.Fatalf("diff %+v, want policyConfigMessage replaced", ops)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/policyflow/policyflow/events"
 	"github.com/policyflow/policyflow/services/consulkv"
 	"github.com/policyflow/policyflow/services/notifytarget"
+	"github.com/policyflow/policyflow/services/rollout"
 	"github.com/policyflow/policyflow/services/runtime"
 	"github.com/policyflow/policyflow/topology"
 )
@@ -266,7 +267,15 @@ func (n *notifier) notify(ctx context.Context, j *job) bool {
 	d := Delivery{ComponentID: a.ComponentID, UpdateID: a.UpdateID, Generation: a.Generation, Run: n.owner}
 	t := n.chains.track(j) // its lease is renewed until it ends
 	defer n.chains.untrack(t)
+	var aborted *events.PolicyRollout
 	for run := 1; ; run++ {
+		if run > 1 {
+			if aborted = n.abortedIn(j); aborted != nil {
+				j.log.Warn().Int("attempt", j.claim.Attempts).Str("policy_id", aborted.PolicyID).Str("version", aborted.Version).Str("rollout_id", aborted.RolloutID).
+					Msg("notification not run again: the rollout of a version it delivers was aborted, the version restored is on its way")
+				break
+			}
+		}
 		if !n.chains.fence(j, run > 1) {
 			j.log.Warn().Int("attempt", j.claim.Attempts+1).Bool("claim_lost", j.lost).Msg("notification stopped before its run: the claim is not this notifier's for sure")
 			return false
@@ -305,13 +314,38 @@ func (n *notifier) notify(ctx context.Context, j *job) bool {
 	}
 	j.claim.ExitCode, j.claim.Stderr, j.claim.HTTPStatus = &res.ExitCode, res.Stderr, res.HTTPStatus
 	j.claim.Outcome = consulkv.OutcomeOK
-	if res.ExitCode != 0 {
+	if aborted != nil {
+		j.claim.Outcome = consulkv.OutcomeSuperseded
+		j.claim.Stderr = fmt.Sprintf("%s\n[not run again: the rollout %s of version %s of %s was aborted; the version it restored is notified next]",
+			res.Stderr, aborted.RolloutID, aborted.Version, aborted.PolicyID)
+	} else if res.ExitCode != 0 {
 		j.claim.Outcome = consulkv.OutcomeFailed
 	} else {
 		j.claim.Told = j.told // what it was told with success
 	}
 	j.claim.At = time.Now().UTC().Format(time.RFC3339Nano)
 	return true
+}
+
+// abortedIn is the rollout record, when there is one, saying that the
+// rollout of a version j's update delivers (a policy_id, version and body
+// hash of its updated policies) was aborted: a failed run of it is not run
+// again, the version the abort restored is on its way in a later update.
+// It looks in policy.rollouts as the notifier follows it: no request.
+func (n *notifier) abortedIn(j *job) *events.PolicyRollout {
+	if n.rollouts == nil {
+		return nil
+	}
+	for _, ref := range j.a.UpdatedRefs {
+		r, ok := n.rollouts.Value(ref.PolicyID)
+		if !ok {
+			continue
+		}
+		if _, decided := rollout.InForce(r, ref.PolicyVersion, ref.BodyHash); decided {
+			return r
+		}
+	}
+	return nil
 }
 
 // cutShort reports whether a run did not end by itself: its script was

@@ -247,6 +247,9 @@ type notifier struct {
 	// waits are the components whose records wait for another
 	// notifier's lease.
 	waits waits
+	// rollouts is policy.rollouts, by policy_id (abortedIn); nil when
+	// the notifier runs without Kafka (its batch handler alone).
+	rollouts *runtime.Table[*events.PolicyRollout]
 }
 
 // now is the time on the notifier's clock. Its monotonic reading is what
@@ -320,11 +323,22 @@ func (n *notifier) setup(ctx context.Context, env runtime.Env) (runtime.BatchHan
 	n.metrics = env.Metrics
 	n.tracer = env.Tracer
 	n.metrics.Notifier(topology.StageAgentNotifier, events.NotifyScript, events.NotifyWebhook)
+	// A failed run is not run again once the rollout of the version it
+	// delivers was aborted (abortedIn). The table is not waited for: a
+	// retry it does not know of yet runs, as before.
+	if len(env.Kafka.Brokers) > 0 {
+		if n.rollouts, err = runtime.FollowTable[*events.PolicyRollout](env, topology.PolicyRollouts, nil); err != nil {
+			return nil, nil, fmt.Errorf("agent-notifier: %w", err)
+		}
+	}
 	n.chains = newChains(n)
 	n.env = env
 	return n.handleInputs(runtime.TypedBatch(runtime.SkipTombstones, n.handle), runtime.Typed(runtime.RefuseTombstones, n.catchUp)), func() {
 		n.chains.close()
 		n.http.CloseIdleConnections()
+		if n.rollouts != nil {
+			n.rollouts.Close()
+		}
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package northapi
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -54,7 +55,7 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 		var wi policyapi.WhatIf
 		if err := json.Unmarshal(raw, &wi); code != http.StatusOK || err != nil || wi.Version != "2" || !slices.ContainsFunc(wi.Notes, func(n string) bool {
 			return strings.HasPrefix(n, "staged rollout: step 1 of 3 (0.1 of the components)")
-		}) {
+		}) || wi.FirstCohort == nil || wi.FirstCohort.Count != len(wi.FirstCohort.ComponentIDs) || wi.AbortedVersion != "" {
 			t.Fatalf("dry run of a push with a plan: %d %s", code, raw)
 		}
 	}
@@ -109,7 +110,7 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".2.xml", "2", v2))
 	testkit.Eventually(t, 30*time.Second, func() error {
 		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
-		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "2" {
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "2" || out["in_force"] != nil || out["aborted_version"] != nil {
 			return fmt.Errorf("latest %v", out)
 		}
 		return nil
@@ -136,12 +137,37 @@ func TestStagedRolloutPlanAndActions(t *testing.T) {
 	s.Produce(t, topology.PolicyCatalog, id, catalogRecord(id+".3.xml", "3", v3))
 	testkit.Eventually(t, 30*time.Second, func() error {
 		_, out, _ := s.call(t, http.MethodGet, "/policy_latest/"+id, nil)
-		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "3" {
+		// It also says the version was aborted, and what is in force.
+		in, _ := out["in_force"].(map[string]any)
+		if b, _ := out["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "3" || out["aborted_version"] != "3" || in == nil ||
+			in["policy_version"] != "1" || in["revision"] == nil {
 			return fmt.Errorf("latest %v", out)
+		}
+		if b, _ := in["policy_body"].(map[string]any); b == nil || b["policyVersion"] != "1" {
+			return fmt.Errorf("in force %v", in)
 		}
 		return nil
 	})
 	v4 := pdpBody(id+".4.xml", "4", map[string]any{"v": 4})
+	// A what-if of version 4 says so too, and diffs from version 1, the
+	// one in force; a body pushed without the fields the PDP adds when it
+	// serves one is not said to remove them.
+	bare := maps.Clone(v4)
+	delete(bare, "policyConfigMessage")
+	code, _, raw = s.call(t, http.MethodPost, "/v1/policies?dry_run=true", map[string]any{"policy": bare, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
+	var wi policyapi.WhatIf
+	if err := json.Unmarshal(raw, &wi); code != http.StatusOK || err != nil || wi.AbortedVersion != "3" || wi.InForceVersion == nil || *wi.InForceVersion != "1" {
+		t.Fatalf("dry run after the abort: %d %s", code, raw)
+	}
+	wantOps := map[string]string{"/policyName": "replace", "/policyVersion": "replace", "/config/v": "replace"}
+	if len(wi.Diff) != len(wantOps) {
+		t.Fatalf("diff of the dry run after the abort %+v, want %v", wi.Diff, wantOps)
+	}
+	for _, op := range wi.Diff {
+		if wantOps[op.Path] != op.Op {
+			t.Fatalf("diff of the dry run after the abort %+v, want %v", wi.Diff, wantOps)
+		}
+	}
 	code, _, raw = s.call(t, http.MethodPost, "/v1/policies", map[string]any{"policy": v4, "rollout": map[string]any{"steps": []float64{0.5, 1}}})
 	acc = policyapi.PushAccepted{}
 	if err := json.Unmarshal(raw, &acc); code != http.StatusAccepted || err != nil || acc.Rollout == nil || acc.Rollout.Version != "4" {

@@ -20,6 +20,7 @@ import (
 	"github.com/policyflow/policyflow/services/internal/web"
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/rollout"
 	"github.com/policyflow/policyflow/topology"
 )
 
@@ -329,7 +330,7 @@ func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 	if id == "" {
 		return web.Errorf(http.StatusBadRequest, "policy_id is missing: GET /policy_latest/{policy_id}")
 	}
-	if e := s.Views.Need(topology.PolicyCatalog); e != nil {
+	if e := s.Views.Need(topology.PolicyCatalog, topology.PolicyRollouts); e != nil {
 		return e
 	}
 	e, ok := s.catalog.get(id)
@@ -346,6 +347,14 @@ func (s *API) PolicyLatest(w http.ResponseWriter, r *http.Request) *web.Error {
 		// The PDP's latest version is invalid: the last valid one stays
 		// in force, and the answer says so.
 		lp.Status, lp.Error = e.Status, e.Error
+	}
+	if ro, _ := s.staged.Value(id); ro != nil {
+		if in, decided := rollout.InForce(ro, e.PolicyVersion, e.bodyHash()); decided {
+			lp.AbortedVersion, lp.InForce = e.PolicyVersion, &api.InForce{None: true}
+			if in != nil {
+				lp.InForce = &api.InForce{PolicyVersion: in.PolicyVersion, PolicyBody: json.RawMessage(in.Body), Revision: in.Revision}
+			}
+		}
 	}
 	web.WriteJSON(w, http.StatusOK, lp)
 	return nil

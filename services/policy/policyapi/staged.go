@@ -192,10 +192,7 @@ func (s *API) pushPlanned(w http.ResponseWriter, r *http.Request, raw []byte) *w
 	}
 	var before *events.PolicyCatalogEntry
 	if loaded {
-		before = &events.PolicyCatalogEntry{PolicyVersion: prev.PolicyVersion, Body: string(prev.Body), BodyHash: prev.BodyHash, Revision: prev.Revision, Tenant: prev.Tenant}
-		if before.BodyHash == "" {
-			before.BodyHash = policy.BodyHash(before.Body)
-		}
+		before = &events.PolicyCatalogEntry{PolicyVersion: prev.PolicyVersion, Body: string(prev.Body), BodyHash: prev.bodyHash(), Revision: prev.Revision, Tenant: prev.Tenant}
 	}
 	now := time.Now().UTC()
 	by := web.PrincipalOf(r.Context()).Name

@@ -37,6 +37,16 @@ type catalogEntry struct {
 	updatedAt time.Time
 }
 
+// bodyHash is the entry's body hash: as its record named it, or computed
+// from the body for records written without one. A rollout names its
+// version by it.
+func (e *catalogEntry) bodyHash() string {
+	if e.BodyHash != "" {
+		return e.BodyHash
+	}
+	return policy.BodyHash(string(e.Body))
+}
+
 // record is the policy.catalog record the entry was read from.
 func (e *catalogEntry) record() *events.PolicyCatalogEntry {
 	r := &events.PolicyCatalogEntry{

@@ -46,6 +46,29 @@ type WhatIf struct {
 	Refused []WhatIfRefusal `json:"refused"`
 	// Notes say what would be left as it is, and why.
 	Notes []string `json:"notes"`
+	// AbortedVersion is the loaded version when its staged rollout was
+	// aborted: no component has it; InForceVersion is the one they have
+	// instead (null when the abort removed the policy), and Diff is from
+	// its body. Absent otherwise.
+	AbortedVersion string  `json:"aborted_version,omitempty"`
+	InForceVersion *string `json:"in_force_version,omitempty"`
+	// FirstCohort, for a dry run with a staged rollout plan, is which of
+	// the components that would get the version are in the first step.
+	FirstCohort *WhatIfCohort `json:"first_cohort,omitempty"`
+	// inForceBody is the body of InForceVersion.
+	inForceBody []byte
+}
+
+// MaxCohortIDs bounds WhatIfCohort.ComponentIDs.
+const MaxCohortIDs = 100
+
+// WhatIfCohort is the first step's cohort of a planned rollout: Count
+// components, the first MaxCohortIDs of them by component_id.
+type WhatIfCohort struct {
+	Count        int      `json:"count"`
+	ComponentIDs []string `json:"component_ids"`
+	// Truncated says ComponentIDs lists only the first MaxCohortIDs.
+	Truncated bool `json:"truncated"`
 }
 
 // WhatIfComponent is one component a publish would change.
@@ -82,7 +105,7 @@ const (
 )
 
 // whatIfViews are the views a what-if answers from.
-var whatIfViews = []string{topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied}
+var whatIfViews = []string{topology.PolicyCatalog, topology.DeployComponents, topology.ComponentApplied, topology.PolicyRollouts}
 
 // whatIfOf is the answer to a dry run of POST /v1/policies: each body is checked
 // as the publish checks it (checkPushed: a body policy.Check refuses is
@@ -149,19 +172,33 @@ func (s *API) whatIfPlanned(w http.ResponseWriter, r *http.Request, raw []byte) 
 	if e != nil {
 		return e
 	}
-	first, changing := 0, 0
-	for _, c := range out.Components {
+	first, changing := firstCohort(out.Components, req.Rollout.Steps)
+	out.FirstCohort = first
+	out.Notes = append(out.Notes, fmt.Sprintf("staged rollout: step 1 of %d (%g of the components) would give version %s to %d of the %d components it would reach (first_cohort names them); the others keep the version they have until their step", len(req.Rollout.Steps), req.Rollout.Steps[0], out.Version, first.Count, changing))
+	web.WriteJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// firstCohort is the first step's cohort (rollout.InCohort) of the
+// components that would get the version (comps sorted by component_id;
+// those it removes the policy from are not given a version), and how many
+// would get it in all.
+func firstCohort(comps []WhatIfComponent, steps []float64) (*WhatIfCohort, int) {
+	changing := 0
+	first := &WhatIfCohort{ComponentIDs: []string{}}
+	for _, c := range comps {
 		if c.Change == ChangeRemoved {
 			continue
 		}
 		changing++
-		if rollout.InCohort(c.ComponentID, req.Rollout.Steps, 0) {
-			first++
+		if rollout.InCohort(c.ComponentID, steps, 0) {
+			if first.Count++; len(first.ComponentIDs) < MaxCohortIDs {
+				first.ComponentIDs = append(first.ComponentIDs, c.ComponentID)
+			}
 		}
 	}
-	out.Notes = append(out.Notes, fmt.Sprintf("staged rollout: step 1 of %d (%g of the components) would give version %s to %d of the %d components it would reach; the others keep the version they have until their step", len(req.Rollout.Steps), req.Rollout.Steps[0], out.Version, first, changing))
-	web.WriteJSON(w, http.StatusOK, out)
-	return nil
+	first.Truncated = first.Count > len(first.ComponentIDs)
+	return first, changing
 }
 
 // whatIfNotification answers a dry run of POST /v1/pdp/notifications. The
@@ -264,6 +301,20 @@ func (s *API) loaded(r *http.Request, id string, out *WhatIf) *catalogEntry {
 	}
 	v := e.PolicyVersion
 	out.LoadedVersion = &v
+	if ro, _ := s.staged.Value(id); ro != nil {
+		if in, decided := rollout.InForce(ro, e.PolicyVersion, e.bodyHash()); decided {
+			out.AbortedVersion = e.PolicyVersion
+			note := fmt.Sprintf("the rollout of the loaded version %s was aborted: no component has it", e.PolicyVersion)
+			if in != nil {
+				iv := in.PolicyVersion
+				out.InForceVersion, out.inForceBody = &iv, []byte(in.Body)
+				note += fmt.Sprintf("; they have version %s, which the diff is from", iv)
+			} else {
+				note += "; the abort removed the policy from them"
+			}
+			out.Notes = append(out.Notes, note)
+		}
+	}
 	return e
 }
 
@@ -274,11 +325,18 @@ func (s *API) mayReadLoaded(r *http.Request, id string) bool {
 	return !ok || mayReadPolicy(web.PrincipalOf(r.Context()), e)
 }
 
-// diff sets the patch from the loaded body to the body published;
-// headerOnly leaves out the config, which a PDP notification does not
+// diff sets the patch from the loaded body (the one in force, when the
+// loaded version's rollout was aborted) to the body published, bodies
+// compared as the PDP serves them (policy.DiffBodies); headerOnly leaves out the config, which a PDP notification does not
 // carry.
 func (out *WhatIf) diff(from, to []byte, headerOnly bool) {
-	ops, err := policy.Diff(from, to)
+	if out.AbortedVersion != "" {
+		if out.inForceBody == nil {
+			return // the components have nothing to diff from
+		}
+		from = out.inForceBody
+	}
+	ops, err := policy.DiffBodies(from, to)
 	if err != nil {
 		out.Notes = append(out.Notes, fmt.Sprintf("no diff: %v", err))
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/policyflow/policyflow/services/north-api/auth"
 	"github.com/policyflow/policyflow/services/pdp-ingest/pdpingest"
 	"github.com/policyflow/policyflow/services/policy"
+	"github.com/policyflow/policyflow/services/rollout"
 )
 
 // checkedBody is a pushed body of DCAE.Config_X at version v with
@@ -180,5 +181,34 @@ func TestWhatIfOfANotificationForATenantsPolicy(t *testing.T) {
 		[]*events.Component{whatIfComp("c1", "t1", []string{v1.PolicyID})}, func(string) (*appliedState, bool) { return holding(v1), true })
 	if len(out.Refused) != 1 || out.Refused[0].By != ByPDPIngest || !strings.Contains(out.Refused[0].Reason, `belongs to tenant "t1"`) || out.Count != 0 {
 		t.Errorf("what-if: %+v", out)
+	}
+}
+
+// TestFirstCohortNamesItsComponents: a planned what-if names the
+// components of the first step (the first MaxCohortIDs by component_id)
+// and counts them all; a component losing the policy is not among them.
+func TestFirstCohortNamesItsComponents(t *testing.T) {
+	steps := []float64{0.5, 1}
+	var comps []WhatIfComponent
+	var want []string
+	for i := 0; i < 500; i++ {
+		id := fmt.Sprintf("c%04d", i)
+		change := ChangeUpdated
+		if i%50 == 0 {
+			change = ChangeRemoved
+		}
+		comps = append(comps, WhatIfComponent{ComponentID: id, Change: change})
+		if change != ChangeRemoved && rollout.InCohort(id, steps, 0) {
+			want = append(want, id)
+		}
+	}
+	first, changing := firstCohort(comps, steps)
+	if changing != 490 || first.Count != len(want) || len(want) <= MaxCohortIDs || !first.Truncated ||
+		!reflect.DeepEqual(first.ComponentIDs, want[:MaxCohortIDs]) {
+		t.Fatalf("first cohort %+v of %d changing, want %d components, the first %d named", first, changing, len(want), MaxCohortIDs)
+	}
+	first, _ = firstCohort(comps[:20], steps)
+	if first.Truncated || first.Count != len(first.ComponentIDs) || first.Count == 0 {
+		t.Fatalf("first cohort of 20 components %+v", first)
 	}
 }
