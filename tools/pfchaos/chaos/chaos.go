@@ -185,9 +185,11 @@ type Row struct {
 	Rewound int
 }
 
-// Failed reports a row with something counted or an error.
+// Failed reports a row with something counted or an error. A late
+// version fails it as a lost one does: it reached its component only
+// after the progress bound, past what the matrix promises.
 func (r Row) Failed() bool {
-	return r.Lost != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
+	return r.Lost != 0 || r.Late != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
 		r.Unreadable != 0 || r.ReadyLied != 0 || r.LagHidden != 0 || r.Rewound != 0 || r.Stall > r.Bound || r.Err != ""
 }
 
@@ -201,14 +203,14 @@ func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 // details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\trewound\tstall/bound\trecovery\ttook\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tlate\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\trewound\tstall/bound\trecovery\ttook\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
-			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden, r.Rewound,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+			r.Lost, r.Late, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden, r.Rewound,
 			r.Stall.Seconds(), r.Bound.Seconds(), rec, r.Took.Seconds())
 	}
 	_ = tw.Flush()
@@ -306,8 +308,8 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 		began := time.Now()
 		r := s.runFault(ctx, f)
 		r.Took = time.Since(began)
-		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs, took %.1fs %s",
-			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Took.Seconds(), r.Err)
+		progress("%s: runs %d, finished %d, failed %d, lost %d, late %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs, took %.1fs %s",
+			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Late, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Took.Seconds(), r.Err)
 		m = append(m, r)
 		if ctx.Err() != nil {
 			break

@@ -41,8 +41,8 @@ type publication struct {
 }
 
 // Counters are what the ledger counts during one fault. Every one is
-// printed; Lost, Repeated, Overlapping, Backwards and a Stall over the
-// bound fail the fault.
+// printed; Lost, Late, Repeated, Overlapping, Backwards and a Stall over
+// the bound fail the fault.
 type Counters struct {
 	// Runs are the notifications started (scripts and webhooks);
 	// Finished those that ended with success, Failed those that ended
@@ -65,8 +65,10 @@ type Counters struct {
 	// version.
 	Backwards int
 	// Lost counts versions that stayed latest for OwedAfter or more (or
-	// the last of the stream) and never reached the component.
-	Lost int
+	// the last of the stream) and never reached the component by the end
+	// of the settling; Late those that reached it, but only after the
+	// progress bound had passed since they were superseded.
+	Lost, Late int
 	// Unreadable counts notifications the ledger could not read.
 	Unreadable int
 	// ReadyLied counts the answers 200 of the /readyz of a stage that
@@ -419,7 +421,8 @@ func (o *observer) followLedgers(ctx context.Context) {
 }
 
 // verdict are the counts of the fault under way, with the versions that
-// were owed and never reached a component counted as lost, and the
+// were owed and never reached a component by now counted as lost, those
+// that reached it only past grace after they were superseded as late, and the
 // stall: how long after the fault ended the slowest component waited for
 // a run of a version at least as new as the newest when the fault ended.
 // A version published after from is owed when it stayed the newest for
@@ -462,14 +465,22 @@ func (o *observer) verdict(from time.Time, owedFor, grace time.Duration, now tim
 				continue
 			}
 			// A run may start a moment before the North API answered.
-			if _, ok := reached(p.version, p.at.Add(-time.Second), until.Add(grace), last); !ok {
-				how := "stayed latest " + until.Sub(p.at).Round(time.Millisecond).String()
-				if last {
-					how = "is the newest"
-				}
-				c.Lost++
-				events = append(events, fmt.Sprintf("%s: version %d %s and never reached it", comp, p.version, how))
+			if _, ok := reached(p.version, p.at.Add(-time.Second), until.Add(grace), last); ok {
+				continue
 			}
+			how := "stayed latest " + until.Sub(p.at).Round(time.Millisecond).String()
+			if last {
+				how = "is the newest"
+			}
+			if at, ok := reached(p.version, p.at.Add(-time.Second), now, last); ok && !last {
+				// Reached, but past the bound after it was superseded.
+				c.Late++
+				events = append(events, fmt.Sprintf("%s: version %d %s and reached it %s after it was superseded (bound %s)",
+					comp, p.version, how, at.Sub(until).Round(time.Millisecond), grace))
+				continue
+			}
+			c.Lost++
+			events = append(events, fmt.Sprintf("%s: version %d %s and never reached it", comp, p.version, how))
 		}
 		if !o.faultTo.IsZero() {
 			newest := 0
