@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/topology"
 )
 
 // The faults of the embedded backend, by name: "kill-<process>" kills a
@@ -38,8 +40,16 @@ import (
 // Options.FailFor, then asks for a catch-up, which must notify them
 // again; "consul-edit" edits every component's item in Consul by hand
 // and asks for a catch-up, which must restore the items and notify each
-// component again.
+// component again. "none" injects nothing: the baseline of what the
+// ledger counts when nothing goes wrong. "pause-agent-notifier" runs a
+// second agent-notifier (another instance id) beside the first and stops
+// the first with SIGSTOP for Options.PauseFor, longer than its lease,
+// while notifications it holds are under way, then lets it go on
+// (SIGCONT): the other must take its claims over, and the resumed one
+// must deliver nothing without proving its claim again.
 const (
+	FaultNone           = "none"
+	FaultPauseNotifier  = "pause-agent-notifier"
 	FaultBrokerRestart  = "broker-restart"
 	FaultConsulDown     = "consul-down"
 	FaultRebalanceStorm = "rebalance-storm"
@@ -72,13 +82,14 @@ func Replace(name string) string { return "replace-" + name }
 
 // AllFaults are every fault this package runs, in the order it runs them.
 func AllFaults() []string {
-	var out []string
+	out := []string{FaultNone}
 	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
 		out = append(out, Kill(s))
 	}
 	for _, s := range Stages {
 		out = append(out, Replace(s))
 	}
+	out = append(out, FaultPauseNotifier)
 	out = append(out, FaultBrokerRestart)
 	out = append(out, ClusterFaults()...)
 	return append(out, FaultConsulDown, FaultRebalanceStorm, FaultScriptFails, FaultConsulEdit,
@@ -122,7 +133,11 @@ type Options struct {
 	// one); ReplaceBound the same after a replace-<stage> fault.
 	ProgressBound, ReplaceBound time.Duration
 	// FailFor is how long script-fails keeps the scripts failing.
-	FailFor    time.Duration
+	FailFor time.Duration
+	// PauseFor is how long pause-agent-notifier keeps the notifier
+	// stopped: longer than its lease (--notify-lease, 15 s), so that the
+	// other notifier may take its claims over meanwhile.
+	PauseFor   time.Duration
 	Partitions int
 	// ConsulImage is the image of the containers faults' Consul cluster.
 	ConsulImage string
@@ -146,7 +161,7 @@ func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
 		Hold: 3 * time.Second, OwedAfter: 2 * time.Second, ProgressBound: 10 * time.Second, ReplaceBound: 20 * time.Second,
-		FailFor:     5 * time.Second,
+		FailFor: 5 * time.Second, PauseFor: 20 * time.Second,
 		ConsulImage: DefaultConsulImage, StageImages: "policyflow/%s:dev", Disconnected: 20 * time.Second, Log: zerolog.Nop()}
 }
 
@@ -329,6 +344,15 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 		// A new identity: the group first lets the dead member go.
 		row.Bound = s.o.ReplaceBound
 	}
+	if fault == FaultPauseNotifier {
+		// The second notifier joins before the stream, so that both
+		// hold notifications when the first is paused.
+		if err := s.startPeer(ctx, topology.StageAgentNotifier); err != nil {
+			row.Err = err.Error()
+			return row
+		}
+		defer s.stopPeer(topology.StageAgentNotifier)
+	}
 	s.obs.reset()
 	rewinds := s.rewinds()
 	from := time.Now()
@@ -380,6 +404,9 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	var rewound []string
 	row.Rewound, rewound = rewindsSince(rewinds, s.rewinds())
 	row.Details = append(row.Details, rewound...)
+	if fault == FaultPauseNotifier {
+		row.Note = s.pausedNote()
+	}
 	if err := s.alive(); err != nil {
 		row.Err = err.Error()
 	}
@@ -415,6 +442,11 @@ func (s *stack) inject(ctx context.Context, fault string) <-chan error {
 
 func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 	switch {
+	case fault == FaultNone:
+		started()
+		return nil
+	case fault == FaultPauseNotifier:
+		return s.pause(ctx, topology.StageAgentNotifier, started)
 	case strings.HasPrefix(fault, "kill-"):
 		name := strings.TrimPrefix(fault, "kill-")
 		s.procMu.Lock()

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -77,6 +78,11 @@ type stack struct {
 	// compBase starts every component id: "chaos-", or on an external
 	// cluster "chaos-<random>-", the run's own.
 	compBase string
+
+	// paused and pausedAt are the log of the notifier pause-agent-notifier
+	// stopped and its size when it was let go on.
+	paused   string
+	pausedAt int64
 
 	noteMu sync.Mutex
 	note   string // what the running fault did (Row.Note)
@@ -309,18 +315,24 @@ func (s *stack) startConsul(ctx context.Context, httpAddr string) error {
 
 // args are the flags of a process of the stack. The base member of each
 // stage is a static member (--instance-id <stage>-0), as a StatefulSet
-// pod is; member (not "") names another, dynamic one.
+// pod is, and so is its peer (peerMember, --instance-id <stage>-peer);
+// member (another) names another, dynamic one.
 func (s *stack) args(name, member string) []string {
 	switch name {
 	case NorthAPI:
 		return []string{"--api-addr", s.apiURL[len("http://"):], "--tokens-file", filepath.Join(s.o.Dir, "api", devstack.TokensFileName)}
 	}
 	args := []string{"--session-timeout", s.o.SessionTimeout.String()}
-	if member == "" && !s.o.Dynamic {
+	switch {
+	case s.o.Dynamic:
+	case member == "":
 		s.procMu.Lock()
 		n := s.incarnation[name]
 		s.procMu.Unlock()
 		args = append(args, "--instance-id", name+"-"+strconv.Itoa(n))
+	case member == peerMember:
+		// A second replica, static too, as a StatefulSet's second pod.
+		args = append(args, "--instance-id", name+peerMember)
 	}
 	switch name {
 	case topology.StagePDPIngest:
@@ -700,4 +712,80 @@ func rewindsSince(before, after map[string]float64) (int, []string) {
 		}
 	}
 	return n, details
+}
+
+// peerMember names a stage's second static replica (pause-agent-notifier).
+const peerMember = "-peer"
+
+// startPeer starts a second replica of stage name under an instance id
+// of its own and waits until it is ready.
+func (s *stack) startPeer(ctx context.Context, name string) error {
+	if _, err := s.start(name, peerMember); err != nil {
+		return err
+	}
+	return s.ready(ctx, name+peerMember)
+}
+
+// stopPeer drains the second replica of stage name and forgets it.
+func (s *stack) stopPeer(name string) {
+	s.procMu.Lock()
+	p := s.procs[name+peerMember]
+	delete(s.procs, name+peerMember)
+	s.procMu.Unlock()
+	if p != nil {
+		p.Stop()
+	}
+}
+
+// pause stops stage name's base replica with SIGSTOP for PauseFor and
+// lets it go on with SIGCONT; the fault is over then. Its log from the
+// resumption on is read by pausedNote.
+func (s *stack) pause(ctx context.Context, name string, started func()) error {
+	s.procMu.Lock()
+	p := s.procs[name]
+	s.procMu.Unlock()
+	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("pause %s: %w", name, err)
+	}
+	started()
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.o.PauseFor):
+	}
+	if st, err := os.Stat(p.LogFile); err == nil {
+		s.procMu.Lock()
+		s.paused, s.pausedAt = p.LogFile, st.Size()
+		s.procMu.Unlock()
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume %s: %w", name, err)
+	}
+	return ctx.Err()
+}
+
+// claimLost is what the agent-notifier logs when it finds, before a run,
+// that a notification's claim is another notifier's.
+const claimLost = "the claim is another notifier's now"
+
+// pausedNote says how long the notifier was paused and how many of its
+// notifications it found taken over once resumed (its log from then on).
+func (s *stack) pausedNote() string {
+	s.procMu.Lock()
+	path, off := s.paused, s.pausedAt
+	s.paused = ""
+	s.procMu.Unlock()
+	note := fmt.Sprintf("agent-notifier stopped %s beside agent-notifier%s", s.o.PauseFor, peerMember)
+	if path == "" {
+		return note
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return note
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return note
+	}
+	b, _ := io.ReadAll(f)
+	return fmt.Sprintf("%s; once resumed it logged %d notification claim(s) found to be another's", note, strings.Count(string(b), claimLost))
 }
