@@ -289,6 +289,16 @@ func versionOf(body json.RawMessage) int {
 	return v
 }
 
+// pauseMark, while it exists, makes the next component script to run
+// take it, write its notifier's pid (its parent's) to pausedPID, stop
+// that notifier with SIGSTOP and fail (exit 3): pause-agent-notifier
+// stops a notifier in the middle of a notification it holds, one it
+// would run again once let go on.
+const (
+	pauseMark = "pause"
+	pausedPID = "paused.pid"
+)
+
 // ScriptRun is how long each component script works after it wrote its
 // start line, so that a fault lands in the middle of runs.
 var ScriptRun = 1500 * time.Millisecond
@@ -298,7 +308,8 @@ var ScriptRun = 1500 * time.Millisecond
 // notification) to the component's ledger file, an overlap line when
 // the process of its component's previous run is still alive, works
 // ScriptRun, and writes an end line; while the file fail exists it ends
-// at once with exit 3.
+// at once with exit 3, and when it takes the file pauseMark it stops its
+// notifier (pausedPID) and ends with exit 3.
 func script(ledgerDir, c string) string {
 	l := filepath.Join(ledgerDir, c+".log")
 	p := filepath.Join(ledgerDir, c+".pid")
@@ -317,13 +328,19 @@ if [ -f "$P" ]; then
 fi
 echo $$ > "$P"
 printf 'start %%s %%s %%s %%s %%s\n' "$(date +%%s%%N)" "$$" "$u" "$g" "$2" >> "$L"
+if mv %[5]q %[5]q.$$ 2>/dev/null; then
+	echo "$PPID" > %[6]q.tmp && mv %[6]q.tmp %[6]q
+	kill -STOP "$PPID"
+	echo "end $(date +%%s%%N) $$ $u $g 3" >> "$L"
+	exit 3
+fi
 if [ -f %[3]q ]; then
 	echo "end $(date +%%s%%N) $$ $u $g 3" >> "$L"
 	exit 3
 fi
 sleep %[4]s
 echo "end $(date +%%s%%N) $$ $u $g 0" >> "$L"
-`, l, p, fail, strconv.FormatFloat(ScriptRun.Seconds(), 'f', 3, 64))
+`, l, p, fail, strconv.FormatFloat(ScriptRun.Seconds(), 'f', 3, 64), filepath.Join(ledgerDir, pauseMark), filepath.Join(ledgerDir, pausedPID))
 }
 
 // readLedgers reads what the component scripts wrote since the last call.

@@ -81,8 +81,8 @@ type stack struct {
 
 	// paused and pausedAt are the log of the notifier pause-agent-notifier
 	// stopped and its size when it was let go on.
-	paused   string
-	pausedAt int64
+	paused, pausedHow string
+	pausedAt          int64
 
 	noteMu sync.Mutex
 	note   string // what the running fault did (Row.Note)
@@ -737,15 +737,67 @@ func (s *stack) stopPeer(name string) {
 	}
 }
 
-// pause stops stage name's base replica with SIGSTOP for PauseFor and
-// lets it go on with SIGCONT; the fault is over then. Its log from the
-// resumption on is read by pausedNote.
+// pause stops an agent-notifier with SIGSTOP in the middle of a
+// notification it holds, for PauseFor, and lets it go on with SIGCONT;
+// the fault is over then. The next component script to run stops its own
+// notifier (pauseMark) and fails, so the notifier, once let go on, would
+// run it again after its backoff: without making sure of its claim, a
+// generation older than the one the other notifier delivered meanwhile.
+// When no script runs within PauseWait, the base replica is stopped from
+// here instead. The paused notifier's log from its resumption on is read
+// by pausedNote.
 func (s *stack) pause(ctx context.Context, name string, started func()) error {
-	s.procMu.Lock()
-	p := s.procs[name]
-	s.procMu.Unlock()
-	if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("pause %s: %w", name, err)
+	mark, pidFile := filepath.Join(s.obs.ledgerDir, pauseMark), filepath.Join(s.obs.ledgerDir, pausedPID)
+	_ = os.Remove(pidFile)
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		return err
+	}
+	find := func(pid int) *devstack.StageProc {
+		s.procMu.Lock()
+		defer s.procMu.Unlock()
+		for _, key := range []string{name, name + peerMember} {
+			if p := s.procs[key]; p != nil && p.Cmd.Process.Pid == pid {
+				return p
+			}
+		}
+		return nil
+	}
+	// wait waits up to d for the pid of the notifier a script stopped.
+	wait := func(d time.Duration) (*devstack.StageProc, error) {
+		for deadline := time.Now().Add(d); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				continue
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if p := find(pid); p != nil {
+				return p, nil
+			}
+			return nil, fmt.Errorf("a component script stopped process %q, not an agent-notifier", b)
+		}
+		return nil, nil
+	}
+	how := "by the script of a notification it held"
+	p, err := wait(PauseWait)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		if os.Remove(mark) != nil {
+			// A script took the mark just now: it stops its notifier.
+			if p, err = wait(5 * time.Second); err != nil || p == nil {
+				return errors.Join(errors.New("a script took the pause mark and wrote no pid"), err)
+			}
+		} else {
+			// No script ran: the base replica is stopped from here.
+			s.procMu.Lock()
+			p = s.procs[name]
+			s.procMu.Unlock()
+			if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				return fmt.Errorf("pause %s: %w", name, err)
+			}
+			how = "from outside, no script having run"
+		}
 	}
 	started()
 	select {
@@ -754,14 +806,18 @@ func (s *stack) pause(ctx context.Context, name string, started func()) error {
 	}
 	if st, err := os.Stat(p.LogFile); err == nil {
 		s.procMu.Lock()
-		s.paused, s.pausedAt = p.LogFile, st.Size()
+		s.paused, s.pausedAt, s.pausedHow = p.LogFile, st.Size(), filepath.Base(strings.TrimSuffix(p.LogFile, ".log"))+" stopped "+how
 		s.procMu.Unlock()
 	}
 	if err := p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return fmt.Errorf("resume %s: %w", name, err)
+		return fmt.Errorf("resume %s: %w", p.Name, err)
 	}
 	return ctx.Err()
 }
+
+// PauseWait is how long pause-agent-notifier waits for a component script
+// to run and stop its notifier.
+const PauseWait = 5 * time.Second
 
 // claimLost is what the agent-notifier logs when it finds, before a run,
 // that a notification's claim is another notifier's.
@@ -771,10 +827,10 @@ const claimLost = "the claim is another notifier's now"
 // notifications it found taken over once resumed (its log from then on).
 func (s *stack) pausedNote() string {
 	s.procMu.Lock()
-	path, off := s.paused, s.pausedAt
+	path, off, how := s.paused, s.pausedAt, s.pausedHow
 	s.paused = ""
 	s.procMu.Unlock()
-	note := fmt.Sprintf("agent-notifier stopped %s beside agent-notifier%s", s.o.PauseFor, peerMember)
+	note := fmt.Sprintf("%s for %s", how, s.o.PauseFor)
 	if path == "" {
 		return note
 	}
