@@ -80,7 +80,8 @@ type stack struct {
 	compBase string
 
 	// paused and pausedAt are the log of the notifier pause-agent-notifier
-	// stopped and its size when it was let go on.
+	// stopped and its size when it was let go on; pausedHow says which it
+	// was and how it was stopped.
 	paused, pausedHow string
 	pausedAt          int64
 
@@ -752,6 +753,8 @@ func (s *stack) pause(ctx context.Context, name string, started func()) error {
 	if err := os.WriteFile(mark, nil, 0o644); err != nil {
 		return err
 	}
+	// Left behind, the mark would stop a notifier in a later row.
+	defer os.Remove(mark)
 	find := func(pid int) *devstack.StageProc {
 		s.procMu.Lock()
 		defer s.procMu.Unlock()
