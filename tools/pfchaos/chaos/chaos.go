@@ -351,7 +351,7 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 			row.Err = err.Error()
 			return row
 		}
-		defer s.stopPeer(topology.StageAgentNotifier)
+		defer s.stopPeer(ctx, topology.StageAgentNotifier)
 	}
 	s.obs.reset()
 	rewinds := s.rewinds()

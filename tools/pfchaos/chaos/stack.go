@@ -727,14 +727,25 @@ func (s *stack) startPeer(ctx context.Context, name string) error {
 	return s.ready(ctx, name+peerMember)
 }
 
-// stopPeer drains the second replica of stage name and forgets it.
-func (s *stack) stopPeer(name string) {
+// stopPeer drains the second replica of stage name and forgets it. A
+// static member does not leave its group when it stops: its partitions
+// move to the other replica only once the session timeout has passed,
+// which stopPeer waits out, so that the next fault does not begin with
+// partitions nobody consumes.
+func (s *stack) stopPeer(ctx context.Context, name string) {
 	s.procMu.Lock()
 	p := s.procs[name+peerMember]
 	delete(s.procs, name+peerMember)
 	s.procMu.Unlock()
-	if p != nil {
-		p.Stop()
+	if p == nil {
+		return
+	}
+	p.Stop()
+	if !s.o.Dynamic {
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.o.SessionTimeout + 2*time.Second):
+		}
 	}
 }
 
