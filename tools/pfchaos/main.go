@@ -74,6 +74,7 @@ func newFlags(st *settings, faults *string, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.ProgressBound, "progress-bound", o.ProgressBound, "longest wait after a fault for a run of the version that was newest when it ended")
 	fs.DurationVar(&o.ReplaceBound, "replace-bound", o.ReplaceBound, "the same after replace-<stage> (a new member identity)")
 	fs.DurationVar(&o.FailFor, "fail-for", o.FailFor, "how long script-fails keeps the component scripts failing")
+	fs.DurationVar(&o.PauseFor, "pause", o.PauseFor, "how long pause-agent-notifier keeps the notifier stopped (SIGSTOP); longer than its 15s lease for the other notifier to take its claims over")
 	fs.StringVar(&o.StageImages, "stage-images", o.StageImages, "stage images of the containers faults, %s standing for the stage (deploy/build-images.sh consul-writer builds the one they run; PF_IMAGE_TAG sets its tag)")
 	fs.DurationVar(&o.Disconnected, "disconnected", o.Disconnected, "how long network-disconnect keeps the stage's container off the network")
 	fs.StringVar(&o.ConsulImage, "consul-image", o.ConsulImage, "image of the Consul servers of consul-leader-loss (deploy/build-images.sh consul builds it)")

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/policyflow/policyflow/topology"
 )
 
 // The faults of the embedded backend, by name: "kill-<process>" kills a
@@ -38,8 +40,16 @@ import (
 // Options.FailFor, then asks for a catch-up, which must notify them
 // again; "consul-edit" edits every component's item in Consul by hand
 // and asks for a catch-up, which must restore the items and notify each
-// component again.
+// component again. "none" injects nothing: the baseline of what the
+// ledger counts when nothing goes wrong. "pause-agent-notifier" runs a
+// second agent-notifier (another instance id) beside the first and stops
+// the first with SIGSTOP for Options.PauseFor, longer than its lease,
+// while notifications it holds are under way, then lets it go on
+// (SIGCONT): the other must take its claims over, and the resumed one
+// must deliver nothing without proving its claim again.
 const (
+	FaultNone           = "none"
+	FaultPauseNotifier  = "pause-agent-notifier"
 	FaultBrokerRestart  = "broker-restart"
 	FaultConsulDown     = "consul-down"
 	FaultRebalanceStorm = "rebalance-storm"
@@ -72,13 +82,14 @@ func Replace(name string) string { return "replace-" + name }
 
 // AllFaults are every fault this package runs, in the order it runs them.
 func AllFaults() []string {
-	var out []string
+	out := []string{FaultNone}
 	for _, s := range append(append([]string(nil), Stages...), NorthAPI) {
 		out = append(out, Kill(s))
 	}
 	for _, s := range Stages {
 		out = append(out, Replace(s))
 	}
+	out = append(out, FaultPauseNotifier)
 	out = append(out, FaultBrokerRestart)
 	out = append(out, ClusterFaults()...)
 	return append(out, FaultConsulDown, FaultRebalanceStorm, FaultScriptFails, FaultConsulEdit,
@@ -122,7 +133,11 @@ type Options struct {
 	// one); ReplaceBound the same after a replace-<stage> fault.
 	ProgressBound, ReplaceBound time.Duration
 	// FailFor is how long script-fails keeps the scripts failing.
-	FailFor    time.Duration
+	FailFor time.Duration
+	// PauseFor is how long pause-agent-notifier keeps the notifier
+	// stopped: longer than its lease (--notify-lease, 15 s), so that the
+	// other notifier may take its claims over meanwhile.
+	PauseFor   time.Duration
 	Partitions int
 	// ConsulImage is the image of the containers faults' Consul cluster.
 	ConsulImage string
@@ -146,7 +161,7 @@ func Defaults() Options {
 	return Options{Faults: AllFaults(), Components: 200, Policies: 2, Updates: 20, Pace: 50 * time.Millisecond,
 		ConsulDown: 30 * time.Second, StormRounds: 4, SessionTimeout: 10 * time.Second, Settle: 2 * time.Minute, Partitions: 3,
 		Hold: 3 * time.Second, OwedAfter: 2 * time.Second, ProgressBound: 10 * time.Second, ReplaceBound: 20 * time.Second,
-		FailFor:     5 * time.Second,
+		FailFor: 5 * time.Second, PauseFor: 20 * time.Second,
 		ConsulImage: DefaultConsulImage, StageImages: "policyflow/%s:dev", Disconnected: 20 * time.Second, Log: zerolog.Nop()}
 }
 
@@ -185,9 +200,11 @@ type Row struct {
 	Rewound int
 }
 
-// Failed reports a row with something counted or an error.
+// Failed reports a row with something counted or an error. A late
+// version fails it as a lost one does: it reached its component only
+// after the progress bound, past what the matrix promises.
 func (r Row) Failed() bool {
-	return r.Lost != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
+	return r.Lost != 0 || r.Late != 0 || r.Behind != 0 || r.Repeated != 0 || r.Overlapping != 0 || r.Backwards != 0 ||
 		r.Unreadable != 0 || r.ReadyLied != 0 || r.LagHidden != 0 || r.Rewound != 0 || r.Stall > r.Bound || r.Err != ""
 }
 
@@ -201,14 +218,14 @@ func (m Matrix) Failed() bool { return slices.ContainsFunc(m, Row.Failed) }
 // details of failed rows.
 func (m Matrix) Print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\trewound\tstall/bound\trecovery\ttook\t")
+	fmt.Fprintln(tw, "fault\truns\tfinished\tfailed\tlost\tlate\tbehind\trepeated\tredelivered\toverlapping\tbackwards\tunreadable\tready-lied\tlag-hidden\trewound\tstall/bound\trecovery\ttook\t")
 	for _, r := range m {
 		rec := fmt.Sprintf("%.1fs", r.Recovery.Seconds())
 		if r.Err != "" {
 			rec = "error"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
-			r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden, r.Rewound,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs/%.0fs\t%s\t%.1fs\t\n", r.Fault, r.Runs, r.Finished, r.FailedRuns,
+			r.Lost, r.Late, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Unreadable, r.ReadyLied, r.LagHidden, r.Rewound,
 			r.Stall.Seconds(), r.Bound.Seconds(), rec, r.Took.Seconds())
 	}
 	_ = tw.Flush()
@@ -306,8 +323,8 @@ func runOn(ctx context.Context, o Options, withCluster bool, faults []string, pr
 		began := time.Now()
 		r := s.runFault(ctx, f)
 		r.Took = time.Since(began)
-		progress("%s: runs %d, finished %d, failed %d, lost %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs, took %.1fs %s",
-			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Took.Seconds(), r.Err)
+		progress("%s: runs %d, finished %d, failed %d, lost %d, late %d, behind %d, repeated %d, redelivered %d, overlapping %d, backwards %d, stall %.1fs (bound %.0fs), recovery %.1fs, took %.1fs %s",
+			f, r.Runs, r.Finished, r.FailedRuns, r.Lost, r.Late, r.Behind, r.Repeated, r.Redelivered, r.Overlapping, r.Backwards, r.Stall.Seconds(), r.Bound.Seconds(), r.Recovery.Seconds(), r.Took.Seconds(), r.Err)
 		m = append(m, r)
 		if ctx.Err() != nil {
 			break
@@ -326,6 +343,15 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	if strings.HasPrefix(fault, "replace-") || s.o.Dynamic {
 		// A new identity: the group first lets the dead member go.
 		row.Bound = s.o.ReplaceBound
+	}
+	if fault == FaultPauseNotifier {
+		// The second notifier joins before the stream, so that both
+		// hold notifications when the first is paused.
+		if err := s.startPeer(ctx, topology.StageAgentNotifier); err != nil {
+			row.Err = err.Error()
+			return row
+		}
+		defer s.stopPeer(ctx, topology.StageAgentNotifier)
 	}
 	s.obs.reset()
 	rewinds := s.rewinds()
@@ -378,6 +404,9 @@ func (s *stack) runFault(ctx context.Context, fault string) Row {
 	var rewound []string
 	row.Rewound, rewound = rewindsSince(rewinds, s.rewinds())
 	row.Details = append(row.Details, rewound...)
+	if fault == FaultPauseNotifier {
+		row.Note = s.pausedNote()
+	}
 	if err := s.alive(); err != nil {
 		row.Err = err.Error()
 	}
@@ -413,6 +442,11 @@ func (s *stack) inject(ctx context.Context, fault string) <-chan error {
 
 func (s *stack) fault(ctx context.Context, fault string, started func()) error {
 	switch {
+	case fault == FaultNone:
+		started()
+		return nil
+	case fault == FaultPauseNotifier:
+		return s.pause(ctx, topology.StageAgentNotifier, started)
 	case strings.HasPrefix(fault, "kill-"):
 		name := strings.TrimPrefix(fault, "kill-")
 		s.procMu.Lock()

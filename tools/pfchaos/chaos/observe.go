@@ -41,8 +41,8 @@ type publication struct {
 }
 
 // Counters are what the ledger counts during one fault. Every one is
-// printed; Lost, Repeated, Overlapping, Backwards and a Stall over the
-// bound fail the fault.
+// printed; Lost, Late, Repeated, Overlapping, Backwards and a Stall over
+// the bound fail the fault.
 type Counters struct {
 	// Runs are the notifications started (scripts and webhooks);
 	// Finished those that ended with success, Failed those that ended
@@ -65,8 +65,10 @@ type Counters struct {
 	// version.
 	Backwards int
 	// Lost counts versions that stayed latest for OwedAfter or more (or
-	// the last of the stream) and never reached the component.
-	Lost int
+	// the last of the stream) and never reached the component by the end
+	// of the settling; Late those that reached it, but only after the
+	// progress bound had passed since they were superseded.
+	Lost, Late int
 	// Unreadable counts notifications the ledger could not read.
 	Unreadable int
 	// ReadyLied counts the answers 200 of the /readyz of a stage that
@@ -287,6 +289,16 @@ func versionOf(body json.RawMessage) int {
 	return v
 }
 
+// pauseMark, while it exists, makes the next component script to run
+// take it, write its notifier's pid (its parent's) to pausedPID, stop
+// that notifier with SIGSTOP and fail (exit 3): pause-agent-notifier
+// stops a notifier in the middle of a notification it holds, one it
+// would run again once let go on.
+const (
+	pauseMark = "pause"
+	pausedPID = "paused.pid"
+)
+
 // ScriptRun is how long each component script works after it wrote its
 // start line, so that a fault lands in the middle of runs.
 var ScriptRun = 1500 * time.Millisecond
@@ -296,7 +308,8 @@ var ScriptRun = 1500 * time.Millisecond
 // notification) to the component's ledger file, an overlap line when
 // the process of its component's previous run is still alive, works
 // ScriptRun, and writes an end line; while the file fail exists it ends
-// at once with exit 3.
+// at once with exit 3, and when it takes the file pauseMark it stops its
+// notifier (pausedPID) and ends with exit 3.
 func script(ledgerDir, c string) string {
 	l := filepath.Join(ledgerDir, c+".log")
 	p := filepath.Join(ledgerDir, c+".pid")
@@ -315,13 +328,19 @@ if [ -f "$P" ]; then
 fi
 echo $$ > "$P"
 printf 'start %%s %%s %%s %%s %%s\n' "$(date +%%s%%N)" "$$" "$u" "$g" "$2" >> "$L"
+if mv %[5]q %[5]q.$$ 2>/dev/null; then
+	echo "$PPID" > %[6]q.tmp && mv %[6]q.tmp %[6]q
+	kill -STOP "$PPID"
+	echo "end $(date +%%s%%N) $$ $u $g 3" >> "$L"
+	exit 3
+fi
 if [ -f %[3]q ]; then
 	echo "end $(date +%%s%%N) $$ $u $g 3" >> "$L"
 	exit 3
 fi
 sleep %[4]s
 echo "end $(date +%%s%%N) $$ $u $g 0" >> "$L"
-`, l, p, fail, strconv.FormatFloat(ScriptRun.Seconds(), 'f', 3, 64))
+`, l, p, fail, strconv.FormatFloat(ScriptRun.Seconds(), 'f', 3, 64), filepath.Join(ledgerDir, pauseMark), filepath.Join(ledgerDir, pausedPID))
 }
 
 // readLedgers reads what the component scripts wrote since the last call.
@@ -419,7 +438,8 @@ func (o *observer) followLedgers(ctx context.Context) {
 }
 
 // verdict are the counts of the fault under way, with the versions that
-// were owed and never reached a component counted as lost, and the
+// were owed and never reached a component by now counted as lost, those
+// that reached it only past grace after they were superseded as late, and the
 // stall: how long after the fault ended the slowest component waited for
 // a run of a version at least as new as the newest when the fault ended.
 // A version published after from is owed when it stayed the newest for
@@ -462,14 +482,22 @@ func (o *observer) verdict(from time.Time, owedFor, grace time.Duration, now tim
 				continue
 			}
 			// A run may start a moment before the North API answered.
-			if _, ok := reached(p.version, p.at.Add(-time.Second), until.Add(grace), last); !ok {
-				how := "stayed latest " + until.Sub(p.at).Round(time.Millisecond).String()
-				if last {
-					how = "is the newest"
-				}
-				c.Lost++
-				events = append(events, fmt.Sprintf("%s: version %d %s and never reached it", comp, p.version, how))
+			if _, ok := reached(p.version, p.at.Add(-time.Second), until.Add(grace), last); ok {
+				continue
 			}
+			how := "stayed latest " + until.Sub(p.at).Round(time.Millisecond).String()
+			if last {
+				how = "is the newest"
+			}
+			if at, ok := reached(p.version, p.at.Add(-time.Second), now, last); ok && !last {
+				// Reached, but past the bound after it was superseded.
+				c.Late++
+				events = append(events, fmt.Sprintf("%s: version %d %s and reached it %s after it was superseded (bound %s)",
+					comp, p.version, how, at.Sub(until).Round(time.Millisecond), grace))
+				continue
+			}
+			c.Lost++
+			events = append(events, fmt.Sprintf("%s: version %d %s and never reached it", comp, p.version, how))
 		}
 		if !o.faultTo.IsZero() {
 			newest := 0

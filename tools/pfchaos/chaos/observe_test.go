@@ -84,7 +84,7 @@ func TestMatrixFailed(t *testing.T) {
 	if ok.Failed() {
 		t.Fatal("a matrix of zeros failed")
 	}
-	for _, r := range []Row{{Counters: Counters{Lost: 1}}, {Counters: Counters{Repeated: 1}}, {Counters: Counters{Overlapping: 1}},
+	for _, r := range []Row{{Counters: Counters{Lost: 1}}, {Counters: Counters{Late: 1}}, {Counters: Counters{Repeated: 1}}, {Counters: Counters{Overlapping: 1}},
 		{Counters: Counters{Backwards: 1}}, {Counters: Counters{ReadyLied: 1}}, {Counters: Counters{LagHidden: 1}}, {Behind: 1}, {Stall: 2 * time.Second, Bound: time.Second}, {Err: "not run"}} {
 		if !append(ok, r).Failed() {
 			t.Errorf("a matrix with %+v did not fail", r)
@@ -228,9 +228,16 @@ func TestVerdictCountsOwedVersionsNeverRun(t *testing.T) {
 	if c.Lost != 2 { // 3 stayed latest 5 s, 4 is the newest
 		t.Fatalf("lost %d, want 2: %v", c.Lost, ev)
 	}
+	// Version 4 run 1 s after version 3 was superseded, the bound being
+	// 1 s: version 3 reached it (a newer version holds it), late, not lost.
 	o.runs["a"] = append(o.runs["a"], &run{gen: 2, version: 4, start: t0.Add(6 * time.Second), ok: true, ended: true})
-	if c, _, ev := o.verdict(from, 2*time.Second, time.Second, t0.Add(10*time.Second)); c.Lost != 1 {
-		t.Fatalf("with version 4 run: lost %d, want 1 (version 3 never ran while it was the newest): %v", c.Lost, ev)
+	if c, _, ev := o.verdict(from, 2*time.Second, time.Second, t0.Add(10*time.Second)); c.Lost != 0 || c.Late != 1 {
+		t.Fatalf("with version 4 run past the bound: lost %d, late %d, want 0 and 1: %v", c.Lost, c.Late, ev)
+	}
+	// Within the bound, it is on time.
+	o.runs["a"][1].start = t0.Add(5500 * time.Millisecond)
+	if c, _, ev := o.verdict(from, 2*time.Second, time.Second, t0.Add(10*time.Second)); c.Lost != 0 || c.Late != 0 {
+		t.Fatalf("with version 4 run within the bound: lost %d, late %d, want 0 and 0: %v", c.Lost, c.Late, ev)
 	}
 }
 

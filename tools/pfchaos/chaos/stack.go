@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -77,6 +78,12 @@ type stack struct {
 	// compBase starts every component id: "chaos-", or on an external
 	// cluster "chaos-<random>-", the run's own.
 	compBase string
+
+	// paused and pausedAt are the log of the notifier pause-agent-notifier
+	// stopped and its size when it was let go on; pausedHow says which it
+	// was and how it was stopped.
+	paused, pausedHow string
+	pausedAt          int64
 
 	noteMu sync.Mutex
 	note   string // what the running fault did (Row.Note)
@@ -309,18 +316,24 @@ func (s *stack) startConsul(ctx context.Context, httpAddr string) error {
 
 // args are the flags of a process of the stack. The base member of each
 // stage is a static member (--instance-id <stage>-0), as a StatefulSet
-// pod is; member (not "") names another, dynamic one.
+// pod is, and so is its peer (peerMember, --instance-id <stage>-peer);
+// member (another) names another, dynamic one.
 func (s *stack) args(name, member string) []string {
 	switch name {
 	case NorthAPI:
 		return []string{"--api-addr", s.apiURL[len("http://"):], "--tokens-file", filepath.Join(s.o.Dir, "api", devstack.TokensFileName)}
 	}
 	args := []string{"--session-timeout", s.o.SessionTimeout.String()}
-	if member == "" && !s.o.Dynamic {
+	switch {
+	case s.o.Dynamic:
+	case member == "":
 		s.procMu.Lock()
 		n := s.incarnation[name]
 		s.procMu.Unlock()
 		args = append(args, "--instance-id", name+"-"+strconv.Itoa(n))
+	case member == peerMember:
+		// A second replica, static too, as a StatefulSet's second pod.
+		args = append(args, "--instance-id", name+peerMember)
 	}
 	switch name {
 	case topology.StagePDPIngest:
@@ -700,4 +713,149 @@ func rewindsSince(before, after map[string]float64) (int, []string) {
 		}
 	}
 	return n, details
+}
+
+// peerMember names a stage's second static replica (pause-agent-notifier).
+const peerMember = "-peer"
+
+// startPeer starts a second replica of stage name under an instance id
+// of its own and waits until it is ready.
+func (s *stack) startPeer(ctx context.Context, name string) error {
+	if _, err := s.start(name, peerMember); err != nil {
+		return err
+	}
+	return s.ready(ctx, name+peerMember)
+}
+
+// stopPeer drains the second replica of stage name and forgets it. A
+// static member does not leave its group when it stops: its partitions
+// move to the other replica only once the session timeout has passed,
+// which stopPeer waits out, so that the next fault does not begin with
+// partitions nobody consumes.
+func (s *stack) stopPeer(ctx context.Context, name string) {
+	s.procMu.Lock()
+	p := s.procs[name+peerMember]
+	delete(s.procs, name+peerMember)
+	s.procMu.Unlock()
+	if p == nil {
+		return
+	}
+	p.Stop()
+	if !s.o.Dynamic {
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.o.SessionTimeout + 2*time.Second):
+		}
+	}
+}
+
+// pause stops an agent-notifier with SIGSTOP in the middle of a
+// notification it holds, for PauseFor, and lets it go on with SIGCONT;
+// the fault is over then. The next component script to run stops its own
+// notifier (pauseMark) and fails, so the notifier, once let go on, would
+// run it again after its backoff: without making sure of its claim, a
+// generation older than the one the other notifier delivered meanwhile.
+// When no script runs within PauseWait, the base replica is stopped from
+// here instead. The paused notifier's log from its resumption on is read
+// by pausedNote.
+func (s *stack) pause(ctx context.Context, name string, started func()) error {
+	mark, pidFile := filepath.Join(s.obs.ledgerDir, pauseMark), filepath.Join(s.obs.ledgerDir, pausedPID)
+	_ = os.Remove(pidFile)
+	if err := os.WriteFile(mark, nil, 0o644); err != nil {
+		return err
+	}
+	// Left behind, the mark would stop a notifier in a later row.
+	defer os.Remove(mark)
+	find := func(pid int) *devstack.StageProc {
+		s.procMu.Lock()
+		defer s.procMu.Unlock()
+		for _, key := range []string{name, name + peerMember} {
+			if p := s.procs[key]; p != nil && p.Cmd.Process.Pid == pid {
+				return p
+			}
+		}
+		return nil
+	}
+	// wait waits up to d for the pid of the notifier a script stopped.
+	wait := func(d time.Duration) (*devstack.StageProc, error) {
+		for deadline := time.Now().Add(d); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				continue
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			if p := find(pid); p != nil {
+				return p, nil
+			}
+			return nil, fmt.Errorf("a component script stopped process %q, not an agent-notifier", b)
+		}
+		return nil, nil
+	}
+	how := "by the script of a notification it held"
+	p, err := wait(PauseWait)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		if os.Remove(mark) != nil {
+			// A script took the mark just now: it stops its notifier.
+			if p, err = wait(5 * time.Second); err != nil || p == nil {
+				return errors.Join(errors.New("a script took the pause mark and wrote no pid"), err)
+			}
+		} else {
+			// No script ran: the base replica is stopped from here.
+			s.procMu.Lock()
+			p = s.procs[name]
+			s.procMu.Unlock()
+			if err := p.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				return fmt.Errorf("pause %s: %w", name, err)
+			}
+			how = "from outside, no script having run"
+		}
+	}
+	started()
+	select {
+	case <-ctx.Done():
+	case <-time.After(s.o.PauseFor):
+	}
+	if st, err := os.Stat(p.LogFile); err == nil {
+		s.procMu.Lock()
+		s.paused, s.pausedAt, s.pausedHow = p.LogFile, st.Size(), filepath.Base(strings.TrimSuffix(p.LogFile, ".log"))+" stopped "+how
+		s.procMu.Unlock()
+	}
+	if err := p.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume %s: %w", p.Name, err)
+	}
+	return ctx.Err()
+}
+
+// PauseWait is how long pause-agent-notifier waits for a component script
+// to run and stop its notifier.
+const PauseWait = 5 * time.Second
+
+// claimLost is what the agent-notifier logs when it finds, before a run,
+// that a notification's claim is another notifier's.
+const claimLost = "the claim is another notifier's now"
+
+// pausedNote says how long the notifier was paused and how many of its
+// notifications it found taken over once resumed (its log from then on).
+func (s *stack) pausedNote() string {
+	s.procMu.Lock()
+	path, off, how := s.paused, s.pausedAt, s.pausedHow
+	s.paused = ""
+	s.procMu.Unlock()
+	note := fmt.Sprintf("%s for %s", how, s.o.PauseFor)
+	if path == "" {
+		return note
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return note
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return note
+	}
+	b, _ := io.ReadAll(f)
+	return fmt.Sprintf("%s; once resumed it logged %d notification claim(s) found to be another's", note, strings.Count(string(b), claimLost))
 }
