@@ -278,7 +278,7 @@ func TestRollbackOrder(t *testing.T) {
 
 // Agents run only packages signed by a key they trust: a package the hub
 // serves under a signature of another key is refused before it is
-// unpacked (reported as a failed download, nothing installed), and the
+// unpacked (reported as signature rejected, nothing installed), and the
 // agent keeps the node's own token, readable by it alone.
 func TestAgentsRunOnlyPackagesSignedByATrustedKey(t *testing.T) {
 	h := start(t)
@@ -294,7 +294,8 @@ func TestAgentsRunOnlyPackagesSignedByATrustedKey(t *testing.T) {
 	h.publishSigned("1.1.0", untrusted)
 	a := h.startAgent("n1", "1.0.0", "amd64", "")
 	h.must(http.MethodPut, "/v1/orgs/acme/nmps/cur", map[string]any{"enabled": true, "constraints": []string{"arch == amd64"}, "agentUpgradePolicy": map[string]any{"atLeastVersion": "1.1.0"}})
-	s := h.waitStatus("n1", "download failed", "1.0.0")
+	// A bad signature is its own state, not a download to retry.
+	s := h.waitStatus("n1", "signature rejected", "1.0.0")
 	if !strings.Contains(s.Error, "not one of a trusted key") {
 		t.Errorf("n1's report: %+v, want the signature named", s)
 	}
