@@ -49,8 +49,7 @@ func build(t *testing.T, dir string) {
 // ship (static members under their pod's name, the ConfigMap's session
 // timeout), with a fault for each promise, after a row with none (the
 // baseline): a notifier killed mid-run, a stage replaced by a new
-// identity, a notifier frozen past its lease beside a second one (it must
-// not run what the other took over), the broker restarted, the faults of
+// identity, the broker restarted, the faults of
 // its three brokers (partition leaders re-elected mid-stream, the group
 // and transaction coordinators moved as transactions end, a rolling
 // restart, a burst of retriable errors on produce, fetch, offset commits
@@ -58,7 +57,7 @@ func build(t *testing.T, dir string) {
 // edited by hand.
 func TestFaultMatrix(t *testing.T) {
 	faults := []string{chaos.FaultNone, chaos.Kill("executor"), chaos.Kill("agent-notifier"), chaos.Kill(chaos.NorthAPI),
-		chaos.Replace("consul-writer"), chaos.FaultPauseNotifier, chaos.FaultBrokerRestart}
+		chaos.Replace("consul-writer"), chaos.FaultBrokerRestart}
 	faults = append(faults, chaos.ClusterFaults()...)
 	runMatrix(t, false, shippedSessionTimeout(t), append(faults, chaos.FaultConsulDown, chaos.FaultRebalanceStorm,
 		chaos.FaultScriptFails, chaos.FaultConsulEdit))
